@@ -1,0 +1,3 @@
+from bnconvention.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""Entry point of the ``bnconvention`` CLI.
+
+Each command module in :data:`COMMAND_MODULES` exposes ``register(subparsers)``, which adds its parser and sets
+``func`` to a callable ``(argparse.Namespace) -> int``. Modules import heavy dependencies (torch) inside their
+commands, so ``bnconvention validate`` starts fast.
+
+Exit codes (a documented contract, see docs/cli.md): 0 success / no errors, 1 errors found or the operation
+failed, 2 unreadable input or bad usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from bnconvention import errors
+from bnconvention._version import __version__
+
+# Order is the order of ``bnconvention --help``.
+COMMAND_MODULES: list[str] = [
+    "bnconvention.cli.validate_cmd",
+    "bnconvention.cli.schema_cmd",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+# Ordered: the first matching type decides the exit code and the prefix of the one-line message.
+ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
+    (errors.UsageError, EXIT_USAGE, "usage error"),
+    (errors.UntrustedInputError, EXIT_USAGE, "unreadable input"),
+    (errors.AuditSpecError, EXIT_USAGE, "invalid audit spec"),
+    (errors.FactoryNotAllowedError, EXIT_USAGE, "factory not allowed"),
+    (errors.RecordError, EXIT_FAILED, "invalid record"),
+    (errors.DigestMismatchError, EXIT_FAILED, "digest mismatch"),
+    (errors.WeightsChangedError, EXIT_FAILED, "weights changed"),
+    (errors.BnConventionError, EXIT_FAILED, "error"),
+    (FileNotFoundError, EXIT_USAGE, "file not found"),
+    (PermissionError, EXIT_USAGE, "permission denied"),
+    (OSError, EXIT_FAILED, "I/O error"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bnconvention",
+        description="Declare, stamp, validate and audit how a BatchNorm network's running statistics were fitted.",
+    )
+    parser.add_argument("--version", action="version", version=f"bnconvention {__version__}")
+    parser.add_argument("--traceback", action="store_true",
+                        help="show the full traceback on errors (also BNC_TRACEBACK=1)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def _report(exc: BaseException, *, show_traceback: bool) -> int:
+    for exc_type, code, label in ERROR_TABLE:
+        if isinstance(exc, exc_type):
+            break
+    else:
+        raise exc
+    if show_traceback:
+        traceback.print_exception(exc)
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    print(f"bnconvention: {label}: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    show_traceback = bool(args.traceback or os.environ.get("BNC_TRACEBACK"))
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("bnconvention: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - mapped to one line, unknown types re-raised by _report
+        return _report(exc, show_traceback=show_traceback)

@@ -1,0 +1,148 @@
+"""Every exception bnconvention raises, grouped by topic.
+
+Each error subclasses :class:`BnConventionError` *and* a built-in (``ValueError``, ``OSError``, ...) so callers can
+catch either. Messages say what went wrong, where, what was found and how to fix it. The CLI maps these types to
+one-line messages and exit codes (see ``bnconvention.cli.main``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class BnConventionError(Exception):
+    """Base class of every error raised by bnconvention."""
+
+
+# --- records and the standard -------------------------------------------------------------------------------------
+
+
+class RecordError(BnConventionError, ValueError):
+    """A record of the standard could not be parsed or does not conform.
+
+    ``issues`` holds the validation issues (``bnconvention.validation.Issue``) when there are several.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, issues: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.issues = list(issues or [])
+
+
+class CanonicalJSONError(BnConventionError, ValueError):
+    """A value cannot be written as canonical JSON (NaN, infinity, a non-string key, an unsupported type)."""
+
+
+# --- untrusted input: safetensors headers, cards, JSON ------------------------------------------------------------
+
+
+class UntrustedInputError(BnConventionError, ValueError):
+    """Bytes from a file or a server could not be parsed. ``source`` names the file or URL."""
+
+    def __init__(self, message: str, *, source: str | Path | None = None) -> None:
+        super().__init__(message)
+        self.source = str(source) if source is not None else None
+
+
+class SafetensorsHeaderError(UntrustedInputError):
+    """A safetensors file is truncated, its header length is out of bounds, or its header is not valid."""
+
+
+class CardError(UntrustedInputError):
+    """A model card (README.md) has malformed YAML front matter or a malformed bnconvention block."""
+
+
+class JSONInputError(UntrustedInputError):
+    """A JSON document is not valid UTF-8 JSON, has duplicate keys, or has the wrong top-level type."""
+
+
+# --- binding records to tensors -------------------------------------------------------------------------------------
+
+
+class DigestMismatchError(BnConventionError, ValueError):
+    """A record's digests do not match the tensors it claims to describe."""
+
+    def __init__(self, message: str, *, field: str | None = None, expected: str | None = None,
+                 found: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.expected = expected
+        self.found = found
+
+
+class WeightsChangedError(BnConventionError, RuntimeError):
+    """Trainable tensors changed during an operation that must leave them bit-identical. This is a bug: report it."""
+
+
+# --- stamping -------------------------------------------------------------------------------------------------------
+
+
+class StampError(BnConventionError, OSError):
+    """Stamping a file failed; the original file is intact."""
+
+
+# --- refit ----------------------------------------------------------------------------------------------------------
+
+
+class RefitError(BnConventionError, ValueError):
+    """A refit could not run (empty pool, bad batch, NaN activations, unsupported dtype); φ and θ are unchanged."""
+
+
+class UnsupportedModelError(BnConventionError, TypeError):
+    """The model cannot be handled (e.g. half precision where float32 is required)."""
+
+
+# --- audit ----------------------------------------------------------------------------------------------------------
+
+
+class AuditSpecError(BnConventionError, ValueError):
+    """An audit spec fails its schema or names something that does not exist. ``field`` is a JSON pointer."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class FactoryNotAllowedError(BnConventionError, PermissionError):
+    """A model factory was requested that is not on the allowlist; nothing was imported."""
+
+
+class CheckpointMismatchError(BnConventionError, ValueError):
+    """A checkpoint's tensors do not fit the model built by the factory (names or shapes differ)."""
+
+
+# --- hub ------------------------------------------------------------------------------------------------------------
+
+
+class HubError(BnConventionError, RuntimeError):
+    """A Hub operation failed after retries. ``repo_id`` names the repository when known."""
+
+    def __init__(self, message: str, *, repo_id: str | None = None) -> None:
+        super().__init__(message)
+        self.repo_id = repo_id
+
+
+class UsageError(BnConventionError, ValueError):
+    """A command was called with arguments that cannot work together."""
+
+
+__all__ = [
+    "AuditSpecError",
+    "BnConventionError",
+    "CanonicalJSONError",
+    "CardError",
+    "CheckpointMismatchError",
+    "DigestMismatchError",
+    "FactoryNotAllowedError",
+    "HubError",
+    "JSONInputError",
+    "RecordError",
+    "RefitError",
+    "SafetensorsHeaderError",
+    "StampError",
+    "UnsupportedModelError",
+    "UntrustedInputError",
+    "UsageError",
+    "WeightsChangedError",
+]

@@ -1,0 +1,66 @@
+"""Atomic file writes: a temporary file next to the target, fsync, rename, fsync of the directory.
+
+Either the old file or the complete new one is at the path afterwards, whatever happens in between.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path, *, mode: str = "wb", keep_mode_of: Path | None = None) -> Iterator[IO]:  # type: ignore[type-arg]
+    """Yield a file object whose content replaces ``path`` atomically when the block exits without error.
+
+    The temporary file lives in the target's directory (same filesystem, so ``os.replace`` is atomic) and is removed
+    if the block raises. File permissions of ``keep_mode_of`` (default: the existing target) are carried over.
+    """
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    tmp = Path(tmp_name)
+    try:
+        source_mode = keep_mode_of or (path if path.exists() else None)
+        if source_mode is not None:
+            os.chmod(tmp, os.stat(source_mode).st_mode & 0o7777)
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        fsync_directory(directory)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically."""
+    with atomic_output(Path(path), mode="wb") as handle:
+        handle.write(data)
+
+
+def atomic_write_text(path: Path, text: str, *, newline: str | None = "") -> None:
+    """Replace ``path`` with ``text`` (UTF-8) atomically; ``newline=""`` writes line endings exactly as given."""
+    data = text.encode("utf-8") if newline == "" else text.replace("\n", newline or os.linesep).encode("utf-8")
+    atomic_write_bytes(Path(path), data)

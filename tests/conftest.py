@@ -1,0 +1,27 @@
+"""Session-wide test settings. Fixtures shared by several test modules live here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Before anything imports huggingface_hub or torch: no telemetry, no user cache, a bounded thread count.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.pop("HF_HUB_OFFLINE", None)  # it would block requests to the local test server too
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+import pytest  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return FIXTURES

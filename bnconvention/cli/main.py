@@ -22,7 +22,6 @@ from bnconvention._version import __version__
 
 # Order is the order of ``bnconvention --help``.
 COMMAND_MODULES: list[str] = [
-    "bnconvention.cli.validate_cmd",
     "bnconvention.cli.schema_cmd",
 ]
 

@@ -1,0 +1,134 @@
+"""Build records of the standard from keyword arguments and a model: the one production builder.
+
+>>> transform = make_transform(mode="train", reference="train.py:train_transform", augmentations=["shift 1px"])
+>>> convention = make_convention(buffer_update_mode="refit", role="retain", dataset_id="sklearn/digits",
+...                              subset="all classes except 3", transform=transform, rule="exact")
+>>> convention.name
+'refit/retain/train-transform/exact'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from bnconvention._version import __version__
+from bnconvention.deployed_state import batchnorm_state, tensor_digests
+from bnconvention.digests import DigestSet, model_digests
+from bnconvention.errors import RecordError
+from bnconvention.standard.models import (
+    SPEC_VERSION,
+    AccumulationRule,
+    BufferUpdateMode,
+    CumulativeAccumulation,
+    DataSplit,
+    DatasetRef,
+    Declaration,
+    DistributedMode,
+    DropoutMode,
+    EmaAccumulation,
+    ExactAccumulation,
+    FittingConvention,
+    Normalization,
+    Observation,
+    OtherModules,
+    Precision,
+    Producer,
+    RefitDetails,
+    SplitRole,
+    Transform,
+    TransformDescription,
+    TransformMode,
+    VarianceEstimator,
+)
+from bnconvention.standard.naming import canonical_name, transform_sha256
+
+if TYPE_CHECKING:
+    import torch
+
+
+def default_producer() -> Producer:
+    return Producer(tool="bnconvention", version=__version__)
+
+
+def make_transform(*, mode: TransformMode, reference: str | None = None, resize: str | None = None,
+                   crop: str | None = None, augmentations: Sequence[str] = (),
+                   normalize_mean: Sequence[float] | None = None,
+                   normalize_std: Sequence[float] | None = None) -> Transform:
+    """A transform with its canonical description and the description's sha256."""
+    if (normalize_mean is None) != (normalize_std is None):
+        raise RecordError("normalize_mean and normalize_std go together: give both or neither")
+    normalize = None
+    if normalize_mean is not None and normalize_std is not None:
+        normalize = Normalization(mean=[float(v) for v in normalize_mean], std=[float(v) for v in normalize_std])
+    description = TransformDescription(resize=resize, crop=crop, augmentations=list(augmentations),
+                                       normalize=normalize)
+    return Transform(mode=mode, reference=reference, description=description,
+                     sha256=transform_sha256(description))
+
+
+def make_convention(*, buffer_update_mode: BufferUpdateMode, role: SplitRole, dataset_id: str, subset: str,
+                    transform: Transform, rule: AccumulationRule, momentum: float | None = None,
+                    batch_size: int | None = None, num_batches: int | None = None,
+                    variance_estimator: VarianceEstimator = "unbiased", precision: Precision | None = None,
+                    dropout: DropoutMode = "off", distributed: DistributedMode = "none",
+                    record_count: int | None = None, ids_sha256: str | None = None,
+                    sampling_seed: int | None = None, dataset_revision: str | None = None) -> FittingConvention:
+    """A fitting convention whose ``name`` is derived from its fields.
+
+    ``precision`` defaults to float64 for ``exact`` (our accumulator) and float32 for the train-mode rules.
+    """
+    common = {
+        "batch_size": batch_size,
+        "num_batches": num_batches,
+        "variance_estimator": variance_estimator,
+        "precision": precision or ("float64" if rule == "exact" else "float32"),
+    }
+    if rule == "ema":
+        if momentum is None:
+            raise RecordError("the ema rule needs a momentum (e.g. 0.1, PyTorch's default)")
+        accumulation: EmaAccumulation | CumulativeAccumulation | ExactAccumulation = EmaAccumulation(
+            rule="ema", momentum=float(momentum), **common)
+    elif momentum is not None:
+        raise RecordError(f"momentum is only meaningful for the ema rule, not {rule!r}")
+    elif rule == "cumulative":
+        accumulation = CumulativeAccumulation(rule="cumulative", **common)
+    elif rule == "exact":
+        accumulation = ExactAccumulation(rule="exact", **common)
+    else:
+        raise RecordError(f"unknown accumulation rule {rule!r}; expected ema, cumulative or exact")
+    data = DataSplit(role=role, dataset=DatasetRef(id=dataset_id, revision=dataset_revision), subset=subset,
+                     record_count=record_count, ids_sha256=ids_sha256, sampling_seed=sampling_seed)
+    fields = {
+        "data": data,
+        "transform": transform,
+        "accumulation": accumulation,
+        "buffer_update_mode": buffer_update_mode,
+        "other_modules": OtherModules(dropout=dropout),
+        "distributed": distributed,
+    }
+    name = canonical_name({
+        "buffer_update_mode": buffer_update_mode,
+        "data": {"role": role},
+        "transform": {"mode": transform.mode},
+        "accumulation": accumulation.model_dump(),
+    })
+    return FittingConvention(name=name, **fields)
+
+
+def declare(model: torch.nn.Module, convention: FittingConvention, *, reporting_line: str | None = None,
+            observation: Observation | None = None, refit: RefitDetails | None = None,
+            digests: DigestSet | None = None, producer: Producer | None = None) -> Declaration:
+    """A declaration of ``model``'s deployed state under ``convention``, bound to its tensors by digests."""
+    digests = digests or model_digests(model)
+    return Declaration(
+        spec_version=SPEC_VERSION,
+        kind="declaration",
+        convention=convention,
+        deployed_state=[batchnorm_state(model, digests)],
+        digests=tensor_digests(digests),
+        producer=producer or default_producer(),
+        reporting_line=reporting_line,
+        observation=observation,
+        refit=refit,
+    )

@@ -1,0 +1,88 @@
+"""``bnconvention hubserver``: run the local Hub-compatible server until interrupted (offline pipelines, demos)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+
+from bnconvention.errors import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "hubserver",
+        help="serve a local Hugging Face Hub-compatible API from a directory",
+        description=(
+            "Serve repos stored under --root over the Hub HTTP API that huggingface_hub speaks (listing, model "
+            "info, downloads with ranges, uploads as regular files, pull requests, discussions, refs). Prints the "
+            "endpoint, then serves until Ctrl-C or SIGTERM. Point clients at it with HfApi(endpoint=...) or "
+            "HF_ENDPOINT (set before huggingface_hub is imported). Tokens given here are never printed."
+        ),
+        epilog=(
+            "examples:\n"
+            "  bnconvention hubserver --root ./hub --token alice=secret-token --org lab=alice\n"
+            "  bnconvention hubserver --root ./hub --port 8900 --fault kind=status,status=503,path=/resolve/,"
+            "probability=0.2\n"
+            "  HF_ENDPOINT=http://127.0.0.1:8900 python my_pipeline.py"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--root", required=True, metavar="DIR",
+                        help="store directory (created if missing; must be empty or an existing hub store)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, metavar="N", help="port (default: 0 = a free port)")
+    parser.add_argument("--token", action="append", default=[], metavar="NAME=TOKEN",
+                        help="accept TOKEN as user NAME (repeatable); writes need a token")
+    parser.add_argument("--org", action="append", default=[], metavar="ORG=USER[,USER...]",
+                        help="make users members of organisation ORG (repeatable)")
+    parser.add_argument("--page-size", type=int, default=50, metavar="N",
+                        help="repos per listing page (default: 50)")
+    parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                        help="inject a fault, e.g. kind=status,status=429,path=/api/models,probability=0.1 "
+                             "(keys: kind, path, method, probability, count, status, latency_s, retry_after, "
+                             "error_code, truncate_fraction)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fault-injection RNG (default: 0)")
+    parser.set_defaults(func=run)
+
+
+def _pairs(values: list[str], *, option: str) -> list[tuple[str, str]]:
+    pairs = []
+    for value in values:
+        left, sep, right = value.partition("=")
+        if not sep or not left or not right:
+            # never echo the value: it may be a token
+            raise UsageError(f"{option} expects NAME=VALUE with both parts non-empty")
+        pairs.append((left, right))
+    return pairs
+
+
+def run(args: argparse.Namespace) -> int:
+    from bnconvention.hubserver import FaultRule, LocalHub
+
+    tokens = {token: name for name, token in _pairs(args.token, option="--token")}
+    orgs = {org: [m for m in members.split(",") if m] for org, members in _pairs(args.org, option="--org")}
+    faults = [FaultRule.from_spec(spec) for spec in args.fault]
+    hub = LocalHub(args.root, host=args.host, port=args.port, tokens=tokens, orgs=orgs, faults=faults,
+                   seed=args.seed, page_size=args.page_size)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    hub.start()
+    try:
+        print(f"endpoint: {hub.endpoint}", flush=True)
+        print(f"serving {args.root} with {len(tokens)} token(s); Ctrl-C to stop", file=sys.stderr, flush=True)
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        hub.stop()
+        signal.signal(signal.SIGTERM, previous)
+    print("stopped", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,269 @@
+"""Discussions and pull requests of the store: events, status changes, ``refs/pr/N`` heads, merges.
+
+A discussion lives in its repo's ``repo.json`` as::
+
+    {"num", "title", "status": "open|closed|merged|draft", "isPullRequest", "author", "createdAt", "events": [...],
+     "pr": {"head", "baseBranch", "baseCommit", "mergeCommitId"}}      # "pr" only for pull requests
+
+Discussions and pull requests share one numbering, as on the Hub. A pull request opened through the discussions
+endpoint starts as ``draft`` (what the Hub does for programmatic PRs) and becomes ``open`` with its first commit;
+``create_pr`` commits open it directly. Merging fast-forwards the base branch to the PR head when the branch has not
+moved, and otherwise writes a merge commit (file-level three-way merge; conflicting files refuse with 409).
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from bnconvention.errors import HubRequestError
+from bnconvention.hubserver.trees import Tree, check_tree, three_way_merge
+from bnconvention.hubserver.validation import bad_request
+from bnconvention.hubserver.wire import format_date, sha1_hex
+
+if TYPE_CHECKING:
+    from bnconvention.hubserver.storage import Commit, ResolvedRevision
+
+MIN_TITLE, MAX_TITLE = 3, 200
+OPEN_STATUSES = ("open", "draft")
+
+
+def _not_found(repo_id: str, num: int) -> HubRequestError:
+    return HubRequestError(f"Discussion #{num} does not exist in {repo_id}; list them with get_repo_discussions",
+                           status=404, code="DiscussionNotFound", repo_id=repo_id)
+
+
+def _check_title(title: object) -> str:
+    if not isinstance(title, str) or not MIN_TITLE <= len(title.strip()) <= MAX_TITLE:
+        raise bad_request(f"title must be a string of {MIN_TITLE} to {MAX_TITLE} characters (found {title!r})")
+    return title.strip()
+
+
+def _check_text(text: object, *, what: str) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise bad_request(f"{what} must be a non-empty string (found {text!r})")
+    return text
+
+
+class DiscussionsMixin:
+    """Discussion and pull-request methods of :class:`~bnconvention.hubserver.storage.HubStore`."""
+
+    # Provided by HubStore.
+    _lock: threading.RLock
+    clock: Callable[[], datetime]
+    if TYPE_CHECKING:
+        def _key(self, repo_id: str, repo_type: str | None) -> tuple[str, str]: ...
+        def _state(self, key: tuple[str, str]) -> dict[str, Any]: ...
+        def _save_state(self, key: tuple[str, str], state: dict[str, Any]) -> None: ...
+        def _commit(self, key: tuple[str, str], oid: str) -> Commit: ...
+        def _resolve(self, key: tuple[str, str], revision: str) -> ResolvedRevision: ...
+        def _merge_base(self, key: tuple[str, str], a: str, b: str) -> str | None: ...
+        def _new_commit(self, key: tuple[str, str], **kwargs: Any) -> Commit: ...
+
+    # --- helpers used by HubStore.commit ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _find_discussion(state: dict[str, Any], num: int) -> dict[str, Any] | None:
+        for discussion in state["discussions"]:
+            if discussion["num"] == num:
+                return discussion
+        return None
+
+    def _discussion(self, state: dict[str, Any], num: int) -> dict[str, Any]:
+        discussion = self._find_discussion(state, num) if isinstance(num, int) else None
+        if discussion is None:
+            raise _not_found(state["id"], num)
+        return discussion
+
+    def _event(self, key: tuple[str, str], discussion: dict[str, Any], kind: str, author: str,
+               data: dict[str, Any]) -> dict[str, Any]:
+        index = len(discussion["events"])
+        event = {"id": sha1_hex(f"{key[0]}/{key[1]}#{discussion['num']}/{index}".encode())[:24], "type": kind,
+                 "createdAt": format_date(self.clock()), "author": author, "data": data}
+        discussion["events"].append(event)
+        return event
+
+    def _comment_event(self, key: tuple[str, str], discussion: dict[str, Any], author: str,
+                       text: str) -> dict[str, Any]:
+        now = format_date(self.clock())
+        return self._event(key, discussion, "comment", author, {
+            "edited": False, "hidden": False, "numEdits": 0,
+            "latest": {"raw": text, "html": f"<p>{html.escape(text)}</p>", "updatedAt": now, "author": author},
+        })
+
+    def _check_pr_open(self, state: dict[str, Any], ref: str) -> None:
+        discussion = self._discussion(state, int(ref.rsplit("/", 1)[1]))
+        if discussion["status"] not in OPEN_STATUSES:
+            raise bad_request(f"pull request #{discussion['num']} is {discussion['status']}; reopen it before "
+                              "pushing to " + ref, repo_id=state["id"])
+
+    def _new_discussion(self, state: dict[str, Any], *, title: str, author: str, pull_request: bool,
+                        status: str) -> dict[str, Any]:
+        num = max((d["num"] for d in state["discussions"]), default=0) + 1
+        discussion = {"num": num, "title": title, "status": status, "isPullRequest": pull_request,
+                      "author": author, "createdAt": format_date(self.clock()), "events": []}
+        state["discussions"].append(discussion)
+        return discussion
+
+    def _open_pull_request(self, state: dict[str, Any], key: tuple[str, str], *, title: str, description: str,
+                           author: str, base_branch: str, base_commit: str, head: Commit) -> int:
+        discussion = self._new_discussion(state, title=title.strip()[:MAX_TITLE], author=author,
+                                          pull_request=True, status="open")
+        discussion["pr"] = {"head": head.id, "baseBranch": base_branch, "baseCommit": base_commit,
+                            "mergeCommitId": None}
+        if description and description.strip():
+            self._comment_event(key, discussion, author, description)
+        self._event(key, discussion, "commit", author, {"subject": head.title, "oid": head.id})
+        return discussion["num"]
+
+    def _push_to_pull_request(self, state: dict[str, Any], key: tuple[str, str], ref: str, *, head: Commit,
+                              author: str) -> None:
+        discussion = self._discussion(state, int(ref.rsplit("/", 1)[1]))
+        discussion["pr"]["head"] = head.id
+        self._event(key, discussion, "commit", author, {"subject": head.title, "oid": head.id})
+        if discussion["status"] == "draft":
+            discussion["status"] = "open"
+            self._event(key, discussion, "status-change", author, {"status": "open"})
+
+    # --- public API ------------------------------------------------------------------------------------------------
+
+    def create_discussion(self, repo_id: str, *, title: str, description: str = "", author: str,
+                          pull_request: bool = False, repo_type: str = "model") -> int:
+        """Open a discussion (or a draft pull request at the head of main); return its number."""
+        title = _check_title(title)
+        key = self._key(repo_id, repo_type)
+        with self._lock:
+            state = copy.deepcopy(self._state(key))
+            discussion = self._new_discussion(state, title=title, author=author, pull_request=pull_request,
+                                              status="draft" if pull_request else "open")
+            if pull_request:
+                head = self._resolve(key, "main").commit.id
+                discussion["pr"] = {"head": head, "baseBranch": "main", "baseCommit": head, "mergeCommitId": None}
+            if isinstance(description, str) and description.strip():
+                self._comment_event(key, discussion, author, description)
+            self._save_state(key, state)
+            return discussion["num"]
+
+    def list_discussions(self, repo_id: str, *, repo_type: str = "model") -> list[dict[str, Any]]:
+        """Copies of every discussion and pull request, newest first."""
+        key = self._key(repo_id, repo_type)
+        with self._lock:
+            discussions = copy.deepcopy(self._state(key)["discussions"])
+        return sorted(discussions, key=lambda d: -d["num"])
+
+    def get_discussion(self, repo_id: str, num: int, *, repo_type: str = "model") -> dict[str, Any]:
+        key = self._key(repo_id, repo_type)
+        with self._lock:
+            return copy.deepcopy(self._discussion(self._state(key), num))
+
+    def comment_discussion(self, repo_id: str, num: int, *, comment: str, author: str,
+                           repo_type: str = "model") -> dict[str, Any]:
+        """Append a comment; return the event."""
+        text = _check_text(comment, what="comment")
+        key = self._key(repo_id, repo_type)
+        with self._lock:
+            state = copy.deepcopy(self._state(key))
+            event = self._comment_event(key, self._discussion(state, num), author, text)
+            self._save_state(key, state)
+            return copy.deepcopy(event)
+
+    def change_discussion_status(self, repo_id: str, num: int, *, status: str, author: str,
+                                 comment: str | None = None, repo_type: str = "model") -> dict[str, Any]:
+        """Open or close a discussion or pull request (a merged one stays merged); return the status event."""
+        if status not in ("open", "closed"):
+            raise bad_request(f"status must be 'open' or 'closed' (found {status!r})", repo_id=repo_id)
+        key = self._key(repo_id, repo_type)
+        with self._lock:
+            state = copy.deepcopy(self._state(key))
+            discussion = self._discussion(state, num)
+            if discussion["status"] == "merged":
+                raise bad_request(f"pull request #{num} is merged; its status cannot change", repo_id=repo_id)
+            if comment is not None and str(comment).strip():
+                self._comment_event(key, discussion, author, str(comment))
+            discussion["status"] = status
+            event = self._event(key, discussion, "status-change", author, {"status": status})
+            self._save_state(key, state)
+            return copy.deepcopy(event)
+
+    def rename_discussion(self, repo_id: str, num: int, *, title: str, author: str,
+                          repo_type: str = "model") -> dict[str, Any]:
+        new_title = _check_title(title)
+        key = self._key(repo_id, repo_type)
+        with self._lock:
+            state = copy.deepcopy(self._state(key))
+            discussion = self._discussion(state, num)
+            old_title, discussion["title"] = discussion["title"], new_title
+            event = self._event(key, discussion, "title-change", author, {"from": old_title, "to": new_title})
+            self._save_state(key, state)
+            return copy.deepcopy(event)
+
+    def _pull_request_trees(self, key: tuple[str, str], discussion: dict[str, Any]) -> tuple[Tree, Tree, Tree]:
+        """(merge base, current base-branch head, PR head) trees."""
+        target = self._resolve(key, discussion["pr"]["baseBranch"]).commit
+        head = self._commit(key, discussion["pr"]["head"])
+        base_oid = self._merge_base(key, target.id, head.id)
+        base = self._commit(key, base_oid).tree if base_oid else {}
+        return base, target.tree, head.tree
+
+    def pull_request_trees(self, repo_id: str, num: int, *, repo_type: str = "model") -> tuple[Tree, Tree, Tree]:
+        """The merge-base, base-branch and head trees of pull request ``num`` (for diffs and conflicts)."""
+        key = self._key(repo_id, repo_type)
+        with self._lock:
+            discussion = self._discussion(self._state(key), num)
+            if "pr" not in discussion:
+                raise bad_request(f"#{num} is a discussion, not a pull request", repo_id=repo_id)
+            return self._pull_request_trees(key, discussion)
+
+    def pull_request_conflicts(self, repo_id: str, num: int, *, repo_type: str = "model") -> list[str]:
+        """Files changed differently on the base branch and in the pull request (empty once merged or closed)."""
+        key = self._key(repo_id, repo_type)
+        with self._lock:
+            discussion = self._discussion(self._state(key), num)
+            if "pr" not in discussion or discussion["status"] not in OPEN_STATUSES:
+                return []
+            return three_way_merge(*self._pull_request_trees(key, discussion))[1]
+
+    def merge_pull_request(self, repo_id: str, num: int, *, author: str, comment: str | None = None,
+                           repo_type: str = "model") -> str:
+        """Merge pull request ``num`` into its base branch; return the commit the branch now points to."""
+        key = self._key(repo_id, repo_type)
+        with self._lock:
+            state = copy.deepcopy(self._state(key))
+            discussion = self._discussion(state, num)
+            if "pr" not in discussion:
+                raise bad_request(f"#{num} is a discussion, not a pull request", repo_id=repo_id)
+            if discussion["status"] not in OPEN_STATUSES:
+                raise bad_request(f"pull request #{num} is {discussion['status']}; only open pull requests can be "
+                                  "merged", repo_id=repo_id)
+            pr = discussion["pr"]
+            target = self._resolve(key, pr["baseBranch"]).commit
+            head = self._commit(key, pr["head"])
+            base_oid = self._merge_base(key, target.id, head.id)
+            if base_oid == head.id:  # already contained in the branch
+                merged_oid = target.id
+            elif base_oid == target.id:  # the branch has not moved: fast-forward
+                merged_oid = head.id
+            else:
+                base_tree = self._commit(key, base_oid).tree if base_oid else {}
+                tree, conflicts = three_way_merge(base_tree, target.tree, head.tree)
+                if conflicts:
+                    raise HubRequestError(
+                        f"pull request #{num} conflicts with {pr['baseBranch']} in {', '.join(conflicts)}; update "
+                        "the pull request from the branch first", status=409, code="MergeConflict",
+                        repo_id=repo_id)
+                check_tree(tree)
+                merged_oid = self._new_commit(key, parents=(target.id, head.id), tree=tree, blobs={},
+                                              title=f"Merge refs/pr/{num}: {discussion['title']}",
+                                              message="", author=author).id
+            state["branches"][pr["baseBranch"]] = merged_oid
+            pr["mergeCommitId"] = merged_oid
+            if comment is not None and str(comment).strip():
+                self._comment_event(key, discussion, author, str(comment))
+            discussion["status"] = "merged"
+            self._event(key, discussion, "status-change", author, {"status": "merged"})
+            self._save_state(key, state)
+            return merged_oid

@@ -74,7 +74,17 @@ def _write(value: Any, out: list[str]) -> None:
     elif value is False:
         out.append("false")
     elif isinstance(value, int):
-        out.append(str(value))
+        if -(2**53) <= value <= 2**53:
+            out.append(str(value))
+        else:
+            # RFC 8785 numbers are IEEE doubles: beyond 2**53 an integer is written as its nearest double would be
+            # (2**63 -> 9223372036854776000), as every other JCS implementation does.
+            try:
+                out.append(_number(float(value)))
+            except OverflowError:
+                raise CanonicalJSONError(
+                    f"integer {value} is too large for a 64-bit float; canonical JSON numbers are doubles"
+                ) from None
     elif isinstance(value, float):
         out.append(_number(value))
     elif isinstance(value, str):
@@ -150,6 +160,18 @@ class _BadConstant(Exception):
     pass
 
 
+def _finite_float(text: str) -> float:
+    # json would turn 1e400 into infinity silently; canonical JSON cannot write it back, so refuse it here.
+    value = float(text)
+    if not math.isfinite(value):
+        raise _OutOfRange(text)
+    return value
+
+
+class _OutOfRange(Exception):
+    pass
+
+
 def loads_strict(data: bytes | str, *, source: str = "<input>") -> Any:
     """Parse untrusted JSON: UTF-8 only, no duplicate keys, no NaN/Infinity.
 
@@ -172,7 +194,8 @@ def loads_strict(data: bytes | str, *, source: str = "<input>") -> Any:
     if text.startswith("\ufeff"):
         text = text[1:]
     try:
-        return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+        return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant,
+                          parse_float=_finite_float)
     except _DuplicateKey as exc:
         raise JSONInputError(
             f"{source}: duplicate object key {exc.key!r}; each key may appear once per object", source=source
@@ -180,6 +203,10 @@ def loads_strict(data: bytes | str, *, source: str = "<input>") -> Any:
     except _BadConstant as exc:
         raise JSONInputError(
             f"{source}: {exc.args[0]} is not valid JSON; write numbers as finite decimals", source=source
+        ) from exc
+    except _OutOfRange as exc:
+        raise JSONInputError(
+            f"{source}: number {exc.args[0]} is too large for a 64-bit float; write a finite number", source=source
         ) from exc
     except json.JSONDecodeError as exc:
         raise JSONInputError(

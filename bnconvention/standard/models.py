@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeAlias, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, TypeAdapter
 
 SPEC_VERSION = "1.0"
 SCHEMA_ID = "https://bnconvention.github.io/schema/v1/bnconvention.schema.json"
@@ -32,12 +32,28 @@ DecisionOutcome: TypeAlias = Literal["displaced", "equivalent", "undetermined"]
 Channel: TypeAlias = Literal["present", "absent"]
 FlipDirection: TypeAlias = Literal["pass_to_fail", "fail_to_pass"]
 
+# The length bounds are not redundant with the pattern: Python's ``re`` (which jsonschema uses) lets ``$`` match
+# before a trailing newline, pydantic's regex engine does not; with the lengths both reject "<64 hex>\n".
 Sha256Hex = Annotated[
-    str, StringConstraints(pattern=r"^[0-9a-f]{64}$"),
+    str, StringConstraints(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$"),
     Field(description="Lowercase hexadecimal sha256 digest (64 characters)."),
 ]
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
-Count = Annotated[int, Field(ge=0)]
+
+
+def _integral_float_to_int(value: Any) -> Any:
+    # JSON Schema counts 16.0 as an integer (and RFC 8785 writes it as 16); strict pydantic would refuse it.
+    # Converting integral floats, and only those, keeps the models and the schema in agreement.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# The bound sits inside the validator so that it is checked on the converted value and reaches the JSON Schema
+# as ``minimum`` (outside, pydantic would leak a non-standard ``ge`` keyword into the schema).
+Int = Annotated[int, BeforeValidator(_integral_float_to_int)]
+Count = Annotated[Annotated[int, Field(ge=0)], BeforeValidator(_integral_float_to_int)]
+PositiveInt = Annotated[Annotated[int, Field(ge=1)], BeforeValidator(_integral_float_to_int)]
 
 
 class _Model(BaseModel):
@@ -49,13 +65,17 @@ class _Model(BaseModel):
 
 
 class DatasetRef(_Model):
+    """The dataset the fitting pool was drawn from."""
+
     id: NonEmptyStr = Field(description="Dataset identity, e.g. 'sklearn/digits' or a Hub dataset id.")
     revision: NonEmptyStr | None = Field(default=None, description="Dataset revision (commit sha, version tag).")
 
 
 class DataSplit(_Model):
+    """Which records fitted the running statistics."""
+
     role: SplitRole = Field(description="Which split fitted the statistics.")
-    dataset: DatasetRef
+    dataset: DatasetRef = Field(description="The dataset the records come from.")
     subset: NonEmptyStr = Field(
         description="How the subset is defined, e.g. 'all classes except 3' or 'index file retain_idx.txt'."
     )
@@ -64,15 +84,19 @@ class DataSplit(_Model):
         default=None,
         description="sha256 of the canonical JSON of the sorted list of record ids (see record_ids_sha256).",
     )
-    sampling_seed: int | None = Field(default=None, description="Seed used to draw the subset, if any.")
+    sampling_seed: Int | None = Field(default=None, description="Seed used to draw the subset, if any.")
 
 
 class Normalization(_Model):
+    """Per-channel normalization applied by the transform: (x - mean) / std."""
+
     mean: list[float] = Field(min_length=1, description="Per-channel mean subtracted by the transform.")
     std: list[Annotated[float, Field(gt=0)]] = Field(min_length=1, description="Per-channel std divided by.")
 
 
 class TransformDescription(_Model):
+    """The canonical description of a transform; its canonical JSON is what `Transform.sha256` hashes."""
+
     resize: NonEmptyStr | None = Field(default=None, description="Resize step, e.g. '16x16 bilinear'.")
     crop: NonEmptyStr | None = Field(default=None, description="Crop step, e.g. 'random 32 pad 4'.")
     augmentations: list[NonEmptyStr] = Field(
@@ -82,32 +106,40 @@ class TransformDescription(_Model):
 
 
 class Transform(_Model):
+    """The input transform in force while the statistics were fitted."""
+
     mode: TransformMode = Field(description="'train' (with augmentation) or 'eval' transform.")
     reference: NonEmptyStr | None = Field(
         default=None, description="Where the transform is defined, e.g. 'train.py:train_transform'."
     )
-    description: TransformDescription
+    description: TransformDescription = Field(description="Canonical description of the transform.")
     sha256: Sha256Hex = Field(description="sha256 of the canonical JSON of `description`.")
 
 
 class _AccumulationBase(_Model):
-    batch_size: Annotated[int, Field(ge=1)] | None = Field(default=None, description="Batch size of the fitting pass.")
-    num_batches: Annotated[int, Field(ge=1)] | None = Field(default=None, description="Number of batches seen.")
+    batch_size: PositiveInt | None = Field(default=None, description="Batch size of the fitting pass.")
+    num_batches: PositiveInt | None = Field(default=None, description="Number of batches seen.")
     variance_estimator: VarianceEstimator = Field(description="Estimator of the stored running variance.")
     precision: Precision = Field(description="Precision the statistics were accumulated in.")
 
 
 class EmaAccumulation(_AccumulationBase):
-    rule: Literal["ema"]
+    """Exponential moving average: running = (1 - momentum) * running + momentum * batch statistic."""
+
+    rule: Literal["ema"] = Field(description="Accumulation rule: exponential moving average.")
     momentum: Annotated[float, Field(gt=0, le=1)] = Field(description="EMA momentum (PyTorch convention).")
 
 
 class CumulativeAccumulation(_AccumulationBase):
-    rule: Literal["cumulative"]
+    """Cumulative moving average over the batches (momentum None, as torch.optim.swa_utils.update_bn)."""
+
+    rule: Literal["cumulative"] = Field(description="Accumulation rule: cumulative moving average.")
 
 
 class ExactAccumulation(_AccumulationBase):
-    rule: Literal["exact"]
+    """Exact mean and variance over the whole pool, computed layer by layer."""
+
+    rule: Literal["exact"] = Field(description="Accumulation rule: exact pool statistics.")
 
 
 Accumulation = Annotated[
@@ -116,16 +148,20 @@ Accumulation = Annotated[
 
 
 class OtherModules(_Model):
+    """The mode of modules other than BatchNorm while the statistics were fitted."""
+
     dropout: DropoutMode = Field(description="Dropout during fitting: 'off', 'on', or 'absent' from the model.")
 
 
 class FittingConvention(_Model):
+    """The named recipe that produced the running statistics."""
+
     name: NonEmptyStr = Field(description="Canonical name derived from the other fields (see canonical_name).")
-    data: DataSplit
-    transform: Transform
-    accumulation: Accumulation
+    data: DataSplit = Field(description="Which split fitted the statistics.")
+    transform: Transform = Field(description="The transform in force during fitting.")
+    accumulation: Accumulation = Field(description="How batch statistics were accumulated (tagged by rule).")
     buffer_update_mode: BufferUpdateMode = Field(description="How the buffers were last written.")
-    other_modules: OtherModules
+    other_modules: OtherModules = Field(description="Mode of the other modules during fitting.")
     distributed: DistributedMode = Field(description="How statistics were combined across processes.")
 
 
@@ -133,22 +169,26 @@ class FittingConvention(_Model):
 
 
 class BatchNormLayer(_Model):
+    """One BatchNorm module as deployed."""
+
     name: NonEmptyStr = Field(description="Module name; its buffers are '<name>.running_mean' etc.")
     type: NonEmptyStr = Field(description="Module class, e.g. 'BatchNorm2d' or 'SyncBatchNorm'.")
-    num_features: Annotated[int, Field(ge=1)]
-    eps: Annotated[float, Field(gt=0)]
+    num_features: PositiveInt = Field(description="Number of channels: the length of each running buffer.")
+    eps: Annotated[float, Field(gt=0)] = Field(description="Value added to the variance for numerical stability.")
     momentum: Annotated[float, Field(gt=0, le=1)] | None = Field(
         default=None, description="Layer momentum; absent means None (cumulative moving average)."
     )
-    affine: bool
-    track_running_stats: bool
+    affine: bool = Field(description="Whether the layer has learnable weight (gamma) and bias (beta).")
+    track_running_stats: bool = Field(description="Whether the layer keeps running buffers.")
     running_sha256: Sha256Hex | None = Field(
         default=None, description="Digest of this layer's running buffers; absent when it tracks none."
     )
 
 
 class BatchNormState(_Model):
-    kind: Literal["batchnorm"]
+    """The BatchNorm deployed state: every BatchNorm layer of the network."""
+
+    kind: Literal["batchnorm"] = Field(description="Deployed-state kind: BatchNorm running statistics.")
     layers: list[BatchNormLayer] = Field(description="Every BatchNorm layer in module order; empty: channel absent.")
 
 
@@ -157,7 +197,9 @@ DeployedState = Annotated[Union[BatchNormState], Field(discriminator="kind")]
 
 
 class TensorDigests(_Model):
-    algorithm: Literal["bnconvention-tensors/1"]
+    """Digests binding the record to a weights file's tensors (algorithm bnconvention-tensors/1)."""
+
+    algorithm: Literal["bnconvention-tensors/1"] = Field(description="Digest algorithm (see docs/standard.md).")
     trainable_sha256: Sha256Hex = Field(description="Digest of every tensor except BN running statistics.")
     running_sha256: Sha256Hex | None = Field(
         default=None, description="Digest of all BN running statistics; absent when there are none."
@@ -165,8 +207,10 @@ class TensorDigests(_Model):
 
 
 class Producer(_Model):
-    tool: NonEmptyStr
-    version: NonEmptyStr
+    """The tool that wrote the record."""
+
+    tool: NonEmptyStr = Field(description="Tool name, e.g. 'bnconvention'.")
+    version: NonEmptyStr = Field(description="Tool version.")
 
 
 # --- recorder evidence ------------------------------------------------------------------------------------------
@@ -175,17 +219,28 @@ class Producer(_Model):
 class LayerObservation(_Model):
     name: NonEmptyStr
     train_forwards: Count = Field(description="Forwards in training mode.")
-    eval_forwards: Count = Field(description="Forwards in eval mode.")
+    eval_forwards: Count = Field(description="Forwards in eval mode (evaluation and frozen steps).")
     buffer_updates: Count = Field(description="Forwards that updated the running buffers.")
     momenta: list[Annotated[float, Field(gt=0, le=1)] | None] = Field(
         default_factory=list, description="Distinct momenta in force during updates (null = cumulative)."
     )
     buffers_changed: bool = Field(description="Whether the buffers differ between start and end of the run.")
+    frozen_forwards: Count | None = Field(
+        default=None,
+        description="Eval-mode forwards with autograd enabled: training steps that left the buffers frozen.",
+    )
+    refits: Count | None = Field(default=None, description="Refits that replaced this layer's buffers.")
+    mode: BufferUpdateMode | None = Field(
+        default=None,
+        description="How this layer's buffers were last written, derived from the events; absent for a layer "
+                    "that tracks no running statistics.",
+    )
 
 
 class Contradiction(_Model):
     code: NonEmptyStr = Field(description="Stable code, e.g. 'declared-frozen-buffers-changed'.")
     message: NonEmptyStr
+    layers: list[NonEmptyStr] = Field(default_factory=list, description="BatchNorm layers concerned, if any.")
 
 
 class Observation(_Model):
@@ -201,41 +256,72 @@ class Observation(_Model):
     last_update_split: NonEmptyStr | None = Field(default=None, description="Split tag of the last buffer update.")
     layers: list[LayerObservation] = Field(default_factory=list)
     contradictions: list[Contradiction] = Field(default_factory=list)
+    mode: BufferUpdateMode | None = Field(
+        default=None, description="Buffer-update mode derived from the events (the recorder's rules)."
+    )
+    last_write: Literal["update", "refit"] | None = Field(
+        default=None, description="What wrote the buffers last: a training-mode 'update' or a 'refit'."
+    )
+    rule: AccumulationRule | None = Field(
+        default=None, description="Accumulation rule of the last buffer write: ema, cumulative, or the refit's."
+    )
+    momentum: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        default=None, description="Momentum of the last buffer write when the rule is ema."
+    )
+    frozen_forwards: Count | None = Field(
+        default=None, description="Eval-mode forwards with autograd enabled (frozen training steps)."
+    )
+    refits: Count | None = Field(default=None, description="Refits observed during the run.")
+    trainable_changed: bool | None = Field(
+        default=None, description="Whether the trainable tensors differ between start and end of the run."
+    )
+    dropout: DropoutMode | None = Field(
+        default=None, description="Dropout during the buffer updates: on, off, or absent from the model."
+    )
+    precision: Precision | None = Field(default=None, description="Dtype of the running buffers.")
 
 
 # --- staleness and refit details ------------------------------------------------------------------------------------
 
 
 class LayerStaleness(_Model):
-    name: NonEmptyStr
+    """Staleness distances of one BatchNorm layer."""
+
+    name: NonEmptyStr = Field(description="BatchNorm layer name.")
     mean_distance: Annotated[float, Field(ge=0)] = Field(description="||mu - mu_hat||_2 / ||sigma_hat||_2.")
     var_distance: Annotated[float, Field(ge=0)] = Field(description="||var - var_hat||_2 / ||var_hat||_2.")
 
 
 class StalenessBand(_Model):
-    mean_distance: Annotated[float, Field(ge=0)]
-    var_distance: Annotated[float, Field(ge=0)]
+    """The reference band: the same distances between two independent retain refits."""
+
+    mean_distance: Annotated[float, Field(ge=0)] = Field(description="Layer-averaged mean distance of the two refits.")
+    var_distance: Annotated[float, Field(ge=0)] = Field(description="Layer-averaged variance distance of the refits.")
 
 
 class Staleness(_Model):
+    """How far the previous (shipped) statistics are from refit ones (seed 003, Eq. 15)."""
+
     mean_distance: Annotated[float, Field(ge=0)] = Field(description="Layer average of the mean distance.")
     var_distance: Annotated[float, Field(ge=0)] = Field(description="Layer average of the variance distance.")
-    layers: list[LayerStaleness]
+    layers: list[LayerStaleness] = Field(description="Per-layer distances, in module order.")
     reference_band: StalenessBand | None = Field(
         default=None, description="Same distances between two independent retain refits."
     )
-    exceeds_band: bool | None = None
+    exceeds_band: bool | None = Field(default=None, description="Whether the distances exceed the reference band.")
 
 
 class RefitDetails(_Model):
-    trainable_sha256_before: Sha256Hex
-    trainable_sha256_after: Sha256Hex
-    running_sha256_before: Sha256Hex | None = None
-    running_sha256_after: Sha256Hex | None = None
+    """What a refit did: digests before and after (the weights must not change), staleness, cost."""
+
+    trainable_sha256_before: Sha256Hex = Field(description="Trainable digest before the refit.")
+    trainable_sha256_after: Sha256Hex = Field(description="Trainable digest after the refit: equals the one before.")
+    running_sha256_before: Sha256Hex | None = Field(default=None, description="Running digest before the refit.")
+    running_sha256_after: Sha256Hex | None = Field(default=None, description="Running digest after the refit.")
     staleness: Staleness = Field(description="Distance of the previous statistics from the refit ones.")
-    seconds: Annotated[float, Field(ge=0)]
+    seconds: Annotated[float, Field(ge=0)] = Field(description="Wall-clock seconds the refit took.")
     forward_passes: Count | None = Field(default=None, description="Passes over the pool the rule needed.")
-    warnings: list[NonEmptyStr] = Field(default_factory=list)
+    warnings: list[NonEmptyStr] = Field(default_factory=list, description="Warnings the refit raised, if any.")
 
 
 # --- record kinds ---------------------------------------------------------------------------------------------------
@@ -244,102 +330,122 @@ class RefitDetails(_Model):
 class Declaration(_Model):
     """How the deployed state of one weights file was fitted, bound to its tensors by digests."""
 
-    spec_version: Literal["1.0"]
-    kind: Literal["declaration"]
-    convention: FittingConvention
-    deployed_state: list[DeployedState] = Field(min_length=1)
-    digests: TensorDigests
-    producer: Producer
-    reporting_line: NonEmptyStr | None = None
+    spec_version: Literal["1.0"] = Field(description="Version of the standard the record follows.")
+    kind: Literal["declaration"] = Field(description="Record kind.")
+    convention: FittingConvention = Field(description="How the running statistics were fitted.")
+    deployed_state: list[DeployedState] = Field(
+        min_length=1, description="The deployed state, one entry per kind (tagged by kind)."
+    )
+    digests: TensorDigests = Field(description="Digests binding the record to the file's tensors.")
+    producer: Producer = Field(description="The tool and version that wrote this record.")
+    reporting_line: NonEmptyStr | None = Field(
+        default=None, description="The one sentence a release adds, e.g. 'deployed state as shipped; ...'."
+    )
     observation: Observation | None = Field(default=None, description="Evidence measured by the recorder.")
     refit: RefitDetails | None = Field(default=None, description="Present when the state was produced by a refit.")
 
 
 class AuditedFile(_Model):
-    filename: NonEmptyStr
-    repo: NonEmptyStr | None = None
-    revision: NonEmptyStr | None = None
-    trainable_sha256: Sha256Hex
+    """The weights file an annotation audited."""
+
+    filename: NonEmptyStr = Field(description="Path of the weights file inside its repository.")
+    repo: NonEmptyStr | None = Field(default=None, description="Repository id, e.g. 'org/model'.")
+    revision: NonEmptyStr | None = Field(default=None, description="Revision audited (commit sha or branch).")
+    trainable_sha256: Sha256Hex = Field(description="Trainable digest of the audited file.")
     running_sha256: Sha256Hex | None = Field(default=None, description="Digest of the shipped running statistics.")
     declared_convention: NonEmptyStr | None = Field(default=None, description="Canonical name declared, if any.")
 
 
 class CellDecision(_Model):
-    outcome: DecisionOutcome
-    p_value: Annotated[float, Field(ge=0, le=1)] | None = None
+    """The statistical decision on a cell's shift against the margin."""
+
+    outcome: DecisionOutcome = Field(description="displaced, equivalent or undetermined.")
+    p_value: Annotated[float, Field(ge=0, le=1)] | None = Field(default=None, description="p-value of the test.")
     method: NonEmptyStr = Field(description="e.g. 'exact-sign-test', 'tost-90', 'channel-absent'.")
 
 
 class Cell(_Model):
+    """One published number on one checkpoint, as shipped and as refit."""
+
     metric: NonEmptyStr = Field(description="'df', 'dr', 'dt', a gap such as 'abs(df - dt)', or a user metric.")
-    split: SplitRole | None = None
-    shipped: float
+    split: SplitRole | None = Field(default=None, description="Split the metric is computed on, if one.")
+    shipped: float = Field(description="Value with the shipped running statistics.")
     refit: float = Field(description="Mean of the replicate values.")
     shift_pp: float = Field(description="Mean of refit minus shipped, in percentage points.")
-    replicate_values: list[float] = Field(min_length=1)
-    replicate_shifts_pp: list[float] = Field(min_length=1)
-    margin_pp: Annotated[float, Field(gt=0)]
-    decision: CellDecision
-    published: float | None = None
+    replicate_values: list[float] = Field(min_length=1, description="Value after each replicate refit.")
+    replicate_shifts_pp: list[float] = Field(min_length=1, description="Shift of each replicate, in pp.")
+    margin_pp: Annotated[float, Field(gt=0)] = Field(description="Margin the shift is tested against, in pp.")
+    decision: CellDecision = Field(description="Decision on the shift.")
+    published: float | None = Field(default=None, description="Value published by the authors, if known.")
 
 
 class Verdict(_Model):
+    """A declared criterion evaluated on shipped and on refit cells."""
+
     criterion: NonEmptyStr = Field(description="e.g. 'abs(df - dt) <= 0.05'.")
-    shipped: bool
+    shipped: bool = Field(description="Outcome on the shipped cells.")
     refit: bool = Field(description="Outcome on the mean refit cells.")
-    flipped: bool
-    direction: FlipDirection | None = None
-    refit_pass_replicates: Count | None = None
+    flipped: bool = Field(description="Whether the shipped and refit outcomes differ.")
+    direction: FlipDirection | None = Field(default=None, description="Direction of a flip.")
+    refit_pass_replicates: Count | None = Field(default=None, description="Replicates whose refit cells pass.")
 
 
 class AnchorCell(_Model):
-    metric: NonEmptyStr
-    published: float
-    shipped: float
-    abs_diff: Annotated[float, Field(ge=0)]
+    """One published cell against its shipped reproduction."""
+
+    metric: NonEmptyStr = Field(description="Cell name, e.g. 'df'.")
+    published: float = Field(description="Value published by the authors.")
+    shipped: float = Field(description="Value reproduced with the shipped state.")
+    abs_diff: Annotated[float, Field(ge=0)] = Field(description="|published - shipped|.")
 
 
 class Anchoring(_Model):
-    tolerance: Annotated[float, Field(ge=0)]
-    anchored: bool
-    cells: list[AnchorCell]
+    """Whether the shipped cells reproduce the published ones within a tolerance."""
+
+    tolerance: Annotated[float, Field(ge=0)] = Field(description="Largest allowed abs_diff (0.02 in the papers).")
+    anchored: bool = Field(description="Whether every cell is within the tolerance.")
+    cells: list[AnchorCell] = Field(description="The cells compared.")
 
 
 class Recoverability(_Model):
-    images: Annotated[int, Field(ge=1)]
-    source: SplitRole
-    rule: AccumulationRule
-    forget_accuracy_shipped: Annotated[float, Field(ge=0, le=1)]
-    forget_accuracy_after: Annotated[float, Field(ge=0, le=1)]
-    shift_pp: float
+    """Forget accuracy after a refit on a few unlabeled images (the papers' ten-image attack)."""
+
+    images: PositiveInt = Field(description="Number of unlabeled images refit on (10 in the papers).")
+    source: SplitRole = Field(description="Split the images come from.")
+    rule: AccumulationRule = Field(description="Accumulation rule of the refit.")
+    forget_accuracy_shipped: Annotated[float, Field(ge=0, le=1)] = Field(description="Forget accuracy as shipped.")
+    forget_accuracy_after: Annotated[float, Field(ge=0, le=1)] = Field(description="Forget accuracy after the refit.")
+    shift_pp: float = Field(description="After minus shipped, in pp.")
 
 
 class ProvenanceContrast(_Model):
-    pool_size: Annotated[int, Field(ge=1)]
-    exchanged: Count
-    mean_distance: Annotated[float, Field(ge=0)]
-    var_distance: Annotated[float, Field(ge=0)]
-    forget_shift_pp: float | None = None
+    """Exchange retained records for removed ones in a fixed-size fitting pool (seed 001, appendix P)."""
+
+    pool_size: PositiveInt = Field(description="Size of the fitting pool.")
+    exchanged: Count = Field(description="Retained records exchanged for removed ones.")
+    mean_distance: Annotated[float, Field(ge=0)] = Field(description="Mean distance between the two refits.")
+    var_distance: Annotated[float, Field(ge=0)] = Field(description="Variance distance between the two refits.")
+    forget_shift_pp: float | None = Field(default=None, description="Shift of forget accuracy, in pp.")
 
 
 class RefitAnnotation(_Model):
     """What an auditor writes back: the audited file's cells as shipped and under a named refit convention."""
 
-    spec_version: Literal["1.0"]
-    kind: Literal["refit_annotation"]
-    subject: AuditedFile
-    convention: FittingConvention
-    channel: Channel
-    replicates: Annotated[int, Field(ge=1)]
-    margin_pp: Annotated[float, Field(gt=0)]
-    anchoring: Anchoring | None = None
-    cells: list[Cell]
-    verdicts: list[Verdict] = Field(default_factory=list)
-    staleness: Staleness | None = None
-    provenance: ProvenanceContrast | None = None
-    recoverability: Recoverability | None = None
-    producer: Producer
-    reporting_line: NonEmptyStr
+    spec_version: Literal["1.0"] = Field(description="Version of the standard the record follows.")
+    kind: Literal["refit_annotation"] = Field(description="Record kind.")
+    subject: AuditedFile = Field(description="The audited weights file.")
+    convention: FittingConvention = Field(description="The refit convention applied.")
+    channel: Channel = Field(description="'present', or 'absent' for a model without running statistics.")
+    replicates: PositiveInt = Field(description="Number of independent refits per cell.")
+    margin_pp: Annotated[float, Field(gt=0)] = Field(description="Margin of the decisions, in pp (1.2 in the papers).")
+    anchoring: Anchoring | None = Field(default=None, description="Whether the shipped cells reproduce the paper.")
+    cells: list[Cell] = Field(description="The cells, as shipped and as refit.")
+    verdicts: list[Verdict] = Field(default_factory=list, description="Criteria on shipped and refit cells.")
+    staleness: Staleness | None = Field(default=None, description="Distance of the shipped statistics from a refit.")
+    provenance: ProvenanceContrast | None = Field(default=None, description="Provenance contrast, if measured.")
+    recoverability: Recoverability | None = Field(default=None, description="Recoverability, if measured.")
+    producer: Producer = Field(description="The tool that wrote the annotation.")
+    reporting_line: NonEmptyStr = Field(description="The one sentence the annotation adds to the release.")
 
 
 Record = Annotated[Union[Declaration, RefitAnnotation], Field(discriminator="kind")]

@@ -1,0 +1,47 @@
+"""``bnconvention validate``: offline check of records, safetensors headers, model cards and release folders."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """\
+examples:
+  bnconvention validate examples/releases              # every release under a folder
+  bnconvention validate model.safetensors README.md    # one release's files, cross-checked
+  bnconvention validate record.json --format json      # machine-readable issues
+  bnconvention validate . --format github --require-declaration   # in a CI workflow
+
+exit codes: 0 no errors (warnings allowed), 1 errors found, 2 unreadable input or bad usage.
+Issue codes and their meaning: docs/standard.md ("Validation issue codes").
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "validate",
+        help="check records, weights files, model cards and releases offline",
+        description=(
+            "Validate bnconvention records offline. PATH may be a record (.json), a .safetensors file (only the "
+            "header is parsed; tensors are streamed for the digests), a model card (.md) or a folder holding model "
+            "releases. Every problem is reported with a stable code, severity, file and JSON-pointer path. Input "
+            "files are never modified."),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="records, weights files, cards or folders")
+    parser.add_argument("--format", choices=("text", "json", "github"), default="text",
+                        help="text for people (default), json for programs, github for workflow annotations")
+    parser.add_argument("--require-declaration", action="store_true",
+                        help="a weights file with BatchNorm running buffers and no declaration is an error "
+                             "(by default a warning)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bnconvention.validation import render, validate_paths
+
+    report = validate_paths(args.paths, require_declaration=args.require_declaration)
+    sys.stdout.write(render(report, args.format))
+    sys.stdout.flush()
+    return report.exit_code

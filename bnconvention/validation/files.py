@@ -1,0 +1,205 @@
+"""Route paths to checks and collect one sorted report: ``validate_paths`` is the validator's main entry point.
+
+A path may be a record (``.json``), a weights file (``.safetensors``; only its header is parsed, its tensors are
+streamed for the digests), a model card (``.md``) or a directory. A directory is walked (hidden folders skipped);
+every folder holding ``.safetensors`` files or a ``README.md`` is a *release*, validated as a whole together with
+its ``bnconvention/*.json`` refit annotations. A weights file named on its own is cross-checked with the
+``README.md`` next to it, and a ``README.md`` with the weights next to it, because a file's declaration may live in
+its card. Other ``.json`` files met in a walk are validated as records only when they claim to be one (a JSON
+object with ``spec_version`` or ``kind``), so ``config.json`` and result files are left alone.
+
+>>> report = validate_paths(["does-not-exist.json"])
+>>> report.exit_code, report.issues[0].code
+(2, 'input.unreadable')
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bnconvention.canonical import loads_strict
+from bnconvention.errors import JSONInputError
+from bnconvention.validation.issues import Issue, new_issue, sort_issues
+from bnconvention.validation.records import check_record
+from bnconvention.validation.release import FileSummary, Release, describe_record, validate_release
+from bnconvention.validation.sources import MAX_RECORD_BYTES, load_json_record
+
+SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
+CARD_NAME = "README.md"
+
+
+@dataclass
+class ValidationReport:
+    """Every issue found (sorted, stable) and one summary per file checked."""
+
+    issues: list[Issue]
+    files: list[FileSummary] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "warning"]
+
+    @property
+    def exit_code(self) -> int:
+        """0 no errors (warnings allowed), 1 errors found, 2 some input could not be read at all."""
+        if any(i.unreadable for i in self.issues):
+            return 2
+        return 1 if self.errors else 0
+
+
+def _display(path: str | os.PathLike[str]) -> str:
+    text = os.path.normpath(os.fspath(path))
+    return Path(text).as_posix()
+
+
+def _release_for(releases: dict[tuple[Path, str], Release], directory: Path, *, card: str = "") -> Release:
+    # A folder is one release; a card other than README.md (e.g. a draft) is checked on its own.
+    key = (directory.resolve(), card)
+    if key not in releases:
+        releases[key] = Release(directory=directory)
+    return releases[key]
+
+
+def _add_unique(items: list[tuple[str, Path]], display: str, path: Path) -> None:
+    if all(p.resolve() != path.resolve() for _, p in items):
+        items.append((display, path))
+
+
+def _add_weights(release: Release, display: str, path: Path) -> None:
+    _add_unique(release.weights, display, path)
+
+
+def _add_card(release: Release, display: str, path: Path, *, explicit: bool) -> None:
+    if release.card is None:
+        release.card = (display, path)
+    release.card_explicit = release.card_explicit or explicit
+
+
+def looks_like_record(path: Path) -> bool:
+    """Whether a ``.json`` file met in a folder walk is a record: a JSON object with ``spec_version`` or ``kind``.
+
+    Folders hold other JSON (``config.json``, results); only files that claim to be records are validated. A file
+    named on the command line is always validated.
+    """
+    try:
+        if path.stat().st_size > MAX_RECORD_BYTES:
+            return False
+        data = loads_strict(path.read_bytes(), source=str(path))
+    except (OSError, JSONInputError):
+        return False
+    return isinstance(data, dict) and ("spec_version" in data or "kind" in data)
+
+
+def _walk(root: str, releases: dict[tuple[Path, str], Release], records: list[tuple[str, Path]]) -> bool:
+    """Add every release and record under ``root``; ``False`` when there is nothing to validate."""
+    found = False
+    for current, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
+        weights = sorted(f for f in files if f.endswith(".safetensors"))
+        has_card = CARD_NAME in files
+        if Path(current).name != "bnconvention" or not any(
+                f.endswith(".safetensors") or f == CARD_NAME for f in os.listdir(Path(current).parent)):
+            for name in sorted(f for f in files if f.endswith(".json")):
+                if looks_like_record(Path(current) / name):
+                    found = True
+                    _add_unique(records, _display(os.path.join(current, name)), Path(current) / name)
+        if not weights and not has_card:
+            continue
+        found = True
+        release = _release_for(releases, Path(current))
+        for name in weights:
+            _add_weights(release, _display(os.path.join(current, name)), Path(current) / name)
+        if has_card:
+            _add_card(release, _display(os.path.join(current, CARD_NAME)), Path(current) / CARD_NAME, explicit=False)
+        annotation_dir = Path(current) / "bnconvention"
+        if annotation_dir.is_dir():
+            for name in sorted(os.listdir(annotation_dir)):
+                if name.endswith(".json") and (annotation_dir / name).is_file():
+                    _add_unique(release.annotations, _display(os.path.join(current, "bnconvention", name)),
+                                annotation_dir / name)
+    return found
+
+
+def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path]], list[Release], list[Issue]]:
+    records: list[tuple[str, Path]] = []
+    releases: dict[tuple[Path, str], Release] = {}
+    issues: list[Issue] = []
+    for raw in paths:
+        display = _display(raw)
+        path = Path(raw)
+        if not path.exists():
+            issues.append(new_issue("input.unreadable", file=display, message=(
+                f"{display} does not exist; check the path")))
+        elif path.is_dir():
+            if not _walk(os.fspath(raw), releases, records):
+                issues.append(new_issue("input.nothing_to_validate", file=display, message=(
+                    f"{display} holds no .safetensors file, no {CARD_NAME} and no record (hidden folders are "
+                    "skipped); point validate at a model release or at the files themselves")))
+        elif path.suffix == ".safetensors":
+            release = _release_for(releases, path.parent)
+            _add_weights(release, display, path)
+            card = path.parent / CARD_NAME
+            if card.is_file():
+                _add_card(release, _display(os.path.join(os.path.dirname(os.fspath(raw)), CARD_NAME)), card,
+                          explicit=False)
+        elif path.suffix.lower() == ".md":
+            release = _release_for(releases, path.parent, card="" if path.name == CARD_NAME else path.name)
+            _add_card(release, display, path, explicit=True)
+            if path.name == CARD_NAME:
+                for sibling in sorted(path.parent.glob("*.safetensors")):
+                    _add_weights(release, _display(os.path.join(os.path.dirname(os.fspath(raw)), sibling.name)),
+                                 sibling)
+        elif path.suffix == ".json":
+            _add_unique(records, display, path)
+        else:
+            issues.append(new_issue("input.unsupported", file=display, message=(
+                f"{display} is not a record (.json), a weights file (.safetensors), a model card (.md) or a "
+                "directory; name one of those")))
+    return records, list(releases.values()), issues
+
+
+def validate_file_record(display: str, path: Path) -> tuple[list[Issue], FileSummary]:
+    """Validate one ``.json`` record file on its own."""
+    data, _, issues = load_json_record(path, source=display)
+    if data is None:
+        return issues, FileSummary(display, "record", "unreadable")
+    record, found = check_record(data, source=display)
+    note = describe_record(record) if record is not None else "invalid record"
+    return issues + found, FileSummary(display, "record", note)
+
+
+def _guarded(display: str, run: Callable[[], tuple[list[Issue], FileSummary | list[FileSummary]]],
+            issues: list[Issue], summaries: list[FileSummary]) -> None:
+    try:
+        found, summary = run()
+    except Exception as exc:  # noqa: BLE001 - a validator bug must not hide the other files' results
+        issues.append(new_issue("internal.error", file=display, message=(
+            f"the validator failed on {display} ({type(exc).__name__}: {exc}); this is a bug in bnconvention, "
+            "please report it with the file")))
+        return
+    issues.extend(found)
+    summaries.extend(summary if isinstance(summary, list) else [summary])
+
+
+def validate_paths(paths: Sequence[str | os.PathLike[str]], *, require_declaration: bool = False) -> ValidationReport:
+    """Validate records, weights files, model cards and release folders; every problem, sorted and stable."""
+    records, releases, issues = _plan(paths)
+    summaries: list[FileSummary] = []
+    for display, path in records:
+        _guarded(display, lambda d=display, p=path: validate_file_record(d, p), issues, summaries)
+    for release in releases:
+        display = _display(release.directory)
+        _guarded(display, lambda r=release: validate_release(r, require_declaration=require_declaration),
+                 issues, summaries)
+    summaries.sort(key=lambda s: s.file)
+    return ValidationReport(issues=sort_issues(issues), files=summaries)
+
+
+__all__ = ["ValidationReport", "validate_file_record", "validate_paths"]

@@ -1,0 +1,84 @@
+"""Render a validation report as text (for people), JSON (for programs) or GitHub workflow annotations.
+
+>>> from bnconvention.validation.issues import Issue
+>>> issue = Issue(code="schema.enum", severity="error", file="a,b.json", path="/kind", message="50% off\\nnow")
+>>> print(format_github_issue(issue))
+::error file=a%2Cb.json,title=schema.enum::/kind: 50%25 off%0Anow
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal, TypeAlias
+
+from bnconvention.validation.files import ValidationReport
+from bnconvention.validation.issues import Issue
+
+ReportFormat: TypeAlias = Literal["text", "json", "github"]
+FORMATS: tuple[ReportFormat, ...] = ("text", "json", "github")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def format_text(report: ValidationReport) -> str:
+    """One status line per file (ok / warn / FAIL and what it holds), its issues under it, then a summary."""
+    notes = {s.file: s.note for s in report.files}
+    by_file: dict[str, list[Issue]] = {}
+    for issue in report.issues:
+        by_file.setdefault(issue.file, []).append(issue)
+    lines = []
+    for file in sorted(set(notes) | set(by_file)):
+        issues = by_file.get(file, [])
+        status = "FAIL" if any(i.severity == "error" for i in issues) else ("warn" if issues else "ok")
+        note = f": {notes[file]}" if file in notes else ""
+        lines.append(f"{status:<5} {file}{note}")
+        for issue in issues:
+            where = f" at {issue.path}" if issue.path else ""
+            lines.append(f"      {issue.severity:<7} {issue.code}{where}: {issue.message}")
+    files = len(set(notes) | set(by_file))
+    lines.append("")
+    lines.append(f"{_plural(files, 'file')} checked: {_plural(len(report.errors), 'error')}, "
+                 f"{_plural(len(report.warnings), 'warning')}")
+    return "\n".join(lines) + "\n"
+
+
+def format_json(report: ValidationReport) -> str:
+    """A JSON list of ``{file, path, code, severity, message}`` objects, in report order."""
+    return json.dumps([issue.to_dict() for issue in report.issues], indent=2, ensure_ascii=False) + "\n"
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def format_github_issue(issue: Issue) -> str:
+    """One GitHub Actions workflow command (``::error`` or ``::warning``) for an issue."""
+    where = f"{issue.path}: " if issue.path else ""
+    return (f"::{issue.severity} file={_escape_property(issue.file)},title={_escape_property(issue.code)}::"
+            f"{_escape_data(where + issue.message)}")
+
+
+def format_github(report: ValidationReport) -> str:
+    """Workflow annotations, one per issue (nothing when there is no issue)."""
+    return "".join(format_github_issue(issue) + "\n" for issue in report.issues)
+
+
+def render(report: ValidationReport, fmt: ReportFormat = "text") -> str:
+    """The report in format ``fmt`` (text, json or github)."""
+    if fmt == "json":
+        return format_json(report)
+    if fmt == "github":
+        return format_github(report)
+    if fmt == "text":
+        return format_text(report)
+    raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+__all__ = ["FORMATS", "ReportFormat", "format_github", "format_github_issue", "format_json", "format_text",
+           "render"]

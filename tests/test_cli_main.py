@@ -1,0 +1,128 @@
+"""The CLI entry point (bnconvention.cli.main): exit codes, one-line error messages, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bnconvention import errors
+from bnconvention.cli import main as cli
+from bnconvention.cli import validate_cmd
+from bnconvention.standard.schema import schema_text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: bnconvention")
+    assert "validate" in err and "schema" in err
+
+
+@pytest.mark.parametrize("argv", [
+    pytest.param(["no-such-command"], id="unknown-command"),
+    pytest.param(["validate"], id="validate-without-path"),
+    pytest.param(["validate", "--format", "xml", "x.json"], id="bad-format"),
+])
+def test_bad_usage_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error:" in err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("bnconvention ")
+
+
+def test_validate_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["validate", "--help"])
+    out = capsys.readouterr().out
+    assert "bnconvention validate examples/releases" in out
+    assert "exit codes: 0 no errors" in out
+
+
+@pytest.mark.parametrize(("exc", "code", "line"), [
+    pytest.param(errors.UsageError("bad\n  flags"), 2, "bnconvention: usage error: bad flags", id="usage"),
+    pytest.param(errors.CardError("c.md: bad YAML"), 2, "bnconvention: unreadable input: c.md: bad YAML", id="card"),
+    pytest.param(errors.SafetensorsHeaderError("m: truncated"), 2, "bnconvention: unreadable input: m: truncated",
+                 id="header"),
+    pytest.param(errors.RecordError("r.json: invalid"), 1, "bnconvention: invalid record: r.json: invalid",
+                 id="record"),
+    pytest.param(errors.DigestMismatchError("differs"), 1, "bnconvention: digest mismatch: differs", id="digest"),
+    pytest.param(errors.WeightsChangedError("moved"), 1, "bnconvention: weights changed: moved", id="weights"),
+    pytest.param(errors.RefitError("empty pool"), 1, "bnconvention: error: empty pool", id="other-ours"),
+    pytest.param(FileNotFoundError(2, "No such file"), 2, "bnconvention: file not found: [Errno 2] No such file",
+                 id="not-found"),
+    pytest.param(OSError("disk"), 1, "bnconvention: I/O error: disk", id="os-error"),
+])
+def test_errors_become_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                exc: BaseException, code: int, line: str) -> None:
+    def fail(args: argparse.Namespace) -> int:
+        raise exc
+
+    monkeypatch.setattr(validate_cmd, "run", fail)
+    assert cli.main(["validate", "x.json"]) == code
+    err = capsys.readouterr().err
+    assert err == line + "\n"
+
+
+def test_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def interrupt(args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(validate_cmd, "run", interrupt)
+    assert cli.main(["validate", "x.json"]) == 130
+    assert capsys.readouterr().err == "bnconvention: interrupted\n"
+
+
+def test_traceback_on_request(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def fail(args: argparse.Namespace) -> int:
+        raise errors.RecordError("bad")
+
+    monkeypatch.setattr(validate_cmd, "run", fail)
+    assert cli.main(["--traceback", "validate", "x.json"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert err.endswith("bnconvention: invalid record: bad\n")
+
+
+def test_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["validate", str(ROOT / "examples" / "releases")]) == 0
+    assert cli.main(["validate", str(ROOT / "examples" / "broken")]) == 1
+    assert cli.main(["validate", str(tmp_path / "missing.safetensors")]) == 2
+    out = capsys.readouterr().out
+    assert out.count(" checked: ") == 3
+
+
+def test_unreadable_input_is_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "r.json"
+    path.write_bytes(b"\xff\xfe not json")
+    assert cli.main(["validate", "--format", "json", str(path)]) == 2
+    [issue] = json.loads(capsys.readouterr().out)
+    assert issue["code"] == "json.not_utf8"
+    assert path.read_bytes() == b"\xff\xfe not json"
+
+
+def test_python_dash_m_and_schema_command() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "bnconvention", "validate", "examples/releases"], cwd=ROOT,
+                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.endswith("4 files checked: 0 errors, 0 warnings\n")
+    schema = subprocess.run([sys.executable, "-m", "bnconvention", "schema"], cwd=ROOT, capture_output=True,
+                            text=True, env=env, timeout=120, check=False)
+    assert schema.returncode == 0
+    assert schema.stdout == schema_text()

@@ -1,0 +1,367 @@
+"""Validating files and releases (bnconvention.validation.files and .release): routing, cross-checks, bad input.
+
+Every bad-input test checks the exit code, the issue code, that nothing raised, and that the input files are
+byte-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bnconvention.canonical import canonical_json
+from bnconvention.card import read_card_record
+from bnconvention.locations import SAFETENSORS_METADATA_KEY
+from bnconvention.safetensors_header import MAX_HEADER_BYTES
+from bnconvention.validation import ValidationReport, validate_paths
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+FIXTURES = ROOT / "tests" / "fixtures" / "releases"
+BN = EXAMPLES / "releases" / "convnet-bn"
+GN = EXAMPLES / "releases" / "convnet-gn"
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def _validate(*paths: Path | str, require_declaration: bool = False) -> ValidationReport:
+    """validate_paths, asserting the inputs are unchanged afterwards."""
+    existing = [Path(p) for p in paths if Path(p).exists()]
+    before = [_snapshot(p) for p in existing]
+    report = validate_paths([str(p) for p in paths], require_declaration=require_declaration)
+    assert [_snapshot(p) for p in existing] == before
+    return report
+
+
+def _triples(report: ValidationReport, root: Path | None = None) -> list[tuple[str, str, str]]:
+    def rel(file: str) -> str:
+        return os.path.relpath(file, root) if root else file
+    return [(rel(i.file), i.code, i.path) for i in report.issues]
+
+
+def _header_parts(path: Path) -> tuple[dict[str, Any], bytes]:
+    blob = path.read_bytes()
+    (length,) = struct.unpack("<Q", blob[:8])
+    return json.loads(blob[8:8 + length]), blob[8 + length:]
+
+
+def _write_with_metadata(path: Path, metadata: dict[str, Any] | None, *, source: Path = BN / "model.safetensors",
+                         raw_header: bytes | None = None) -> None:
+    """``source``'s tensors with another ``__metadata__`` (or a raw header), same data bytes."""
+    header, data = _header_parts(source)
+    header.pop("__metadata__", None)
+    if metadata is not None:
+        header = {"__metadata__": metadata, **header}
+    text = raw_header if raw_header is not None else json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+@pytest.fixture
+def release(tmp_path: Path) -> Path:
+    """A copy of the declared BN example release."""
+    target = tmp_path / "release"
+    shutil.copytree(BN, target)
+    return target
+
+
+def _record() -> dict[str, Any]:
+    record = read_card_record((BN / "README.md").read_text(encoding="utf-8"))
+    assert isinstance(record, dict)
+    return record
+
+
+# --- the shipped examples and fixture releases ----------------------------------------------------------------------
+
+
+def test_example_releases_are_valid() -> None:
+    report = _validate(EXAMPLES / "releases")
+    assert report.issues == []
+    assert report.exit_code == 0
+    assert [(os.path.relpath(s.file, EXAMPLES), s.kind) for s in report.files] == [
+        ("releases/convnet-bn/README.md", "card"), ("releases/convnet-bn/model.safetensors", "weights"),
+        ("releases/convnet-gn/README.md", "card"), ("releases/convnet-gn/model.safetensors", "weights")]
+    notes = {os.path.relpath(s.file, EXAMPLES): s.note for s in report.files}
+    assert notes["releases/convnet-gn/model.safetensors"].startswith(
+        "declaration untouched/train/train-transform/ema-m0.1 (no BatchNorm layers: channel absent); digests match")
+
+
+def test_broken_examples_report_every_problem() -> None:
+    report = _validate(EXAMPLES / "broken")
+    assert report.exit_code == 1
+    card_diff = ["/convention/accumulation/batch_size", "/convention/accumulation/momentum",
+                 "/convention/accumulation/num_batches", "/convention/accumulation/precision",
+                 "/convention/accumulation/rule", "/convention/buffer_update_mode", "/convention/data/dataset/revision",
+                 "/convention/data/ids_sha256", "/convention/data/record_count", "/convention/data/role",
+                 "/convention/data/sampling_seed", "/convention/data/subset", "/convention/name"]
+    assert _triples(report, EXAMPLES / "broken") == [
+        *[("card-header-disagree/README.md", "release.card_header_mismatch", p) for p in card_diff],
+        ("digest-mismatch/model.safetensors", "digests.layer_mismatch", "/deployed_state/0/layers/0/running_sha256"),
+        ("digest-mismatch/model.safetensors", "digests.layer_mismatch", "/deployed_state/0/layers/1/running_sha256"),
+        ("digest-mismatch/model.safetensors", "digests.running_mismatch", "/digests/running_sha256"),
+        ("undeclared/model.safetensors", "declaration.missing", ""),
+    ]
+    assert [i.severity for i in report.issues][-1] == "warning"
+
+
+def test_require_declaration_makes_missing_an_error() -> None:
+    assert _validate(EXAMPLES / "broken" / "undeclared").exit_code == 0
+    report = _validate(EXAMPLES / "broken" / "undeclared", require_declaration=True)
+    assert [(i.code, i.severity) for i in report.issues] == [("declaration.missing", "error")]
+    assert report.exit_code == 1
+
+
+def test_fixture_releases() -> None:
+    report = _validate(FIXTURES)
+    assert _triples(report, FIXTURES) == [
+        ("layer-mismatch/README.md", "record.running_digest_inconsistent", "/digests/running_sha256"),
+        ("layer-mismatch/model.safetensors", "layers.undeclared", "/deployed_state/0/layers"),
+        ("layer-mismatch/model.safetensors", "layers.num_features_mismatch", "/deployed_state/0/layers/0/num_features"),
+        ("layer-mismatch/model.safetensors", "digests.running_mismatch", "/digests/running_sha256"),
+        ("layer-mismatch/model.safetensors", "record.running_digest_inconsistent", "/digests/running_sha256"),
+        ("layer-mismatch/model.safetensors", "digests.trainable_mismatch", "/digests/trainable_sha256"),
+    ]
+    notes = {os.path.relpath(s.file, FIXTURES): s.note for s in report.files}
+    assert notes["card-only/model.safetensors"].endswith("card-only/README.md; digests match the tensors")
+    assert notes["annotated/bnconvention/refit-ed3f88a723ea.json"].startswith("refit annotation of model.safetensors")
+
+
+def test_validator_does_not_import_torch() -> None:
+    code = ("import sys; from bnconvention.validation import validate_paths; "
+            "r = validate_paths(['examples/releases', 'examples/broken']); "
+            "assert r.exit_code == 1, r.exit_code; assert 'torch' not in sys.modules, 'torch imported'")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+# --- routing ----------------------------------------------------------------------------------------------------------
+
+
+def test_named_weights_file_is_checked_with_its_card() -> None:
+    report = _validate(EXAMPLES / "broken" / "card-header-disagree" / "model.safetensors")
+    assert {i.code for i in report.issues} == {"release.card_header_mismatch"}
+
+
+def test_named_card_is_checked_with_its_weights() -> None:
+    report = _validate(EXAMPLES / "broken" / "digest-mismatch" / "README.md")
+    assert {i.code for i in report.issues} == {"digests.layer_mismatch", "digests.running_mismatch"}
+
+
+def test_missing_path_does_not_stop_the_others(tmp_path: Path) -> None:
+    report = _validate(tmp_path / "nope.json", BN)
+    assert [(i.code, i.file) for i in report.issues] == [("input.unreadable", (tmp_path / "nope.json").as_posix())]
+    assert report.exit_code == 2
+    assert len(report.files) == 2  # the release was still validated
+
+
+def test_unsupported_and_empty(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "empty").mkdir()
+    hidden = tmp_path / "empty" / ".git"
+    hidden.mkdir()
+    shutil.copy(BN / "model.safetensors", hidden / "model.safetensors")
+    report = _validate(tmp_path / "notes.txt", tmp_path / "empty")
+    assert [i.code for i in report.issues] == ["input.nothing_to_validate", "input.unsupported"]
+    assert report.exit_code == 2
+
+
+def test_folder_json_only_when_it_claims_to_be_a_record(release: Path) -> None:
+    (release / "config.json").write_text('{"architectures": ["TinyNet"]}')
+    (release / "results.json").write_text("[1, 2")  # not even JSON: not a record, left alone
+    (release / "record.json").write_text(json.dumps({"spec_version": "1.0", "kind": "declaration"}))
+    report = _validate(release)
+    assert {(os.path.basename(i.file), i.code) for i in report.issues} == {("record.json", "schema.required")}
+
+
+# --- bad input ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("content", "code"), [
+    pytest.param(b'{"spec_version": "1.0", ', "json.invalid", id="malformed"),
+    pytest.param(b'{"kind": "declaration", "kind": "declaration"}', "json.duplicate_key", id="duplicate-key"),
+    pytest.param(b'{"kind": "d\xe9claration"}', "json.not_utf8", id="not-utf8"),
+    pytest.param(b'{"x": Infinity}', "json.invalid", id="infinity"),
+])
+def test_bad_json_record(tmp_path: Path, content: bytes, code: str) -> None:
+    path = tmp_path / "record.json"
+    path.write_bytes(content)
+    report = _validate(path)
+    assert [(i.code, i.path) for i in report.issues] == [(code, "")]
+    assert report.issues[0].message.startswith(path.as_posix())
+    assert report.exit_code == 2
+
+
+BOMB = ('a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+        'b: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b, *b, *b, *b]\n')
+
+
+@pytest.mark.parametrize(("card", "code", "exit_code"), [
+    pytest.param(f"---\n{BOMB}---\n".encode(), "card.invalid_yaml", 2, id="alias-bomb"),
+    pytest.param(b"---\nlicense: mit\nlicense: apache-2.0\n---\n", "card.invalid_yaml", 2, id="duplicate-key"),
+    pytest.param(b"---\nlicense: [mit\n---\n", "card.invalid_yaml", 2, id="malformed-yaml"),
+    pytest.param(b"---\nlicense: m\xeft\n---\n", "card.not_utf8", 2, id="not-utf8"),
+    pytest.param(b"---\n- a\n- b\n---\n", "card.front_matter_not_mapping", 2, id="front-matter-list"),
+    pytest.param(b"---\nbnconvention: [declaration]\n---\n", "card.block_not_mapping", 1, id="block-list"),
+    pytest.param(b"---\nbnconvention: declared\n---\n", "card.block_not_mapping", 1, id="block-string"),
+    pytest.param(b"---\nbnconvention:\n  kind: declaration\n  date: 2024-01-01\n---\n", "card.non_json_value", 1,
+                 id="block-date"),
+])
+def test_bad_card(release: Path, card: bytes, code: str, exit_code: int) -> None:
+    _write_with_metadata(release / "model.safetensors", None)  # the card is the only possible declaration
+    (release / "README.md").write_bytes(card)
+    report = _validate(release)
+    codes = [i.code for i in report.issues]
+    assert code in codes
+    assert set(codes) <= {code, "declaration.missing"}
+    assert report.exit_code == exit_code
+
+
+def test_card_with_hand_written_exponent(release: Path) -> None:
+    text = (release / "README.md").read_text(encoding="utf-8").replace("eps: 1.0e-05", "eps: 1e-5", 1)
+    (release / "README.md").write_text(text, encoding="utf-8")
+    report = _validate(release)
+    [schema_issue] = [i for i in report.issues if i.code == "schema.type"]
+    assert schema_issue.path == "/deployed_state/0/layers/0/eps"
+    assert "YAML 1.1 reads a number such as 1e-5 as a string" in schema_issue.message
+    assert report.exit_code == 1
+
+
+@pytest.mark.parametrize(("mutate", "code"), [
+    pytest.param(lambda b: b[:5], "safetensors.truncated", id="shorter-than-length-field"),
+    pytest.param(lambda b: b[:200], "safetensors.truncated", id="cut-in-header"),
+    pytest.param(lambda b: struct.pack("<Q", len(b) * 2) + b[8:], "safetensors.truncated", id="length-beyond-file"),
+    pytest.param(lambda b: b[:-16], "safetensors.invalid_header", id="cut-in-data"),
+    pytest.param(lambda b: b[:8] + b"[" + b[9:], "safetensors.invalid_header", id="header-not-json"),
+])
+def test_bad_safetensors(release: Path, mutate: Any, code: str) -> None:
+    path = release / "model.safetensors"
+    path.write_bytes(mutate(path.read_bytes()))
+    report = _validate(release)
+    assert [(os.path.basename(i.file), i.code) for i in report.issues] == [("model.safetensors", code)]
+    assert report.exit_code == 2
+
+
+def test_metadata_with_non_string_values(release: Path) -> None:
+    _write_with_metadata(release / "model.safetensors", {"format": "pt", SAFETENSORS_METADATA_KEY: _record()})
+    report = _validate(release)
+    [issue] = report.issues
+    assert issue.code == "safetensors.invalid_header"
+    assert "metadata values must be strings" in issue.message
+    assert report.exit_code == 2
+
+
+def test_header_length_over_the_bound(tmp_path: Path) -> None:
+    path = tmp_path / "huge.safetensors"
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", MAX_HEADER_BYTES + 8))
+        handle.truncate(MAX_HEADER_BYTES + 64)  # sparse: nothing is written or read
+    report = validate_paths([str(path)])  # not _validate: hashing 100 MB twice would be the slowest part
+    assert [i.code for i in report.issues] == ["safetensors.header_too_large"]
+    assert report.exit_code == 2
+    assert path.stat().st_size == MAX_HEADER_BYTES + 64
+    with open(path, "rb") as handle:
+        assert handle.read(8) == struct.pack("<Q", MAX_HEADER_BYTES + 8)
+
+
+@pytest.mark.parametrize(("text", "code", "exit_code"), [
+    pytest.param("{not json", "safetensors.record_not_json", 1, id="not-json"),
+    pytest.param('{"kind": "declaration", "kind": "x"}', "safetensors.record_not_json", 1, id="duplicate-key"),
+    pytest.param(None, "safetensors.record_not_canonical", 0, id="pretty-printed"),
+])
+def test_bad_stamped_record(release: Path, text: str | None, code: str, exit_code: int) -> None:
+    record = _record()
+    value = json.dumps(record, indent=2) if text is None else text
+    _write_with_metadata(release / "model.safetensors", {"format": "pt", SAFETENSORS_METADATA_KEY: value})
+    if text is not None:
+        (release / "README.md").unlink()  # the card alone would be a valid declaration
+    report = _validate(release)
+    assert [i.code for i in report.issues] == [code]
+    assert report.exit_code == exit_code
+
+
+def test_refit_annotation_stamped_in_weights(release: Path) -> None:
+    annotation = json.loads(next((FIXTURES / "annotated" / "bnconvention").glob("*.json")).read_text())
+    _write_with_metadata(release / "model.safetensors",
+                         {"format": "pt", SAFETENSORS_METADATA_KEY: canonical_json(annotation)})
+    (release / "README.md").unlink()
+    report = _validate(release)
+    assert [(i.code, i.path) for i in report.issues] == [("location.wrong_kind", "/kind")]
+
+
+def test_card_missing_record_while_weights_are_stamped(release: Path) -> None:
+    (release / "README.md").write_text("---\nlicense: mit\n---\n# card\n")
+    report = _validate(release)
+    assert [(i.code, i.severity) for i in report.issues] == [("release.card_missing_record", "warning")]
+
+
+# --- releases with several weights files, annotations ---------------------------------------------------------------
+
+
+def test_card_binds_to_the_matching_weights_file(tmp_path: Path) -> None:
+    target = tmp_path / "multi"
+    target.mkdir()
+    shutil.copy(BN / "model.safetensors", target / "bn.safetensors")
+    shutil.copy(GN / "model.safetensors", target / "gn.safetensors")
+    shutil.copy(GN / "README.md", target / "README.md")  # binds to gn.safetensors by the stamped record
+    assert _validate(target).issues == []
+    _write_with_metadata(target / "gn.safetensors", None, source=GN / "model.safetensors")
+    assert _validate(target).issues == []  # now bound by the trainable digest
+    _write_with_metadata(target / "gn.safetensors", None, source=BN / "model.safetensors")
+    report = _validate(target)
+    assert [(os.path.basename(i.file), i.code) for i in report.issues] == [
+        ("README.md", "release.card_unbound"), ("gn.safetensors", "declaration.missing")]
+
+
+def _annotated(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
+    target = tmp_path / "annotated"
+    shutil.copytree(FIXTURES / "annotated", target)
+    path = next((target / "bnconvention").glob("refit-*.json"))
+    return target, path, json.loads(path.read_text())
+
+
+def test_annotation_subject_checks(tmp_path: Path) -> None:
+    target, path, annotation = _annotated(tmp_path)
+    assert _validate(target).issues == []
+    annotation["subject"]["trainable_sha256"] = "0" * 64
+    path.write_text(json.dumps(annotation))
+    assert [(i.code, i.path) for i in _validate(target).issues] == [
+        ("annotation.filename_mismatch", ""), ("annotation.subject_mismatch", "/subject/trainable_sha256")]
+    annotation["subject"]["filename"] = "other.safetensors"
+    path.write_text(json.dumps(annotation))
+    assert [i.code for i in _validate(target).issues] == ["annotation.filename_mismatch",
+                                                         "annotation.subject_missing"]
+
+
+def test_annotation_of_an_earlier_running_state(tmp_path: Path) -> None:
+    target, _, _ = _annotated(tmp_path)
+    shutil.copy(EXAMPLES / "broken" / "digest-mismatch" / "model.safetensors", target / "model.safetensors")
+    report = _validate(target)
+    codes = [(i.code, i.severity) for i in report.issues if i.code.startswith("annotation.")]
+    assert codes == [("annotation.subject_running_changed", "warning")]
+
+
+def test_files_written_by_the_stamping_module_validate(tmp_path: Path) -> None:
+    stamp = pytest.importorskip("bnconvention.stamp", reason="the stamping module (issue 4) is not in this checkout")
+    card_stamp = pytest.importorskip("bnconvention.card_stamp", reason="card stamping (issue 4) is not here")
+    target = tmp_path / "stamped"
+    shutil.copytree(EXAMPLES / "broken" / "undeclared", target)  # same tensors as convnet-bn, nothing declared
+    record = _record()
+    stamp.stamp_file(target / "model.safetensors", record)
+    card = target / "README.md"
+    card.write_text(card_stamp.stamp_card_text(card.read_text(encoding="utf-8"), record), encoding="utf-8")
+    report = _validate(target)
+    assert report.issues == []
+    assert report.exit_code == 0

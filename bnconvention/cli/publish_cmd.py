@@ -1,0 +1,69 @@
+"""``bnconvention publish``: stamp a release folder if needed, validate it, and upload it to the Hub."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  bnconvention publish release/ --repo my-org/resnet18-unlearned --record record.json
+  bnconvention publish release/ --repo my-org/resnet18-unlearned --create-pr --token-env HF_WRITE_TOKEN
+  bnconvention publish release/ --repo my-org/model --dry-run        # stamp and validate, upload nothing
+
+Steps: every weights file gets its record (a --record whose digests match it, else the one already stamped, else
+the card's), the weights and the card are stamped where they lack it, the folder is validated (errors stop the
+publish; warnings are shown), then the folder is uploaded with huggingface_hub (create_repo + upload_folder, or a
+pull request with --create-pr). Running it again after an interruption is safe: stamps are not repeated and the
+client re-sends only files the Hub lacks. The token is read from the environment and never printed.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "publish",
+        help="stamp, validate and upload a release folder to the Hub",
+        description="Stamp a release folder's weights and card with their declarations where needed, validate "
+                    "it, and upload it to a Hub model repository.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("directory", type=Path, metavar="DIR", help="the release folder (weights and README.md)")
+    parser.add_argument("--repo", required=True, metavar="ORG/NAME", help="the model repository on the Hub")
+    parser.add_argument("--record", action="append", default=[], type=Path, metavar="RECORD.json",
+                        help="a declaration to stamp into the weights file it describes (repeatable)")
+    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing to main")
+    parser.add_argument("--endpoint", metavar="URL", help="Hub endpoint (default: huggingface_hub's, HF_ENDPOINT)")
+    parser.add_argument("--token-env", metavar="VAR",
+                        help="environment variable holding the token (default: huggingface_hub's own lookup)")
+    parser.add_argument("--commit-message", metavar="TEXT")
+    parser.add_argument("--dry-run", action="store_true", help="stamp and validate only; upload nothing")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bnconvention.errors import UsageError
+    from bnconvention.publish import publish
+
+    token = None
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            raise UsageError(f"--token-env {args.token_env}: that environment variable is not set or empty")
+    result = publish(args.directory, repo_id=args.repo, records=args.record, create_pr=args.create_pr,
+                     endpoint=args.endpoint, token=token, commit_message=args.commit_message, dry_run=args.dry_run)
+    for name, convention in sorted(result.records.items()):
+        print(f"{name}: {convention}")
+    print(f"stamped: {', '.join(result.stamped) if result.stamped else 'nothing (already stamped)'}")
+    for issue in result.warnings:
+        where = f" at {issue.path}" if issue.path else ""
+        print(f"warning {issue.file}: {issue.code}{where}: {issue.message}", file=sys.stderr)
+    if not result.uploaded:
+        print("validated; not uploaded (--dry-run)")
+    elif result.pr_url:
+        print(f"pull request: {result.pr_url}")
+    else:
+        print(f"committed: {result.commit_url}")
+    return 0

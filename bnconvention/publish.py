@@ -1,0 +1,261 @@
+"""Publish a model release: stamp what needs stamping, validate the folder, upload it through ``HfApi``.
+
+:func:`publish` works on a release folder (its top-level ``*.safetensors`` files and ``README.md``) in four steps,
+each finished before the next starts, so a failure leaves no half-done state behind:
+
+1. **Decide** the record of every weights file, and check it against the file's tensors, before anything is
+   written. A record given by the caller goes to the file whose tensors it describes (digests decide). Otherwise a
+   file keeps the record stamped in it; a release with one weights file may also take the card's record. When the
+   card and the header carry different records, the one that matches the tensors wins; when both do, the caller
+   must choose (``records=``).
+2. **Stamp** the weights whose header lacks their record (:func:`bnconvention.stamp.stamp_file`: the tensor bytes
+   are never rewritten, the file is always either the old or the new one) and, for a one-file release, the card
+   (:func:`bnconvention.card_stamp.stamp_card_file`; a missing ``README.md`` is created). Stamping what is already
+   stamped changes nothing, so a publish that was interrupted can simply be run again.
+3. **Validate** the folder with the validator (:func:`bnconvention.validation.validate_paths`, with
+   ``require_declaration``): any error stops the publish before the upload (warnings, e.g. recorder
+   contradictions, are reported and allowed).
+4. **Upload** the folder through one ``huggingface_hub.HfApi(endpoint=..., token=...)``: ``create_repo`` (unless a
+   pull request is asked for, which needs the repository to exist) and ``upload_folder``, optionally as a pull
+   request. The client skips files the Hub already holds, so re-running after an interruption re-sends only what
+   is missing.
+
+The token is handed to ``HfApi`` and nowhere else: it is never printed, logged or put in an error message (an
+error from the client is scrubbed of it before it is re-raised as :class:`~bnconvention.errors.HubError`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bnconvention.canonical import canonical_sha256, loads_strict
+from bnconvention.card import decode_card, read_card_record
+from bnconvention.errors import (
+    BnConventionError,
+    DigestMismatchError,
+    HubError,
+    RecordError,
+    UsageError,
+)
+from bnconvention.standard.models import Declaration, RefitAnnotation
+from bnconvention.validation import Issue, best_issue, validate_paths
+
+CARD_NAME = "README.md"
+RecordInput = Declaration | RefitAnnotation | Mapping[str, Any] | str | os.PathLike[str]
+
+
+@dataclass
+class PublishResult:
+    """What :func:`publish` did. ``stamped`` lists the files whose header or card changed."""
+
+    directory: Path
+    repo_id: str
+    records: dict[str, str] = field(default_factory=dict)  # weights file name -> convention name
+    stamped: list[str] = field(default_factory=list)
+    card: str | None = None  # "created", "updated", "unchanged" or None (not touched)
+    warnings: list[Issue] = field(default_factory=list)
+    uploaded: bool = False
+    commit_url: str | None = None
+    pr_url: str | None = None
+
+
+@dataclass
+class _Choice:
+    weights: Path
+    record: Declaration | RefitAnnotation
+    data: dict[str, Any]
+    stamped: bool  # the header already holds exactly this record
+
+
+def _load_record(item: RecordInput, *, index: int) -> tuple[Declaration | RefitAnnotation, dict[str, Any]]:
+    from bnconvention.stamp import checked_record
+
+    if isinstance(item, (str, os.PathLike)):
+        path = Path(item)
+        return checked_record(loads_strict(path.read_bytes(), source=str(path)), source=str(path))
+    return checked_record(item, source=f"record #{index + 1}")
+
+
+def _matches(weights: Path, record: Declaration | RefitAnnotation) -> bool:
+    from bnconvention.stamp import check_record_matches_file
+
+    try:
+        check_record_matches_file(weights, record)
+    except DigestMismatchError:
+        return False
+    return True
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return canonical_sha256(dict(a)) == canonical_sha256(dict(b))
+
+
+def _card_record(card: Path) -> tuple[Declaration | RefitAnnotation, dict[str, Any]] | None:
+    from bnconvention.stamp import checked_record
+
+    if not card.is_file():
+        return None
+    block = read_card_record(decode_card(card.read_bytes(), source=str(card)), source=str(card))
+    if block is None:
+        return None
+    return checked_record(block, source=f"{card} bnconvention block")
+
+
+def _stamped_data(weights: Path) -> tuple[Declaration | RefitAnnotation, dict[str, Any]] | None:
+    from bnconvention.standard.models import to_dict
+    from bnconvention.stamp import read_stamped_record
+
+    record = read_stamped_record(weights)
+    return None if record is None else (record, to_dict(record))
+
+
+def plan_records(directory: Path, weights: Sequence[Path], given: Sequence[RecordInput]) -> list[_Choice]:
+    """Step 1: the record of every weights file, checked against its tensors; nothing is written."""
+    loaded = [_load_record(item, index=i) for i, item in enumerate(given)]
+    assigned: dict[Path, int] = {}
+    for index, (record, _) in enumerate(loaded):
+        home = next((p for p in weights if p not in assigned and _matches(p, record)), None)
+        if home is None:
+            raise DigestMismatchError(
+                f"record #{index + 1} ({record.convention.name}) describes none of the weights files in {directory} "
+                f"({', '.join(p.name for p in weights)}); rebuild it from the released file (bnconvention declare)")
+        assigned[home] = index
+    card = _card_record(directory / CARD_NAME) if len(weights) == 1 else None
+    choices: list[_Choice] = []
+    for path in weights:
+        if path in assigned:
+            record, data = loaded[assigned[path]]
+            try:
+                stamped = _stamped_data(path)
+            except BnConventionError:  # an unreadable stamped record is about to be replaced
+                stamped = None
+        else:
+            stamped = _stamped_data(path)
+            candidates = [c for c in (stamped, card) if c is not None]
+            if len(candidates) == 2 and _same(candidates[0][1], candidates[1][1]):
+                candidates = candidates[:1]
+            if not candidates:
+                where = f"neither it nor {CARD_NAME} carries one" if len(weights) == 1 else (
+                    "it carries none, and with several weights files each needs its own")
+                raise RecordError(f"{path}: no declaration: {where}; build one (bnconvention declare) and pass it "
+                                  "with --record", source=str(path))
+            fitting = [c for c in candidates if _matches(path, c[0])]
+            if not fitting:
+                where = "its header" if stamped is not None else CARD_NAME
+                raise DigestMismatchError(
+                    f"{path}: the record in {where} describes other tensors; rebuild it from this file "
+                    "(bnconvention declare) and pass it with --record")
+            if len(fitting) > 1:
+                raise UsageError(
+                    f"{path}: its header and {CARD_NAME} carry different records that both match its tensors "
+                    f"({fitting[0][0].convention.name} and {fitting[1][0].convention.name}); pass the one to publish "
+                    "with --record")
+            record, data = fitting[0]
+        choices.append(_Choice(weights=path, record=record, data=data,
+                               stamped=stamped is not None and _same(stamped[1], data)))
+    return choices
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def publish(directory: str | os.PathLike[str], *, repo_id: str, records: Sequence[RecordInput] = (),
+            create_pr: bool = False, endpoint: str | None = None, token: str | None = None,
+            commit_message: str | None = None, dry_run: bool = False, api: Any = None) -> PublishResult:
+    """Stamp, validate and upload the release in ``directory`` to the model repository ``repo_id``.
+
+    ``records``: declarations (models, JSON dicts or paths to JSON files) to stamp, each into the weights file whose
+    tensors it describes. ``dry_run`` stops after validation. ``api`` replaces the ``HfApi`` (tests inject a fake;
+    ``endpoint``/``token`` are then unused). Raises :class:`UsageError` (bad repo id, not a folder, no weights,
+    ambiguous records), :class:`RecordError` / :class:`DigestMismatchError` (nothing to declare, records that do
+    not fit, validation errors: nothing uploaded), :class:`HubError` (the upload failed).
+    """
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise UsageError(f"--repo {repo_id!r} is not a Hub repository id: {exc}") from exc
+    if "/" not in repo_id:
+        raise UsageError(f"--repo {repo_id!r} needs its owner: ORG/NAME (or USER/NAME)")
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder; publish takes the release folder holding the weights")
+    weights = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors" and p.is_file())
+    if not weights:
+        raise UsageError(f"{folder} holds no .safetensors file at its top level; nothing to publish")
+
+    # 1. decide (reads only)
+    choices = plan_records(folder, weights, records)
+    card_path = folder / CARD_NAME
+    card_data = choices[0].data if len(choices) == 1 else None
+    if card_data is not None and card_path.is_file():
+        from bnconvention.card_stamp import stamp_card_text
+
+        # fail on a malformed card now, before any weights file is touched
+        stamp_card_text(decode_card(card_path.read_bytes(), source=str(card_path)), card_data,
+                        source=str(card_path))
+
+    # 2. stamp
+    from bnconvention.card_stamp import stamp_card_file
+    from bnconvention.stamp import stamp_file
+
+    result = PublishResult(directory=folder, repo_id=repo_id,
+                           records={c.weights.name: c.record.convention.name for c in choices})
+    for choice in choices:
+        if not choice.stamped:
+            stamp_file(choice.weights, choice.data)
+            result.stamped.append(choice.weights.name)
+    if card_data is not None:
+        card = stamp_card_file(card_path, card_data)
+        result.card = "created" if card.created else ("updated" if card.changed else "unchanged")
+        if card.changed:
+            result.stamped.append(CARD_NAME)
+
+    # 3. validate
+    report = validate_paths([folder], require_declaration=True)
+    result.warnings = report.warnings
+    if report.errors or report.exit_code:
+        best = best_issue(report.errors or report.issues)
+        more = f" (and {len(report.errors) - 1} more)" if len(report.errors) > 1 else ""
+        detail = f"{best.file}: {best.code}: {best.message}" if best is not None else "see bnconvention validate"
+        raise RecordError(f"{folder} does not validate, nothing uploaded: {detail}{more}; run bnconvention "
+                          f"validate {folder} for every issue", source=str(folder),
+                          issues=report.errors)
+    if dry_run:
+        return result
+
+    # 4. upload
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi(endpoint=endpoint, token=token)
+    message = commit_message or _commit_message(result)
+    try:
+        if not create_pr:
+            api.create_repo(repo_id=repo_id, repo_type="model", exist_ok=True)
+        commit = api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=str(folder),
+                                   commit_message=message, create_pr=create_pr)
+    except BnConventionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any client failure becomes one HubError without the token
+        raise HubError(_scrub(f"uploading {folder} to {repo_id} failed: {type(exc).__name__}: {exc}", token),
+                       repo_id=repo_id) from None
+    result.uploaded = True
+    result.commit_url = getattr(commit, "commit_url", None)
+    result.pr_url = getattr(commit, "pr_url", None)
+    return result
+
+
+def _commit_message(result: PublishResult) -> str:
+    names = sorted(set(result.records.values()))
+    return f"Publish with bnconvention declaration {', '.join(names)}"
+
+
+__all__ = ["PublishResult", "plan_records", "publish"]

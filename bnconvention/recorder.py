@@ -1,0 +1,441 @@
+"""Observe how a run writes BatchNorm running statistics, and declare the convention it followed as measured.
+
+Wrap a training or unlearning loop in :class:`BNRecorder`; it puts a cheap forward pre-hook on every BatchNorm layer
+(``torch.nn.modules.batchnorm._BatchNorm`` subclasses, SyncBatchNorm included) and listens for refits announced by
+the refit engine (:mod:`bnconvention._hooks`). It counts, per layer: training-mode forwards that update the buffers
+(with the momentum in force, the batch size and the split tag of the update), eval-mode forwards with autograd
+enabled (frozen training steps), evaluation forwards (no autograd), and refits; and it compares the digests of the
+buffers and of the trainable tensors at entry and exit. :mod:`bnconvention.observation` turns the counts into the
+standard's buffer-update mode and contradictions; the rules are spelled out there.
+
+>>> import torch
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+>>> with BNRecorder(model, split="train") as rec:
+...     _ = model(torch.randn(8, 4))                 # training mode: buffers updated
+...     _ = model.eval()
+...     with torch.no_grad():
+...         _ = model(torch.randn(8, 4))             # evaluation: ignored for the mode
+>>> obs = rec.observation()
+>>> obs.mode, obs.rule, obs.momentum, obs.buffer_updates, obs.batch_size_max
+('train', 'ema', 0.1, 1, 8)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import typing
+from collections.abc import Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from bnconvention import _hooks
+from bnconvention.declaration import declare
+from bnconvention.digests import DigestSet, model_digests
+from bnconvention.errors import RecordError, UsageError
+from bnconvention.observation import (
+    combine_modes,
+    convention_from_observation,
+    layer_mode,
+    observed_contradictions,
+    with_declared,
+)
+from bnconvention.standard.models import (
+    AccumulationRule,
+    BufferUpdateMode,
+    Contradiction,
+    Declaration,
+    DistributedMode,
+    DropoutMode,
+    FittingConvention,
+    LayerObservation,
+    Observation,
+    Precision,
+    RefitDetails,
+    SplitRole,
+    Transform,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["BNRecorder", "MOMENTUM_OUT_OF_RANGE"]
+
+MOMENTUM_OUT_OF_RANGE = "momentum-out-of-range"
+_UNSET = object()
+_PRECISIONS: dict[str, Precision] = {
+    "torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32", "torch.float64": "float64",
+}
+
+
+class TransformSource(Protocol):
+    """Anything that can describe itself as a transform of the standard (e.g. the zoo's ``BatchTransform``)."""
+
+    def standard(self) -> Transform: ...
+
+
+class _LayerEvents:
+    """Mutable counters of one BatchNorm layer; written by its hook on every forward, so kept minimal."""
+
+    __slots__ = ("name", "module", "train_forwards", "eval_forwards", "frozen_forwards", "updates", "refits",
+                 "momenta", "last_momentum", "last_update_tick", "last_refit_tick", "last_frozen_tick")
+
+    def __init__(self, name: str, module: torch.nn.Module) -> None:
+        self.name = name
+        self.module = module
+        self.train_forwards = 0
+        self.eval_forwards = 0
+        self.frozen_forwards = 0
+        self.updates = 0
+        self.refits = 0
+        self.momenta: list[float | None] = []
+        self.last_momentum: Any = _UNSET
+        self.last_update_tick = 0
+        self.last_refit_tick = 0
+        self.last_frozen_tick = 0
+
+
+class BNRecorder:
+    """Context manager recording how every BatchNorm layer of ``model`` has its buffers written during a run.
+
+    ``split`` is the author's tag for the data being fed; change it between batches with :meth:`set_split` (or the
+    :meth:`tagged` block). Tags are free text; when a tag is one of the standard's split roles (``train``,
+    ``retain``, ``forget``, ``test``, ``proxy``, ``other``) the declaration can take its role from it.
+
+    Usage::
+
+        with BNRecorder(model, split="retain") as rec:
+            for x, y in loader:
+                loss = criterion(model(x), y); loss.backward(); optimizer.step()
+        record = rec.declaration(dataset_id="sklearn/digits", subset="all classes except 3",
+                                 transform=DIGITS_TRAIN_TRANSFORM)
+
+    Run evaluation under ``torch.no_grad()`` or ``torch.inference_mode()``: an eval-mode forward with autograd
+    enabled counts as a training step with frozen buffers (see :mod:`bnconvention.observation`).
+    A recorder is used once; the counts stay readable after the block exits.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, split: str = "train") -> None:
+        import torch
+
+        if not isinstance(model, torch.nn.Module):
+            raise UsageError(f"BNRecorder records a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self._split = _check_tag(split)
+        self._state: typing.Literal["new", "active", "done"] = "new"
+        self._tick = 0
+        self._bs_min: int | None = None
+        self._bs_max: int | None = None
+        self._split_tags: list[str] = []
+        self._split_noted = False
+        self._last_write_split: str | None = None
+        self._dropout_train = 0
+        self._refits = 0
+        self._refit_conventions: list[FittingConvention | None] = []
+        self._refit_details: list[RefitDetails | None] = []
+        self._handles: list[Any] = []
+        self._start: DigestSet | None = None
+        self._end: DigestSet | None = None
+        from torch.nn.modules.batchnorm import _BatchNorm
+        from torch.nn.modules.dropout import _DropoutNd
+
+        self._layers = [_LayerEvents(name, module) for name, module in model.named_modules()
+                        if isinstance(module, _BatchNorm)]
+        self._dropouts = [module for module in model.modules() if isinstance(module, _DropoutNd)]
+        self._dropout_ids = {id(module) for module in self._dropouts}
+
+    # --- context manager ---------------------------------------------------------------------------------------
+
+    def __enter__(self) -> BNRecorder:
+        if self._state != "new":
+            raise UsageError("a BNRecorder records one run; create a new one for the next run")
+        self._start = model_digests(self.model)
+        for events in self._layers:
+            self._handles.append(events.module.register_forward_pre_hook(self._layer_hook(events)))
+        for module in self._dropouts:
+            self._handles.append(module.register_forward_pre_hook(self._dropout_hook))
+        _hooks.add_refit_listener(self._on_refit)
+        self._state = "active"
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._detach()
+        self._end = model_digests(self.model)
+        self._state = "done"
+
+    def _detach(self) -> None:
+        _hooks.remove_refit_listener(self._on_refit)
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    # --- split tags --------------------------------------------------------------------------------------------
+
+    @property
+    def split(self) -> str:
+        """The split tag given to the next buffer updates."""
+        return self._split
+
+    def set_split(self, split: str) -> None:
+        """Tag the following batches as coming from ``split`` (e.g. ``"forget"`` for gradient ascent steps)."""
+        self._split = _check_tag(split)
+        self._split_noted = False
+
+    @contextlib.contextmanager
+    def tagged(self, split: str) -> Iterator[BNRecorder]:
+        """Tag the batches inside the block as ``split``; the previous tag comes back afterwards."""
+        previous = self._split
+        self.set_split(split)
+        try:
+            yield self
+        finally:
+            self.set_split(previous)
+
+    # --- hooks (hot path: keep them short) ---------------------------------------------------------------------
+
+    def _layer_hook(self, events: _LayerEvents):  # type: ignore[no-untyped-def]
+        import torch
+
+        is_grad_enabled = torch.is_grad_enabled
+        recorder = self
+
+        def hook(module: Any, args: tuple[Any, ...]) -> None:
+            if module is not events.module:
+                return  # a deep copy of the model (a teacher) inherited the hook: not the recorded model
+            if module.training:
+                events.train_forwards += 1
+                # the same condition as _BatchNorm.forward for writing the buffers
+                if module.track_running_stats and module.running_mean is not None:
+                    tick = recorder._tick = recorder._tick + 1
+                    events.updates += 1
+                    events.last_update_tick = tick
+                    momentum = module.momentum
+                    if momentum != events.last_momentum:
+                        events.last_momentum = momentum
+                        if momentum not in events.momenta:
+                            events.momenta.append(momentum)
+                    recorder._note_batch(args)
+                    recorder._last_write_split = recorder._split
+                    if not recorder._split_noted:
+                        recorder._note_split(recorder._split)
+            else:
+                events.eval_forwards += 1
+                if is_grad_enabled():
+                    tick = recorder._tick = recorder._tick + 1
+                    events.frozen_forwards += 1
+                    events.last_frozen_tick = tick
+
+        return hook
+
+    def _note_batch(self, args: tuple[Any, ...]) -> None:
+        try:
+            size = int(args[0].shape[0])
+        except (IndexError, AttributeError, TypeError):
+            return
+        if self._bs_min is None or size < self._bs_min:
+            self._bs_min = size
+        if self._bs_max is None or size > self._bs_max:
+            self._bs_max = size
+
+    def _note_split(self, split: str) -> None:
+        if split not in self._split_tags:
+            self._split_tags.append(split)
+        self._split_noted = split == self._split
+
+    def _dropout_hook(self, module: Any, args: tuple[Any, ...]) -> None:
+        if module.training and module.p > 0 and id(module) in self._dropout_ids:
+            self._dropout_train += 1
+
+    def _on_refit(self, model: Any, report: Any) -> None:
+        """Refit listener: the buffers of the BN layers inside ``model`` were just replaced by a refit."""
+        try:
+            refitted = {id(module) for module in model.modules()}
+        except AttributeError:
+            return
+        hit = [events for events in self._layers if id(events.module) in refitted]
+        if not hit:
+            return
+        declaration = getattr(report, "declaration", None)
+        convention = declaration.convention if isinstance(declaration, Declaration) else None
+        details = declaration.refit if isinstance(declaration, Declaration) else None
+        # the split the refit engine was told; the recorder's own tag when the report does not say
+        split = convention.data.role if convention is not None else self._split
+        tick = self._tick = self._tick + 1
+        for events in hit:
+            events.refits += 1
+            events.last_refit_tick = tick
+        self._refits += 1
+        self._refit_conventions.append(convention)
+        self._refit_details.append(details)
+        self._last_write_split = split
+        self._note_split(split)
+
+    # --- results -----------------------------------------------------------------------------------------------
+
+    def observation(self, *, declared_mode: BufferUpdateMode | None = None, role: str | None = None,
+                    rule: AccumulationRule | None = None, momentum: float | None = None) -> Observation:
+        """What the run did, as the standard's ``Observation``, with contradictions.
+
+        Contradictions seen in the events alone are always included; give what the author claims
+        (``declared_mode``, ``role``, ``rule``/``momentum``) to have it checked against the run as well. Inside the
+        block the end state is taken now.
+        """
+        if self._state == "new" or self._start is None:
+            raise UsageError("the recorder has not run yet: use it as `with BNRecorder(model) as rec:` first")
+        end = self._end if self._end is not None else model_digests(self.model)
+        trainable_changed = end.trainable_sha256 != self._start.trainable_sha256
+        layers: list[LayerObservation] = []
+        bad_momenta: list[str] = []
+        for events in self._layers:
+            module = events.module
+            tracks = bool(module.track_running_stats) and getattr(module, "running_mean", None) is not None
+            changed = self._start.layer_running_sha256.get(events.name) != end.layer_running_sha256.get(events.name)
+            momenta = [m for m in events.momenta if m is None or 0 < m <= 1]
+            if len(momenta) != len(events.momenta):
+                bad_momenta.append(events.name)
+            layers.append(LayerObservation(
+                name=events.name, train_forwards=events.train_forwards, eval_forwards=events.eval_forwards,
+                buffer_updates=events.updates, momenta=momenta, buffers_changed=changed,
+                frozen_forwards=events.frozen_forwards, refits=events.refits,
+                mode=layer_mode(tracks=tracks, updates=events.updates, refits=events.refits,
+                                last_update_tick=events.last_update_tick, last_refit_tick=events.last_refit_tick,
+                                last_frozen_tick=events.last_frozen_tick, buffers_changed=changed,
+                                trainable_changed=trainable_changed),
+            ))
+        last_write, observed_rule, observed_momentum = self._last_write()
+        if observed_rule == "ema" and not (observed_momentum is not None and 0 < observed_momentum <= 1):
+            observed_rule, observed_momentum = None, None
+        observation = Observation(
+            train_forwards=max((e.train_forwards for e in self._layers), default=0),
+            eval_forwards=max((e.eval_forwards for e in self._layers), default=0),
+            buffer_updates=max((e.updates for e in self._layers), default=0),
+            buffers_changed=any(layer.buffers_changed for layer in layers),
+            batch_size_min=self._bs_min,
+            batch_size_max=self._bs_max,
+            split_tags=list(self._split_tags),
+            last_update_split=self._last_write_split,
+            layers=layers,
+            mode=combine_modes(layer.mode for layer in layers),
+            last_write=last_write,
+            rule=observed_rule,
+            momentum=observed_momentum,
+            frozen_forwards=max((e.frozen_forwards for e in self._layers), default=0),
+            refits=self._refits,
+            trainable_changed=trainable_changed,
+            dropout=self._dropout_mode(),
+            precision=self._precision(),
+        )
+        contradictions = observed_contradictions(observation)
+        if bad_momenta:
+            contradictions.append(Contradiction(
+                code=MOMENTUM_OUT_OF_RANGE, layers=bad_momenta,
+                message="buffer updates ran with a momentum outside (0, 1], which the standard cannot name; "
+                        "set the layers' momentum to a value in (0, 1] (PyTorch's default is 0.1)",
+            ))
+        observation = observation.model_copy(update={"contradictions": contradictions})
+        return with_declared(observation, declared_mode=declared_mode, role=role, rule=rule, momentum=momentum)
+
+    def _last_write(self) -> tuple[typing.Literal["update", "refit"] | None, AccumulationRule | None, float | None]:
+        if not self._layers:
+            return None, None, None
+        last = max(self._layers, key=lambda e: max(e.last_update_tick, e.last_refit_tick))
+        if last.last_refit_tick == 0 and last.last_update_tick == 0:
+            return None, None, None
+        if last.last_refit_tick > last.last_update_tick:
+            convention = self._refit_conventions[-1]
+            if convention is None:
+                return "refit", "exact", None
+            accumulation = convention.accumulation
+            return "refit", accumulation.rule, getattr(accumulation, "momentum", None)
+        if last.last_momentum is None:
+            return "update", "cumulative", None
+        return "update", "ema", float(last.last_momentum)
+
+    def _dropout_mode(self) -> DropoutMode | None:
+        if not self._dropouts:
+            return "absent"
+        if not any(e.updates for e in self._layers):
+            return None
+        return "on" if self._dropout_train else "off"
+
+    def _precision(self) -> Precision | None:
+        for events in self._layers:
+            buffer = getattr(events.module, "running_mean", None)
+            if buffer is not None:
+                return _PRECISIONS.get(str(buffer.dtype))
+        return None
+
+    def declaration(
+        self, *, dataset_id: str | None = None, subset: str | None = None,
+        transform: Transform | TransformSource | None = None, role: SplitRole | None = None,
+        declared_mode: BufferUpdateMode | None = None, rule: AccumulationRule | None = None,
+        momentum: float | None = None, batch_size: int | None = None, num_batches: int | None = None,
+        precision: Precision | None = None, dropout: DropoutMode | None = None,
+        distributed: DistributedMode | None = None, record_count: int | None = None, ids_sha256: str | None = None,
+        sampling_seed: int | None = None, dataset_revision: str | None = None, reporting_line: str | None = None,
+        strict: bool = False,
+    ) -> Declaration:
+        """The declaration of the model's deployed state, with the buffer-update mode *as observed*.
+
+        The author names what the recorder cannot see: the dataset and subset behind the split tags and the
+        transform. ``declared_mode``, ``role`` and ``rule``/``momentum`` state what the author believes; where the
+        run disagrees the record keeps the observed mode and rule and lists the contradiction in
+        ``observation.contradictions`` (``strict=True`` raises :class:`RecordError` instead). For a run that wrote
+        no buffers (``frozen``, ``untouched``), ``role`` and the rule of the earlier fit are the author's to give;
+        the rule defaults to the layers' momentum setting. After a refit, anything not given is taken from the
+        refit engine's own declaration.
+        """
+        observation = self.observation(declared_mode=declared_mode, role=role, rule=rule, momentum=momentum)
+        if strict and observation.contradictions:
+            listing = "; ".join(f"[{c.code}] {c.message}" for c in observation.contradictions)
+            raise RecordError(f"the run contradicts the declaration: {listing}")
+        base = self._refit_conventions[-1] if observation.last_write == "refit" and self._refit_conventions else None
+        if base is not None:
+            dataset_id = dataset_id or base.data.dataset.id
+            subset = subset or base.data.subset
+            transform = transform or base.transform
+            record_count = record_count if record_count is not None else base.data.record_count
+            ids_sha256 = ids_sha256 or base.data.ids_sha256
+            sampling_seed = sampling_seed if sampling_seed is not None else base.data.sampling_seed
+            dataset_revision = dataset_revision or base.data.dataset.revision
+            batch_size = batch_size or base.accumulation.batch_size
+            num_batches = num_batches or base.accumulation.num_batches
+            precision = precision or base.accumulation.precision
+            dropout = dropout or base.other_modules.dropout
+            distributed = distributed or base.distributed
+        missing = [label for label, value in (("dataset_id", dataset_id), ("subset", subset),
+                                              ("transform", transform)) if value is None]
+        if missing:
+            raise RecordError(f"declaration needs {', '.join(missing)}: the recorder sees tensors, not which "
+                              "dataset, subset and transform fed them")
+        if observation.mode not in ("train", "refit", "mixed") and rule is None:
+            rule, momentum = self._configured_rule()
+        if distributed is None:
+            distributed = "sync_batchnorm" if observation.buffer_updates and any(
+                type(e.module).__name__ == "SyncBatchNorm" for e in self._layers) else "none"
+        standard_transform = transform if isinstance(transform, Transform) else transform.standard()  # type: ignore[union-attr]
+        convention = convention_from_observation(
+            observation, dataset_id=typing.cast(str, dataset_id), subset=typing.cast(str, subset),
+            transform=standard_transform, role=role, rule=rule, momentum=momentum, batch_size=batch_size,
+            num_batches=num_batches, precision=precision, dropout=dropout, distributed=distributed,
+            record_count=record_count, ids_sha256=ids_sha256, sampling_seed=sampling_seed,
+            dataset_revision=dataset_revision,
+        )
+        refit = self._refit_details[-1] if observation.mode == "refit" and self._refit_details else None
+        return declare(self.model, convention, reporting_line=reporting_line, observation=observation, refit=refit)
+
+    def _configured_rule(self) -> tuple[AccumulationRule | None, float | None]:
+        """The rule the layers are configured for, when they all agree: the best guess for an unseen earlier fit."""
+        momenta = {e.module.momentum for e in self._layers}
+        if len(momenta) != 1:
+            return None, None
+        (momentum,) = momenta
+        if momentum is None:
+            return "cumulative", None
+        return "ema", float(momentum)
+
+
+def _check_tag(split: str) -> str:
+    if not isinstance(split, str) or not split.strip():
+        raise UsageError(f"a split tag is a non-empty string such as 'train', 'retain' or 'forget', got {split!r}")
+    return split

@@ -1,0 +1,72 @@
+"""``bnconvention stamp``: write a record into a safetensors header (and optionally a model card)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  bnconvention stamp model.safetensors --record record.json
+  bnconvention stamp model.safetensors --record record.json --card README.md
+  bnconvention stamp model.safetensors --record record.json --reserve 65536   # room for larger later records
+
+The tensor data is never rewritten or loaded: the header is updated in place when the new one fits (a single
+one-page write), otherwise the file is copied next to itself with the new header and renamed over the original.
+Either way the file is always the complete old one or the complete new one. Stamping the same record again changes
+nothing.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "stamp",
+        help="stamp a record into a safetensors header (and a model card)",
+        description="Write a bnconvention record into the __metadata__ of a safetensors file, keeping every other "
+                    "key and the tensor bytes unchanged; optionally also into a model card.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("weights", metavar="WEIGHTS.safetensors", type=Path, help="the file to stamp")
+    parser.add_argument("--record", required=True, type=Path, metavar="RECORD.json",
+                        help="the record (a declaration or a refit annotation) as JSON")
+    parser.add_argument("--card", type=Path, metavar="README.md",
+                        help="also add the record to this model card (created if missing)")
+    parser.add_argument("--no-check-digests", dest="check_digests", action="store_false",
+                        help="skip checking the record's digests against the file's tensors (reads every tensor)")
+    parser.add_argument("--reserve", type=int, default=None, metavar="BYTES",
+                        help="header padding kept for later re-stamps when the header must grow (default 4096)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar while copying tensor data")
+    parser.set_defaults(func=run)
+
+
+def read_record_file(path: Path) -> object:
+    """The decoded JSON of a record file (untrusted: strict UTF-8 JSON, no duplicate keys)."""
+    from bnconvention.canonical import loads_strict
+
+    return loads_strict(path.read_bytes(), source=str(path))
+
+
+def run(args: argparse.Namespace) -> int:
+    from bnconvention.card_stamp import stamp_card_file, stamp_card_text
+    from bnconvention.card import decode_card
+    from bnconvention.stamp import DEFAULT_RESERVE, checked_record, stamp_file
+
+    model, _ = checked_record(read_record_file(args.record), source=str(args.record))
+    if args.card is not None and args.card.exists():
+        # Fail on a malformed card before the weights are touched.
+        stamp_card_text(decode_card(args.card.read_bytes(), source=str(args.card)), model, source=str(args.card))
+    result = stamp_file(args.weights, model, check_digests=args.check_digests,
+                        reserve=DEFAULT_RESERVE if args.reserve is None else args.reserve,
+                        progress=args.progress and sys.stderr.isatty())
+    how = {"unchanged": "already stamped with this record, unchanged", "in_place": "header updated in place",
+           "rewrite": "header rewritten, tensor data copied unchanged"}[result.method]
+    checked = "digests match" if result.digests_checked else "digests not checked"
+    print(f"{args.weights}: {how} ({checked}; header {result.header_size} bytes, {result.padding} spare)")
+    if args.card is not None:
+        card = stamp_card_file(args.card, model)
+        state = "created" if card.created else ("updated" if card.changed else "unchanged")
+        print(f"{args.card}: {state}")
+    return 0

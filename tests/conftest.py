@@ -25,3 +25,13 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def zoo():  # -> bnconvention.zoo.ZooManifest
+    """The digits zoo (seed 0), built once into ``<repo>/.cache/zoo-<code version>-seed0`` and reused by every test
+    session and every parallel worker (``build_zoo`` holds a file lock while it builds, and reuses an intact build
+    whose manifest matches the code)."""
+    from bnconvention.zoo import build_zoo, default_zoo_dir
+
+    return build_zoo(default_zoo_dir(REPO_ROOT / ".cache", seed=0), seed=0, progress=False)

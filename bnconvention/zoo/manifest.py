@@ -1,0 +1,152 @@
+"""The zoo's ``manifest.json``: what was built, from which code and seed, and the sha256 of every file.
+
+A build is reused only when its manifest has the same format, seed and code version (:func:`code_sha256`) and every
+listed file is present with the listed sha256 (:meth:`ZooManifest.verify`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bnconvention.canonical import canonical_sha256, loads_strict
+from bnconvention.errors import CheckpointMismatchError, JSONInputError, UsageError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+MANIFEST_NAME = "manifest.json"
+
+# Source files whose content decides the zoo's bytes (the zoo package, the record builder and the standard).
+_CODE_FILES = ("zoo/__init__.py", "zoo/data.py", "zoo/models.py", "zoo/methods.py", "zoo/variants.py",
+               "zoo/manifest.py", "zoo/build.py", "declaration.py", "canonical.py", "standard/models.py",
+               "standard/naming.py", "factories.py")
+
+
+def code_sha256() -> str:
+    """sha256 over the zoo's source files and the library versions that decide its bytes (torch, numpy, sklearn)."""
+    import numpy
+    import safetensors
+    import sklearn
+    import torch
+
+    package = Path(__file__).resolve().parent.parent
+    files = {name: hashlib.sha256((package / name).read_bytes()).hexdigest() for name in _CODE_FILES}
+    versions = {"numpy": numpy.__version__, "safetensors": safetensors.__version__,
+                "sklearn": sklearn.__version__, "torch": torch.__version__}
+    return canonical_sha256({"files": files, "versions": versions})
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ZooManifest:
+    """A built zoo in ``root``: variant names in build order, their configs, and the sha256 of every file.
+
+    Typical use: ``zoo = build_zoo("zoo")``, then ``zoo.load_model("bn-badteacher-eval")`` (an ``nn.Module`` from its
+    allowlisted factory and safetensors weights) and ``zoo.config("bn-base")["shipped_accuracy"]``.
+    """
+
+    root: Path
+    format: str
+    seed: int
+    code_sha256: str
+    variants: tuple[str, ...]
+    files: Mapping[str, str]
+    data: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.format, "seed": self.seed, "code_sha256": self.code_sha256,
+                "variants": list(self.variants), "files": dict(sorted(self.files.items())), "data": dict(self.data)}
+
+    def _known(self, name: str) -> None:
+        if name not in self.variants:
+            raise UsageError(f"zoo in {self.root} has no variant {name!r}; it has: {', '.join(self.variants)}")
+
+    def weights_path(self, name: str) -> Path:
+        self._known(name)
+        return self.root / f"{name}.safetensors"
+
+    def config_path(self, name: str) -> Path:
+        self._known(name)
+        return self.root / f"{name}.json"
+
+    def observation_path(self, name: str) -> Path | None:
+        """The recorder's observation of this variant's training, when the build had an ``observe`` hook."""
+        self._known(name)
+        filename = f"{name}.observation.json"
+        return self.root / filename if filename in self.files else None
+
+    def config(self, name: str) -> dict[str, Any]:
+        """The variant's JSON config (architecture, data split, method, buffer-update mode, shipped accuracy)."""
+        path = self.config_path(name)
+        return loads_strict(path.read_bytes(), source=str(path))  # type: ignore[no-any-return]
+
+    def names(self, *, arch: str | None = None) -> list[str]:
+        """Variant names in build order, optionally only ``"bn"`` or ``"gn"`` ones."""
+        return [n for n in self.variants if arch is None or n.startswith(f"{arch}-")]
+
+    def load_model(self, name: str) -> nn.Module:
+        """The variant as an ``nn.Module`` in eval mode: its allowlisted factory plus its safetensors weights."""
+        from safetensors.torch import load_file
+
+        from bnconvention.factories import build_model
+
+        config = self.config(name)
+        architecture = config["architecture"]
+        model = build_model(architecture["factory"], architecture["kwargs"])
+        state = load_file(str(self.weights_path(name)))
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise CheckpointMismatchError(
+                f"{self.weights_path(name)} does not fit {architecture['factory']}: {exc}"
+            ) from exc
+        return model.eval()
+
+    def verify(self) -> list[str]:
+        """Problems with the files on disk (missing, or sha256 differs); empty when the build is intact."""
+        problems = []
+        for filename, expected in sorted(self.files.items()):
+            path = self.root / filename
+            if not path.is_file():
+                problems.append(f"{filename}: missing")
+            elif file_sha256(path) != expected:
+                problems.append(f"{filename}: sha256 differs from the manifest")
+        return problems
+
+
+def manifest_bytes(manifest: ZooManifest) -> bytes:
+    return (json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def read_manifest(root: Path | str) -> ZooManifest:
+    """Parse ``root/manifest.json``; :class:`~bnconvention.errors.JSONInputError` if it is malformed."""
+    root = Path(root)
+    path = root / MANIFEST_NAME
+    data = loads_strict(path.read_bytes(), source=str(path))
+    try:
+        files = data["files"]
+        if not all(isinstance(k, str) and isinstance(v, str) and "/" not in k and k not in ("", ".", "..")
+                   for k, v in files.items()):
+            raise TypeError("files must map plain file names to sha256 strings")
+        return ZooManifest(root=root, format=str(data["format"]), seed=int(data["seed"]),
+                           code_sha256=str(data["code_sha256"]), variants=tuple(str(v) for v in data["variants"]),
+                           files=dict(files), data=dict(data["data"]))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise JSONInputError(
+            f"{path} is not a zoo manifest ({exc}); delete the folder and build the zoo again", source=path
+        ) from exc
+
+
+__all__ = ["MANIFEST_NAME", "ZooManifest", "code_sha256", "file_sha256", "manifest_bytes", "read_manifest"]

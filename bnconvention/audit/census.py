@@ -1,0 +1,341 @@
+"""Audit a local population of checkpoints and count what moves (the census of seed 001 / the table of seed 000).
+
+:func:`run_census` finds every ``.safetensors`` file under the given paths, checks all of them (readable header,
+allowlisted architecture whose tensors fit, published cells if anchoring is asked for) and the spec's data *before*
+auditing any, then audits each checkpoint and writes, in ``out_dir``:
+
+* ``journal/<weights key>-<spec key>.json`` — one finished :class:`~bnconvention.audit.result.AuditResult` per
+  checkpoint, written atomically the moment it is done. The key binds it to the exact tensors (trainable and
+  running digests) and to the effective spec, so an interrupted census resumes without redoing finished
+  checkpoints, and a changed spec or file is audited afresh;
+* ``checkpoints/<name>/`` — each checkpoint's annotation, summary and plots (:mod:`bnconvention.audit.outputs`);
+* ``census.json`` and ``census.md`` — per checkpoint the decisions and flips, and the population counts:
+  anchored, displaced per cell after Benjamini–Yekutieli at ``fdr_q`` across the census (per cell), equivalent,
+  flips by direction, the largest shift.
+
+``workers > 1`` audits checkpoints in separate processes (spawned, each with the parent's torch thread count). Every
+audit depends only on its checkpoint and the spec (seeded per replicate), so the numbers are the same either way;
+results are collected in discovery order.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from bnconvention.audit.checkpoint import (
+    ModelChoice,
+    build_architecture,
+    check_fits,
+    checkpoint_name,
+    choose_model,
+    model_shapes,
+    published_cells,
+    read_sidecar,
+)
+from bnconvention.audit.data import AuditData, load_audit_data
+from bnconvention.audit.outputs import write_audit_outputs, write_json
+from bnconvention.audit.report import census_markdown
+from bnconvention.audit.result import AuditResult
+from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, weights_key
+from bnconvention.audit.spec import AuditSpec, parse_spec
+from bnconvention.audit.stats import by_adjust
+from bnconvention.errors import UsageError
+from bnconvention.io_utils import atomic_write_text
+from bnconvention.safetensors_header import read_header
+
+CENSUS_FORMAT = "bnconvention-census/1"
+JOURNAL_DIR = "journal"
+CHECKPOINTS_DIR = "checkpoints"
+
+OnResult = Callable[[str, AuditResult], None]  # called after each checkpoint audited (and journaled) in this run
+
+
+@dataclass(frozen=True)
+class CensusItem:
+    path: Path
+    name: str  # output folder name (the file name, disambiguated when two files share it)
+    weights_key: str
+    choice: ModelChoice
+
+
+@dataclass
+class CensusOutcome:
+    summary: dict[str, Any]
+    results: list[AuditResult]
+    audits_run: int
+    audits_reused: int
+    out_dir: Path
+
+
+def discover_checkpoints(paths: Iterable[str | Path]) -> list[Path]:
+    """``.safetensors`` files named directly or found (recursively, sorted) under directories; duplicates dropped."""
+    found: list[Path] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            candidates = sorted(p for p in path.rglob("*.safetensors") if p.is_file() and not p.name.startswith("."))
+            if not candidates:
+                raise UsageError(f"{path} holds no .safetensors files; pass checkpoint files or folders of them")
+        elif path.is_file():
+            candidates = [path]
+        else:
+            raise FileNotFoundError(f"checkpoint path {str(path)!r} does not exist")
+        for candidate in candidates:
+            resolved = candidate.resolve()
+            if resolved not in seen:
+                seen.add(resolved)
+                found.append(candidate)
+    if not found:
+        raise UsageError("no checkpoints given; pass .safetensors files or folders holding them")
+    return found
+
+
+def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[CensusItem]:
+    """Check every checkpoint before any audit: header, architecture (allowlisted, tensors fit), published cells."""
+    from bnconvention.digests import file_digests
+
+    check_data_fits(spec, data)
+    shapes_by_choice: dict[str, dict[str, tuple[int, ...]]] = {}
+    items: list[CensusItem] = []
+    names: set[str] = set()
+    for path in paths:
+        header = read_header(path)
+        sidecar = read_sidecar(path) if (spec.model is None or spec.published_source == "sidecar") else None
+        choice = choose_model(path, spec, sidecar)
+        published_cells(path, spec, sidecar)
+        key = f"{choice.factory}|{sorted(choice.kwargs.items())!r}"
+        if key not in shapes_by_choice:
+            shapes_by_choice[key] = model_shapes(build_architecture(choice))
+        check_fits(path, header, choice, shapes_by_choice[key])
+        digests = file_digests(path, header=header)
+        weights = weights_key(digests.trainable_sha256, digests.running_sha256)
+        name = checkpoint_name(path)
+        if name in names:
+            name = f"{name}-{weights[:8]}"
+        names.add(name)
+        items.append(CensusItem(path=path, name=name, weights_key=weights, choice=choice))
+    return items
+
+
+def journal_path(out_dir: Path, weights: str, spec_sha256: str) -> Path:
+    return out_dir / JOURNAL_DIR / f"{weights[:24]}-{spec_sha256[:24]}.json"
+
+
+def read_journal(path: Path, *, weights: str, spec_sha256: str) -> AuditResult | None:
+    """A finished result for these weights and this spec, or None (absent, unreadable or for something else)."""
+    try:
+        result = AuditResult.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError, ValueError):
+        return None
+    if result.weights_key != weights or result.spec_sha256 != spec_sha256:
+        return None
+    return result
+
+
+def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: list[str], threads: int) -> str:
+    """Run one audit in a spawned worker process; returns the result as JSON text."""
+    import torch
+
+    from bnconvention.factories import allow_user_factory
+
+    torch.set_num_threads(threads)
+    for target in allowed_factories:
+        allow_user_factory(target)
+    spec = parse_spec(spec_data)
+    return run_audit(prepare_audit(path, spec)).model_dump_json()
+
+
+def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path, *, workers: int = 1,
+               progress: bool = False, allowed_factories: Sequence[str] = (),
+               on_result: OnResult | None = None) -> CensusOutcome:
+    """Audit every checkpoint (resuming from the journal) and write the census; see the module docstring."""
+    import torch
+    from tqdm.auto import tqdm
+
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise UsageError(f"--workers must be a positive integer, got {workers!r}")
+    out = Path(out_dir)
+    spec_sha256 = spec.sha256()
+    data = load_audit_data(spec)
+    items = preflight(discover_checkpoints(paths), spec, data)
+
+    results: dict[str, AuditResult] = {}
+    reused = 0
+    for item in items:
+        entry = read_journal(journal_path(out, item.weights_key, spec_sha256), weights=item.weights_key,
+                             spec_sha256=spec_sha256)
+        if entry is not None:
+            results[item.name] = entry
+            reused += 1
+    todo = [item for item in items if item.name not in results]
+    ran = 0
+
+    def finish(item: CensusItem, result: AuditResult) -> None:
+        nonlocal ran
+        write_json(journal_path(out, item.weights_key, spec_sha256), result.model_dump(mode="json"))
+        write_audit_outputs(result, out / CHECKPOINTS_DIR / item.name)
+        results[item.name] = result
+        ran += 1
+        if on_result is not None:
+            on_result(item.name, result)
+
+    (out / JOURNAL_DIR).mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=len(items), initial=reused, desc="census", unit="checkpoint", disable=not progress)
+    try:
+        if workers == 1 or len(todo) <= 1:
+            for item in todo:
+                result = run_audit(prepare_audit(item.path, spec, data=data), progress=progress)
+                finish(item, result)
+                bar.update(1)
+        else:
+            _run_parallel(todo, spec, workers=workers, threads=torch.get_num_threads(),
+                          allowed=list(allowed_factories), finish=finish, bar=bar)
+    finally:
+        bar.close()
+
+    ordered = [results[item.name] for item in items]
+    names = [item.name for item in items]
+    summary = summarize(ordered, names, spec)
+    summary["invocation"] = {"audits_run": ran, "audits_reused": reused}
+    summary["timing"] = _timing(ordered, audits_run=ran, audits_reused=reused)
+    write_json(out / "census.json", summary)
+    atomic_write_text(out / "census.md", census_markdown(summary))
+    return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)
+
+
+def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, threads: int, allowed: list[str],
+                  finish: Callable[[CensusItem, AuditResult], None], bar: Any) -> None:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    spec_data = spec.model_dump(mode="json")
+    context = multiprocessing.get_context("spawn")  # no forked torch thread pools
+    executor = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context)
+    try:
+        pending = {executor.submit(_audit_in_worker, str(item.path), spec_data, allowed, threads): item
+                   for item in todo}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                item = pending.pop(future)
+                finish(item, AuditResult.model_validate_json(future.result()))
+                bar.update(1)
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _timing(results: Sequence[AuditResult], *, audits_run: int, audits_reused: int) -> dict[str, Any]:
+    seconds = [r.seconds for r in results]
+    return {
+        "per_checkpoint_seconds": {r.checkpoint: r.seconds for r in results},
+        "median_seconds": statistics.median(seconds) if seconds else 0.0,
+        "total_seconds": math.fsum(seconds),
+        "audits_run": audits_run,
+        "audits_reused": audits_reused,
+    }
+
+
+def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec) -> dict[str, Any]:
+    """Population counts with Benjamini–Yekutieli across the census, per cell (deterministic: no timings)."""
+    metrics = [cell.text for cell in spec.cell_expressions()]
+    criteria = [criterion.text for criterion in spec.criterion_expressions()]
+    eligible = [i for i, r in enumerate(results) if r.anchored is not False]
+    adjusted: dict[str, dict[int, float]] = {}
+    for metric in metrics:
+        p_values = [results[i].sign_tests[metric].p_value for i in eligible]
+        adjusted[metric] = dict(zip(eligible, by_adjust(p_values)))
+
+    cells_summary: dict[str, dict[str, Any]] = {}
+    for metric in metrics:
+        counts = {"displaced": 0, "displaced_by": 0, "equivalent": 0, "undetermined": 0}
+        for i in eligible:
+            cell = _cell(results[i], metric)
+            counts[cell.decision.outcome] += 1
+            if cell.decision.outcome == "displaced" and adjusted[metric][i] <= spec.fdr_q:
+                counts["displaced_by"] += 1
+        cells_summary[metric] = counts
+
+    verdicts_summary: dict[str, dict[str, int]] = {}
+    for criterion in criteria:
+        tally = {"flips": 0, "pass_to_fail": 0, "fail_to_pass": 0, "flips_on_every_replicate": 0}
+        for i in eligible:
+            verdict = next(v for v in results[i].annotation.verdicts if v.criterion == criterion)
+            if verdict.flipped and verdict.direction is not None:
+                tally["flips"] += 1
+                tally[verdict.direction] += 1
+                every = (verdict.refit_pass_replicates == results[i].annotation.replicates if verdict.refit
+                         else verdict.refit_pass_replicates == 0)
+                tally["flips_on_every_replicate"] += int(every)
+        verdicts_summary[criterion] = tally
+
+    checkpoints = []
+    largest: dict[str, Any] | None = None
+    for i, (result, name) in enumerate(zip(results, names)):
+        a = result.annotation
+        cells = {}
+        for metric in metrics:
+            cell = _cell(result, metric)
+            sign = result.sign_tests[metric]
+            p_by = adjusted[metric].get(i)
+            cells[metric] = {
+                "shipped": cell.shipped, "refit": cell.refit, "shift_pp": cell.shift_pp,
+                "min_shift_pp": min(cell.replicate_shifts_pp), "max_shift_pp": max(cell.replicate_shifts_pp),
+                "outcome": cell.decision.outcome, "method": cell.decision.method,
+                "p_value": cell.decision.p_value, "sign_p_value": sign.p_value, "sign_beyond": sign.beyond,
+                "by_p_value": p_by,
+                "displaced_by": bool(cell.decision.outcome == "displaced" and p_by is not None
+                                     and p_by <= spec.fdr_q),
+            }
+            if i in eligible and (largest is None or abs(cell.shift_pp) > abs(largest["shift_pp"])):
+                largest = {"checkpoint": name, "cell": metric, "shift_pp": cell.shift_pp}
+        checkpoints.append({
+            "checkpoint": name,
+            "file": a.subject.filename,
+            "path": result.weights_path,
+            "factory": result.factory,
+            "trainable_sha256": a.subject.trainable_sha256,
+            "channel": a.channel,
+            "anchored": result.anchored,
+            "cells": cells,
+            "flips": [{"criterion": v.criterion, "direction": v.direction,
+                       "refit_pass_replicates": v.refit_pass_replicates} for v in a.verdicts if v.flipped],
+            "staleness": None if a.staleness is None else {
+                "mean_distance": a.staleness.mean_distance, "var_distance": a.staleness.var_distance,
+                "exceeds_band": a.staleness.exceeds_band},
+            "recoverability_shift_pp": None if a.recoverability is None else a.recoverability.shift_pp,
+            "reporting_line": a.reporting_line,
+            "annotation": f"{CHECKPOINTS_DIR}/{name}/annotation.json",
+        })
+    return {
+        "format": CENSUS_FORMAT,
+        "spec_name": spec.name,
+        "spec_sha256": spec.sha256(),
+        "replicates": spec.replicates,
+        "margin_pp": spec.margin_pp,
+        "fdr_q": spec.fdr_q,
+        "counts": {
+            "checkpoints": len(results),
+            "anchoring_checked": sum(r.anchored is not None for r in results),
+            "anchored": sum(r.anchored is True for r in results),
+            "eligible": len(eligible),
+            "channel_absent": sum(r.annotation.channel == "absent" for r in results),
+            "staleness_exceeds_band": sum(bool(r.annotation.staleness and r.annotation.staleness.exceeds_band)
+                                          for r in results),
+        },
+        "cells": cells_summary,
+        "verdicts": verdicts_summary,
+        "largest_shift": largest,
+        "checkpoints": checkpoints,
+    }
+
+
+def _cell(result: AuditResult, metric: str) -> Any:
+    return next(c for c in result.annotation.cells if c.metric == metric)

@@ -1,0 +1,243 @@
+"""Load a checkpoint for an audit: an allowlisted architecture, the weights loaded strictly, digests bound to the file.
+
+The architecture comes from the spec's ``model`` section or, when the spec names none, from the checkpoint's sidecar
+``<name>.json`` (as the digits zoo writes them). Either way the factory name goes through
+:func:`bnconvention.factories.resolve_factory`, so a name that is not allowlisted is refused before anything is
+imported. Weights are read with the safetensors parser (no pickle); every tensor name and shape must match the
+model's ``state_dict`` exactly, otherwise :class:`~bnconvention.errors.CheckpointMismatchError` lists the
+differences. The header is checked first with our own strict parser, so a malformed file is an
+:class:`~bnconvention.errors.UntrustedInputError` naming the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bnconvention.canonical import loads_strict
+from bnconvention.errors import AuditSpecError, CheckpointMismatchError, UntrustedInputError
+from bnconvention.safetensors_header import SafetensorsHeader, read_header
+
+if TYPE_CHECKING:
+    import torch
+
+    from bnconvention.audit.spec import AuditSpec
+    from bnconvention.digests import DigestSet
+
+MAX_SIDECAR_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which factory builds the architecture, with its arguments, and where that choice came from."""
+
+    factory: str
+    kwargs: dict[str, Any]
+    source: str  # "spec" or the sidecar's path
+
+
+@dataclass
+class LoadedCheckpoint:
+    path: Path
+    name: str  # file name without .safetensors
+    header: SafetensorsHeader
+    choice: ModelChoice
+    model: torch.nn.Module
+    file_digests: DigestSet
+    declared_convention: str | None
+    published: dict[str, float] | None
+    warnings: list[str]
+
+
+def checkpoint_name(path: Path) -> str:
+    name = path.name
+    return name[: -len(".safetensors")] if name.endswith(".safetensors") else path.stem
+
+
+def sidecar_path(path: Path) -> Path:
+    return path.with_name(checkpoint_name(path) + ".json")
+
+
+def read_sidecar(path: Path) -> dict[str, Any] | None:
+    """The checkpoint's sidecar ``<name>.json`` decoded strictly, or None when there is none."""
+    sidecar = sidecar_path(path)
+    if not sidecar.is_file():
+        return None
+    data = sidecar.read_bytes()
+    if len(data) > MAX_SIDECAR_BYTES:
+        raise UntrustedInputError(f"{sidecar}: {len(data)} bytes, over the {MAX_SIDECAR_BYTES}-byte limit for a "
+                                  "sidecar", source=sidecar)
+    decoded = loads_strict(data, source=str(sidecar))
+    if not isinstance(decoded, dict):
+        raise UntrustedInputError(f"{sidecar}: a sidecar is a JSON object, found {type(decoded).__name__}",
+                                  source=sidecar)
+    return decoded
+
+
+def choose_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) -> ModelChoice:
+    """The spec's model, or the sidecar's ``architecture`` entry when the spec names none."""
+    if spec.model is not None:
+        return ModelChoice(factory=spec.model.factory, kwargs=dict(spec.model.kwargs), source="spec")
+    where = sidecar_path(path)
+    if sidecar is None:
+        raise AuditSpecError(
+            f"the spec names no model and {path.name} has no sidecar {where.name}; add model: {{factory: ...}} "
+            "to the spec", field="/model")
+    factory, kwargs = _sidecar_architecture(sidecar)
+    if not isinstance(factory, str) or not factory:
+        raise UntrustedInputError(
+            f"{where}: no architecture factory name found (expected 'architecture': {{'factory': ...}}); name the "
+            "model in the spec instead", source=where)
+    if not isinstance(kwargs, dict):
+        raise UntrustedInputError(f"{where}: the architecture's kwargs are a {type(kwargs).__name__}, expected a "
+                                  "mapping", source=where)
+    return ModelChoice(factory=factory, kwargs=kwargs, source=str(where))
+
+
+_ZOO_ACCURACY_CELLS = {"forget": "df", "retain": "dr", "test": "dt"}
+
+
+def published_cells(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) -> dict[str, float] | None:
+    """Published cells (canonical cell text -> value) for this checkpoint, from the spec or its sidecar."""
+    from bnconvention.audit.expressions import parse_cell
+
+    name = checkpoint_name(path)
+    if spec.published_source == "spec":
+        return spec.published_for(name)
+    where = sidecar_path(path)
+    if sidecar is None:
+        raise AuditSpecError(f"published_source is 'sidecar' but {path.name} has no sidecar {where.name}",
+                             field="/published_source")
+    raw = sidecar.get("published")
+    if raw is None and isinstance(sidecar.get("shipped_accuracy"), dict):
+        raw = {_ZOO_ACCURACY_CELLS[k]: v for k, v in sidecar["shipped_accuracy"].items() if k in _ZOO_ACCURACY_CELLS}
+    if not isinstance(raw, dict) or not raw:
+        raise UntrustedInputError(f"{where}: no published cells found (expected 'published': {{cell: value}} or "
+                                  "'shipped_accuracy': {forget, retain, test})", source=where)
+    cells: dict[str, float] = {}
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UntrustedInputError(f"{where}: published cell {key!r} is {value!r}, not a number", source=where)
+        try:
+            text = parse_cell(key).text
+        except AuditSpecError as exc:
+            raise UntrustedInputError(f"{where}: published cell {key!r} is not a cell expression: {exc}",
+                                      source=where) from exc
+        cells[text] = float(value)
+    return cells
+
+
+def _sidecar_architecture(decoded: Any) -> tuple[Any, Any]:
+    if not isinstance(decoded, dict):
+        return None, {}
+    arch = decoded.get("architecture")
+    if isinstance(arch, dict):
+        return arch.get("factory"), arch.get("kwargs", {})
+    if isinstance(arch, str):
+        return arch, decoded.get("architecture_kwargs", {})
+    return decoded.get("factory"), decoded.get("kwargs", {})
+
+
+def build_architecture(choice: ModelChoice) -> torch.nn.Module:
+    """Build the allowlisted architecture (random initialisation) in eval mode."""
+    from bnconvention.factories import build_model
+
+    model = build_model(choice.factory, choice.kwargs)
+    model.eval()
+    return model
+
+
+def header_mismatches(header: SafetensorsHeader, expected: Mapping[str, tuple[int, ...]]) -> list[str]:
+    """Differences between a file's tensors and a model's ``state_dict`` names and shapes (empty: they fit)."""
+    found = {name: info.shape for name, info in header.tensors.items()}
+    problems = []
+    missing = [n for n in expected if n not in found]
+    unexpected = [n for n in found if n not in expected]
+    if missing:
+        problems.append(f"missing from the file: {_names(missing)}")
+    if unexpected:
+        problems.append(f"not in the model: {_names(unexpected)}")
+    for name, shape in expected.items():
+        if name in found and tuple(found[name]) != tuple(shape):
+            problems.append(f"{name!r} has shape {list(found[name])} in the file but {list(shape)} in the model")
+    return problems
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def model_shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+def check_fits(path: Path, header: SafetensorsHeader, choice: ModelChoice, shapes: Mapping[str, tuple[int, ...]]
+               ) -> None:
+    problems = header_mismatches(header, shapes)
+    if problems:
+        raise CheckpointMismatchError(
+            f"{path}: the tensors do not fit the model built by factory {choice.factory!r} "
+            f"(from {choice.source}): {'; '.join(problems)}; name the right architecture (and kwargs) in the "
+            f"{'spec' if choice.source == 'spec' else 'sidecar or the spec'}'s model section")
+
+
+def declared_convention(header: SafetensorsHeader, *, source: str) -> tuple[str | None, list[str]]:
+    """The canonical convention name stamped in the header, if any (never trusted beyond being a string)."""
+    from bnconvention.locations import record_from_header
+
+    try:
+        record = record_from_header(header, source=source)
+    except UntrustedInputError as exc:
+        return None, [f"the stamped record is unreadable and was ignored: {exc}"]
+    if not isinstance(record, dict):
+        return None, []
+    convention = record.get("convention")
+    name = convention.get("name") if isinstance(convention, dict) else None
+    if isinstance(name, str) and name:
+        return name, []
+    return None, []
+
+
+def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
+    """Everything an audit needs from one weights file, checked before any computation."""
+    import torch
+    from safetensors.torch import load_file
+
+    from bnconvention.digests import file_digests
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist or is not a file")
+    header = read_header(path)
+    sidecar = read_sidecar(path) if (spec.model is None or spec.published_source == "sidecar") else None
+    choice = choose_model(path, spec, sidecar)
+    published = published_cells(path, spec, sidecar)
+    model = build_architecture(choice)
+    check_fits(path, header, choice, model_shapes(model))
+    state = load_file(str(path))
+    warnings: list[str] = []
+    expected = model.state_dict()
+    for name, tensor in state.items():
+        if tensor.dtype != expected[name].dtype:
+            raise CheckpointMismatchError(
+                f"{path}: tensor {name!r} is {tensor.dtype} in the file but {expected[name].dtype} in the model "
+                f"built by {choice.factory!r}; the audit does not convert dtypes, because the digests would then "
+                "describe other bytes")
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    declared, notes = declared_convention(header, source=str(path))
+    warnings.extend(notes)
+    digests = file_digests(path, header=header)
+    with torch.no_grad():
+        from bnconvention.digests import model_digests
+
+        in_memory = model_digests(model)
+    if in_memory.trainable_sha256 != digests.trainable_sha256:
+        # e.g. a model whose state_dict holds extra buffers: the audit still proves θ unchanged in memory
+        warnings.append("the model's trainable digest differs from the file's; theta is checked in memory")
+    return LoadedCheckpoint(path=path, name=checkpoint_name(path), header=header, choice=choice, model=model,
+                            file_digests=digests, declared_convention=declared, published=published,
+                            warnings=warnings)

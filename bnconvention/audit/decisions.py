@@ -1,0 +1,124 @@
+"""Per-cell decisions, verdicts, anchoring and the reporting line, from measured cells (no model involved).
+
+Cells are fractions; a shift is ``100 * (refit - shipped)`` percentage points per replicate. The decision rules are
+:mod:`bnconvention.audit.stats` (exact sign test, TOST); a checkpoint that does not anchor is reported with
+``undetermined`` / ``not-anchored`` decisions, and a channel-absent checkpoint's decisions carry the method
+``channel-absent``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from bnconvention.audit.evaluation import BaseCells
+from bnconvention.audit.expressions import CellExpression, Criterion, parse_cell
+from bnconvention.audit.result import SignRecord
+from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.stats import Decision, decide, sign_test
+from bnconvention.errors import AuditSpecError
+from bnconvention.standard.models import AnchorCell, Anchoring, Cell, CellDecision, Verdict
+
+CELL_LABELS = {"df": "forget accuracy", "dr": "retain accuracy", "dt": "test accuracy"}
+
+
+def decide_cell(cell: CellExpression, shipped: float, values: list[float], *, spec: AuditSpec, anchored: bool,
+                channel: str, published: float | None) -> tuple[Cell, SignRecord]:
+    """The cell record (shipped, replicate values and shifts, decision) and its sign test for the census."""
+    shifts = [100.0 * (v - shipped) for v in values]
+    decision: Decision = decide(shifts, margin_pp=spec.margin_pp)
+    signs = sign_test(shifts, margin_pp=spec.margin_pp)
+    if not anchored:
+        cell_decision = CellDecision(outcome="undetermined", p_value=None, method="not-anchored")
+    elif channel == "absent":
+        cell_decision = CellDecision(outcome=decision.outcome, p_value=decision.p_value, method="channel-absent")
+    else:
+        cell_decision = CellDecision(outcome=decision.outcome, p_value=decision.p_value, method=decision.method)
+    record = Cell(
+        metric=cell.text,
+        split=cell.base_split,  # type: ignore[arg-type]
+        shipped=shipped,
+        refit=math.fsum(values) / len(values),
+        shift_pp=math.fsum(shifts) / len(shifts),
+        replicate_values=values,
+        replicate_shifts_pp=shifts,
+        margin_pp=spec.margin_pp,
+        decision=cell_decision,
+        published=published,
+    )
+    return record, SignRecord(p_value=signs.p_value, beyond=signs.beyond, direction=signs.direction)
+
+
+def evaluate_cell(cell: CellExpression, values: Mapping[str, float], *, field: str) -> float:
+    """A cell's value; a division by zero is the spec's problem, reported at ``field``."""
+    try:
+        return cell.evaluate(values)
+    except ZeroDivisionError as exc:
+        raise AuditSpecError(f"cell {cell.text!r} divides by zero on the measured values {dict(values)}; "
+                             "rewrite it without that division", field=field) from exc
+
+
+def verdict(criterion: Criterion, shipped: BaseCells, replicates: list[BaseCells], *, field: str) -> Verdict:
+    """Shipped vs refit outcome of a criterion; refit uses the mean over replicates of each compared cell."""
+    try:
+        shipped_pass = criterion.evaluate(shipped)
+        per_replicate = [criterion.evaluate(cells) for cells in replicates]
+        means = {op.text: math.fsum(op.evaluate(cells) for cells in replicates) / len(replicates)
+                 for op in criterion.operands}
+        refit_pass = criterion.evaluate_operands(means)
+    except ZeroDivisionError as exc:
+        raise AuditSpecError(f"criterion {criterion.text!r} divides by zero on the measured cells; rewrite it",
+                             field=field) from exc
+    flipped = shipped_pass != refit_pass
+    direction = None if not flipped else ("pass_to_fail" if shipped_pass else "fail_to_pass")
+    return Verdict(criterion=criterion.text, shipped=shipped_pass, refit=refit_pass, flipped=flipped,
+                   direction=direction, refit_pass_replicates=sum(per_replicate))  # type: ignore[arg-type]
+
+
+def anchoring(spec: AuditSpec, *, published: Mapping[str, float] | None, shipped_cells: Mapping[str, float],
+              shipped_base: BaseCells) -> Anchoring | None:
+    """Shipped vs published cells within the spec's tolerance; None when nothing was published."""
+    if not published:
+        return None
+    cells = []
+    for text, value in published.items():
+        shipped = shipped_cells.get(text)
+        if shipped is None:
+            shipped = evaluate_cell(parse_cell(text), shipped_base, field="/published")
+        cells.append(AnchorCell(metric=text, published=value, shipped=shipped, abs_diff=abs(shipped - value)))
+    anchored = all(c.abs_diff <= spec.anchor_tolerance + 1e-12 for c in cells)  # as the validator checks it
+    return Anchoring(tolerance=spec.anchor_tolerance, anchored=anchored, cells=cells)
+
+
+def format_p(p: float | None) -> str:
+    """Two significant digits: 0.0009765625 -> '0.00098'."""
+    if p is None:
+        return "n/a"
+    return f"{p:.2g}"
+
+
+def reporting_line(*, spec: AuditSpec, cells: Sequence[Cell], signs: Mapping[str, SignRecord], channel: str,
+                   transform_mode: str) -> str:
+    """The one sentence a release adds, built from the measured headline cell."""
+    headline = spec.headline_cell().text
+    cell = next(c for c in cells if c.metric == headline)
+    label = CELL_LABELS.get(headline, f"cell {headline}")
+    where = "training" if transform_mode == "train" else "evaluation"
+    prefix = (f"deployed state as shipped; refit on the retained split under the {where} transform "
+              f"({spec.refit.rule} rule)")
+    replicates = len(cell.replicate_shifts_pp)
+    if channel == "absent" and all(s == 0.0 for c in cells for s in c.replicate_shifts_pp):
+        return (f"deployed state as shipped; no running statistics (channel absent): a refit is the identity, "
+                f"every cell moves +0.00pp on {replicates}/{replicates} replicates")
+    sign = signs[headline]
+    if cell.decision.method == "not-anchored":
+        detail = "not anchored: shipped cells do not reproduce the published ones, no decision"
+    elif cell.decision.outcome == "displaced":
+        detail = f"{sign.beyond}/{replicates} replicates, p = {format_p(cell.decision.p_value)}"
+    elif cell.decision.outcome == "equivalent":
+        detail = f"equivalent within ±{spec.margin_pp:g}pp, TOST p = {format_p(cell.decision.p_value)}"
+    else:
+        detail = f"undetermined: {sign.beyond}/{replicates} replicates beyond ±{spec.margin_pp:g}pp"
+    return f"{prefix}, {label} moves {cell.shift_pp:+.2f}pp ({detail})"
+
+

@@ -1,0 +1,111 @@
+"""Evaluation and refit mechanics shared by the audit steps: seeded streams, cells of a model, transactional refits.
+
+Seeds: every random draw of an audit comes from ``SeedSequence(seed, spawn_key=key)`` with a fixed key per purpose
+(replicate ``r``: ``(0, r)``; recoverability: ``(1,)``; provenance: ``(2,)``), so an audit depends only on its spec
+and checkpoint, in one process or in several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bnconvention.audit.data import AuditData, Split
+from bnconvention.standard.naming import record_ids_sha256
+
+if TYPE_CHECKING:
+    import torch
+
+BaseCells = dict[str, float]
+
+
+def stream(seed: int, *key: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def torch_seed(rng: np.random.Generator) -> int:
+    return int(rng.integers(0, 2**62))
+
+
+def predict(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> torch.Tensor:
+    """Class predictions of ``model`` (eval mode) on a split under the eval transform."""
+    import torch
+
+    model.eval()
+    outputs = []
+    with torch.inference_mode():
+        for start in range(0, len(split.x), batch_size):
+            x = data.eval_transform(split.x[start:start + batch_size], generator=None)
+            outputs.append(model(x).argmax(dim=1))
+    return torch.cat(outputs)
+
+
+def accuracy(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> float:
+    predictions = predict(model, split, data, batch_size=batch_size)
+    return float((predictions == split.y).sum().item()) / len(split.y)
+
+
+def base_cells(model: torch.nn.Module, data: AuditData, *, batch_size: int) -> BaseCells:
+    return {
+        "df": accuracy(model, data.forget, data, batch_size=batch_size),
+        "dr": accuracy(model, data.retain, data, batch_size=batch_size),
+        "dt": accuracy(model, data.test, data, batch_size=batch_size),
+    }
+
+
+def forget_accuracy(model: torch.nn.Module, data: AuditData, *, batch_size: int) -> float:
+    return accuracy(model, data.forget, data, batch_size=batch_size)
+
+
+def _pool(x: torch.Tensor, transform: Any, *, generator: torch.Generator, batch_size: int) -> list[torch.Tensor]:
+    # the transform runs batch by batch in a fixed order from one generator: deterministic for a given seed
+    return [transform(chunk, generator=generator) for chunk in x.split(batch_size)]
+
+
+class Refitter:
+    """Runs refits for one audit, restoring the shipped φ after each and counting passes."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        from bnconvention.refit import running_state
+
+        self.model = model
+        self.shipped = running_state(model)
+        self.count = 0
+
+    def run(self, x: torch.Tensor, *, rule: str, transform: Any, seed: int, batch_size: int,
+            data_split: Any) -> Any:
+        import torch
+
+        from bnconvention.refit import refit
+
+        generator = torch.Generator().manual_seed(seed)
+        pool = _pool(x, transform, generator=generator, batch_size=batch_size)
+        self.count += 1
+        return refit(self.model, pool, rule=rule, data=data_split,  # type: ignore[arg-type]
+                     transform=transform.standard())
+
+    def restore(self) -> None:
+        from bnconvention.refit import restore_running_state
+
+        restore_running_state(self.model, self.shipped)
+
+
+def retain_split_description(*, pool_size: int, seed: int, data: AuditData) -> str:
+    return (f"{pool_size} records drawn without replacement for each replicate from the retain split "
+            f"({data.retain.definition}; {len(data.retain.ids)} records); replicate r draws with "
+            f"SeedSequence({seed}, spawn_key=(0, r))")
+
+
+def data_split(data: AuditData, *, role: str, subset: str, ids: Sequence[int] | None, count: int,
+               seed: int | None) -> Any:
+    """The standard's description of a refit pool drawn from the audit's data."""
+    from bnconvention.standard.models import DataSplit, DatasetRef
+
+    ids_sha256 = record_ids_sha256([int(i) for i in ids]) if ids is not None else None
+    dataset = DatasetRef(id=data.dataset_id, revision=data.dataset_revision)
+    return DataSplit(role=role, dataset=dataset, subset=subset, record_count=count,  # type: ignore[arg-type]
+                     ids_sha256=ids_sha256, sampling_seed=seed)
+
+

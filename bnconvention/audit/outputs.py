@@ -1,0 +1,59 @@
+"""Write an audit's files, each atomically, only after the whole audit has been computed.
+
+In the output folder:
+
+* ``annotation.json`` — the refit annotation of the standard (a ``refit_annotation`` record), 2-space indented JSON
+  in the models' field order with a trailing newline; it passes ``bnconvention validate``. Indented rather than
+  canonical because people read it; its canonical form (and sha256) is one call away
+  (:func:`bnconvention.canonical.canonical_json`), which is what the hub scripts name the pushed file by.
+* ``summary.md`` — the Markdown summary; ``cells.png`` and ``staleness.png`` — the plots.
+* ``result.json`` — the full :class:`~bnconvention.audit.result.AuditResult` (annotation plus sign tests, reference
+  band per layer, per-replicate pools and timings), the census journal's format.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bnconvention.audit.plots import cells_figure, staleness_figure
+from bnconvention.audit.report import PLOT_FILES, audit_markdown
+from bnconvention.audit.result import AuditResult
+from bnconvention.io_utils import atomic_write_bytes, atomic_write_text
+from bnconvention.standard.models import to_dict
+
+ANNOTATION_FILE = "annotation.json"
+SUMMARY_FILE = "summary.md"
+RESULT_FILE = "result.json"
+
+
+def json_text(value: Any) -> str:
+    """Indented JSON text with a trailing newline (no NaN: values come from validated models)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def annotation_text(result: AuditResult) -> str:
+    return json_text(to_dict(result.annotation))
+
+
+def write_audit_outputs(result: AuditResult, out_dir: str | Path, *, plots: bool = True) -> dict[str, Path]:
+    """Write the annotation, summary, plots and full result into ``out_dir`` (created if needed)."""
+    out = Path(out_dir)
+    # render everything first: a failure while plotting must not leave half of the files behind
+    files: dict[str, bytes] = {ANNOTATION_FILE: annotation_text(result).encode("utf-8")}
+    if plots:
+        files[PLOT_FILES["cells"]] = cells_figure(result)
+        files[PLOT_FILES["staleness"]] = staleness_figure(result)
+    files[SUMMARY_FILE] = audit_markdown(result, plots=PLOT_FILES if plots else None).encode("utf-8")
+    files[RESULT_FILE] = json_text(result.model_dump(mode="json")).encode("utf-8")
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, data in files.items():
+        atomic_write_bytes(out / name, data)
+        written[name] = out / name
+    return written
+
+
+def write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json_text(value))

@@ -1,0 +1,161 @@
+"""Markdown summaries: one audited checkpoint, and a census of many (the results table of seed 000).
+
+Pure functions from results to text; writing files is :mod:`bnconvention.audit.outputs`' job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bnconvention.audit.result import AuditResult
+from bnconvention.audit.decisions import format_p
+
+PLOT_FILES = {"cells": "cells.png", "staleness": "staleness.png"}
+
+
+def _pp(value: float) -> str:
+    return f"{value:+.2f}"
+
+
+def _value(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def _yes(flag: bool | None) -> str:
+    return {True: "yes", False: "no", None: "—"}[flag]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return lines
+
+
+def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = None) -> str:
+    """The summary of one audit; ``plots`` maps plot kind to a relative file name to embed."""
+    a = result.annotation
+    if a.anchoring is None:
+        anchoring = "not checked (no published cells)"
+    else:
+        anchoring = (f"{'anchored' if a.anchoring.anchored else 'NOT anchored (excluded from decisions)'} "
+                     f"(tolerance {a.anchoring.tolerance:g})")
+    lines = [f"# Audit of `{a.subject.filename}`", "", f"> {a.reporting_line}", ""]
+    lines += _table(["", ""], [
+        ["trainable sha256", f"`{a.subject.trainable_sha256}` (bit-identical before and after the audit)"],
+        ["shipped running sha256", f"`{a.subject.running_sha256}`" if a.subject.running_sha256 else "— (none)"],
+        ["declared convention", f"`{a.subject.declared_convention}`" if a.subject.declared_convention else "none"],
+        ["refit convention", f"`{a.convention.name}`"],
+        ["architecture", f"`{result.factory}`"],
+        ["channel", a.channel + (" (no running statistics: a refit is the identity)" if a.channel == "absent"
+                                 else "")],
+        ["replicates", f"{a.replicates} (each a refit on {a.convention.data.record_count} redrawn retained records)"],
+        ["margin", f"±{a.margin_pp:g} pp"],
+        ["anchoring", anchoring],
+    ])
+    lines += ["", "## Cells", "",
+              "Cells are fractions; shifts are refit minus shipped in percentage points, per replicate.", ""]
+    rows = []
+    for cell in a.cells:
+        sign = result.sign_tests.get(cell.metric)
+        spread = f"{min(cell.replicate_shifts_pp):+.2f} … {max(cell.replicate_shifts_pp):+.2f}"
+        beyond = f"{sign.beyond}/{len(cell.replicate_shifts_pp)}" if sign else "—"
+        rows.append([f"`{cell.metric}`", _value(cell.published), _value(cell.shipped), _value(cell.refit),
+                     _pp(cell.shift_pp), spread, beyond, cell.decision.outcome, cell.decision.method,
+                     format_p(cell.decision.p_value)])
+    lines += _table(["cell", "published", "shipped", "refit (mean)", "shift pp", "replicate range pp",
+                     "beyond margin", "decision", "rule", "p"], rows)
+    if a.anchoring is not None:
+        lines += ["", "## Anchoring", ""]
+        lines += _table(["cell", "published", "shipped", "|difference|"],
+                        [[f"`{c.metric}`", _value(c.published), _value(c.shipped), f"{c.abs_diff:.4f}"]
+                         for c in a.anchoring.cells])
+    if a.verdicts:
+        lines += ["", "## Verdicts", ""]
+        lines += _table(["criterion", "shipped", "refit (mean cells)", "refit passes", "flip"], [
+            [f"`{v.criterion}`", "pass" if v.shipped else "fail", "pass" if v.refit else "fail",
+             f"{v.refit_pass_replicates}/{a.replicates}", (v.direction or "").replace("_", " ") or "—"]
+            for v in a.verdicts])
+    if a.staleness is not None:
+        s = a.staleness
+        lines += ["", "## Staleness", "",
+                  "Distance of the shipped statistics from a retain refit (seed 003, Eq. 15), layer-averaged; the "
+                  "reference band is the same distance between two independent retain refits.", ""]
+        band = s.reference_band
+        lines += _table(["", "shipped vs refit", "reference band"], [
+            ["mean ‖µ−µ̂‖/‖σ̂‖", f"{s.mean_distance:.5f}", f"{band.mean_distance:.5f}" if band else "—"],
+            ["variance ‖σ²−σ̂²‖/‖σ̂²‖", f"{s.var_distance:.5f}", f"{band.var_distance:.5f}" if band else "—"],
+        ])
+        lines += ["", f"Exceeds the band (both distances): {_yes(s.exceeds_band)}; {len(s.layers)} layers."]
+    if a.recoverability is not None:
+        r = a.recoverability
+        lines += ["", "## Recoverability", "",
+                  f"A refit ({r.rule}) on {r.images} unlabeled {r.source} images moves forget accuracy from "
+                  f"{r.forget_accuracy_shipped:.4f} to {r.forget_accuracy_after:.4f} ({_pp(r.shift_pp)} pp)."]
+    if a.provenance is not None:
+        p = a.provenance
+        shift = "—" if p.forget_shift_pp is None else f"{_pp(p.forget_shift_pp)} pp"
+        lines += ["", "## Provenance contrast", "",
+                  f"Exchanging {p.exchanged} of {p.pool_size} retained records for forget records in a fixed pool "
+                  f"moves the refit statistics by {p.mean_distance:.5f} (mean) / {p.var_distance:.5f} (variance) "
+                  f"and forget accuracy by {shift}."]
+    if plots:
+        lines += ["", "## Plots", ""]
+        lines += [f"![{kind}]({name})" for kind, name in plots.items()]
+    lines += ["", "## Cost", "",
+              f"{result.refits_run} refits, shipped cells evaluated once ({result.seconds_shipped_eval:.2f} s), "
+              f"{result.seconds:.1f} s in all."]
+    if result.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in result.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def census_markdown(census: Mapping[str, Any]) -> str:
+    """The census summary from the census JSON (see :func:`bnconvention.audit.census.summarize`)."""
+    counts = census["counts"]
+    q = census["fdr_q"]
+    margin = census["margin_pp"]
+    eligible = counts["eligible"]
+    lines = [f"# Census of {counts['checkpoints']} checkpoints", "",
+             f"Spec `{census['spec_name'] or census['spec_sha256'][:12]}`; {census['replicates']} replicates per "
+             f"checkpoint; margin ±{margin:g} pp; Benjamini–Yekutieli at q = {q:g} across the census, per cell.", ""]
+    rows = [
+        ["Shipped cells reproduce the published ones (anchored)", str(counts["anchoring_checked"]),
+         str(counts["anchored"])],
+        ["Checkpoints decided (anchored, or no published cells)", str(counts["checkpoints"]), str(eligible)],
+        ["Channel absent (no running statistics)", str(counts["checkpoints"]), str(counts["channel_absent"])],
+    ]
+    for metric, cell in census["cells"].items():
+        rows.append([f"`{metric}` displaced beyond ±{margin:g} pp (BY q = {q:g})", str(eligible),
+                     f"{cell['displaced_by']} (raw {cell['displaced']})"])
+        rows.append([f"`{metric}` equivalent (TOST 90 %)", str(eligible), str(cell["equivalent"])])
+    for criterion, verdict in census["verdicts"].items():
+        rows.append([f"Verdict `{criterion}` flips", str(eligible),
+                     f"{verdict['flips']} (pass→fail {verdict['pass_to_fail']}, fail→pass {verdict['fail_to_pass']})"])
+    largest = census.get("largest_shift")
+    if largest:
+        rows.append(["Largest shift", "", f"{_pp(largest['shift_pp'])} pp (`{largest['cell']}`, "
+                                          f"{largest['checkpoint']})"])
+    lines += _table(["Question", "n", "Result"], rows)
+    lines += ["", "## Per checkpoint", ""]
+    metrics = list(census["cells"])
+    header = ["checkpoint", "channel", "anchored"] + [f"`{m}` shift pp" for m in metrics] + ["flips", "annotation"]
+    table_rows = []
+    for entry in census["checkpoints"]:
+        row = [entry["checkpoint"], entry["channel"], _yes(entry["anchored"])]
+        for m in metrics:
+            cell = entry["cells"][m]
+            mark = {"displaced": " **displaced**", "equivalent": " equivalent", "undetermined": ""}[cell["outcome"]]
+            if cell["outcome"] == "displaced" and not cell["displaced_by"]:
+                mark = " displaced (not after BY)"
+            row.append(f"{_pp(cell['shift_pp'])}{mark}")
+        flips = ", ".join(f"`{f['criterion']}` {f['direction'].replace('_', ' ')}" for f in entry["flips"]) or "—"
+        row += [flips, f"[json]({entry['annotation']})"]
+        table_rows.append(row)
+    lines += _table(header, table_rows)
+    timing = census.get("timing")
+    if timing:
+        lines += ["", f"Audit time per checkpoint: median {timing['median_seconds']:.1f} s, total "
+                      f"{timing['total_seconds']:.1f} s of audits ({timing['audits_run']} run in this invocation, "
+                      f"{timing['audits_reused']} reused from the journal)."]
+    return "\n".join(lines) + "\n"

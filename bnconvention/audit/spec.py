@@ -1,0 +1,359 @@
+"""The audit spec: what to measure on a checkpoint, as a small YAML or JSON file validated by a schema of ours.
+
+The pydantic models below are the source of truth; ``schema/v1/audit-spec.schema.json`` is generated from them
+(regenerate with ``BNC_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_audit_spec.py``, which also proves
+the committed file is up to date). A spec is untrusted data: it is read with the safe loaders
+(:func:`bnconvention.card.load_yaml_strict`, :func:`bnconvention.canonical.loads_strict`), its cells and criteria
+are parsed by the whitelist of :mod:`bnconvention.audit.expressions`, and every problem is an
+:class:`~bnconvention.errors.AuditSpecError` whose ``field`` is the JSON pointer of the offending value.
+
+A minimal spec (everything else has the papers' defaults: margin 1.2 pp, R = 10 replicates, anchor tolerance 0.02,
+exact refit under the train transform, recoverability on B = 10 test images):
+
+>>> spec = parse_spec({"spec_version": "1.0", "kind": "audit_spec",
+...                    "splits": {"forget_classes": [3]}, "criteria": ["abs(df - dt) <= 0.05"]})
+>>> spec.margin_pp, spec.replicates, spec.anchor_tolerance, spec.refit.rule, spec.refit.transform
+(1.2, 10, 0.02, 'exact', 'train')
+>>> [cell.text for cell in spec.cell_expressions()]
+['df', 'dr', 'dt', 'abs(df - dt)']
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
+from bnconvention.canonical import canonical_sha256, loads_strict
+from bnconvention.errors import AuditSpecError, UntrustedInputError
+from bnconvention.standard.models import AccumulationRule, TransformMode
+
+AUDIT_SPEC_VERSION = "1.0"
+AUDIT_SPEC_SCHEMA_ID = "https://bnconvention.github.io/schema/v1/audit-spec.schema.json"
+REPO_AUDIT_SCHEMA_PATH = Path("schema") / "v1" / "audit-spec.schema.json"
+MAX_SPEC_BYTES = 1_000_000
+
+DatasetKind: TypeAlias = Literal["digits", "npz", "image_folder"]
+ScalarArg = str | int | float | bool | None
+Text = Annotated[str, StringConstraints(min_length=1)]
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class _Spec(BaseModel):
+    # strict like the records: "10" is not 10; unknown keys are typos, not extensions
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class DatasetSpec(_Spec):
+    """Where the images come from (read by :func:`bnconvention.datasets.load_dataset`). Nothing is downloaded."""
+
+    kind: DatasetKind = Field(default="digits", description=(
+        "'digits': the bundled sklearn digits prepared as in bnconvention.zoo (16x16, hash-defined test split); "
+        "'npz': arrays in a .npz file; 'image_folder': <class>/<image> or train/<class>/<image> + test/..."))
+    path: Text | None = Field(default=None, description=(
+        "The .npz file or image folder ('npz' and 'image_folder'), relative to the spec file's folder."))
+    dataset_id: Text | None = Field(default=None, description="Dataset identity recorded in the annotation.")
+    x_key: Text = Field(default="x", description="npz: array of images (N x H x W or N x C x H x W).")
+    y_key: Text = Field(default="y", description="npz: array of integer labels.")
+    ids_key: Text | None = Field(default=None, description="npz: array of unique integer record ids (default 0..N-1).")
+    test_key: Text | None = Field(default=None, description="npz: boolean test mask (default: no test records).")
+    image_size: list[PositiveInt] | None = Field(default=None, min_length=2, max_length=2, description=(
+        "image_folder: resize every image to [height, width] (bilinear)."))
+    channels: Literal[1, 3] = Field(default=3, description="image_folder: 1 (grey) or 3 (RGB).")
+
+    def loader_spec(self) -> dict[str, Any]:
+        """The mapping :func:`bnconvention.datasets.load_dataset` accepts."""
+        return self.model_dump(exclude_none=True)
+
+
+class SplitsSpec(_Spec):
+    """How forget, retain and test are defined: by classes, or by index files of record ids."""
+
+    forget_classes: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1, description=(
+        "Forget = train records of these classes, retain = the other train records, test = the test split."))
+    forget_index: Text | None = Field(default=None, description=(
+        "Index file of forget record ids (one integer per line, '#' comments), relative to the spec's folder."))
+    retain_index: Text | None = Field(default=None, description=(
+        "Index file of retain record ids; default: the train records not in forget_index."))
+    test_index: Text | None = Field(default=None, description="Index file of test record ids; default: the test "
+                                    "split.")
+
+
+class ModelSpec(_Spec):
+    """The architecture the weights are loaded into (allowlisted factories only)."""
+
+    factory: Text = Field(description=(
+        "An allowlisted factory name: 'zoo/convnet-bn', 'zoo/convnet-gn', 'torchvision/<arch>', or one the user "
+        "allows on the command line with --allow-factory package.module:function."))
+    kwargs: dict[str, ScalarArg | list[ScalarArg]] = Field(default_factory=dict, description=(
+        "Keyword arguments of the factory (plain JSON values only)."))
+
+
+class RefitSpec(_Spec):
+    """The named refit convention every replicate applies."""
+
+    rule: AccumulationRule = Field(default="exact", description="Accumulation rule of the refit.")
+    transform: TransformMode = Field(default="train", description="Transform applied to the refit pool.")
+    pool_size: PositiveInt = Field(default=512, description=(
+        "Retained records per replicate, redrawn independently for each replicate."))
+    batch_size: PositiveInt = Field(default=128, description="Batch size of the refit pass.")
+
+
+class RecoverabilitySpec(_Spec):
+    """Forget accuracy after a refit on B unlabeled proxy images (the papers' ten-image attack)."""
+
+    images: PositiveInt = Field(default=10, description="Number of unlabeled images B.")
+    source: Literal["test", "retain"] = Field(default="test", description="Split the images are drawn from.")
+    rule: AccumulationRule | None = Field(default=None, description="Refit rule; default: the refit's rule.")
+    transform: TransformMode = Field(default="eval", description="Transform applied to the proxy images.")
+
+
+class ProvenanceSpec(_Spec):
+    """Exchange k retained records for forget records in a fixed-size fitting pool (seed 001, appendix P)."""
+
+    pool_size: PositiveInt = Field(description="Size of the fitting pool (records).")
+    exchanged: Annotated[int, Field(ge=1)] = Field(description="Retained records exchanged for forget records.")
+
+
+class AuditSpec(_Spec):
+    """One audit's design. Cells are fractions in [0, 1]; shifts and the margin are in percentage points."""
+
+    spec_version: Literal["1.0"] = Field(description="Version of the audit-spec format; write \"1.0\" (quoted).")
+    kind: Literal["audit_spec"]
+    name: Text | None = Field(default=None, description="A short name for reports.")
+    dataset: DatasetSpec = Field(default_factory=DatasetSpec)
+    splits: SplitsSpec
+    model: ModelSpec | None = Field(default=None, description=(
+        "The architecture; when absent, each checkpoint's sidecar '<name>.json' must name an allowlisted factory."))
+    cells: list[Text] = Field(default_factory=lambda: list(BASE_CELLS), min_length=1, description=(
+        "Cells to report: 'df' (forget accuracy), 'dr' (retain), 'dt' (test) or expressions such as "
+        "'abs(df - dt)'. Criterion operands are added when missing."))
+    criteria: list[Text] = Field(default_factory=list, description=(
+        "Verdict criteria, e.g. 'abs(df - dt) <= 0.05', 'dr >= 0.95'."))
+    headline: Text = Field(default="df", description="The cell named in the reporting line.")
+    published: dict[str, float] | None = Field(default=None, description=(
+        "Published cells to anchor against (cell -> value), for a single-checkpoint audit."))
+    published_by_checkpoint: dict[str, dict[str, float]] | None = Field(default=None, description=(
+        "Published cells per checkpoint file name (without .safetensors), for a census."))
+    published_source: Literal["spec", "sidecar"] = Field(default="spec", description=(
+        "Where published cells come from: 'spec' (published / published_by_checkpoint above) or 'sidecar' (each "
+        "checkpoint's '<name>.json': a 'published' mapping of cell -> value, or the zoo's 'shipped_accuracy' "
+        "with forget/retain/test read as df/dr/dt)."))
+    anchor_tolerance: Annotated[float, Field(ge=0)] = Field(default=0.02, description=(
+        "Largest absolute difference between shipped and published cells for the checkpoint to anchor."))
+    margin_pp: Annotated[float, Field(gt=0)] = Field(default=1.2, description="Displacement margin (pp).")
+    fdr_q: Annotated[float, Field(gt=0, lt=1)] = Field(default=0.05, description=(
+        "False-discovery level of the census: Benjamini-Yekutieli across checkpoints, per cell."))
+    replicates: PositiveInt = Field(default=10, description="Number of replicates R (independent refits).")
+    seed: Annotated[int, Field(ge=0)] = Field(default=0, description=(
+        "Root seed; replicate r draws its pool and augmentation from (seed, r), so results are deterministic."))
+    refit: RefitSpec = Field(default_factory=RefitSpec)
+    staleness: bool = Field(default=True, description=(
+        "Report the staleness distance of shipped statistics from a retain refit, and the reference band."))
+    recoverability: RecoverabilitySpec | None = Field(default_factory=RecoverabilitySpec, description=(
+        "The ten-image recovery check; null to skip it."))
+    provenance: ProvenanceSpec | None = Field(default=None, description="Optional provenance contrast.")
+    eval_batch_size: PositiveInt = Field(default=512, description="Batch size of evaluation forwards.")
+
+    # --- derived, checked once ------------------------------------------------------------------------------------
+
+    @cached_property
+    def _cells(self) -> tuple[CellExpression, ...]:
+        parsed: list[CellExpression] = []
+        for index, text in enumerate(self.cells):
+            cell = parse_cell(text, field=f"/cells/{index}")
+            if cell.text in {c.text for c in parsed}:
+                raise AuditSpecError(f"cell {text!r} is listed twice (as {cell.text!r}); list each cell once",
+                                     field=f"/cells/{index}")
+            parsed.append(cell)
+        for criterion in self.criterion_expressions():
+            for operand in criterion.operands:
+                if operand.text not in {c.text for c in parsed}:
+                    parsed.append(operand)
+        return tuple(parsed)
+
+    def cell_expressions(self) -> tuple[CellExpression, ...]:
+        """Every reported cell: the listed ones, then criterion operands not listed."""
+        return self._cells
+
+    @cached_property
+    def _criteria(self) -> tuple[Criterion, ...]:
+        return tuple(parse_criterion(text, field=f"/criteria/{index}") for index, text in enumerate(self.criteria))
+
+    def criterion_expressions(self) -> tuple[Criterion, ...]:
+        return self._criteria
+
+    def headline_cell(self) -> CellExpression:
+        return parse_cell(self.headline, field="/headline")
+
+    def published_for(self, checkpoint: str | None) -> dict[str, float] | None:
+        """Published cells (canonical cell text -> value) for a checkpoint name, or the single-audit ones."""
+        if checkpoint is not None and self.published_by_checkpoint and checkpoint in self.published_by_checkpoint:
+            values = self.published_by_checkpoint[checkpoint]
+            where = f"/published_by_checkpoint/{_escape(checkpoint)}"
+        elif self.published is not None:
+            values, where = self.published, "/published"
+        else:
+            return None
+        return {parse_cell(key, field=f"{where}/{_escape(key)}").text: float(value) for key, value in values.items()}
+
+    def sha256(self) -> str:
+        """Digest of the effective spec (defaults filled in): part of the census journal key."""
+        return canonical_sha256(self.model_dump(mode="json"))
+
+    def check(self) -> AuditSpec:
+        """The checks a JSON Schema cannot express (expressions, field combinations), with exact JSON pointers."""
+        if self.dataset.kind != "digits" and self.dataset.path is None:
+            raise AuditSpecError(f"dataset kind {self.dataset.kind!r} needs a path (the .npz file or image folder, "
+                                 "relative to the spec file's folder)", field="/dataset/path")
+        splits = self.splits
+        files = {"forget_index": splits.forget_index, "retain_index": splits.retain_index,
+                 "test_index": splits.test_index}
+        if splits.forget_classes is None and splits.forget_index is None:
+            raise AuditSpecError("define the splits by forget_classes or by index files (forget_index, and "
+                                 "optionally retain_index and test_index)",
+                                 field="/splits/forget_index" if any(files.values()) else "/splits")
+        if splits.forget_classes is not None:
+            for key, value in files.items():
+                if value is not None:
+                    raise AuditSpecError(f"splits.{key} given together with forget_classes; define the splits "
+                                         "either by classes or by index files", field=f"/splits/{key}")
+            seen: set[int] = set()
+            for index, label in enumerate(splits.forget_classes):
+                if label in seen:
+                    raise AuditSpecError(f"forget class {label} is listed twice in {splits.forget_classes}",
+                                         field=f"/splits/forget_classes/{index}")
+                seen.add(label)
+        if self.provenance is not None and self.provenance.exchanged > self.provenance.pool_size:
+            raise AuditSpecError(f"provenance.exchanged ({self.provenance.exchanged}) exceeds provenance.pool_size "
+                                 f"({self.provenance.pool_size}); exchange at most the whole pool",
+                                 field="/provenance/exchanged")
+        self.cell_expressions()
+        headline = self.headline_cell()
+        if headline.text not in {c.text for c in self.cell_expressions()}:
+            raise AuditSpecError(f"headline {self.headline!r} is not one of the cells "
+                                 f"{[c.text for c in self.cell_expressions()]}; add it to cells",
+                                 field="/headline")
+        if self.published_source == "sidecar" and (self.published or self.published_by_checkpoint):
+            raise AuditSpecError("published_source is 'sidecar' but the spec also lists published cells; keep one "
+                                 "source", field="/published_source")
+        self.published_for(None)
+        for name in self.published_by_checkpoint or {}:
+            self.published_for(name)
+        return self
+
+
+def _escape(token: str) -> str:
+    """A JSON-pointer reference token (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _pointer(loc: tuple[Any, ...]) -> str:
+    return "".join(f"/{_escape(str(part))}" for part in loc)
+
+
+def parse_spec(data: Any, *, source: str = "<spec>", base_dir: Path | None = None) -> AuditSpec:
+    """Validate a decoded spec (a dict); every problem raises :class:`AuditSpecError` with a JSON-pointer field.
+
+    Relative paths (dataset path, index files) are resolved against ``base_dir`` when given.
+    """
+    if not isinstance(data, dict):
+        raise AuditSpecError(f"{source}: an audit spec is a mapping of keys to values, found "
+                             f"{type(data).__name__}", field="")
+    try:
+        spec = AuditSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = sorted(exc.errors(include_url=False), key=lambda e: (_pointer(e["loc"]), e["msg"]))
+        lines = [f"{_pointer(e['loc']) or '/'}: {_message(e)}" for e in problems]
+        raise AuditSpecError(f"{source}: {len(lines)} problem{'s' if len(lines) > 1 else ''}: " + "; ".join(lines),
+                             field=_pointer(problems[0]["loc"])) from None
+    spec.check()
+    if base_dir is not None:
+        spec = _resolve_paths(spec, base_dir)
+    return spec
+
+
+def _message(error: dict[str, Any]) -> str:
+    found = error.get("input")
+    text = error["msg"]
+    if error["type"] == "missing":
+        return "required field is missing"
+    if error["type"] == "extra_forbidden":
+        return f"unknown field (found {found!r}); check the spelling against the schema"
+    if isinstance(found, (str, int, float, bool)) or found is None:
+        return f"{text} (found {found!r})"
+    return text
+
+
+def _resolve_paths(spec: AuditSpec, base_dir: Path) -> AuditSpec:
+    def resolve(value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = Path(value)
+        return str(path if path.is_absolute() else (base_dir / path))
+
+    dataset = spec.dataset.model_copy(update={"path": resolve(spec.dataset.path)})
+    splits = spec.splits.model_copy(update={
+        "forget_index": resolve(spec.splits.forget_index),
+        "retain_index": resolve(spec.splits.retain_index),
+        "test_index": resolve(spec.splits.test_index),
+    })
+    return spec.model_copy(update={"dataset": dataset, "splits": splits})
+
+
+def load_spec(path: str | Path, *, replicates: int | None = None) -> AuditSpec:
+    """Read a spec from a ``.yaml``/``.yml`` or ``.json`` file; ``replicates`` overrides the file's R."""
+    from bnconvention.card import load_yaml_strict
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise AuditSpecError(f"audit spec {str(path)!r} does not exist; pass --spec with the path of a YAML or "
+                             "JSON spec (see examples/audit/digits-zoo.yaml)", field="") from None
+    except IsADirectoryError:
+        raise AuditSpecError(f"audit spec {str(path)!r} is a directory; pass the spec file", field="") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise AuditSpecError(f"audit spec {str(path)!r} is {len(data)} bytes, over the {MAX_SPEC_BYTES}-byte "
+                             "limit", field="")
+    try:
+        if path.suffix.lower() == ".json":
+            decoded = loads_strict(data, source=str(path))
+        else:
+            try:
+                text = data.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise AuditSpecError(f"{path}: not valid UTF-8 at byte {exc.start}; save the spec as UTF-8",
+                                     field="") from exc
+            decoded = load_yaml_strict(text, source=str(path))
+    except UntrustedInputError as exc:
+        # the YAML loader is shared with model cards; its messages speak of "front matter"
+        message = str(exc).replace("invalid YAML front matter", "invalid YAML").replace("YAML front matter", "YAML")
+        raise AuditSpecError(f"audit spec is unreadable: {message}", field="") from exc
+    if replicates is not None:
+        if isinstance(decoded, dict):
+            decoded = {**decoded, "replicates": replicates}
+    return parse_spec(decoded, source=str(path), base_dir=path.resolve().parent)
+
+
+# --- the JSON Schema ----------------------------------------------------------------------------------------------
+
+
+def generate_audit_spec_schema() -> dict[str, Any]:
+    """The Draft 2020-12 JSON Schema of an audit spec, generated from :class:`AuditSpec`."""
+    body = AuditSpec.model_json_schema(mode="validation")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": AUDIT_SPEC_SCHEMA_ID,
+        "title": f"bnconvention audit spec, version {AUDIT_SPEC_VERSION}",
+        **{k: v for k, v in body.items() if k != "title"},
+    }
+
+
+def audit_spec_schema_text() -> str:
+    """The schema as committed: 2-space indented JSON with a trailing newline."""
+    return json.dumps(generate_audit_spec_schema(), indent=2, ensure_ascii=False) + "\n"

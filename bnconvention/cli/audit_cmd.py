@@ -1,0 +1,73 @@
+"""``bnconvention audit``: refit cells of one checkpoint with replicate-backed decisions, verdicts and diagnostics."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EPILOG = """examples:
+  bnconvention audit zoo/bn-badteacher-eval.safetensors --spec examples/audit/digits-zoo.yaml
+  bnconvention audit model.safetensors --spec audit.yaml --out audit-model --replicates 3
+  bnconvention audit model.safetensors --spec audit.yaml --allow-factory mypkg.models:resnet_small
+
+The spec (YAML or JSON, schema/v1/audit-spec.schema.json) names the data, the splits, the architecture, the cells
+and criteria. Outputs in --out: annotation.json (a refit_annotation record; check it with bnconvention validate),
+summary.md, cells.png, staleness.png and result.json. Nothing is written when the spec or the checkpoint is invalid.
+"""
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spec", required=True, metavar="SPEC", help="audit spec (.yaml, .yml or .json)")
+    parser.add_argument("--replicates", type=int, metavar="R", help="number of replicates (overrides the spec)")
+    parser.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="allow your own model factory for this run (repeatable); the spec names it as "
+                             "model: {factory: MODULE:FUNCTION}")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "audit",
+        help="refit a checkpoint's BatchNorm statistics on R replicates and report every cell shipped vs refit",
+        description="Audit one checkpoint: shipped cells, R refits on redrawn retained pools at bit-identical "
+                    "weights, displaced/equivalent/undetermined per cell, verdict flips, staleness, "
+                    "recoverability, and the reporting line.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("weights", metavar="WEIGHTS", help="the .safetensors checkpoint")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: ./audit-<checkpoint name>)")
+    add_common_options(parser)
+    parser.set_defaults(func=run)
+
+
+def allow_factories(targets: list[str]) -> None:
+    from bnconvention.factories import allow_user_factory
+
+    for target in targets:
+        allow_user_factory(target)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bnconvention.audit.checkpoint import checkpoint_name
+    from bnconvention.audit.outputs import ANNOTATION_FILE, write_audit_outputs
+    from bnconvention.audit.runner import prepare_audit, run_audit
+    from bnconvention.audit.spec import load_spec
+
+    allow_factories(args.allow_factory)
+    spec = load_spec(args.spec, replicates=args.replicates)
+    weights = Path(args.weights)
+    prepared = prepare_audit(weights, spec)  # every check, before any computation or output
+    result = run_audit(prepared, progress=not args.no_progress)
+    out = Path(args.out) if args.out else Path(f"audit-{checkpoint_name(weights)}")
+    written = write_audit_outputs(result, out)
+    print(result.annotation.reporting_line)
+    for cell in result.annotation.cells:
+        print(f"  {cell.metric:<16} shipped {cell.shipped:.4f}  refit {cell.refit:.4f}  shift {cell.shift_pp:+.2f}pp"
+              f"  {cell.decision.outcome}")
+    for verdict in result.annotation.verdicts:
+        flip = f"  FLIP {verdict.direction.replace('_', ' ')}" if verdict.direction else ""
+        print(f"  {verdict.criterion}: shipped {'pass' if verdict.shipped else 'fail'}, refit "
+              f"{'pass' if verdict.refit else 'fail'}{flip}")
+    print(f"wrote {written[ANNOTATION_FILE]} and {len(written) - 1} more files in {out}")
+    return 0

@@ -1,0 +1,56 @@
+"""Shared, computed-once material for the audit tests (imported by tests/test_audit_*.py).
+
+One small census of five zoo checkpoints (R = 3, pools of 256) serves the paper-pattern tests, the census tests and
+the resume test; it is computed once per test process and cached here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bnconvention.audit.census import CensusOutcome, run_census
+from bnconvention.audit.spec import AuditSpec, parse_spec
+
+PATTERN_CHECKPOINTS = ("bn-badteacher-eval", "bn-relabel-train", "bn-ga-train", "bn-retrain", "gn-badteacher-eval")
+PATTERN_SPEC = {
+    "spec_version": "1.0",
+    "kind": "audit_spec",
+    "name": "pattern",
+    "splits": {"forget_classes": [3]},
+    "cells": ["df", "dr", "dt"],
+    "criteria": ["df <= 0.05", "dr >= 0.95"],
+    "published_source": "sidecar",
+    "replicates": 3,
+    "refit": {"pool_size": 256},
+    "recoverability": {"images": 10, "source": "test"},
+    "provenance": {"pool_size": 256, "exchanged": 26},
+}
+
+
+def pattern_spec() -> AuditSpec:
+    return parse_spec(PATTERN_SPEC)
+
+
+def checkpoint_paths(zoo_root: Path, names: tuple[str, ...] = PATTERN_CHECKPOINTS) -> list[Path]:
+    return [Path(zoo_root) / f"{name}.safetensors" for name in names]
+
+
+_CACHE: dict[Path, CensusOutcome] = {}
+
+
+def pattern_census(zoo_root: Path, tmp_path_factory) -> CensusOutcome:  # type: ignore[no-untyped-def]
+    """The pattern census, computed on the first call in this process and reused afterwards."""
+    key = Path(zoo_root)
+    if key not in _CACHE:
+        _CACHE[key] = run_census(checkpoint_paths(key), pattern_spec(), tmp_path_factory.mktemp("pattern-census"))
+    return _CACHE[key]
+
+
+def without_timing(value):  # type: ignore[no-untyped-def]
+    """A result or census dict with wall-clock fields removed, for comparing runs."""
+    if isinstance(value, dict):
+        return {k: without_timing(v) for k, v in value.items()
+                if k not in ("seconds", "seconds_shipped_eval", "timing", "invocation")}
+    if isinstance(value, list):
+        return [without_timing(v) for v in value]
+    return value

@@ -1,0 +1,206 @@
+"""The census: discovery, checks before any audit, Benjamini–Yekutieli counts, resume from the journal, workers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from audit_support import PATTERN_SPEC, checkpoint_paths, pattern_census, pattern_spec, without_timing
+from bnconvention.audit.census import discover_checkpoints, read_journal, run_census, summarize
+from bnconvention.audit.result import AuditResult
+from bnconvention.audit.spec import parse_spec
+from bnconvention.errors import CheckpointMismatchError, FactoryNotAllowedError, UsageError
+from bnconvention.standard.models import (
+    SPEC_VERSION,
+    AuditedFile,
+    Cell,
+    CellDecision,
+    Producer,
+    RefitAnnotation,
+    Verdict,
+)
+
+RESUME_SET = ("gn-badteacher-eval", "bn-retrain", "bn-relabel-train")
+
+
+@pytest.fixture(scope="module")
+def pattern(zoo, tmp_path_factory):
+    return pattern_census(zoo.root, tmp_path_factory)
+
+
+def test_census_counts_on_the_zoo_sample(pattern):
+    summary = pattern.summary
+    counts = dict(summary["counts"])
+    assert counts.pop("staleness_exceeds_band") >= 3
+    assert counts == {"checkpoints": 5, "anchoring_checked": 5, "anchored": 5, "eligible": 5, "channel_absent": 1}
+    df = summary["cells"]["df"]
+    # with R = 3 the smallest sign-test p is 0.125: displaced checkpoints exist but none survives BY at q = 0.05
+    assert df["displaced"] >= 1 and df["displaced_by"] == 0
+    assert sum(df[k] for k in ("displaced", "equivalent", "undetermined")) == 5
+    assert summary["largest_shift"]["cell"] == "df"
+    assert summary["largest_shift"]["checkpoint"] == "bn-badteacher-eval"
+    flips = summary["verdicts"]["df <= 0.05"]
+    assert flips["pass_to_fail"] >= 1 and flips["flips"] == flips["pass_to_fail"] + flips["fail_to_pass"]
+    written = json.loads((pattern.out_dir / "census.json").read_text())
+    assert written == json.loads(json.dumps(summary))
+    assert "| Verdict `df <= 0.05` flips | 5 |" in (pattern.out_dir / "census.md").read_text()
+    for name in ("bn-badteacher-eval", "gn-badteacher-eval"):
+        folder = pattern.out_dir / "checkpoints" / name
+        assert sorted(p.name for p in folder.iterdir()) == ["annotation.json", "cells.png", "result.json",
+                                                            "staleness.png", "summary.md"]
+        assert (folder / "cells.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _fake_result(name: str, shifts: list[float], *, anchored: bool | None = True,
+                 direction: str | None = None) -> AuditResult:
+    """A hand-made audit result of one cell ``df`` (for exact counting tests)."""
+    from bnconvention.audit.stats import decide, sign_test
+    from bnconvention.declaration import make_convention, make_transform
+
+    decision = decide(shifts, margin_pp=1.2)
+    sign = sign_test(shifts, margin_pp=1.2)
+    values = [0.1 + s / 100 for s in shifts]
+    verdict = Verdict(criterion="df <= 0.05", shipped=direction == "pass_to_fail",
+                      refit=direction == "fail_to_pass", flipped=direction is not None, direction=direction,
+                      refit_pass_replicates=len(shifts) if direction == "fail_to_pass" else 0)
+    annotation = RefitAnnotation(
+        spec_version=SPEC_VERSION, kind="refit_annotation",
+        subject=AuditedFile(filename=f"{name}.safetensors", trainable_sha256="0" * 64),
+        convention=make_convention(buffer_update_mode="refit", role="retain", dataset_id="d", subset="s",
+                                   transform=make_transform(mode="train"), rule="exact"),
+        channel="present", replicates=len(shifts), margin_pp=1.2,
+        cells=[Cell(metric="df", split="forget", shipped=0.1, refit=sum(values) / len(values),
+                    shift_pp=sum(shifts) / len(shifts), replicate_values=values, replicate_shifts_pp=shifts,
+                    margin_pp=1.2, decision=CellDecision(outcome=decision.outcome, p_value=decision.p_value,
+                                                         method=decision.method))],
+        verdicts=[verdict], producer=Producer(tool="t", version="0"), reporting_line="line")
+    return AuditResult(checkpoint=name, weights_path=name, weights_key="k", spec_sha256="s", factory="f",
+                       anchored=anchored, annotation=annotation,
+                       sign_tests={"df": {"p_value": sign.p_value, "beyond": sign.beyond,
+                                          "direction": sign.direction}},
+                       replicate_records=[], refits_run=len(shifts), seconds=1.0, seconds_shipped_eval=0.1)
+
+
+@pytest.mark.parametrize(("replicates", "displaced_by"), [
+    pytest.param(10, 3, id="R10-p0.00098-survives-BY"),
+    pytest.param(5, 0, id="R5-p0.031-does-not"),
+])
+def test_benjamini_yekutieli_across_the_census(replicates, displaced_by):
+    # 12 decided checkpoints: 3 displaced on every replicate, 9 with no shift; BY's c(12) = 3.1032, so the three
+    # displaced ones have adjusted p = p * 12 * 3.1032 / 3: 0.0121 for R = 10, 0.388 for R = 5
+    spec = parse_spec({**PATTERN_SPEC, "cells": ["df"], "criteria": ["df <= 0.05"], "replicates": replicates})
+    results = [_fake_result(f"moved{i}", [2.0] * replicates, direction="pass_to_fail") for i in range(3)]
+    results += [_fake_result(f"still{i}", [0.0] * replicates) for i in range(9)]
+    results.append(_fake_result("unanchored", [5.0] * replicates, anchored=False, direction="fail_to_pass"))
+    summary = summarize(results, [r.checkpoint for r in results], spec)
+    assert summary["cells"]["df"] == {"displaced": 3, "displaced_by": displaced_by, "equivalent": 9,
+                                      "undetermined": 0}
+    assert summary["counts"]["eligible"] == 12 and summary["counts"]["anchored"] == 12
+    assert summary["verdicts"]["df <= 0.05"] == {"flips": 3, "pass_to_fail": 3, "fail_to_pass": 0,
+                                                 "flips_on_every_replicate": 3}
+    by_p = summary["checkpoints"][0]["cells"]["df"]["by_p_value"]
+    assert by_p == pytest.approx(0.5 ** replicates * 12 * sum(1 / i for i in range(1, 13)) / 3)
+    assert summary["checkpoints"][-1]["cells"]["df"]["by_p_value"] is None  # not anchored: not in the family
+
+
+def test_interrupted_census_resumes_without_redoing_work_and_matches(pattern, zoo, tmp_path):
+    out = tmp_path / "census"
+    paths = checkpoint_paths(zoo.root, RESUME_SET)
+
+    def interrupt(name, result):
+        raise KeyboardInterrupt  # e.g. Ctrl-C right after the first checkpoint was journaled
+
+    with pytest.raises(KeyboardInterrupt):
+        run_census(paths, pattern_spec(), out, on_result=interrupt)
+    assert len(list((out / "journal").iterdir())) == 1
+    assert not (out / "census.json").exists()
+
+    seen = []
+    resumed = run_census(paths, pattern_spec(), out, workers=2, on_result=lambda name, result: seen.append(name))
+    assert (resumed.audits_run, resumed.audits_reused) == (2, 1)
+    assert sorted(seen) == sorted(RESUME_SET[1:])  # the first checkpoint was not audited again
+    reference = {r.checkpoint: r for r in pattern.results}
+    for result in resumed.results:  # the same numbers as the uninterrupted, single-process census
+        assert without_timing(result.model_dump(mode="json")) == without_timing(
+            reference[result.checkpoint].model_dump(mode="json"))
+    expected = summarize([reference[n] for n in RESUME_SET], list(RESUME_SET), pattern_spec())
+    assert without_timing(json.loads((out / "census.json").read_text())) == without_timing(
+        json.loads(json.dumps(expected)))
+
+    again = run_census(paths, pattern_spec(), out)
+    assert (again.audits_run, again.audits_reused) == (0, 3)
+
+
+def test_journal_entries_are_bound_to_weights_and_spec(pattern):
+    entry = next((pattern.out_dir / "journal").iterdir())
+    result = AuditResult.model_validate_json(entry.read_bytes())
+    assert read_journal(entry, weights=result.weights_key, spec_sha256=result.spec_sha256) == result
+    assert read_journal(entry, weights=result.weights_key, spec_sha256="0" * 64) is None
+    assert read_journal(entry, weights="0" * 64, spec_sha256=result.spec_sha256) is None
+
+
+def test_unreadable_journal_entry_is_redone_not_trusted(tmp_path):
+    bad = tmp_path / "entry.json"
+    bad.write_text('{"format": "bnconvention-audit-result/1", "checkpoint": ')
+    assert read_journal(bad, weights="k", spec_sha256="s") is None
+
+
+def test_discovery_recurses_sorts_and_deduplicates(zoo, tmp_path):
+    nested = tmp_path / "a" / "b"
+    nested.mkdir(parents=True)
+    for name in ("bn-retrain", "gn-base"):
+        shutil.copy(zoo.root / f"{name}.safetensors", nested / f"{name}.safetensors")
+    (nested / ".hidden.safetensors").write_bytes(b"")
+    found = discover_checkpoints([tmp_path, nested / "gn-base.safetensors"])
+    assert [p.name for p in found] == ["bn-retrain.safetensors", "gn-base.safetensors"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="holds no .safetensors files"):
+        discover_checkpoints([tmp_path / "empty"])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        discover_checkpoints([tmp_path / "missing.safetensors"])
+
+
+def test_every_checkpoint_is_checked_before_any_audit(zoo, tmp_path):
+    population = tmp_path / "population"
+    population.mkdir()
+    for name in ("bn-retrain", "gn-base"):
+        for suffix in (".safetensors", ".json"):
+            shutil.copy(zoo.root / f"{name}{suffix}", population / f"{name}{suffix}")
+    # a BatchNorm checkpoint whose sidecar claims the GroupNorm architecture: its tensors do not fit
+    shutil.copy(zoo.root / "bn-finetune.safetensors", population / "bn-finetune.safetensors")
+    sidecar = json.loads((zoo.root / "gn-finetune.json").read_text())
+    (population / "bn-finetune.json").write_text(json.dumps(sidecar))
+    out = tmp_path / "out"
+    with pytest.raises(CheckpointMismatchError, match="not in the model: .features.1.num_batches_tracked.") as caught:
+        run_census([population], pattern_spec(), out)
+    assert "bn-finetune.safetensors" in str(caught.value)
+    assert not out.exists()  # nothing written, nothing audited
+
+
+def test_sidecar_factory_outside_the_allowlist_is_never_imported(zoo, tmp_path):
+    import sys
+
+    shutil.copy(zoo.root / "bn-retrain.safetensors", tmp_path / "m.safetensors")
+    (tmp_path / "m.json").write_text(json.dumps({"architecture": {"factory": "evil_module_h7:build"},
+                                                 "shipped_accuracy": {"forget": 0.0}}))
+    with pytest.raises(FactoryNotAllowedError, match="not allowlisted"):
+        run_census([tmp_path / "m.safetensors"], pattern_spec(), tmp_path / "out")
+    assert "evil_module_h7" not in sys.modules
+    assert not (tmp_path / "out").exists()
+
+
+def test_workers_must_be_positive(zoo, tmp_path):
+    with pytest.raises(UsageError, match="--workers"):
+        run_census([zoo.root / "bn-retrain.safetensors"], pattern_spec(), tmp_path, workers=0)
+
+
+def test_checkpoint_with_foreign_tensor_names_is_a_mismatch(zoo, tmp_path):
+    state = load_file(str(zoo.root / "bn-retrain.safetensors"))
+    state["extra.weight"] = state["head.bias"].clone()
+    save_file(state, str(tmp_path / "bn-retrain.safetensors"))
+    shutil.copy(zoo.root / "bn-retrain.json", tmp_path / "bn-retrain.json")
+    with pytest.raises(CheckpointMismatchError, match="not in the model: 'extra.weight'"):
+        run_census([tmp_path / "bn-retrain.safetensors"], pattern_spec(), tmp_path / "out")

@@ -1,0 +1,134 @@
+"""The audit spec: defaults, the committed JSON Schema, and every invalid spec naming its field."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+
+from bnconvention.audit.data import load_audit_data
+from bnconvention.audit.runner import check_data_fits
+from bnconvention.audit.spec import (
+    REPO_AUDIT_SCHEMA_PATH,
+    audit_spec_schema_text,
+    generate_audit_spec_schema,
+    load_spec,
+    parse_spec,
+)
+from bnconvention.errors import AuditSpecError
+
+SPECS = Path(__file__).parent / "fixtures" / "audit" / "specs"
+EXPECTED = json.loads((SPECS / "expected.json").read_text())["cases"]
+MINIMAL = {"spec_version": "1.0", "kind": "audit_spec", "splits": {"forget_classes": [3]}}
+
+
+def test_committed_schema_is_the_generated_one(repo_root):
+    path = repo_root / REPO_AUDIT_SCHEMA_PATH
+    if os.environ.get("BNC_REGEN_GOLDEN"):
+        path.write_text(audit_spec_schema_text(), encoding="utf-8")
+    # regenerate: BNC_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_audit_spec.py
+    assert path.read_text(encoding="utf-8") == audit_spec_schema_text()
+    Draft202012Validator.check_schema(json.loads(path.read_text(encoding="utf-8")))
+
+
+def test_defaults_are_the_papers_design():
+    spec = parse_spec(MINIMAL)
+    assert (spec.margin_pp, spec.replicates, spec.anchor_tolerance, spec.fdr_q) == (1.2, 10, 0.02, 0.05)
+    assert (spec.refit.rule, spec.refit.transform, spec.refit.pool_size) == ("exact", "train", 512)
+    assert spec.recoverability is not None
+    assert (spec.recoverability.images, spec.recoverability.source, spec.recoverability.transform) == (10, "test",
+                                                                                                       "eval")
+    assert spec.provenance is None and spec.staleness is True
+    assert [c.text for c in spec.cell_expressions()] == ["df", "dr", "dt"]
+
+
+def test_criterion_operands_become_cells():
+    spec = parse_spec({**MINIMAL, "cells": ["df"], "criteria": ["abs(df-dt) <= 0.05", "dr >= 0.95"]})
+    assert [c.text for c in spec.cell_expressions()] == ["df", "abs(df - dt)", "dr"]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (SPECS / "valid").iterdir()))
+def test_valid_specs_load_and_satisfy_the_schema(name):
+    path = SPECS / "valid" / name
+    spec = load_spec(path)
+    assert spec.kind == "audit_spec"
+    document = json.loads(path.read_text()) if name.endswith(".json") else yaml.safe_load(path.read_text())
+    assert list(Draft202012Validator(generate_audit_spec_schema()).iter_errors(document)) == []
+
+
+def test_valid_index_file_spec_fits_its_data():
+    spec = load_spec(SPECS / "valid" / "index-files.yaml")
+    data = load_audit_data(spec)
+    check_data_fits(spec, data)
+    assert (len(data.forget.ids), len(data.retain.ids), len(data.test.ids)) == (40, 600, 463)
+    # relative paths are resolved against the spec file's folder
+    assert Path(spec.splits.forget_index).is_absolute()
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_invalid_specs_name_the_field(case):
+    expected = EXPECTED[case]
+    path = SPECS / case
+    with pytest.raises(AuditSpecError) as caught:
+        spec = load_spec(path)
+        check_data_fits(spec, load_audit_data(spec))
+    assert caught.value.field == expected["field"], str(caught.value)
+    if expected["level"] in ("schema", "semantic"):
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        schema_errors = list(Draft202012Validator(generate_audit_spec_schema()).iter_errors(document))
+        # schema-level cases are rejected by the JSON Schema too; semantic ones only by the spec's own checks
+        assert bool(schema_errors) is (expected["level"] == "schema")
+    if expected["level"] == "data":
+        load_spec(path)  # the spec itself is valid: only its data does not fit
+
+
+def test_every_invalid_fixture_has_an_expectation():
+    files = {f"{d.name}/{p.name}" for d in (SPECS / "invalid", SPECS / "invalid-data") for p in d.iterdir()}
+    assert files == set(EXPECTED)
+
+
+def test_error_message_says_what_where_and_found():
+    with pytest.raises(AuditSpecError) as caught:
+        load_spec(SPECS / "invalid" / "replicates-zero.yaml")
+    assert str(caught.value) == (f"{SPECS / 'invalid' / 'replicates-zero.yaml'}: 1 problem: /replicates: Input should "
+                                 "be greater than or equal to 1 (found 0)")
+
+
+def test_yaml_errors_do_not_speak_of_front_matter():
+    with pytest.raises(AuditSpecError) as caught:
+        load_spec(SPECS / "invalid" / "yaml-alias.yaml")
+    assert "invalid YAML at line 3 column 9" in str(caught.value)
+    assert "front matter" not in str(caught.value)
+
+
+def test_replicates_override_is_validated_like_the_file():
+    assert load_spec(SPECS / "valid" / "minimal.yaml", replicates=3).replicates == 3
+    with pytest.raises(AuditSpecError) as caught:
+        load_spec(SPECS / "valid" / "minimal.yaml", replicates=0)
+    assert caught.value.field == "/replicates"
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    pytest.param("nowhere.yaml", "does not exist", id="missing"),
+    pytest.param(".", "is a directory", id="directory"),
+])
+def test_unreadable_spec_paths(tmp_path, path, message):
+    with pytest.raises(AuditSpecError, match=message):
+        load_spec(tmp_path / path)
+
+
+def test_spec_digest_follows_the_effective_spec():
+    base = parse_spec(MINIMAL)
+    assert base.sha256() == parse_spec({**MINIMAL, "replicates": 10, "margin_pp": 1.2}).sha256()
+    assert base.sha256() != parse_spec({**MINIMAL, "replicates": 9}).sha256()
+
+
+def test_published_cells_are_canonicalised():
+    spec = parse_spec({**MINIMAL, "published": {"abs( df-dt )": 0.04, "df": 0.01},
+                       "published_by_checkpoint": {"bn-base": {"dr": 0.99}}})
+    assert spec.published_for("other") == {"abs(df - dt)": 0.04, "df": 0.01}
+    assert spec.published_for("bn-base") == {"dr": 0.99}

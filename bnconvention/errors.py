@@ -123,6 +123,28 @@ class HubError(BnConventionError, RuntimeError):
         self.repo_id = repo_id
 
 
+class TransientHubError(HubError):
+    """A Hub read that failed in a way worth retrying without an HTTP status to say so (a body shorter than its
+    announced length). Raised by ``bnconvention.hub``'s readers and retried like a dropped connection."""
+
+
+class HubRequestError(BnConventionError, ValueError):
+    """The local Hub server (``bnconvention.hubserver``) refused a request or a seeding call.
+
+    ``status`` is the HTTP status and ``code`` the ``X-Error-Code`` the real Hub sends for the same case
+    (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``, ``BadRequest``, ...); ``headers`` are extra response
+    headers (e.g. ``X-Repo-Commit`` on a missing file).
+    """
+
+    def __init__(self, message: str, *, status: int, code: str, repo_id: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.repo_id = repo_id
+        self.headers = dict(headers or {})
+
+
 class UsageError(BnConventionError, ValueError):
     """A command was called with arguments that cannot work together."""
 
@@ -136,11 +158,13 @@ __all__ = [
     "DigestMismatchError",
     "FactoryNotAllowedError",
     "HubError",
+    "HubRequestError",
     "JSONInputError",
     "RecordError",
     "RefitError",
     "SafetensorsHeaderError",
     "StampError",
+    "TransientHubError",
     "UnsupportedModelError",
     "UntrustedInputError",
     "UsageError",

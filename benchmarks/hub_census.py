@@ -1,0 +1,195 @@
+"""Benchmark: the header-only census against ``huggingface_hub.get_safetensors_metadata``, on the local Hub.
+
+    .venv/bin/python benchmarks/hub_census.py                    # 100 MB repo, 150-repo organisation
+    .venv/bin/python benchmarks/hub_census.py --big-mb 20 --repos 60 --repeats 1   # quick look
+
+Two measurements, each side by side in one run against the same server (``bnconvention.hubserver.LocalHub``),
+bytes from the server's own counters (body bytes actually sent):
+
+1. **Bytes for one repo with ``--big-mb`` MB of weights** (a BatchNorm layer plus one large tensor): what
+   ``classify_repo`` reads (one speculative range of 4 KiB, then exactly the missing header bytes) versus what
+   ``get_safetensors_metadata`` reads (a HEAD, then ``bytes=0-100000``). The header is reported too.
+2. **A census of a ``--repos``-repo organisation** (generated: BatchNorm undeclared and declared, sharded BatchNorm,
+   GroupNorm, no weights, in equal shares; 50 repos per listing page): wall time and bytes of ``run_census`` (1 and
+   ``--workers`` threads) versus a loop of ``get_safetensors_metadata`` over the same repos (what a census built on
+   the client call alone would cost; it classifies nothing beyond reading the headers). Medians of interleaved
+   repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _bn_tensors(width: int) -> dict[str, np.ndarray]:
+    return {"conv.weight": np.zeros((width, 3, 3, 3), dtype=np.float32),
+            "bn.weight": np.ones(width, dtype=np.float32), "bn.bias": np.zeros(width, dtype=np.float32),
+            "bn.running_mean": np.zeros(width, dtype=np.float32), "bn.running_var": np.ones(width, dtype=np.float32),
+            "bn.num_batches_tracked": np.zeros((), dtype=np.int64),
+            "head.weight": np.zeros((10, width), dtype=np.float32), "head.bias": np.zeros(10, dtype=np.float32)}
+
+
+def _declared(data: bytes) -> bytes:
+    """``data`` stamped with a valid declaration of its tensors (built by the production builder)."""
+    import torch
+    from safetensors.torch import load
+
+    from bnconvention.canonical import canonical_json
+    from bnconvention.declaration import declare, make_convention, make_transform
+    from bnconvention.safetensors_header import parse_header
+    from bnconvention.standard.models import to_dict
+    from bnconvention.stamp import stamped_header_bytes
+
+    state = load(data)
+    width = state["bn.weight"].shape[0]
+    model = torch.nn.Sequential()
+    model.add_module("conv", torch.nn.Conv2d(3, width, 3, bias=False))
+    model.add_module("bn", torch.nn.BatchNorm2d(width))
+    model.add_module("head", torch.nn.Linear(width, 10))
+    model.load_state_dict(state)
+    convention = make_convention(buffer_update_mode="train", role="train", dataset_id="bench/data",
+                                 subset="all", transform=make_transform(mode="train"), rule="ema", momentum=0.1)
+    record = canonical_json(to_dict(declare(model, convention)))
+    length = int.from_bytes(data[:8], "little")
+    header = parse_header(data[8:8 + length], data_size=len(data) - 8 - length)
+    new = stamped_header_bytes(header, record)
+    return len(new).to_bytes(8, "little") + new + data[8 + length:]
+
+
+def seed_org(hub: Any, org: str, count: int) -> None:
+    from safetensors.numpy import save
+
+    bn = save(_bn_tensors(32))
+    declared = _declared(bn)
+    gn = save({"gn.weight": np.ones(32, dtype=np.float32), "gn.bias": np.zeros(32, dtype=np.float32),
+               "head.weight": np.zeros((10, 32), dtype=np.float32)})
+    tensors = _bn_tensors(32)
+    names = list(tensors)
+    shard_a, shard_b = save({n: tensors[n] for n in names[:4]}), save({n: tensors[n] for n in names[4:]})
+    index = json.dumps({"weight_map": {**{n: "model-00001-of-00002.safetensors" for n in names[:4]},
+                                       **{n: "model-00002-of-00002.safetensors" for n in names[4:]}}}).encode()
+    kinds = [
+        {"model.safetensors": bn},
+        {"model.safetensors": declared, "README.md": b"---\nlicense: mit\n---\n# declared\n"},
+        {"model-00001-of-00002.safetensors": shard_a, "model-00002-of-00002.safetensors": shard_b,
+         "model.safetensors.index.json": index},
+        {"model.safetensors": gn},
+        {"README.md": b"# no weights\n"},
+    ]
+    for i in range(count):
+        hub.store.commit(f"{org}/repo-{i:03d}", files=kinds[i % len(kinds)])
+
+
+def big_repo_bytes(hub: Any, client: Any, repo_id: str, revision: str) -> dict[str, int]:
+    from bnconvention.hub.classify import classify_repo
+
+    hub.reset_stats()
+    entry = classify_repo(client, repo_id, sha=revision, filenames=["model.safetensors"])
+    ours = hub.bytes_sent(repo_id=repo_id)
+    hub.reset_stats()
+    client.api.get_safetensors_metadata(repo_id, revision=revision)
+    theirs = hub.bytes_sent(repo_id=repo_id)
+    header = entry.checkpoints[0].header_bytes
+    return {"file_bytes": entry.checkpoints[0].file_size, "header_bytes": header, "census_bytes": ours,
+            "get_safetensors_metadata_bytes": theirs}
+
+
+def census_once(hub: Any, client: Any, org: str, workers: int) -> tuple[float, int]:
+    from bnconvention.hub.crawl import run_census
+    from bnconvention.hub.journal import Journal
+
+    with tempfile.TemporaryDirectory() as tmp, Journal(Path(tmp) / "j.sqlite", org=org,
+                                                       endpoint=hub.endpoint) as journal:
+        hub.reset_stats()
+        start = time.perf_counter()
+        run = run_census(client, org, journal=journal, workers=workers)
+        seconds = time.perf_counter() - start
+    if run.failed:
+        raise RuntimeError(f"census failures: {run.failures[:3]}")
+    return seconds, hub.bytes_sent()
+
+
+def metadata_loop_once(hub: Any, client: Any, org: str) -> tuple[float, int]:
+    from huggingface_hub.errors import NotASafetensorsRepoError
+
+    hub.reset_stats()
+    start = time.perf_counter()
+    for model in client.api.list_models(author=org):
+        try:
+            client.api.get_safetensors_metadata(model.id)
+        except NotASafetensorsRepoError:
+            pass
+    return time.perf_counter() - start, hub.bytes_sent()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--big-mb", type=int, default=100, help="weights of the large repo, in MB (default 100)")
+    parser.add_argument("--repos", type=int, default=150, help="repos in the organisation (default 150)")
+    parser.add_argument("--workers", type=int, default=4, help="threads of the parallel census (default 4)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    from huggingface_hub import constants
+    from safetensors.numpy import save
+
+    from bnconvention.hub.client import make_client, quiet_hub_progress
+    from bnconvention.hubserver import LocalHub
+
+    with tempfile.TemporaryDirectory(prefix="bnc-bench-hub-") as tmp:
+        constants.HF_HUB_CACHE = str(Path(tmp) / "hf-cache")  # get_safetensors_metadata caches the index
+        with LocalHub(Path(tmp) / "hub", durable=False, page_size=50) as hub:
+            client = make_client(endpoint=hub.endpoint)
+            big = save({**_bn_tensors(64), "big.weight": np.zeros(args.big_mb * 250_000, dtype=np.float32)})
+            result = hub.store.commit("bench-big/model", files={"model.safetensors": big})
+            del big
+            figures: dict[str, Any] = {"big_repo": big_repo_bytes(hub, client, "bench-big/model", result.oid)}
+
+            seed_org(hub, "bench-org", args.repos)
+            runs: dict[str, list[tuple[float, int]]] = {"census_1": [], f"census_{args.workers}": [],
+                                                        "get_safetensors_metadata_loop": []}
+            with quiet_hub_progress():
+                census_once(hub, client, "bench-org", 1)  # warm-up: imports, connections, page cache
+                metadata_loop_once(hub, client, "bench-org")
+            for _ in range(args.repeats):
+                runs["census_1"].append(census_once(hub, client, "bench-org", 1))
+                runs[f"census_{args.workers}"].append(census_once(hub, client, "bench-org", args.workers))
+                with quiet_hub_progress():
+                    runs["get_safetensors_metadata_loop"].append(metadata_loop_once(hub, client, "bench-org"))
+            figures["org"] = {name: {"median_seconds": statistics.median(s for s, _ in values),
+                                     "bytes": values[0][1]} for name, values in runs.items()}
+            figures["org"]["repos"] = args.repos
+
+    big_figures = figures["big_repo"]
+    print(f"repo with {big_figures['file_bytes'] / 1e6:.1f} MB of weights (header {big_figures['header_bytes']} "
+          "bytes):")
+    print(f"  census (classify_repo)      {big_figures['census_bytes']:>9} bytes")
+    print(f"  get_safetensors_metadata    {big_figures['get_safetensors_metadata_bytes']:>9} bytes "
+          f"({big_figures['get_safetensors_metadata_bytes'] / big_figures['census_bytes']:.1f}x)")
+    org = figures["org"]
+    base = org["census_1"]["median_seconds"]
+    print(f"organisation of {args.repos} repos (median of {args.repeats}):")
+    for name in ("census_1", f"census_{args.workers}", "get_safetensors_metadata_loop"):
+        item = org[name]
+        print(f"  {name:<30} {item['median_seconds']:7.2f} s ({item['median_seconds'] / base:.2f}x)  "
+              f"{item['bytes']:>9} bytes ({item['bytes'] / org['census_1']['bytes']:.1f}x)")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""``bnconvention hub census|audit|push|validate|publish``: crawl a Hub organisation and write results back.
+
+Every subcommand talks to the Hub through one ``HfApi(endpoint=..., token=...)``; the token is read from the
+environment variable named by ``--token-env`` (default ``HF_TOKEN``) and never printed. The hub_scripts/ entry
+points run these same commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+EPILOG = """examples:
+  bnconvention hub census my-org --endpoint http://127.0.0.1:8000 --out hub-my-org
+  bnconvention hub audit my-org --spec examples/audit/digits-zoo.yaml --workers 2
+  bnconvention hub push my-org --dry-run          # what the pull requests would change
+  bnconvention hub push my-org                     # one pull request per audited repo, never to main
+  bnconvention hub validate my-org/model --revision refs/pr/1 --format github
+  bnconvention hub publish release/ --repo my-org/model
+
+census, audit and push share --out (default hub-ORG) and its journal (OUT/journal.sqlite): run them in that order;
+a killed run resumes where it stopped when run again, without redoing finished repos or opening a second pull
+request. Exit codes: 0 done, 1 some repos failed (rerun to retry them) or validation errors, 2 bad usage or
+unreadable input, 130 interrupted.
+"""
+
+
+def _common(parser: argparse.ArgumentParser, *, journal: bool = True) -> None:
+    parser.add_argument("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
+    parser.add_argument("--token-env", default="HF_TOKEN", metavar="VAR",
+                        help="environment variable holding the token (default: HF_TOKEN); unset: anonymous")
+    parser.add_argument("--retries", type=int, default=5, metavar="N",
+                        help="tries per Hub request on 408/429/5xx, timeouts and dropped connections (default: 5)")
+    parser.add_argument("--retry-delay", type=float, default=0.5, metavar="SECONDS",
+                        help="first backoff delay, doubled per retry up to 8 s (default: 0.5)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="timeout of each Hub request (default: 60)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    if journal:
+        parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: hub-ORG)")
+        parser.add_argument("--journal", type=Path, metavar="PATH",
+                            help="crawl journal (default: OUT/journal.sqlite); a rerun resumes from it")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "hub", help="crawl a Hub organisation: census, audit, push annotations, validate, publish",
+        description="Drive the Hugging Face Hub (or a compatible server) with huggingface_hub: a header-only "
+                    "census of an organisation, audits of its BatchNorm repos, annotations pushed back as pull "
+                    "requests, the submission-pipeline check, and publishing a release.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="hub_command", metavar="COMMAND")
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+    census = commands.add_parser(
+        "census", help="classify every model of an organisation from its safetensors headers",
+        description="List ORG's models and classify each from its safetensors header(s) and card alone: no "
+                    "weights / channel absent / BN declared and consistent / BN declared but inconsistent / BN "
+                    "undeclared / unreadable. Writes OUT/census.json and OUT/census.md.",
+        epilog="example:\n  bnconvention hub census my-org --endpoint http://127.0.0.1:8000 --format json\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    census.add_argument("org", metavar="ORG")
+    _common(census)
+    census.add_argument("--workers", type=int, default=1, metavar="N", help="read N repos at a time (threads)")
+    census.add_argument("--format", choices=("text", "json"), default="text",
+                        help="what to print: a summary (text) or the census document (json)")
+    census.set_defaults(func=run_census_cmd)
+
+    audit = commands.add_parser(
+        "audit", help="audit the BatchNorm repos of an organisation and write annotations locally",
+        description="Run the census (reusing the journal), then download every BatchNorm repo at the commit the "
+                    "census read, build its model (the repo's allowlisted architecture, else the spec's) and run "
+                    "the audit. Annotations and summaries go to OUT/audits/<repo>/, the population summary to "
+                    "OUT/audit.json and OUT/audit.md.",
+        epilog="examples:\n  bnconvention hub audit my-org --spec examples/audit/digits-zoo.yaml --replicates 3\n"
+               "  bnconvention hub audit my-org --spec audit.yaml --workers 4 --executor ray\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    audit.add_argument("org", metavar="ORG")
+    _common(audit)
+    audit.add_argument("--spec", required=True, metavar="SPEC", help="audit spec (.yaml or .json)")
+    audit.add_argument("--replicates", type=int, metavar="R", help="number of replicates (overrides the spec)")
+    audit.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
+                       help="allow your own model factory for this run (repeatable)")
+    audit.add_argument("--workers", type=int, default=1, metavar="N", help="audit N repos in parallel")
+    audit.add_argument("--executor", choices=("local", "process", "ray"),
+                       help="local (in this process), process (spawned workers) or ray (Ray tasks); default: "
+                            "process when --workers > 1, else local")
+    audit.add_argument("--threads", type=int, default=1, metavar="T", help="torch threads per audit (default: 1)")
+    audit.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    audit.add_argument("--format", choices=("text", "json"), default="text")
+    audit.set_defaults(func=run_audit_cmd)
+
+    push = commands.add_parser(
+        "push", help="open one pull request per audited repo with its refit annotation",
+        description="For each repo audited into the journal, open a pull request (never a commit to main) that "
+                    "adds bnconvention/refit-<sha>.json, updates the model card, and adds an .eval_results/ entry "
+                    "when the audit's dataset is a Hub benchmark. Reruns never open a second pull request for the "
+                    "same annotation.",
+        epilog="examples:\n  bnconvention hub push my-org --dry-run\n  bnconvention hub push my-org --repo "
+               "my-org/model\n", formatter_class=argparse.RawDescriptionHelpFormatter)
+    push.add_argument("org", metavar="ORG")
+    _common(push)
+    push.add_argument("--dry-run", action="store_true", help="print what each pull request would change")
+    push.add_argument("--repo", action="append", metavar="ORG/NAME", help="only these repos (repeatable)")
+    push.add_argument("--no-eval-results", action="store_true", help="never add .eval_results/ entries")
+    push.add_argument("--format", choices=("text", "json"), default="text")
+    push.set_defaults(func=run_push_cmd)
+
+    validate = commands.add_parser(
+        "validate", help="validate an organisation's models, or one repo at a revision (e.g. a pull request)",
+        description="Download each repo's weights, card and annotations at the revision and validate them with "
+                    "the offline validator. TARGET is ORG (every model at its head) or ORG/NAME.",
+        epilog="examples:\n  bnconvention hub validate my-org\n  bnconvention hub validate my-org/model --revision "
+               "refs/pr/3 --format github\n\nexit codes: 0 no errors, 1 errors found, 2 unreadable input.\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    validate.add_argument("target", metavar="TARGET", help="ORG or ORG/NAME")
+    _common(validate, journal=False)
+    validate.add_argument("--revision", metavar="REF", help="branch, tag, commit or refs/pr/N (needs ORG/NAME)")
+    validate.add_argument("--require-declaration", action="store_true",
+                          help="BatchNorm weights without a declaration are an error (default: a warning)")
+    validate.add_argument("--format", choices=("text", "json", "github"), default="text")
+    validate.set_defaults(func=run_validate_cmd)
+
+    publish = commands.add_parser(
+        "publish", help="stamp, validate and upload a release folder, then validate it on the Hub",
+        description="bnconvention publish through the hub client, then the server-side check: the uploaded "
+                    "revision is downloaded and validated (--require-declaration).",
+        epilog="example:\n  bnconvention hub publish release/ --repo my-org/model --record record.json\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    publish.add_argument("directory", type=Path, metavar="DIR")
+    publish.add_argument("--repo", required=True, metavar="ORG/NAME")
+    _common(publish, journal=False)
+    publish.add_argument("--record", action="append", default=[], type=Path, metavar="RECORD.json")
+    publish.add_argument("--create-pr", action="store_true", help="upload as a pull request")
+    publish.add_argument("--commit-message", metavar="TEXT")
+    publish.add_argument("--dry-run", action="store_true", help="stamp and validate locally only")
+    publish.add_argument("--format", choices=("text", "json", "github"), default="text",
+                         help="format of the server-side validation report")
+    publish.set_defaults(func=run_publish_cmd)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+# --- shared plumbing ------------------------------------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from bnconvention.errors import UsageError
+    from bnconvention.hub.client import make_client
+    from bnconvention.hub.retry import RetryPolicy
+
+    if args.retries < 1 or args.retry_delay < 0 or args.timeout <= 0:
+        raise UsageError("--retries must be at least 1, --retry-delay not negative, --timeout positive")
+    return make_client(endpoint=args.endpoint, token_env=args.token_env, timeout_s=args.timeout,
+                       retry=RetryPolicy(attempts=args.retries, base_delay=args.retry_delay))
+
+
+def _paths(args: argparse.Namespace, org: str) -> tuple[Path, Path]:
+    out = args.out or Path(f"hub-{org}")
+    return out, args.journal or out / "journal.sqlite"
+
+
+def _guarded(client: Any, fn: Any) -> int:
+    """Run ``fn``; a failure of the Hub client becomes one HubError whose message is scrubbed of the token."""
+    from bnconvention.errors import BnConventionError, HubError
+
+    try:
+        return int(fn())
+    except (BnConventionError, KeyboardInterrupt):
+        raise
+    except OSError as exc:  # huggingface_hub's HTTP errors are OSErrors; so are network failures
+        from bnconvention.hub.retry import describe
+
+        raise HubError(client.scrub(describe(exc))) from None
+
+
+def _print_json(value: Any) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+# --- commands -------------------------------------------------------------------------------------------------------
+
+
+def run_census_cmd(args: argparse.Namespace) -> int:
+    from bnconvention.hub.crawl import check_org, run_census
+    from bnconvention.hub.journal import Journal
+    from bnconvention.hub.report import census_summary, census_text, write_census
+
+    check_org(args.org)
+    client = _client(args)
+    out, journal_path = _paths(args, args.org)
+
+    def go() -> int:
+        with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
+            run = run_census(client, args.org, journal=journal, workers=args.workers, progress=not args.no_progress)
+        summary = census_summary(args.org, run.repos, endpoint=client.endpoint,
+                                 run={"read": run.read, "reused": run.reused, "failed": run.failed,
+                                      "seconds": round(run.seconds, 3)})
+        written = write_census(summary, out)
+        if args.format == "json":
+            _print_json(summary)
+        else:
+            sys.stdout.write(census_text(summary))
+            print(f"{run.read} repos read, {run.reused} reused from the journal; wrote {written['json']} and "
+                  f"{written['markdown']}")
+        for failure in run.failures:
+            print(f"failed: {failure} (rerun to retry)", file=sys.stderr)
+        return 1 if run.failed else 0
+
+    return _guarded(client, go)
+
+
+def run_audit_cmd(args: argparse.Namespace) -> int:
+    from bnconvention.audit.spec import load_spec
+    from bnconvention.cli.audit_cmd import allow_factories
+    from bnconvention.errors import UsageError
+    from bnconvention.hub.audit import audit_org
+    from bnconvention.hub.crawl import check_org
+    from bnconvention.hub.executors import resolve_executor
+    from bnconvention.hub.journal import Journal
+
+    check_org(args.org)
+    executor = resolve_executor(args.executor, args.workers)
+    if args.threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {args.threads}")
+    allow_factories(args.allow_factory)
+    spec = load_spec(args.spec, replicates=args.replicates)
+    client = _client(args)
+    out, journal_path = _paths(args, args.org)
+
+    def go() -> int:
+        with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
+            run = audit_org(client, args.org, spec, journal=journal, out=out, executor=executor,
+                            workers=args.workers, allowed_factories=args.allow_factory, threads=args.threads,
+                            plots=not args.no_plots, progress=not args.no_progress)
+        if args.format == "json":
+            _print_json({"org": args.org, "audits": [a.model_dump(mode="json", exclude={"files": {"__all__": {
+                "result"}}}) for a in run.audits], "summary": run.summary})
+        else:
+            for audit in run.audits:
+                for item in audit.files:
+                    line = (item.result.annotation.reporting_line if item.result is not None else item.reason)
+                    print(f"{audit.repo_id} {item.filename}: {item.status}: {line}")
+            print(f"{run.ran} repos audited, {run.reused} reused from the journal; outputs in {out}")
+        return 1 if any(a.status == "failed" for a in run.audits) else 0
+
+    return _guarded(client, go)
+
+
+def run_push_cmd(args: argparse.Namespace) -> int:
+    from bnconvention.hub.crawl import check_org
+    from bnconvention.hub.journal import Journal
+    from bnconvention.hub.push import push_org
+
+    check_org(args.org)
+    client = _client(args)
+    _, journal_path = _paths(args, args.org)
+
+    def go() -> int:
+        with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
+            run = push_org(client, args.org, journal=journal, dry_run=args.dry_run,
+                           eval_results=not args.no_eval_results, progress=not args.no_progress, repos=args.repo)
+        if args.format == "json":
+            _print_json([o.model_dump(mode="json") for o in run.outcomes])
+        else:
+            if args.dry_run:
+                for plan in run.plans:
+                    sys.stdout.write(plan.describe())
+            for outcome in run.outcomes:
+                where = f" #{outcome.pr_num}" if outcome.pr_num is not None else ""
+                note = f": {outcome.reason}" if outcome.reason else ""
+                print(f"{outcome.repo_id}: {outcome.status}{where}{note}")
+            print(f"{run.opened} pull requests opened, {run.reused} repos already done per the journal")
+        return 1 if any(o.status == "failed" for o in run.outcomes) else 0
+
+    return _guarded(client, go)
+
+
+def run_validate_cmd(args: argparse.Namespace) -> int:
+    from bnconvention.hub.validate import validate_hub
+    from bnconvention.validation import render
+
+    client = _client(args)
+
+    def go() -> int:
+        result = validate_hub(client, args.target, revision=args.revision,
+                              require_declaration=args.require_declaration, progress=not args.no_progress)
+        sys.stdout.write(render(result.report, args.format))
+        if args.format == "text":
+            for repo_id, commit in result.checked:
+                print(f"checked {repo_id} at {commit}")
+        return result.exit_code
+
+    return _guarded(client, go)
+
+
+def run_publish_cmd(args: argparse.Namespace) -> int:
+    from bnconvention.hub.publish import publish_release
+    from bnconvention.validation import render
+
+    client = _client(args)
+
+    def go() -> int:
+        outcome = publish_release(client, args.directory, repo_id=args.repo, records=args.record,
+                                  create_pr=args.create_pr, commit_message=args.commit_message,
+                                  dry_run=args.dry_run)
+        result = outcome.result
+        out = sys.stdout if args.format == "text" else sys.stderr
+        for name, convention in sorted(result.records.items()):
+            print(f"{name}: {convention}", file=out)
+        print(f"stamped: {', '.join(result.stamped) if result.stamped else 'nothing (already stamped)'}", file=out)
+        if not result.uploaded:
+            print("validated locally; not uploaded (--dry-run)", file=out)
+            return 0
+        print(f"uploaded: {result.pr_url or result.commit_url}", file=out)
+        validation = outcome.validation
+        if validation is not None:
+            sys.stdout.write(render(validation.report, args.format))
+            status = "passes" if validation.exit_code == 0 else "FAILS"
+            print(f"server-side validation of {args.repo}: {status}", file=out)
+        return outcome.exit_code
+
+    return _guarded(client, go)

@@ -1,0 +1,105 @@
+"""Hub tooling over one ``huggingface_hub.HfApi``: header-only census of an organisation, audits of its BatchNorm
+repos, annotations pushed back as pull requests, the submission-pipeline check, and publishing.
+
+The ``hub_scripts/`` entry points and ``bnconvention hub ...`` are thin wrappers over these functions:
+
+>>> from bnconvention.hub import Journal, make_client, run_census  # doctest: +SKIP
+>>> client = make_client(endpoint="http://127.0.0.1:8000", token_env="HF_TOKEN")  # doctest: +SKIP
+>>> with Journal("crawl.sqlite", org="lab", endpoint=client.endpoint) as journal:  # doctest: +SKIP
+...     census = run_census(client, "lab", journal=journal)
+"""
+
+import importlib
+from typing import Any
+
+# Lazy: ``bnconvention hub census`` must not import the audit machinery (torch, plots) it never uses.
+_EXPORTS: dict[str, str] = {
+    "audit_org": "bnconvention.hub.audit",
+    "audit_repo_task": "bnconvention.hub.audit",
+    "AuditRun": "bnconvention.hub.audit",
+    "AuditTask": "bnconvention.hub.audit",
+    "call_with_retry": "bnconvention.hub.retry",
+    "census_markdown": "bnconvention.hub.report",
+    "census_summary": "bnconvention.hub.report",
+    "CensusRun": "bnconvention.hub.crawl",
+    "CheckpointReport": "bnconvention.hub.classify",
+    "classify_repo": "bnconvention.hub.classify",
+    "ExecutorKind": "bnconvention.hub.executors",
+    "EXECUTORS": "bnconvention.hub.executors",
+    "HubClient": "bnconvention.hub.client",
+    "HubPublish": "bnconvention.hub.publish",
+    "HubValidation": "bnconvention.hub.validate",
+    "is_retryable": "bnconvention.hub.retry",
+    "Journal": "bnconvention.hub.journal",
+    "list_org_models": "bnconvention.hub.crawl",
+    "ListedRepo": "bnconvention.hub.crawl",
+    "make_client": "bnconvention.hub.client",
+    "plan_push": "bnconvention.hub.push",
+    "publish_release": "bnconvention.hub.publish",
+    "push_org": "bnconvention.hub.push",
+    "PushOutcome": "bnconvention.hub.push",
+    "PushPlan": "bnconvention.hub.push",
+    "PushRun": "bnconvention.hub.push",
+    "read_remote_header": "bnconvention.hub.headers",
+    "RemoteHeader": "bnconvention.hub.headers",
+    "REPO_CLASSES": "bnconvention.hub.classify",
+    "RepoAudit": "bnconvention.hub.audit",
+    "RepoCensus": "bnconvention.hub.classify",
+    "RepoClass": "bnconvention.hub.classify",
+    "RetryPolicy": "bnconvention.hub.retry",
+    "run_census": "bnconvention.hub.crawl",
+    "run_tasks": "bnconvention.hub.executors",
+    "Secret": "bnconvention.hub.client",
+    "SPECULATIVE_BYTES": "bnconvention.hub.headers",
+    "validate_hub": "bnconvention.hub.validate",
+    "write_census": "bnconvention.hub.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bnconvention.hub' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+__all__ = [
+    "EXECUTORS",
+    "REPO_CLASSES",
+    "SPECULATIVE_BYTES",
+    "AuditRun",
+    "AuditTask",
+    "CensusRun",
+    "CheckpointReport",
+    "ExecutorKind",
+    "HubClient",
+    "HubPublish",
+    "HubValidation",
+    "Journal",
+    "ListedRepo",
+    "PushOutcome",
+    "PushPlan",
+    "PushRun",
+    "RemoteHeader",
+    "RepoAudit",
+    "RepoCensus",
+    "RepoClass",
+    "RetryPolicy",
+    "Secret",
+    "audit_org",
+    "audit_repo_task",
+    "call_with_retry",
+    "census_markdown",
+    "census_summary",
+    "classify_repo",
+    "is_retryable",
+    "list_org_models",
+    "make_client",
+    "plan_push",
+    "publish_release",
+    "push_org",
+    "read_remote_header",
+    "run_census",
+    "run_tasks",
+    "validate_hub",
+    "write_census",
+]

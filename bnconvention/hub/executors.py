@@ -1,0 +1,108 @@
+"""Run independent tasks in this process, in spawned worker processes, or as Ray tasks, with the same results.
+
+A task is a picklable argument for a top-level function that returns JSON text; the function does all its work
+from that argument alone (it downloads what it needs), so it can run anywhere: here, in a ``spawn`` worker (no
+forked torch thread pools), or on a Ray cluster. Results come back as they complete and are handed to ``on_result``
+in the main process, which journals them; their order never affects their content.
+
+>>> results = {}
+>>> run_tasks(len, ["a", "bb"], executor="local", workers=1, on_result=lambda i, r: results.update({i: r}))
+>>> results
+{0: 1, 1: 2}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeAlias, TypeVar
+
+from bnconvention.errors import UsageError
+
+ExecutorKind: TypeAlias = Literal["local", "process", "ray"]
+EXECUTORS: tuple[ExecutorKind, ...] = ("local", "process", "ray")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def resolve_executor(executor: str | None, workers: int) -> ExecutorKind:
+    """The executor to use: the one named, else ``process`` for more than one worker, else ``local``."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise UsageError(f"--workers must be a positive integer, got {workers!r}")
+    if executor is None:
+        return "process" if workers > 1 else "local"
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor {executor!r} is not one of {', '.join(EXECUTORS)}")
+    return executor  # type: ignore[return-value]
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], *, executor: ExecutorKind, workers: int,
+              on_result: Callable[[int, R], None]) -> None:
+    """Run ``fn(task)`` for every task and call ``on_result(index, result)`` in this process as each finishes.
+
+    An exception raised by ``fn`` propagates (after the pool is shut down); task functions that must not stop the
+    others catch their own failures and return them as results.
+    """
+    if not tasks:
+        return
+    if executor == "local":
+        for index, task in enumerate(tasks):
+            on_result(index, fn(task))
+    elif executor == "process":
+        _run_processes(fn, tasks, workers=workers, on_result=on_result)
+    elif executor == "ray":
+        _run_ray(fn, tasks, workers=workers, on_result=on_result)
+    else:
+        raise UsageError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
+
+
+def _run_processes(fn: Callable[[T], R], tasks: Sequence[T], *, workers: int,
+                   on_result: Callable[[int, R], None]) -> None:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context)
+    try:
+        pending = {pool.submit(fn, task): index for index, task in enumerate(tasks)}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                index = pending.pop(future)
+                on_result(index, future.result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_ray(fn: Callable[[T], R], tasks: Sequence[T], *, workers: int, on_result: Callable[[int, R], None]) -> None:
+    try:
+        import ray
+    except ImportError as exc:
+        raise UsageError("--executor ray needs Ray: pip install 'bnconvention[ray]' (or ray==2.60.0)") from exc
+    started = False
+    if not ray.is_initialized():
+        # A local instance sized to --workers; to use a cluster, start Ray first (ray.init(address=...)).
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+        pending: dict[Any, int] = {remote.remote(task): index for index, task in enumerate(tasks)}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                index = pending.pop(ref)
+                on_result(index, ray.get(ref))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+__all__ = ["EXECUTORS", "ExecutorKind", "ray_available", "resolve_executor", "run_tasks"]

@@ -1,0 +1,230 @@
+"""Read safetensors headers over HTTP without downloading tensor data.
+
+``huggingface_hub.get_safetensors_metadata`` always asks for the first 100,000 bytes of every shard: for a small
+header that is mostly tensor bytes (100,001 bytes per shard, measured on the local Hub). Here one speculative range
+of :data:`SPECULATIVE_BYTES` is read first; it holds the 8-byte length and, for most headers, the whole header. When
+the header is longer, exactly the missing bytes are read with a second range. A census therefore costs at most the
+header plus :data:`SPECULATIVE_BYTES` per file. Every check of the reference parser is applied
+(:func:`bnconvention.safetensors_header.parse_header`), with the file size taken from ``Content-Range``.
+
+Sharded checkpoints are read through their ``*.safetensors.index.json``: the index is checked (a JSON object whose
+``weight_map`` maps tensor names to shard files next to it), then every shard's header, and the two must agree.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from bnconvention.canonical import loads_strict
+from bnconvention.errors import JSONInputError, SafetensorsHeaderError, UntrustedInputError
+from bnconvention.hub.client import HubClient
+from bnconvention.safetensors_header import SafetensorsHeader, TensorInfo, header_length, parse_header
+
+SPECULATIVE_BYTES = 4096
+MAX_INDEX_BYTES = 16 * 1024 * 1024
+INDEX_SUFFIX = ".safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class RemoteHeader:
+    """One file's checked header, its size, and what reading it cost (body bytes of the successful responses)."""
+
+    filename: str
+    header: SafetensorsHeader
+    file_size: int
+    bytes_read: int
+    requests: int
+
+
+@dataclass
+class WeightsSet:
+    """The weights a repo ships as one checkpoint: a single ``.safetensors`` file or the shards of an index."""
+
+    name: str  # the .safetensors file, or the index file for a sharded checkpoint
+    kind: str  # "single" or "sharded"
+    headers: list[RemoteHeader] = field(default_factory=list)
+    index_bytes: int = 0
+
+    @property
+    def bytes_read(self) -> int:
+        return self.index_bytes + sum(h.bytes_read for h in self.headers)
+
+    @property
+    def total_size(self) -> int:
+        return sum(h.file_size for h in self.headers)
+
+    def tensors(self) -> dict[str, TensorInfo]:
+        """Every tensor of the checkpoint (shards merged; names are unique, checked when the set was read)."""
+        merged: dict[str, TensorInfo] = {}
+        for item in self.headers:
+            merged.update(item.header.tensors)
+        return merged
+
+
+def _source(repo_id: str, filename: str) -> str:
+    return f"{repo_id}/{filename}"
+
+
+def read_remote_header(client: HubClient, repo_id: str, filename: str, *, revision: str,
+                       speculative: int = SPECULATIVE_BYTES) -> RemoteHeader:
+    """The checked header of ``filename`` at ``revision``; reads ``8 + N`` bytes plus at most ``speculative``.
+
+    Raises :class:`SafetensorsHeaderError` (naming ``repo/file``) for a truncated or malformed file, and the
+    client's errors (after retries) when the server fails.
+    """
+    from huggingface_hub.errors import HfHubHTTPError
+
+    source = _source(repo_id, filename)
+    url = client.file_url(repo_id, filename, revision=revision)
+    try:
+        first = client.fetch_with_retry(url, byte_range=(0, speculative - 1), max_bytes=speculative,
+                                        what=f"GET {source} (header)")
+    except HfHubHTTPError as exc:
+        if exc.response is not None and exc.response.status_code == 416:  # no byte 0: an empty file
+            raise SafetensorsHeaderError(f"{source}: file is 0 bytes long, shorter than the 8-byte header length; "
+                                         "it is truncated or not a safetensors file", source=source) from None
+        raise
+    total = first.total_size
+    if total is None:
+        raise SafetensorsHeaderError(f"{source}: the server sent no file size (Content-Range or Content-Length); "
+                                     "the header cannot be bounded", source=source)
+    length = header_length(first.body, file_size=total, source=source)
+    needed = 8 + length
+    body = first.body
+    requests = 1
+    bytes_read = len(first.body)
+    if needed > len(body):
+        rest = client.fetch_with_retry(url, byte_range=(len(body), needed - 1), max_bytes=needed - len(body),
+                                       what=f"GET {source} (rest of the header)")
+        requests += 1
+        bytes_read += len(rest.body)
+        if rest.total_size is not None and rest.total_size != total:
+            raise SafetensorsHeaderError(f"{source}: the file changed size between two reads of the same revision "
+                                         f"({total} then {rest.total_size} bytes)", source=source)
+        body += rest.body
+        if len(body) < needed:
+            raise SafetensorsHeaderError(f"{source}: file ended after {len(body) - 8} of {length} header bytes",
+                                         source=source)
+    header = parse_header(body[8:needed], data_size=total - needed, source=source)
+    return RemoteHeader(filename=filename, header=header, file_size=total, bytes_read=bytes_read,
+                        requests=requests)
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """A checked ``*.safetensors.index.json``: tensor name -> shard path (relative to the repo root)."""
+
+    filename: str
+    weight_map: dict[str, str]
+    size: int
+
+    @property
+    def shards(self) -> list[str]:
+        return sorted(set(self.weight_map.values()))
+
+
+def parse_index(data: bytes, *, filename: str, source: str) -> ShardIndex:
+    """Check an index file's bytes: strict JSON, ``weight_map`` of tensor names to shard files beside the index."""
+    decoded = loads_strict(data, source=source)
+    if not isinstance(decoded, dict):
+        raise JSONInputError(f"{source}: an index is a JSON object, found {type(decoded).__name__}", source=source)
+    weight_map = decoded.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise JSONInputError(f"{source}: 'weight_map' is missing or empty; expected an object of tensor name -> "
+                             "shard file", source=source)
+    folder = posixpath.dirname(filename)
+    resolved: dict[str, str] = {}
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard.endswith(".safetensors"):
+            raise JSONInputError(f"{source}: weight_map[{tensor!r}] is {shard!r}, not a .safetensors file name",
+                                 source=source)
+        if shard.startswith("/") or "\\" in shard or any(part in ("", ".", "..") for part in shard.split("/")):
+            raise JSONInputError(f"{source}: weight_map[{tensor!r}] = {shard!r} is not a plain path inside the repo",
+                                 source=source)
+        resolved[tensor] = posixpath.join(folder, shard) if folder else shard
+    return ShardIndex(filename=filename, weight_map=resolved, size=len(data))
+
+
+def read_index(client: HubClient, repo_id: str, filename: str, *, revision: str) -> ShardIndex:
+    source = _source(repo_id, filename)
+    data = client.read_small_file(repo_id, filename, revision=revision, max_bytes=MAX_INDEX_BYTES)
+    if data is None:
+        raise UntrustedInputError(f"{source}: listed by the Hub but not found at revision {revision}",
+                                  source=source)
+    return parse_index(data, filename=filename, source=source)
+
+
+def read_single(client: HubClient, repo_id: str, filename: str, *, revision: str,
+                speculative: int = SPECULATIVE_BYTES) -> WeightsSet:
+    header = read_remote_header(client, repo_id, filename, revision=revision, speculative=speculative)
+    return WeightsSet(name=filename, kind="single", headers=[header])
+
+
+def read_sharded(client: HubClient, repo_id: str, index_file: str, *, revision: str, available: set[str],
+                 speculative: int = SPECULATIVE_BYTES) -> WeightsSet:
+    """The index and every shard's header; the index's tensors must be exactly the shards' tensors."""
+    source = _source(repo_id, index_file)
+    index = read_index(client, repo_id, index_file, revision=revision)
+    missing = [s for s in index.shards if s not in available]
+    if missing:
+        raise UntrustedInputError(f"{source}: names shard {missing[0]!r}, which the repo does not hold"
+                                  + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), source=source)
+    result = WeightsSet(name=index_file, kind="sharded", index_bytes=index.size)
+    seen: dict[str, str] = {}
+    for shard in index.shards:
+        header = read_remote_header(client, repo_id, shard, revision=revision, speculative=speculative)
+        result.headers.append(header)
+        for tensor in header.header.tensors:
+            if tensor in seen:
+                raise SafetensorsHeaderError(f"{source}: tensor {tensor!r} is stored in both {seen[tensor]} and "
+                                             f"{shard}", source=source)
+            seen[tensor] = shard
+    misplaced = sorted(t for t, shard in index.weight_map.items() if seen.get(t) != shard)
+    unlisted = sorted(set(seen) - set(index.weight_map))
+    if misplaced or unlisted:
+        name = (misplaced or unlisted)[0]
+        where = (f"maps {name!r} to {index.weight_map[name]}, but that shard does not hold it" if misplaced
+                 else f"does not list {name!r}, stored in {seen[name]}")
+        count = len(misplaced) + len(unlisted)
+        raise SafetensorsHeaderError(f"{source}: the index and the shard headers disagree: it {where}"
+                                     + (f" ({count - 1} more differences)" if count > 1 else ""), source=source)
+    return result
+
+
+def weights_files(filenames: list[str]) -> tuple[list[str], list[str]]:
+    """The repo's checkpoints: index files, and ``.safetensors`` files that no index claims (by name pattern:
+    ``<prefix>-00001-of-00002.safetensors`` files belong to the index ``<prefix>.safetensors.index.json``)."""
+    indexes = sorted(f for f in filenames if f.endswith(INDEX_SUFFIX))
+    claimed_prefixes = [f[: -len(INDEX_SUFFIX)] for f in indexes]
+    singles = []
+    for name in sorted(f for f in filenames if f.endswith(".safetensors")):
+        stem = name[: -len(".safetensors")]
+        if any(_is_shard_of(stem, prefix) for prefix in claimed_prefixes):
+            continue
+        singles.append(name)
+    return indexes, singles
+
+
+def _is_shard_of(stem: str, prefix: str) -> bool:
+    # "model-00001-of-00003" is a shard of "model"; shards may also sit in the index's folder under other names,
+    # which the index itself names (those are excluded once the index is read).
+    if not stem.startswith(prefix + "-"):
+        return False
+    rest = stem[len(prefix) + 1:].split("-of-")
+    return len(rest) == 2 and all(part.isdigit() for part in rest)
+
+
+__all__ = [
+    "INDEX_SUFFIX",
+    "MAX_INDEX_BYTES",
+    "SPECULATIVE_BYTES",
+    "RemoteHeader",
+    "ShardIndex",
+    "WeightsSet",
+    "parse_index",
+    "read_index",
+    "read_remote_header",
+    "read_sharded",
+    "read_single",
+    "weights_files",
+]

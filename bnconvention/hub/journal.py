@@ -1,0 +1,155 @@
+"""The crawl journal: one SQLite file that makes a killed crawl resume without redoing finished repos, without
+losing results and without opening a pull request twice.
+
+One row per (stage, repo): ``census``, ``audit`` and ``push`` rows hold the repo's revision, a key (what the result
+depends on: the spec digest for an audit, the annotation digest for a push), a status, whether the row is final,
+and the result as JSON. Every :meth:`Journal.record` is its own transaction (SQLite in WAL mode), so a process
+killed at any instant leaves either the old row or the new one. A row that is
+not final (a Hub failure that outlasted the retries) is redone on the next run; a final row is reused as long as the
+revision and key still match.
+
+The journal also remembers the organisation and endpoint it was made for, and refuses to mix crawls.
+
+>>> import tempfile, os
+>>> with Journal(os.path.join(tempfile.mkdtemp(), "j.sqlite"), org="lab", endpoint="http://hub") as journal:
+...     journal.record("census", "lab/a", revision="abc", status="undeclared", payload={"x": 1})
+...     journal.get("census", "lab/a").payload
+{'x': 1}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+from bnconvention.errors import UsageError
+
+Stage: TypeAlias = Literal["census", "audit", "push"]
+STAGES: tuple[Stage, ...] = ("census", "audit", "push")
+JOURNAL_FORMAT = "bnconvention-hub-journal/1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entries (
+    stage TEXT NOT NULL,
+    repo_id TEXT NOT NULL,
+    revision TEXT,
+    key TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL,
+    final INTEGER NOT NULL,
+    payload TEXT NOT NULL,
+    updated REAL NOT NULL,
+    PRIMARY KEY (stage, repo_id)
+);
+"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    stage: str
+    repo_id: str
+    revision: str | None
+    key: str
+    status: str
+    final: bool
+    payload: Any
+    updated: float
+
+    def matches(self, *, revision: str | None, key: str = "") -> bool:
+        """A final result for this revision and key: reuse it instead of redoing the work."""
+        return self.final and self.revision == revision and self.key == key
+
+
+class Journal:
+    """A crawl journal at ``path`` for organisation ``org`` on ``endpoint`` (created when missing). Thread-safe."""
+
+    def __init__(self, path: str | os.PathLike[str], *, org: str, endpoint: str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL: a killed process never loses a committed row (only a power cut can drop the last
+            # few), and a row costs no fsync, which matters for crawls of thousands of repos.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise UsageError(f"{self.path} is not a crawl journal ({exc}); pass --journal a new path or the journal "
+                             "of this crawl") from exc
+        self._bind(org=org, endpoint=endpoint)
+
+    def _bind(self, *, org: str, endpoint: str) -> None:
+        wanted = {"format": JOURNAL_FORMAT, "org": org, "endpoint": endpoint.rstrip("/")}
+        with self._lock:
+            found = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+            if not found:
+                self._db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", sorted(wanted.items()))
+                return
+        for key, value in wanted.items():
+            if found.get(key) != value:
+                raise UsageError(f"{self.path} is the journal of a crawl with {key} {found.get(key)!r}, not "
+                                 f"{value!r}; use another --journal path for this crawl")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def record(self, stage: Stage, repo_id: str, *, revision: str | None, status: str, payload: Any, key: str = "",
+               final: bool = True) -> None:
+        """Write the row of ``(stage, repo_id)`` in one transaction (replacing the previous one)."""
+        if stage not in STAGES:
+            raise UsageError(f"journal stage {stage!r} is not one of {', '.join(STAGES)}")
+        text = json.dumps(payload, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO entries (stage, repo_id, revision, key, status, final, payload, updated) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (stage, repo_id, revision, key, status, int(final), text, time.time()))
+
+    def get(self, stage: Stage, repo_id: str) -> Entry | None:
+        with self._lock:
+            row = self._db.execute("SELECT stage, repo_id, revision, key, status, final, payload, updated FROM entries "
+                                   "WHERE stage = ? AND repo_id = ?", (stage, repo_id)).fetchone()
+        return None if row is None else _entry(row)
+
+    def entries(self, stage: Stage) -> list[Entry]:
+        """Every row of ``stage``, sorted by repo id."""
+        with self._lock:
+            rows = self._db.execute("SELECT stage, repo_id, revision, key, status, final, payload, updated FROM "
+                                    "entries WHERE stage = ? ORDER BY repo_id", (stage,)).fetchall()
+        return [_entry(row) for row in rows]
+
+    def __iter__(self) -> Iterator[Entry]:
+        for stage in STAGES:
+            yield from self.entries(stage)
+
+    def count(self, stage: Stage, *, final: bool | None = None) -> int:
+        query = "SELECT COUNT(*) FROM entries WHERE stage = ?"
+        args: tuple[Any, ...] = (stage,)
+        if final is not None:
+            query += " AND final = ?"
+            args += (int(final),)
+        with self._lock:
+            return int(self._db.execute(query, args).fetchone()[0])
+
+
+def _entry(row: tuple[Any, ...]) -> Entry:
+    return Entry(stage=row[0], repo_id=row[1], revision=row[2], key=row[3], status=row[4], final=bool(row[5]),
+                 payload=json.loads(row[6]), updated=row[7])
+
+
+__all__ = ["JOURNAL_FORMAT", "STAGES", "Entry", "Journal", "Stage"]

@@ -1,0 +1,98 @@
+"""Census reports: a JSON document for programs and a Markdown table for people.
+
+The JSON is deterministic for a given state of the Hub: repos sorted by id, no timings or retry counts outside the
+``run`` section (which says how this particular run went), so a census under injected faults equals a clean one
+once ``run`` is set aside.
+
+>>> summary = census_summary("lab", [], endpoint="http://hub")
+>>> summary["counts"]["undeclared"], summary["repos_total"]
+(0, 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bnconvention.hub.classify import REPO_CLASSES, RepoCensus
+from bnconvention.io_utils import atomic_write_text
+
+CENSUS_FORMAT = "bnconvention-hub-census/1"
+CENSUS_JSON = "census.json"
+CENSUS_MD = "census.md"
+
+CLASS_LABELS = {
+    "no_weights": "no safetensors weights",
+    "channel_absent": "no running statistics (channel absent)",
+    "declared_consistent": "BN declared, consistent with the header",
+    "declared_inconsistent": "BN declared, inconsistent with the header",
+    "undeclared": "BN undeclared",
+    "unreadable": "unreadable",
+}
+
+
+def census_summary(org: str, repos: Sequence[RepoCensus], *, endpoint: str,
+                   run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The census document of ``org`` (the token is never part of it; the endpoint is)."""
+    counts = {name: 0 for name in REPO_CLASSES}
+    for repo in repos:
+        counts[repo.status] += 1
+    ordered = sorted(repos, key=lambda r: r.repo_id)
+    summary: dict[str, Any] = {
+        "format": CENSUS_FORMAT,
+        "org": org,
+        "endpoint": endpoint,
+        "repos_total": len(ordered),
+        "counts": counts,
+        "bn_repos": sum(r.bn for r in ordered),
+        "bytes_read_total": sum(r.bytes_read for r in ordered),
+        "repos": [r.model_dump(mode="json") for r in ordered],
+    }
+    if run is not None:
+        summary["run"] = run
+    return summary
+
+
+def _cell(text: Any) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def census_markdown(summary: dict[str, Any]) -> str:
+    """A Markdown report: counts per class, then one row per repo."""
+    lines = [f"# BatchNorm census of `{summary['org']}`", "",
+             f"{summary['repos_total']} model repos read from `{summary['endpoint']}`, header only "
+             f"({summary['bytes_read_total']} bytes in all).", "",
+             "| Class | Repos |", "| --- | ---: |"]
+    lines += [f"| {CLASS_LABELS[name]} | {count} |" for name, count in summary["counts"].items()]
+    lines += ["", "| Repo | Class | BN layers | Declared convention | Reason | Bytes read |",
+              "| --- | --- | ---: | --- | --- | ---: |"]
+    for repo in summary["repos"]:
+        layers = sum(c.get("bn_layers", 0) for c in repo["checkpoints"])
+        conventions = sorted({c["declared_convention"] for c in repo["checkpoints"] if c.get("declared_convention")})
+        convention = ", ".join(f"`{_cell(c)}`" for c in conventions) or "-"
+        lines.append(f"| `{_cell(repo['repo_id'])}` | {repo['status']} | {layers} | {convention} | "
+                     f"{_cell(repo['reason'])} | {repo['bytes_read']} |")
+    return "\n".join(lines) + "\n"
+
+
+def census_text(summary: dict[str, Any]) -> str:
+    """The one-screen summary the CLI prints."""
+    lines = [f"census of {summary['org']}: {summary['repos_total']} model repos, "
+             f"{summary['bytes_read_total']} bytes read"]
+    lines += [f"  {CLASS_LABELS[name]:<44} {count}" for name, count in summary["counts"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_census(summary: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """Write ``census.json`` and ``census.md`` atomically into ``out_dir``."""
+    import json
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / CENSUS_JSON, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / CENSUS_MD, census_markdown(summary))
+    return {"json": out / CENSUS_JSON, "markdown": out / CENSUS_MD}
+
+
+__all__ = ["CENSUS_FORMAT", "CLASS_LABELS", "census_markdown", "census_summary", "census_text", "write_census"]

@@ -1,0 +1,374 @@
+"""Audit and push on the Hub, end to end through the real client: every BatchNorm repo of the 150-repo organisation
+audited at its pinned commit, one pull request each (never a commit to main), reruns that open nothing, a push
+killed between the Hub's answer and the journal, a lost response, .eval_results only for a Hub benchmark, the
+validation of pull request revisions, and the same annotations from every executor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.hub_org import SeedRepo, build_org, isolate_huggingface_hub, seed
+
+from bnconvention.audit.outputs import annotation_text
+from bnconvention.audit.spec import AuditSpec, parse_spec
+from bnconvention.canonical import canonical_sha256, loads_strict
+from bnconvention.card import decode_card, read_card_record
+from bnconvention.card_stamp import REFIT_BLOCK_KEY, REFIT_SECTION_BEGIN, read_refit_entries
+from bnconvention.hub.audit import AuditTask, RepoAudit, audit_org, audit_repo_task
+from bnconvention.hub.client import make_client
+from bnconvention.hub.executors import ray_available, run_tasks
+from bnconvention.hub.journal import Journal
+from bnconvention.hub.push import EVAL_DIR, marker, markers_in, push_org
+from bnconvention.hub.retry import RetryPolicy
+from bnconvention.hub.validate import validate_hub
+from bnconvention.hubserver import FaultRule, LocalHub
+from bnconvention.locations import annotation_filename
+from bnconvention.standard.models import to_dict
+from bnconvention.validation import validate_record
+
+ORG = "audit-org"
+BENCH_ORG = "bench-org"
+OWNER_TOKEN = "hf_owner_secret_0a1b"
+AUDITOR_TOKEN = "hf_auditor_secret_9z8y"
+FAST = RetryPolicy(attempts=6, base_delay=0.001, max_delay=0.005)
+SPEC = {
+    "spec_version": "1.0", "kind": "audit_spec", "name": "hub-tests",
+    "splits": {"forget_classes": [3]},
+    "model": {"factory": "zoo/convnet-bn", "kwargs": {"width": 16}},
+    "cells": ["df", "dr", "dt"], "criteria": ["df <= 0.05"],
+    "replicates": 2, "refit": {"rule": "exact", "transform": "train", "pool_size": 64, "batch_size": 64},
+    "recoverability": None, "provenance": None,
+}
+AUDITED = sorted(["bn-declared-01", "bn-declared-02", "bn-declared-03", "bn-declared-nocfg-01", "bn-card-only-01",
+                  "bn-undeclared-01", "bn-undeclared-02", "bn-undeclared-03", "bn-wrong-features-01",
+                  "bn-invalid-record-01", "bn-card-disagrees-01", "bn-record-not-json-01"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_hf_cache(tmp_path_factory: pytest.TempPathFactory):
+    with pytest.MonkeyPatch.context() as patch:
+        isolate_huggingface_hub(patch, str(tmp_path_factory.mktemp("hf-cache")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def spec() -> AuditSpec:
+    return parse_spec(SPEC)
+
+
+@pytest.fixture(scope="module")
+def org_repos(zoo) -> list[SeedRepo]:
+    return build_org(zoo, ORG)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory, org_repos: list[SeedRepo], zoo):
+    with LocalHub(tmp_path_factory.mktemp("hub"), tokens={OWNER_TOKEN: "owner", AUDITOR_TOKEN: "auditor"},
+                  orgs={ORG: ["owner"], BENCH_ORG: ["owner"], "bench": ["owner"]}, page_size=40,
+                  durable=False) as server:
+        seed(server, org_repos)
+        config = zoo.config_path("bn-badteacher-eval").read_bytes()
+        for name in ("first", "second", "third"):
+            server.store.commit(f"{BENCH_ORG}/{name}", files={
+                "model.safetensors": zoo.weights_path("bn-badteacher-eval").read_bytes(), "config.json": config,
+                "README.md": b"---\nlicense: mit\n---\n# A model\n"}, author="owner")
+        server.store.commit("bench/digits", repo_type="dataset", files={
+            "eval.yaml": b"name: Digits\ntasks:\n- id: digits_test\n  config: default\n  split: test\n"},
+            author="owner")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def auditor(hub: LocalHub):
+    return make_client(endpoint=hub.endpoint, token=AUDITOR_TOKEN, retry=FAST)
+
+
+@pytest.fixture(scope="module")
+def audited(hub: LocalHub, auditor, spec: AuditSpec, tmp_path_factory: pytest.TempPathFactory):
+    """Census and audit of the whole organisation, once; heads of main before anything is pushed."""
+    out = tmp_path_factory.mktemp("audit-out")
+    journal = Journal(out / "journal.sqlite", org=ORG, endpoint=hub.endpoint)
+    run = audit_org(auditor, ORG, spec, journal=journal, out=out, plots=False)
+    heads = {state["id"]: state["branches"]["main"] for state in hub.store.list_repo_states()}
+    yield {"run": run, "journal": journal, "out": out, "heads": heads}
+    journal.close()
+
+
+@pytest.fixture(scope="module")
+def pushed(audited, auditor):
+    """The first real push: one pull request per audited repo."""
+    return push_org(auditor, ORG, journal=audited["journal"])
+
+
+def _audit(run, repo: str) -> RepoAudit:
+    return next(a for a in run.audits if a.repo_id == f"{ORG}/{repo}")
+
+
+def _pull_requests(hub: LocalHub, repo_id: str) -> list[dict]:
+    return [d for d in hub.store.list_discussions(repo_id) if d.get("pr")]
+
+
+# --- audit ------------------------------------------------------------------------------------------------------
+
+
+def test_every_batchnorm_repo_is_audited_at_its_pinned_commit(audited, hub: LocalHub) -> None:
+    run = audited["run"]
+    audited_repos = sorted(a.repo_id.split("/")[1] for a in run.audits if a.status == "audited")
+    skipped = sorted(a.repo_id.split("/")[1] for a in run.audits if a.status == "skipped")
+    assert audited_repos == AUDITED
+    assert skipped == sorted([f"bn-declared-sharded-0{i}" for i in range(1, 6)] +
+                             [f"bn-undeclared-sharded-0{i}" for i in range(1, 6)])
+    assert run.ran == 12 and run.reused == 0
+    for audit in run.audits:
+        assert audit.revision == audited["heads"][audit.repo_id]
+        for item in audit.files:
+            if item.status != "audited":
+                continue
+            annotation = item.result.annotation
+            assert (annotation.subject.repo, annotation.subject.revision, annotation.subject.filename) == (
+                audit.repo_id, audit.revision, "model.safetensors")
+            assert [i for i in validate_record(to_dict(annotation)) if i.severity == "error"] == []
+            assert item.annotation_sha256 == canonical_sha256(to_dict(annotation))
+            assert item.annotation_path == annotation_filename(item.annotation_sha256)
+
+
+def test_architecture_comes_from_the_repo_when_allowlisted_else_from_the_spec(audited) -> None:
+    run = audited["run"]
+    sources = {a.repo_id.split("/")[1]: a.files[0].architecture_source for a in run.audits if a.status == "audited"}
+    assert {repo for repo, source in sources.items() if source == "spec"} == {"bn-declared-nocfg-01",
+                                                                             "bn-record-not-json-01"}
+    assert all(a.files[0].factory == "zoo/convnet-bn" for a in run.audits if a.status == "audited")
+
+
+def test_audit_writes_annotations_and_the_population_summary(audited) -> None:
+    out, run = audited["out"], audited["run"]
+    item = _audit(run, "bn-declared-01").files[0]
+    folder = out / "audits" / ORG / "bn-declared-01" / "model"
+    assert (folder / "annotation.json").read_text() == annotation_text(item.result)
+    assert (folder / "summary.md").is_file() and (folder / "result.json").is_file()
+    summary = json.loads((out / "audit.json").read_text())
+    assert summary["counts"]["checkpoints"] == 12 and summary["org"] == ORG
+    assert (out / "audit.md").read_text().startswith("#")
+
+
+def test_audit_rerun_reuses_the_journal(audited, auditor, spec: AuditSpec) -> None:
+    again = audit_org(auditor, ORG, spec, journal=audited["journal"], out=audited["out"], plots=False)
+    assert (again.ran, again.reused) == (0, 22)
+    assert [a.model_dump() for a in again.audits] == [a.model_dump() for a in audited["run"].audits]
+
+
+# --- push ----------------------------------------------------------------------------------------------------------
+
+
+def test_dry_run_prints_the_changes_and_pushes_nothing(audited, auditor, hub: LocalHub) -> None:
+    dry = push_org(auditor, ORG, journal=audited["journal"], dry_run=True)
+    assert [o.status for o in dry.outcomes] == ["dry-run"] * 12
+    assert all(_pull_requests(hub, f"{ORG}/{repo}") == [] for repo in AUDITED)
+    text = dry.plans[0].describe()
+    assert text.startswith(f"{ORG}/bn-card-disagrees-01: would open a pull request on ")
+    assert "  add    bnconvention/refit-" in text and "  update README.md" in text
+    assert f"    +{REFIT_BLOCK_KEY}:" in text and f"    +{REFIT_SECTION_BEGIN}" in text
+    assert audited["journal"].entries("push") == []
+
+
+def test_push_opens_one_pull_request_per_audited_repo(audited, pushed, hub: LocalHub) -> None:
+    assert [o.status for o in pushed.outcomes] == ["opened"] * 12 and pushed.opened == 12
+    for audit in audited["run"].audits:
+        prs = _pull_requests(hub, audit.repo_id)
+        if audit.status != "audited":
+            assert prs == []
+            continue
+        assert len(prs) == 1 and prs[0]["author"] == "auditor"
+        # never a commit to main
+        assert hub.store.repo_state(audit.repo_id)["branches"]["main"] == audited["heads"][audit.repo_id]
+        item = audit.files[0]
+        ref = f"refs/pr/{prs[0]['num']}"
+        pushed_bytes = hub.store.read_file(audit.repo_id, item.annotation_path, revision=ref)
+        assert pushed_bytes.decode() == annotation_text(item.result)
+        assert canonical_sha256(loads_strict(pushed_bytes)) == item.annotation_sha256
+        head = hub.store.resolve(audit.repo_id, ref).commit
+        assert head.parents == (audit.revision,)
+        assert not any(path.startswith(EVAL_DIR) for path in head.tree)  # sklearn/digits is not a Hub benchmark
+
+
+def test_pull_request_card_keeps_the_declaration_and_adds_the_refit_entry(audited, pushed, hub: LocalHub) -> None:
+    repo_id = f"{ORG}/bn-declared-01"
+    item = _audit(audited["run"], "bn-declared-01").files[0]
+    ref = f"refs/pr/{_pull_requests(hub, repo_id)[0]['num']}"
+    before = decode_card(hub.store.read_file(repo_id, "README.md"))
+    after = decode_card(hub.store.read_file(repo_id, "README.md", revision=ref))
+    assert read_card_record(after) == read_card_record(before)  # the release's own declaration is untouched
+    entries = read_refit_entries(after)
+    assert [(e["annotation"], e["sha256"], e["revision"]) for e in entries] == [
+        (item.annotation_path, item.annotation_sha256, item.result.annotation.subject.revision)]
+    assert [c["metric"] for c in entries[0]["cells"]] == ["df", "dr", "dt"]
+    assert after.startswith(before[: before.index("---", 3)])  # front matter keys before ours are kept in order
+    assert "## BatchNorm refit audit" in after and after.count(REFIT_SECTION_BEGIN) == 1
+    details = hub.store.get_discussion(repo_id, int(ref.rsplit("/", 1)[1]))
+    description = next(e for e in details["events"] if e["type"] == "comment")["data"]["latest"]["raw"]
+    assert markers_in(description) == {item.annotation_sha256}
+    assert marker(item.annotation_sha256) in description
+
+
+def test_card_less_repo_gets_a_card(audited, pushed, hub: LocalHub) -> None:
+    repo_id = f"{ORG}/bn-record-not-json-01"
+    ref = f"refs/pr/{_pull_requests(hub, repo_id)[0]['num']}"
+    card = decode_card(hub.store.read_file(repo_id, "README.md", revision=ref))
+    assert len(read_refit_entries(card)) == 1 and read_card_record(card) is None
+
+
+def test_rerun_opens_no_new_pull_request(audited, pushed, auditor, hub: LocalHub, tmp_path: Path) -> None:
+    again = push_org(auditor, ORG, journal=audited["journal"])
+    assert (again.opened, again.reused) == (0, 12)
+    # even with the push rows of the journal lost: the markers on the Hub say it is done
+    with Journal(tmp_path / "fresh.sqlite", org=ORG, endpoint=hub.endpoint) as fresh:
+        for entry in audited["journal"].entries("audit"):
+            fresh.record("audit", entry.repo_id, revision=entry.revision, key=entry.key, status=entry.status,
+                         payload=entry.payload, final=entry.final)
+        lost = push_org(auditor, ORG, journal=fresh)
+    assert lost.opened == 0 and [o.status for o in lost.outcomes] == ["exists"] * 12
+    assert [o.pr_num for o in lost.outcomes] == [o.pr_num for o in pushed.outcomes]
+    assert all(len(_pull_requests(hub, f"{ORG}/{repo}")) == 1 for repo in AUDITED)
+
+
+# --- a small organisation for the failure paths -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bench(hub: LocalHub, auditor, tmp_path_factory: pytest.TempPathFactory):
+    """bench-org: three BatchNorm repos audited with a spec whose dataset is the Hub benchmark bench/digits."""
+    spec = parse_spec({**SPEC, "dataset": {"kind": "digits", "dataset_id": "bench/digits"}})
+    out = tmp_path_factory.mktemp("bench-out")
+    journal = Journal(out / "journal.sqlite", org=BENCH_ORG, endpoint=hub.endpoint)
+    run = audit_org(auditor, BENCH_ORG, spec, journal=journal, out=out, plots=False)
+    yield {"spec": spec, "journal": journal, "run": run, "out": out}
+    journal.close()
+
+
+def test_killed_between_the_hub_answer_and_the_journal_no_second_pull_request(bench, auditor, hub: LocalHub) -> None:
+    def killed(outcome) -> None:
+        raise KeyboardInterrupt  # the process dies right after the Hub opened the pull request
+
+    with pytest.raises(KeyboardInterrupt):
+        push_org(auditor, BENCH_ORG, journal=bench["journal"], repos=[f"{BENCH_ORG}/first"], after_open=killed)
+    assert bench["journal"].get("push", f"{BENCH_ORG}/first") is None
+    assert len(_pull_requests(hub, f"{BENCH_ORG}/first")) == 1
+    rerun = push_org(auditor, BENCH_ORG, journal=bench["journal"], repos=[f"{BENCH_ORG}/first"])
+    assert [o.status for o in rerun.outcomes] == ["exists"]
+    assert len(_pull_requests(hub, f"{BENCH_ORG}/first")) == 1
+
+
+def test_lost_response_to_the_commit_is_not_retried_into_a_second_pull_request(bench, auditor,
+                                                                                hub: LocalHub) -> None:
+    # The server opens the pull request, then the response is cut short: the retry finds it by its marker.
+    rule = hub.faults.add(FaultRule(kind="truncate", method="POST", path=f"/api/models/{BENCH_ORG}/second/commit/",
+                                    count=1, truncate_fraction=0.2))
+    try:
+        run = push_org(auditor, BENCH_ORG, journal=bench["journal"], repos=[f"{BENCH_ORG}/second"])
+    finally:
+        hub.faults.remove(rule)
+    assert rule.fired == 1
+    assert [(o.status, o.pr_num) for o in run.outcomes] == [("exists", 1)]
+    assert len(_pull_requests(hub, f"{BENCH_ORG}/second")) == 1
+
+
+def test_eval_results_entry_only_for_a_hub_benchmark(bench, auditor, hub: LocalHub) -> None:
+    from huggingface_hub import parse_eval_result_entries
+
+    run = push_org(auditor, BENCH_ORG, journal=bench["journal"], repos=[f"{BENCH_ORG}/third"])
+    assert [o.status for o in run.outcomes] == ["opened"]
+    item = next(a for a in bench["run"].audits if a.repo_id == f"{BENCH_ORG}/third").files[0]
+    ref = f"refs/pr/{run.outcomes[0].pr_num}"
+    path = f"{EVAL_DIR}/bnconvention-refit-{item.annotation_sha256[:12]}.yaml"
+    entries = parse_eval_result_entries(yaml.safe_load(hub.store.read_file(f"{BENCH_ORG}/third", path,
+                                                                          revision=ref)))
+    dt = next(c for c in item.result.annotation.cells if c.metric == "dt")
+    assert [(e.dataset_id, e.task_id, e.value) for e in entries] == [("bench/digits", "digits_test", dt.refit)]
+    assert "refit/retain/train-transform/exact" in entries[0].notes
+
+
+def test_merged_annotation_is_not_pushed_again_after_the_repo_moved(bench, auditor, hub: LocalHub) -> None:
+    repo_id = f"{BENCH_ORG}/third"
+    num = _pull_requests(hub, repo_id)[0]["num"]
+    hub.store.merge_pull_request(repo_id, num, author="owner")
+    # main moved: the census reads it again and the audit runs again at the new commit, with the same results
+    run = audit_org(auditor, BENCH_ORG, bench["spec"], journal=bench["journal"], out=bench["out"], plots=False)
+    assert run.ran == 1
+    again = push_org(auditor, BENCH_ORG, journal=bench["journal"], repos=[repo_id])
+    assert [o.status for o in again.outcomes] == ["merged"]
+    assert len(_pull_requests(hub, repo_id)) == 1
+
+
+# --- validation of pull request revisions -----------------------------------------------------------------------
+
+
+def test_validate_exit_codes_on_pull_request_revisions(audited, pushed, auditor, hub: LocalHub) -> None:
+    owner = make_client(endpoint=hub.endpoint, token=OWNER_TOKEN, retry=FAST)
+    good_repo = f"{ORG}/bn-declared-01"
+    good = validate_hub(auditor, good_repo, revision=f"refs/pr/{_pull_requests(hub, good_repo)[0]['num']}")
+    assert good.exit_code == 0 and good.report.issues == []
+    assert any(f.file == f"{good_repo}/bnconvention/" + Path(_audit(audited["run"], "bn-declared-01")
+                                                               .files[0].annotation_path).name
+               for f in good.report.files)
+
+    # a pull request that adds the annotation of other weights (bn-declared-02's) to bn-undeclared-01
+    from huggingface_hub import CommitOperationAdd
+
+    item = _audit(audited["run"], "bn-declared-02").files[0]
+    info = owner.api.create_commit(f"{ORG}/bn-undeclared-01", [CommitOperationAdd(
+        path_in_repo=item.annotation_path, path_or_fileobj=annotation_text(item.result).encode())],
+        commit_message="someone else's annotation", create_pr=True)
+    bad = validate_hub(auditor, f"{ORG}/bn-undeclared-01", revision=f"refs/pr/{info.pr_num}")
+    assert bad.exit_code == 1
+    assert [(i.code, i.file) for i in bad.report.errors] == [
+        ("annotation.subject_mismatch", f"{ORG}/bn-undeclared-01/{item.annotation_path}")]
+    assert all("bnc-hub-validate" not in i.message and "bnc-hub-validate" not in i.file
+               for i in bad.report.issues)
+
+    # a pull request whose weights file is cut short: unreadable input
+    info = owner.api.create_commit(f"{ORG}/bn-declared-03", [CommitOperationAdd(
+        path_in_repo="model.safetensors", path_or_fileobj=b"\x10\x00\x00\x00\x00\x00\x00\x00{")],
+        commit_message="truncated", create_pr=True)
+    broken = validate_hub(auditor, f"{ORG}/bn-declared-03", revision=f"refs/pr/{info.pr_num}")
+    assert broken.exit_code == 2
+    assert "safetensors.truncated" in {i.code for i in broken.report.issues}
+
+    missing = validate_hub(auditor, f"{ORG}/bn-declared-03", revision="refs/pr/99")
+    assert missing.exit_code == 2 and [i.code for i in missing.report.issues] == ["input.unreadable"]
+
+
+# --- executors ------------------------------------------------------------------------------------------------------
+
+
+def _tasks(audited, auditor, repos: list[str]) -> list[AuditTask]:
+    spec_data = parse_spec(SPEC).model_dump(mode="json")
+    return [AuditTask(endpoint=auditor.endpoint, token=auditor.token, repo_id=f"{ORG}/{repo}",
+                      revision=audited["heads"][f"{ORG}/{repo}"], filenames=("model.safetensors",), skipped=(),
+                      spec=spec_data, retry=FAST) for repo in repos]
+
+
+def _digests(texts: dict[int, str]) -> list[str]:
+    return [RepoAudit.model_validate_json(texts[i]).files[0].annotation_sha256 for i in sorted(texts)]
+
+
+def test_process_workers_give_the_same_annotations(audited, auditor) -> None:
+    repos = ["bn-declared-03", "bn-undeclared-01"]
+    results: dict[int, str] = {}
+    run_tasks(audit_repo_task, _tasks(audited, auditor, repos), executor="process", workers=2,
+              on_result=lambda i, text: results.__setitem__(i, text))
+    expected = [_audit(audited["run"], repo).files[0].annotation_sha256 for repo in repos]
+    assert _digests(results) == expected
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'bnconvention[ray]')")
+def test_ray_tasks_give_the_same_annotations(audited, auditor) -> None:
+    repos = ["bn-card-only-01", "bn-wrong-features-01"]
+    results: dict[int, str] = {}
+    run_tasks(audit_repo_task, _tasks(audited, auditor, repos), executor="ray", workers=2,
+              on_result=lambda i, text: results.__setitem__(i, text))
+    expected = [_audit(audited["run"], repo).files[0].annotation_sha256 for repo in repos]
+    assert _digests(results) == expected

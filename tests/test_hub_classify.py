@@ -1,0 +1,115 @@
+"""The census classification as a pure function of headers and card (no network), and its failure entries."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import save as save_numpy
+
+from bnconvention.canonical import canonical_json
+from bnconvention.hub.classify import check_layers, classify_checkpoint, failed_repo
+from bnconvention.hub.client import make_client
+from bnconvention.hub.headers import RemoteHeader, WeightsSet
+from bnconvention.safetensors_header import parse_header
+from bnconvention.standard.models import Declaration
+
+TOKEN = "hf_classify_secret_1618"
+
+
+def _bn_file(metadata: dict[str, str] | None = None, *, features: int = 4) -> bytes:
+    tensors = {"conv.weight": np.zeros((features, 1, 3, 3), dtype=np.float32),
+               "bn.weight": np.ones(features, dtype=np.float32), "bn.bias": np.zeros(features, dtype=np.float32),
+               "bn.running_mean": np.zeros(features, dtype=np.float32),
+               "bn.running_var": np.ones(features, dtype=np.float32),
+               "bn.num_batches_tracked": np.zeros((), dtype=np.int64)}
+    return save_numpy(tensors, metadata=metadata)
+
+
+def _weights(data: bytes, name: str = "model.safetensors") -> WeightsSet:
+    length = int.from_bytes(data[:8], "little")
+    header = parse_header(data[8:8 + length], data_size=len(data) - 8 - length)
+    remote = RemoteHeader(filename=name, header=header, file_size=len(data), bytes_read=8 + length, requests=1)
+    return WeightsSet(name=name, kind="single", headers=[remote])
+
+
+@pytest.fixture(scope="module")
+def record() -> dict:
+    """A valid declaration of the BN file above (built with the production builder)."""
+    import torch
+    from safetensors.torch import load
+
+    from bnconvention.declaration import declare, make_convention, make_transform
+    from bnconvention.standard.models import to_dict
+
+    model = torch.nn.Sequential()
+    model.add_module("conv", torch.nn.Conv2d(1, 4, 3, bias=False))
+    model.add_module("bn", torch.nn.BatchNorm2d(4))
+    model.load_state_dict(load(_bn_file()))
+    convention = make_convention(buffer_update_mode="train", role="train", dataset_id="sklearn/digits",
+                                 subset="all", transform=make_transform(mode="train"), rule="ema", momentum=0.1)
+    return to_dict(declare(model, convention))
+
+
+def _classify(data: bytes, *, card: dict | None = None):
+    return classify_checkpoint(_weights(data), card_record=card, card_bound=card is not None, source="org/m")
+
+
+def test_consistent_declaration_in_the_header(record: dict) -> None:
+    report = _classify(_bn_file({"bnconvention.record": canonical_json(record)}), card=record)
+    assert (report.status, report.record_source, report.bn_layers) == ("declared_consistent", "header", 1)
+    assert report.reason == "1 BatchNorm layers declared as train/train/train-transform/ema-m0.1 (header); layers " \
+                            "match the header"
+
+
+def test_card_only_declaration(record: dict) -> None:
+    report = _classify(_bn_file(), card=record)
+    assert (report.status, report.record_source) == ("declared_consistent", "card")
+
+
+def test_undeclared_and_channel_absent() -> None:
+    assert _classify(_bn_file()).status == "undeclared"
+    gn = save_numpy({"gn.weight": np.ones(4, dtype=np.float32), "gn.bias": np.zeros(4, dtype=np.float32)})
+    report = _classify(gn)
+    assert (report.status, report.reason) == ("channel_absent",
+                                              "no BatchNorm running statistics (channel absent), nothing declared")
+
+
+def test_card_that_disagrees_with_the_header(record: dict) -> None:
+    other = copy.deepcopy(record)
+    other["reporting_line"] = "something else"
+    report = _classify(_bn_file({"bnconvention.record": canonical_json(record)}), card=other)
+    assert report.status == "declared_inconsistent"
+    assert report.reason == "the card's record differs from the header's (first at /reporting_line; 1 differences)"
+    assert [(f.code, f.path) for f in report.findings] == [("release.card_header_mismatch", "/reporting_line")]
+
+
+def test_refit_annotation_in_the_header_is_the_wrong_kind(record: dict) -> None:
+    annotation = {"spec_version": "1.0", "kind": "refit_annotation"}
+    report = _classify(_bn_file({"bnconvention.record": json.dumps(annotation)}))
+    assert report.status == "declared_inconsistent"
+    assert report.reason.startswith("the declared record (header) is invalid: schema.required")
+
+
+@pytest.mark.parametrize(("change", "code", "path"), [
+    pytest.param(lambda layers: layers[0].update(name="other"), "layers.missing_in_file",
+                 "/deployed_state/0/layers/0", id="renamed-layer"),
+    pytest.param(lambda layers: layers[0].update(num_features=8), "layers.num_features_mismatch",
+                 "/deployed_state/0/layers/0/num_features", id="num-features"),
+    pytest.param(lambda layers: layers.clear(), "layers.undeclared", "/deployed_state/0/layers", id="no-layers"),
+])
+def test_check_layers_against_the_header(record: dict, change, code: str, path: str) -> None:
+    data = copy.deepcopy(record)
+    change(data["deployed_state"][0]["layers"])
+    declaration = Declaration.model_validate(data)
+    findings = check_layers(declaration, _weights(_bn_file()).tensors())
+    assert (findings[0].code, findings[0].path) == (code, path)
+
+
+def test_failed_repo_keeps_the_token_out_of_the_reason() -> None:
+    client = make_client(endpoint="http://127.0.0.1:9", token=TOKEN)
+    entry = failed_repo("org/m", "abc", ConnectionError(f"refused while sending Bearer {TOKEN}"), client)
+    assert entry.status == "unreadable"
+    assert entry.reason == "the Hub failed while reading it: ConnectionError: refused while sending Bearer ***"

@@ -1,0 +1,290 @@
+"""The census of a 150-repo organisation on the local Hub, through the real client: every class right, header-only
+traffic, pages followed, the journal reused, injected faults absorbed, and a killed crawl resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from helpers.hub_org import SeedRepo, build_org, isolate_huggingface_hub, seed
+
+from bnconvention.hub.client import make_client
+from bnconvention.hub.crawl import list_org_models, run_census
+from bnconvention.hub.headers import SPECULATIVE_BYTES
+from bnconvention.hub.journal import Journal
+from bnconvention.hub.report import census_markdown, census_summary, write_census
+from bnconvention.hub.retry import RetryPolicy
+from bnconvention.hubserver import FaultRule, LocalHub
+
+ORG = "census-org"
+TOKEN = "hf_crawl_test_secret_51c9"
+PAGE = 40
+FAST = RetryPolicy(attempts=12, base_delay=0.001, max_delay=0.005)
+
+EXPECTED_COUNTS = {"no_weights": 30, "channel_absent": 85, "declared_consistent": 10, "declared_inconsistent": 4,
+                   "undeclared": 8, "unreadable": 13}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_hf_cache(tmp_path_factory: pytest.TempPathFactory):
+    with pytest.MonkeyPatch.context() as patch:
+        isolate_huggingface_hub(patch, str(tmp_path_factory.mktemp("hf-cache")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def org_repos(zoo) -> list[SeedRepo]:
+    return build_org(zoo, ORG)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory, org_repos: list[SeedRepo]):
+    with LocalHub(tmp_path_factory.mktemp("hub"), tokens={TOKEN: "auditor"}, page_size=PAGE,
+                  durable=False) as server:
+        seed(server, org_repos)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def client(hub: LocalHub):
+    return make_client(endpoint=hub.endpoint, token=TOKEN, retry=FAST)
+
+
+@pytest.fixture(scope="module")
+def clean(hub: LocalHub, client, tmp_path_factory: pytest.TempPathFactory):
+    """One clean census run: its result, its summary and the requests it made."""
+    path = tmp_path_factory.mktemp("clean") / "journal.sqlite"
+    hub.reset_stats()
+    with Journal(path, org=ORG, endpoint=hub.endpoint) as journal:
+        run = run_census(client, ORG, journal=journal)
+    stats = hub.stats
+    return {"run": run, "summary": census_summary(ORG, run.repos, endpoint=hub.endpoint), "stats": stats,
+            "journal": path}
+
+
+def _without_run(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k != "run"}
+
+
+def test_org_has_every_class(org_repos: list[SeedRepo]) -> None:
+    assert len(org_repos) == 150
+    assert Counter(r.expected for r in org_repos) == EXPECTED_COUNTS
+    assert any(name.endswith(".safetensors.index.json") for r in org_repos for name in r.files)
+
+
+def test_every_repo_is_classified_as_expected(clean, org_repos: list[SeedRepo]) -> None:
+    run = clean["run"]
+    assert (run.listed, run.read, run.reused, run.failed) == (150, 150, 0, 0)
+    got = {r.repo_id: r.status for r in run.repos}
+    wrong = {r.repo_id: (r.expected, got.get(r.repo_id)) for r in org_repos if got.get(r.repo_id) != r.expected}
+    assert wrong == {}
+    assert clean["summary"]["counts"] == EXPECTED_COUNTS
+
+
+@pytest.mark.parametrize(("repo", "status", "reason"), [
+    pytest.param("bn-declared-01", "declared_consistent",
+                 "4 BatchNorm layers declared as frozen/train/train-transform/ema-m0.1 (header); layers match the "
+                 "header", id="declared-header"),
+    pytest.param("bn-card-only-01", "declared_consistent",
+                 "4 BatchNorm layers declared as frozen/train/train-transform/ema-m0.1 (card); layers match the "
+                 "header", id="declared-card"),
+    pytest.param("bn-undeclared-sharded-01", "undeclared",
+                 "4 BatchNorm layers with running statistics (features.1, features.4, features.8, ...) and no "
+                 "declaration", id="undeclared-sharded"),
+    pytest.param("bn-wrong-features-01", "declared_inconsistent",
+                 "the declaration does not match the header's running buffers: layers.num_features_mismatch: 24 is "
+                 "not the length of features.4.running_mean in the header: [16]", id="num-features"),
+    pytest.param("bn-record-not-json-01", "declared_inconsistent",
+                 "model.safetensors: the stamped record is not valid JSON", id="record-not-json"),
+    pytest.param("bn-card-disagrees-01", "declared_inconsistent",
+                 "the card's record differs from the header's (first at /digests/trainable_sha256; 1 differences)",
+                 id="card-disagrees"),
+    pytest.param("gn-sharded-01", "channel_absent",
+                 "no BatchNorm running statistics (channel absent), nothing declared", id="gn-sharded"),
+    pytest.param("pickle-only-01", "no_weights",
+                 "no .safetensors weights (other weights files, never opened: pytorch_model.bin)", id="pickle"),
+    pytest.param("missing-shard-01", "unreadable",
+                 f"{ORG}/missing-shard-01/model.safetensors.index.json: names shard "
+                 "'model-00002-of-00002.safetensors', which the repo does not hold", id="missing-shard"),
+])
+def test_reasons(clean, repo: str, status: str, reason: str) -> None:
+    entry = next(r for r in clean["run"].repos if r.repo_id == f"{ORG}/{repo}")
+    assert (entry.status, entry.reason) == (status, reason)
+
+
+def test_listing_follows_every_page(clean) -> None:
+    listing = [r for r in clean["stats"] if r.path == "/api/models"]
+    assert len(listing) == -(-150 // PAGE)
+    assert all(r.status == 200 for r in listing)
+
+
+def test_census_reads_headers_only(clean, hub: LocalHub) -> None:
+    """Per repo, what the server sent equals what we counted, and stays within the headers plus one speculative
+    range per weights file (plus the card and index, which are read whole)."""
+    sent: Counter[str] = Counter()
+    for record in clean["stats"]:
+        if record.repo_id is not None:
+            sent[record.repo_id] += record.bytes_sent
+    for entry in clean["run"].repos:
+        if entry.status == "unreadable":  # reading stopped at the malformed part: at most one range per file
+            assert sent[entry.repo_id] <= SPECULATIVE_BYTES * 2 + 200, entry.repo_id
+            continue
+        assert sent[entry.repo_id] == entry.bytes_read, entry.repo_id
+        for checkpoint in entry.checkpoints:
+            if checkpoint.status != "unreadable":
+                assert checkpoint.bytes_read <= checkpoint.header_bytes + SPECULATIVE_BYTES * len(checkpoint.files) \
+                    + 4096, entry.repo_id
+    # no request ever asked for a whole weights file
+    for record in clean["stats"]:
+        if record.path.endswith(".safetensors"):
+            assert record.status == 206, record.path
+
+
+def test_report_json_and_markdown(clean, tmp_path: Path) -> None:
+    written = write_census(clean["summary"], tmp_path)
+    data = json.loads(written["json"].read_text())
+    assert data["format"] == "bnconvention-hub-census/1"
+    assert data["repos_total"] == 150 and len(data["repos"]) == 150
+    assert [r["repo_id"] for r in data["repos"]] == sorted(r["repo_id"] for r in data["repos"])
+    markdown = written["markdown"].read_text()
+    assert markdown == census_markdown(clean["summary"])
+    rows = [line for line in markdown.splitlines() if line.startswith(f"| `{ORG}/")]
+    assert len(rows) == 150
+    assert f"| `{ORG}/bn-wrong-features-01` | declared_inconsistent | 4 | `train/forget/train-transform/ema-m0.1` |" \
+        in markdown
+    assert "| BN undeclared | 8 |" in markdown
+
+
+def test_rerun_reuses_every_finished_repo(clean, hub: LocalHub, client) -> None:
+    hub.reset_stats()
+    with Journal(clean["journal"], org=ORG, endpoint=hub.endpoint) as journal:
+        run = run_census(client, ORG, journal=journal)
+    assert (run.read, run.reused) == (0, 150)
+    assert [r for r in hub.stats if "/resolve/" in r.path] == []
+    assert census_summary(ORG, run.repos, endpoint=hub.endpoint) == clean["summary"]
+
+
+def test_threaded_census_gives_the_same_result(clean, hub: LocalHub, client, tmp_path: Path) -> None:
+    with Journal(tmp_path / "journal.sqlite", org=ORG, endpoint=hub.endpoint) as journal:
+        run = run_census(client, ORG, journal=journal, workers=4)
+        assert journal.count("census", final=True) == 150
+    assert census_summary(ORG, run.repos, endpoint=hub.endpoint) == clean["summary"]
+
+
+def test_injected_faults_end_with_the_same_census(clean, hub: LocalHub, client, tmp_path: Path) -> None:
+    """About 20 % of all requests fail (503, 429 with Retry-After, dropped connections, truncated bodies); our
+    retry layer absorbs them with millisecond delays, and the census equals the clean one."""
+    rules = [FaultRule(kind="status", status=503, probability=0.06),
+             FaultRule(kind="status", status=429, probability=0.05),
+             FaultRule(kind="drop", probability=0.05),
+             FaultRule(kind="truncate", probability=0.05, truncate_fraction=0.3)]
+    hub.faults.reseed(1234)
+    for rule in rules:
+        hub.faults.add(rule)
+    hub.reset_stats()
+    try:
+        with Journal(tmp_path / "journal.sqlite", org=ORG, endpoint=hub.endpoint) as journal:
+            run = run_census(client, ORG, journal=journal)
+    finally:
+        for rule in rules:
+            hub.faults.remove(rule)
+    faulted = [r for r in hub.stats if r.fault is not None]
+    assert len(faulted) >= 0.12 * len(hub.stats)
+    assert {r.fault for r in faulted} == {"status", "drop", "truncate"}
+    assert run.failed == 0
+    assert census_summary(ORG, run.repos, endpoint=hub.endpoint) == clean["summary"]
+
+
+def test_a_repo_that_keeps_failing_is_recorded_and_retried_next_time(hub: LocalHub, client, tmp_path: Path) -> None:
+    org = "flaky-org"
+    hub.store.commit(f"{org}/ok", files={"README.md": b"# ok\n"})
+    hub.store.commit(f"{org}/down", files={"model.safetensors": b"\0" * 64})
+    rule = hub.faults.add(FaultRule(kind="status", status=503, path=f"/{org}/down/resolve/"))
+    journal = Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint)
+    try:
+        run = run_census(client, org, journal=journal)
+        down = next(r for r in run.repos if r.repo_id == f"{org}/down")
+        assert (run.read, run.failed) == (2, 1)
+        assert down.status == "unreadable"
+        assert down.reason.startswith("the Hub failed while reading it: HTTP 503")
+        assert journal.get("census", f"{org}/down").final is False
+        assert rule.fired == FAST.attempts  # every try, then recorded; the crawl went on
+    finally:
+        hub.faults.remove(rule)
+    run = run_census(client, org, journal=journal)
+    assert (run.read, run.reused) == (1, 1)  # only the failed repo is read again
+    assert next(r for r in run.repos if r.repo_id == f"{org}/down").reason.startswith(
+        f"{org}/down/model.safetensors: header length")
+    journal.close()
+
+
+def test_a_changed_repo_is_read_again(hub: LocalHub, client, tmp_path: Path, zoo) -> None:
+    org = "moving-org"
+    hub.store.commit(f"{org}/m", files={"README.md": b"# nothing yet\n"})
+    with Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint) as journal:
+        first = run_census(client, org, journal=journal)
+        hub.store.commit(f"{org}/m", files={"model.safetensors": zoo.weights_path("gn-base").read_bytes()})
+        second = run_census(client, org, journal=journal)
+    assert [r.status for r in first.repos] == ["no_weights"]
+    assert (second.read, second.reused) == (1, 0)
+    assert [r.status for r in second.repos] == ["channel_absent"]
+
+
+def test_listing_never_leaves_the_organisation(hub: LocalHub, client) -> None:
+    hub.store.commit("census-org-twin/x", files={"README.md": b"# x\n"})
+    repos = list_org_models(client, ORG)
+    assert len(repos) == 150 and all(r.repo_id.startswith(f"{ORG}/") for r in repos)
+
+
+def test_killed_crawl_resumes_without_redoing_finished_repos(clean, hub: LocalHub, client, tmp_path: Path,
+                                                             repo_root: Path) -> None:
+    """A real SIGKILL of ``python hub_scripts/census.py`` mid-way; the rerun reads only the unfinished repos."""
+    journal_path = tmp_path / "journal.sqlite"
+    slow = hub.faults.add(FaultRule(kind="latency", latency_s=0.03, path="/resolve/"))
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",
+           "HF_HUB_DISABLE_XET": "1", "BNC_CRAWL_TOKEN": TOKEN}
+    command = [sys.executable, str(repo_root / "hub_scripts" / "census.py"), ORG, "--endpoint", hub.endpoint,
+               "--token-env", "BNC_CRAWL_TOKEN", "--journal", str(journal_path), "--out", str(tmp_path / "out"),
+               "--no-progress", "--retry-delay", "0.001"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 90
+        done = 0
+        while time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.1)
+            if journal_path.exists():
+                with sqlite3.connect(journal_path, timeout=5) as db:
+                    try:
+                        done = db.execute("SELECT COUNT(*) FROM entries WHERE stage='census'").fetchone()[0]
+                    except sqlite3.OperationalError:
+                        done = 0
+                if done >= 30:
+                    break
+        assert process.poll() is None, process.communicate()[1].decode()[-2000:]
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        hub.faults.remove(slow)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert not (tmp_path / "out" / "census.json").exists()  # it never finished
+
+    with Journal(journal_path, org=ORG, endpoint=hub.endpoint) as journal:
+        finished = {e.repo_id for e in journal.entries("census") if e.final}
+        assert 30 <= len(finished) < 150
+        hub.reset_stats()
+        run = run_census(client, ORG, journal=journal)
+    assert (run.reused, run.read) == (len(finished), 150 - len(finished))
+    reread = {r.repo_id for r in hub.stats if "/resolve/" in r.path}
+    assert reread and not reread & finished
+    assert census_summary(ORG, run.repos, endpoint=hub.endpoint) == clean["summary"]

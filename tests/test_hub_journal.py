@@ -1,0 +1,74 @@
+"""The crawl journal: rows per stage and repo, reuse rules, one crawl per journal, malformed files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bnconvention.errors import UsageError
+from bnconvention.hub.journal import Journal
+
+
+def test_record_get_and_replace(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite", org="lab", endpoint="http://hub/") as journal:
+        journal.record("census", "lab/a", revision="c1", status="undeclared", payload={"n": 1})
+        journal.record("census", "lab/b", revision="c2", status="unreadable", payload={"n": 2}, final=False)
+        journal.record("census", "lab/a", revision="c3", status="channel_absent", payload={"n": 3})
+        journal.record("audit", "lab/a", revision="c3", key="spec1", status="audited", payload=[])
+        entry = journal.get("census", "lab/a")
+        assert (entry.revision, entry.status, entry.payload, entry.final) == ("c3", "channel_absent", {"n": 3}, True)
+        assert [e.repo_id for e in journal.entries("census")] == ["lab/a", "lab/b"]
+        assert journal.count("census") == 2 and journal.count("census", final=False) == 1
+        assert journal.get("push", "lab/a") is None
+        assert [(e.stage, e.repo_id) for e in journal] == [("census", "lab/a"), ("census", "lab/b"),
+                                                           ("audit", "lab/a")]
+
+
+def test_matches_needs_final_same_revision_and_key(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite", org="lab", endpoint="http://hub") as journal:
+        journal.record("audit", "lab/a", revision="c1", key="spec1", status="audited", payload={})
+        journal.record("audit", "lab/b", revision="c1", key="spec1", status="failed", payload={}, final=False)
+        a, b = journal.get("audit", "lab/a"), journal.get("audit", "lab/b")
+        assert a.matches(revision="c1", key="spec1")
+        assert not a.matches(revision="c2", key="spec1")  # the repo moved on: redo
+        assert not a.matches(revision="c1", key="spec2")  # another spec: redo
+        assert not b.matches(revision="c1", key="spec1")  # a Hub failure: retry
+
+
+def test_rows_survive_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    with Journal(path, org="lab", endpoint="http://hub") as journal:
+        journal.record("push", "lab/a", revision="c1", key="k", status="opened", payload={"pr_num": 4})
+    with Journal(path, org="lab", endpoint="http://hub") as journal:
+        assert journal.get("push", "lab/a").payload == {"pr_num": 4}
+
+
+@pytest.mark.parametrize(("org", "endpoint", "field"), [
+    pytest.param("other", "http://hub", "org", id="other-org"),
+    pytest.param("lab", "http://elsewhere", "endpoint", id="other-endpoint"),
+])
+def test_journal_of_another_crawl_is_refused(tmp_path: Path, org: str, endpoint: str, field: str) -> None:
+    path = tmp_path / "j.sqlite"
+    Journal(path, org="lab", endpoint="http://hub").close()
+    with pytest.raises(UsageError) as caught:
+        Journal(path, org=org, endpoint=endpoint)
+    assert f"is the journal of a crawl with {field}" in str(caught.value)
+
+
+def test_a_file_that_is_not_a_journal_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"these are not the rows you are looking for\n" * 200)
+    with pytest.raises(UsageError) as caught:
+        Journal(path, org="lab", endpoint="http://hub")
+    assert "is not a crawl journal" in str(caught.value)
+    assert path.read_bytes().startswith(b"these are not")  # left as it was
+
+
+def test_unknown_stage_and_non_json_payload_are_refused(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.sqlite", org="lab", endpoint="http://hub") as journal:
+        with pytest.raises(UsageError):
+            journal.record("deploy", "lab/a", revision=None, status="x", payload={})  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            journal.record("census", "lab/a", revision=None, status="x", payload={"x": float("nan")})
+        assert journal.get("census", "lab/a") is None

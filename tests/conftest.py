@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 # Before anything imports huggingface_hub or torch: no telemetry, no user cache, a bounded thread count.
@@ -10,6 +13,10 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.pop("HF_HUB_OFFLINE", None)  # it would block requests to the local test server too
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+# huggingface_hub (and hf_xet's logs) write under HF_HOME: never the user's ~/.cache during tests.
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="bnc-test-hf-home-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
+os.environ["HF_HUB_DISABLE_XET"] = "1"
 
 import pytest  # noqa: E402
 

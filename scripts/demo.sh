@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/ensure-venv.sh
-exec "$BNC_VENV_PYTHON" -m bnconvention validate examples/releases "$@"
+exec "$BNC_VENV_PYTHON" -m bnconvention demo "$@"

@@ -1,0 +1,58 @@
+"""``bnconvention demo``: the BatchNorm illusion on a Hub organisation, end to end, offline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """examples:
+  bnconvention demo                          # into ./demo-output, reusing what an earlier run built
+  bnconvention demo --out /tmp/demo --no-progress
+  bnconvention demo --fresh                  # rebuild everything: zoo, organisation, crawl, report
+
+Stages: build the digits zoo with the recorder observing training; publish it as the organisation digits-lab on a
+local Hub-compatible server (127.0.0.1, a free port) through huggingface_hub, the way authors would: declared and
+stamped releases, undeclared ones, one whose declaration no longer matches its weights, GroupNorm twins, a repo
+without weights; then, as an auditor: census from the safetensors headers, audits at bit-identical weights, one
+annotation pull request per audited repo, validation of the organisation, and the HTML report OUT/report/index.html.
+Nothing is downloaded from the internet. A rerun reuses the zoo, the published organisation and every finished
+census entry, audit and pull request (OUT/crawl/journal.sqlite). Exit codes: 0 done, 1 a stage failed, 2 bad
+usage (e.g. --out is a folder the demo did not create), 130 interrupted (rerun to resume).
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "demo", help="the whole story offline: zoo, local Hub organisation, census, audits, pull requests, report",
+        description="Build the digits zoo, publish it as a Hub organisation on a local server, crawl it as an "
+                    "auditor (census, audit, annotation pull requests, validation) and write an HTML report.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="demo-output", metavar="DIR",
+                        help="output folder, created or reused (default: demo-output)")
+    parser.add_argument("--zoo", default=None, metavar="DIR",
+                        help="keep the recorded zoo in DIR instead of OUT/zoo (reused when complete)")
+    parser.add_argument("--fresh", action="store_true", help="remove what an earlier run built and start over")
+    parser.add_argument("--no-progress", action="store_true", help="no stage lines or progress bars on stderr")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from bnconvention.demo.layout import DemoPaths
+
+    paths = DemoPaths.under(args.out, zoo=args.zoo)
+    paths.claim()  # refuses a folder the demo did not create, before anything else happens
+    # before huggingface_hub is imported anywhere in this process: its cache and telemetry settings are read then
+    os.environ["HF_HOME"] = str(paths.hf_home)
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    os.environ.pop("HF_HUB_OFFLINE", None)  # everything is local; offline mode would block the local Hub too
+
+    from bnconvention.demo import run_demo, summary_text
+    from bnconvention.io_utils import atomic_write_text
+
+    result = run_demo(args.out, zoo_dir=args.zoo, fresh=args.fresh, progress=not args.no_progress)
+    text = summary_text(result)
+    atomic_write_text(result.out / "summary.txt", text)
+    sys.stdout.write(text)
+    return 0

@@ -1,0 +1,111 @@
+"""Where the demo keeps things: one output folder (default ``demo-output/``) that it owns and can reuse.
+
+Layout of ``OUT``::
+
+    .bnconvention-demo      marks the folder as the demo's (a non-empty folder without it is never touched)
+    .bnconvention-demo.lock held by the running demo (a second demo in the same folder is refused)
+    zoo/                    the digits zoo, built with the recorder observing every variant's training
+    releases/<name>/        the authors' release folders, as they were published
+    hub/                    the local Hub's store (repos, commits, pull requests)
+    hub-published.json      written once the organisation is fully published; a rerun reuses the store
+    crawl/                  the auditor's crawl: journal.sqlite, census, audits/<repo>/..., population, validation
+    report/                 the HTML report (index.html, plots/, annotations/)
+    hf-home/                HF_HOME for this run: huggingface_hub never writes to ~/.cache
+    summary.txt             the summary printed at the end
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from bnconvention.errors import UsageError
+
+MARKER = ".bnconvention-demo"
+DEFAULT_OUT = "demo-output"
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    root: Path
+    zoo: Path
+
+    @classmethod
+    def under(cls, root: str | os.PathLike[str], *, zoo: str | os.PathLike[str] | None = None) -> DemoPaths:
+        base = Path(root).resolve()
+        return cls(root=base, zoo=Path(zoo).resolve() if zoo is not None else base / "zoo")
+
+    @property
+    def marker(self) -> Path:
+        return self.root / MARKER
+
+    @property
+    def lock(self) -> Path:
+        """Held while a demo runs in this folder: a second one is refused instead of racing the first."""
+        return self.root / ".bnconvention-demo.lock"
+
+    @property
+    def releases(self) -> Path:
+        return self.root / "releases"
+
+    @property
+    def hub(self) -> Path:
+        return self.root / "hub"
+
+    @property
+    def published(self) -> Path:
+        return self.root / "hub-published.json"
+
+    @property
+    def crawl(self) -> Path:
+        return self.root / "crawl"
+
+    @property
+    def journal(self) -> Path:
+        return self.crawl / "journal.sqlite"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+    @property
+    def hf_home(self) -> Path:
+        return self.root / "hf-home"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.txt"
+
+    def claim(self) -> None:
+        """Create the folder (or accept it as the demo's); refuse a non-empty folder the demo did not create."""
+        if self.root.exists() and not self.root.is_dir():
+            raise UsageError(f"demo output {self.root} exists and is not a folder; choose another --out")
+        if self.root.is_dir() and any(self.root.iterdir()) and not self.marker.is_file():
+            raise UsageError(f"demo output {self.root} is a non-empty folder the demo did not create (no {MARKER}); "
+                             "choose an empty or new --out")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.marker.write_text("bnconvention demo output; `bnconvention demo --fresh` rebuilds it\n", "utf-8")
+
+    def forget_hub(self) -> None:
+        """Drop the published organisation and everything derived from it (the crawl, the report)."""
+        for path in (self.published, self.hub, self.crawl, self.releases, self.report):
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+
+    def wipe(self) -> None:
+        """``--fresh``: remove everything the demo wrote (the zoo too, when it lives inside the output folder)."""
+        self.forget_hub()
+        for path in (self.hf_home, self.summary):
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        if self.zoo.parent == self.root and self.zoo.is_dir():
+            shutil.rmtree(self.zoo)
+
+
+__all__ = ["DEFAULT_OUT", "MARKER", "DemoPaths"]

@@ -1,0 +1,286 @@
+"""``run_demo``: the whole story on one machine, offline, in a few minutes.
+
+Stages (each with a progress bar on stderr, each reusing what a previous run finished):
+
+1. **zoo** — build the digits zoo with the recorder observing every variant's training (or reuse it);
+2. **publish** — start the local Hub on 127.0.0.1 and publish the organisation as its author would
+   (:mod:`bnconvention.demo.releases`); a rerun reuses the published store;
+3. **census** — the auditor lists the organisation and classifies every repo from its headers alone;
+4. **audit** — every BatchNorm repo is downloaded at the commit the census read and audited (and the GroupNorm
+   twins, to show channel absent at 0.00);
+5. **push** — one pull request per audited repo with its refit annotation (never to ``main``; never twice);
+6. **validate** — the submission-pipeline check of the organisation's cards and weights, and of the headline pull
+   request's revision;
+7. **report** — the static HTML report.
+
+The Hub's tokens are made up for each run and never leave this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from bnconvention.canonical import canonical_sha256, loads_strict
+from bnconvention.demo.layout import DEFAULT_OUT, DemoPaths
+from bnconvention.demo.releases import AUDITOR, AUTHOR, DEMO_ORG, RELEASES, release_notes
+from bnconvention.demo.spec import DEMO_SPEC
+from bnconvention.errors import UsageError
+from bnconvention.io_utils import atomic_write_text
+
+DEMO_FORMAT = "bnconvention-demo/1"
+# The crawl journal is bound to the Hub it crawled. The demo's Hub is its store (hub/), served on a new port each
+# run, so the journal names the store rather than the port.
+JOURNAL_ENDPOINT = "bnconvention-demo-local-hub"
+STAGES = ("zoo", "publish", "census", "audit", "push", "validate", "report")
+
+
+@dataclass
+class DemoResult:
+    """What one demo run found and did (the summary and the tests read it)."""
+
+    out: Path
+    endpoint: str
+    report: Path
+    census: dict[str, Any]
+    audits: list[Any]  # RepoAudit, BatchNorm repos then channel-absent ones
+    population: dict[str, Any] | None
+    pushes: list[Any]  # PushOutcome
+    validation: list[Any]  # validator Issue
+    pr_check: tuple[str, int, int] | None  # (repo id, pull request number, validation exit code)
+    seconds: dict[str, float] = field(default_factory=dict)
+    reused: dict[str, Any] = field(default_factory=dict)
+
+    def audited(self) -> list[tuple[str, Any]]:
+        """``(repo id, AuditResult)`` of every audited checkpoint, sorted by repo id."""
+        return sorted(((a.repo_id, f.result) for a in self.audits for f in a.files if f.result is not None),
+                      key=lambda pair: pair[0])
+
+
+
+class _Stages:
+    """Announces each stage on stderr and times it."""
+
+    def __init__(self, stream: TextIO, *, quiet: bool) -> None:
+        self.stream = stream
+        self.quiet = quiet
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str, what: str) -> Iterator[None]:
+        index = STAGES.index(name) + 1
+        if not self.quiet:
+            print(f"[demo {index}/{len(STAGES)}] {name}: {what}", file=self.stream, flush=True)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def hub_environment(hf_home: Path) -> Iterator[None]:
+    """HF_HOME inside the demo output, no telemetry, and no offline switch (it would block the local Hub too);
+    the previous values come back afterwards."""
+    wanted = {"HF_HOME": str(hf_home), "HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1"}
+    saved = {key: os.environ.get(key) for key in [*wanted, "HF_HUB_OFFLINE"]}
+    os.environ.update(wanted)
+    os.environ.pop("HF_HUB_OFFLINE", None)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def plan_sha256(zoo: Any) -> str:
+    """What the published organisation depends on: the release plan, the code that publishes it, and the zoo's
+    exact files."""
+    from bnconvention.demo import releases
+
+    code = hashlib.sha256(Path(releases.__file__).read_bytes()).hexdigest()
+    return canonical_sha256({"format": DEMO_FORMAT, "releases": [asdict(r) for r in RELEASES], "code": code,
+                             "zoo_code": zoo.code_sha256, "zoo_files": dict(zoo.files)})
+
+
+def _published_before(paths: DemoPaths, plan: str) -> dict[str, Any] | None:
+    if not paths.published.is_file() or not paths.hub.is_dir():
+        return None
+    try:
+        state = loads_strict(paths.published.read_bytes(), source=str(paths.published))
+    except ValueError:
+        return None
+    if not isinstance(state, dict) or state.get("plan_sha256") != plan:
+        return None
+    return state
+
+
+def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.PathLike[str] | None = None,
+             fresh: bool = False, progress: bool = True, stream: TextIO | None = None) -> DemoResult:
+    """Run every stage into ``out`` and return what was found. Stage lines go to ``stream`` (default stderr),
+    progress bars to stderr; ``progress=False`` silences both. ``zoo_dir`` keeps the zoo elsewhere (default
+    ``out/zoo``); ``fresh`` rebuilds everything. A second demo in the same ``out`` is refused (UsageError)."""
+    from filelock import FileLock, Timeout
+
+    paths = DemoPaths.under(out, zoo=zoo_dir)
+    paths.claim()
+    lock = FileLock(str(paths.lock), blocking=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise UsageError(f"another bnconvention demo is running in {paths.root}; wait for it to finish or choose "
+                         "another --out") from None
+    try:
+        if fresh:
+            paths.wipe()
+            paths.claim()
+        stages = _Stages(stream or sys.stderr, quiet=not progress)
+        with hub_environment(paths.hf_home):
+            return _run(paths, stages, progress=progress)
+    finally:
+        lock.release()
+
+
+def _run(paths: DemoPaths, stages: _Stages, *, progress: bool) -> DemoResult:
+    from bnconvention.demo.zoo_stage import prepare_zoo
+    from bnconvention.hubserver import LocalHub
+
+    reused: dict[str, Any] = {}
+    with stages.stage("zoo", f"digits zoo with the recorder observing training ({paths.zoo})"):
+        zoo, reused["zoo"] = prepare_zoo(paths.zoo, progress=progress)
+
+    author_token, auditor_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    plan = plan_sha256(zoo)
+    state = _published_before(paths, plan)
+    if state is None:
+        paths.forget_hub()  # a changed zoo or an interrupted publish: start the organisation over
+    hub = LocalHub(paths.hub, tokens={author_token: AUTHOR, auditor_token: AUDITOR}, orgs={DEMO_ORG: [AUTHOR]},
+                   durable=False)
+    with hub:
+        if state is not None and not all(hub.store.repo_exists(r.repo_id) for r in RELEASES):
+            state = None
+        with stages.stage("publish", f"{len(RELEASES)} releases of {DEMO_ORG} on a local Hub at {hub.endpoint}"):
+            reused["publish"] = state is not None
+            if state is None:
+                _publish(paths, hub, zoo, author_token, plan, progress=progress)
+        return _crawl(paths, stages, hub.endpoint, auditor_token, reused, progress=progress)
+
+
+def _publish(paths: DemoPaths, hub: Any, zoo: Any, token: str, plan: str, *, progress: bool) -> None:
+    import json
+
+    from tqdm.auto import tqdm
+
+    from bnconvention.demo.releases import publish_org
+    from bnconvention.hub import make_client
+
+    author = make_client(endpoint=hub.endpoint, token=token)
+    with tqdm(total=len(RELEASES), desc=f"publish {DEMO_ORG}", unit="repo", disable=not progress) as bar:
+        published = publish_org(author, zoo, paths.releases, on_release=lambda release: bar.update(1))
+    state = {"format": DEMO_FORMAT, "plan_sha256": plan, "org": DEMO_ORG,
+             "repos": [{"repo_id": p.repo_id, "how": p.how, "commits": p.commits} for p in published]}
+    atomic_write_text(paths.published, json.dumps(state, indent=2) + "\n")
+
+
+def _crawl(paths: DemoPaths, stages: _Stages, endpoint: str, token: str, reused: dict[str, Any], *,
+           progress: bool) -> DemoResult:
+    import json
+
+    from bnconvention.demo.crawl import audit_channel_absent, ensure_outputs, population
+    from bnconvention.demo.spec import demo_spec
+    from bnconvention.hub import Journal, audit_org, census_summary, make_client, push_org, run_census, validate_hub
+    from bnconvention.hub.report import write_census
+    from bnconvention.report_html import ReportInput, write_report
+
+    client = make_client(endpoint=endpoint, token=token)
+    spec = demo_spec()
+    paths.crawl.mkdir(parents=True, exist_ok=True)
+    with Journal(paths.journal, org=DEMO_ORG, endpoint=JOURNAL_ENDPOINT) as journal:
+        with stages.stage("census", f"list {DEMO_ORG} and classify every repo from its safetensors headers"):
+            census_run = run_census(client, DEMO_ORG, journal=journal, progress=progress)
+            census = census_summary(DEMO_ORG, census_run.repos, endpoint=endpoint)
+            write_census(census, paths.crawl)
+            reused["census"] = census_run.reused
+        with stages.stage("audit", "download each repo at the census commit; refit at bit-identical weights"):
+            audit_run = audit_org(client, DEMO_ORG, spec, journal=journal, out=paths.crawl, progress=progress)
+            absent, absent_reused = audit_channel_absent(client, census_run.repos, spec, journal=journal,
+                                                         out=paths.crawl, progress=progress)
+            audits = list(audit_run.audits) + absent
+            reused["audits"] = audit_run.reused + absent_reused
+            reused["audits_run"] = audit_run.ran + len(absent) - absent_reused
+            summary = population(audits, spec)
+            if summary is not None:
+                atomic_write_text(paths.crawl / "population.json", json.dumps(summary, indent=2) + "\n")
+        with stages.stage("push", "one pull request per audited repo with its refit annotation"):
+            push_run = push_org(client, DEMO_ORG, journal=journal, progress=progress)
+            reused["pushes"] = push_run.reused
+            reused["pushes_opened"] = push_run.opened
+    with stages.stage("validate", f"validate the cards and weights of {DEMO_ORG} and the headline pull request"):
+        validation = validate_hub(client, DEMO_ORG, progress=progress)
+        issues = list(validation.report.issues)
+        atomic_write_text(paths.crawl / "validation.json",
+                          json.dumps([i.to_dict() for i in issues], indent=2) + "\n")
+        pr_check = _check_headline_pr(client, audits, push_run.outcomes)
+    with stages.stage("report", f"HTML report in {paths.report}"):
+        files = ensure_outputs(audits, paths.crawl)
+        report = write_report(ReportInput(
+            org=DEMO_ORG, endpoint=endpoint, census=census, audits=audits, audit_summary=summary,
+            pushes=push_run.outcomes, validation=issues, files=files, release_notes=release_notes(),
+            title=f"The BatchNorm illusion on {DEMO_ORG}: census, audits and refit annotations",
+            generator=_generator()), paths.report)
+    return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census, audits=audits,
+                      population=summary, pushes=list(push_run.outcomes), validation=issues, pr_check=pr_check,
+                      seconds=dict(stages.seconds), reused=reused)
+
+
+def headline(audits: list[Any]) -> tuple[str, Any] | None:
+    """The displaced release with a verdict flip whose headline cell moved most: ``(repo id, AuditResult)``."""
+    candidates = []
+    for audit in audits:
+        for item in audit.files:
+            result = item.result
+            if result is None or result.annotation.channel != "present" or result.anchored is False:
+                continue
+            flipped = any(v.flipped for v in result.annotation.verdicts)
+            cell = next((c for c in result.annotation.cells if c.metric == DEMO_SPEC["headline"]), None)
+            if flipped and cell is not None and cell.decision.outcome == "displaced":
+                candidates.append((-abs(cell.shift_pp), audit.repo_id, result))
+    if not candidates:
+        return None
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    return candidates[0][1], candidates[0][2]
+
+
+def _check_headline_pr(client: Any, audits: list[Any], pushes: list[Any]) -> tuple[str, int, int] | None:
+    """Validate the headline repo's pull request revision (what a submission pipeline would check)."""
+    from bnconvention.hub import validate_hub
+
+    top = headline(audits)
+    if top is None:
+        return None
+    push = next((p for p in pushes if p.repo_id == top[0] and p.pr_num is not None), None)
+    if push is None:
+        return None
+    checked = validate_hub(client, top[0], revision=f"refs/pr/{push.pr_num}")
+    return top[0], int(push.pr_num), checked.exit_code
+
+
+def _generator() -> str:
+    from bnconvention._version import __version__
+
+    return f"bnconvention {__version__} (bnconvention demo)"
+
+
+__all__ = ["DEMO_FORMAT", "JOURNAL_ENDPOINT", "STAGES", "DemoResult", "headline", "hub_environment", "plan_sha256",
+           "run_demo"]

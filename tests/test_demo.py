@@ -1,0 +1,219 @@
+"""The demo end to end (one CLI run per session, shared with test_browser.py) and its pieces.
+
+The BN illusion must show on the published organisation: the eval-mode distillation release displaced with a
+verdict flip, the GroupNorm twins channel absent at exactly 0.00, the undeclared releases and the release whose
+declaration no longer matches its weights flagged. A rerun reuses the zoo, the published organisation, the census,
+the audits and the pull requests.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers.demo_run import DemoRun, run_demo_cli, shared_demo_run
+
+ORG = "digits-lab"
+EXPECTED_CLASSES = {
+    "convnet-bn-base": "declared_consistent",
+    "convnet-bn-retrain": "declared_consistent",
+    "convnet-gn-base": "channel_absent",
+    "digits-model-card": "no_weights",
+    "unlearn-badteacher-eval": "declared_consistent",
+    "unlearn-badteacher-eval-gn": "channel_absent",
+    # the census reads headers only: the stale record still names the right layers, so only the digests (checked
+    # by validation, which downloads the tensors) can tell that the weights changed
+    "unlearn-finetune": "declared_consistent",
+    "unlearn-ga-train": "declared_consistent",
+    "unlearn-relabel-eval": "undeclared",
+    "unlearn-relabel-eval-gn": "channel_absent",
+    "unlearn-relabel-train": "undeclared",
+}
+GROUPNORM = ("convnet-gn-base", "unlearn-badteacher-eval-gn", "unlearn-relabel-eval-gn")
+AUDITED = sorted(name for name, cls in EXPECTED_CLASSES.items() if cls != "no_weights")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    return shared_demo_run(tmp_path_factory.mktemp("demo"))
+
+
+def _annotation(demo: DemoRun, name: str) -> dict:
+    path = demo.out / "crawl" / "audits" / ORG / name / "model" / "annotation.json"
+    return json.loads(path.read_text("utf-8"))
+
+
+def _cell(annotation: dict, metric: str) -> dict:
+    return next(c for c in annotation["cells"] if c["metric"] == metric)
+
+
+def test_census_classifies_every_release(demo: DemoRun) -> None:
+    census = json.loads((demo.out / "crawl" / "census.json").read_text("utf-8"))
+    found = {r["repo_id"].split("/", 1)[1]: r["status"] for r in census["repos"]}
+    assert found == EXPECTED_CLASSES
+    assert census["counts"] == {"no_weights": 1, "channel_absent": 3, "declared_consistent": 5,
+                                "declared_inconsistent": 0, "undeclared": 2, "unreadable": 0}
+
+
+def test_eval_mode_distillation_is_displaced_with_a_verdict_flip(demo: DemoRun) -> None:
+    annotation = _annotation(demo, "unlearn-badteacher-eval")
+    df = _cell(annotation, "df")
+    assert df["shipped"] <= 0.05
+    assert df["shift_pp"] > 50
+    assert all(s > annotation["margin_pp"] for s in df["replicate_shifts_pp"])
+    assert df["decision"] == {"outcome": "displaced", "p_value": 0.0009765625, "method": "exact-sign-test"}
+    flips = {v["criterion"]: v["direction"] for v in annotation["verdicts"] if v["flipped"]}
+    assert flips == {"df <= 0.05": "pass_to_fail"}
+    assert annotation["subject"]["declared_convention"] == "frozen/train/train-transform/ema-m0.1"
+    assert annotation["recoverability"]["forget_accuracy_after"] > 0.5
+    assert "headline: digits-lab/unlearn-badteacher-eval ships df" in demo.stdout
+
+
+@pytest.mark.parametrize("name", GROUPNORM)
+def test_groupnorm_twins_are_channel_absent_at_exactly_zero(demo: DemoRun, name: str) -> None:
+    annotation = _annotation(demo, name)
+    assert annotation["channel"] == "absent"
+    for cell in annotation["cells"]:
+        assert cell["shift_pp"] == 0.0
+        assert cell["replicate_shifts_pp"] == [0.0] * annotation["replicates"]
+        # every replicate reproduces the shipped value exactly (their float mean may differ in the last bit)
+        assert cell["replicate_values"] == [cell["shipped"]] * annotation["replicates"]
+    assert not any(v["flipped"] for v in annotation["verdicts"])
+
+
+def test_undeclared_and_inconsistent_releases_are_flagged(demo: DemoRun) -> None:
+    issues = json.loads((demo.out / "crawl" / "validation.json").read_text("utf-8"))
+    errors = {(i["file"], i["code"]) for i in issues if i["severity"] == "error"}
+    stale = f"{ORG}/unlearn-finetune/model.safetensors"
+    assert {(stale, "digests.trainable_mismatch"), (stale, "digests.running_mismatch")} <= errors
+    assert {file for file, _ in errors} == {stale}  # every other release validates
+    warnings = {i["file"] for i in issues if i["severity"] == "warning" and i["code"] == "declaration.missing"}
+    assert warnings == {f"{ORG}/unlearn-relabel-eval/model.safetensors",
+                        f"{ORG}/unlearn-relabel-train/model.safetensors"}
+    flagged_block = demo.stdout.split("flagged releases (3):\n", 1)[1].split("\n\n", 1)[0]
+    lines = flagged_block.splitlines()
+    assert [line.split()[0] for line in lines] == [f"{ORG}/unlearn-finetune", f"{ORG}/unlearn-relabel-eval",
+                                                   f"{ORG}/unlearn-relabel-train"]
+    assert "validation: digests." in lines[0]
+    assert all("census: undeclared" in line for line in lines[1:])
+
+
+def test_the_stale_release_is_not_anchored(demo: DemoRun) -> None:
+    # its weights changed after the accuracies in config.json were published: the audit says so and leaves it out
+    annotation = _annotation(demo, "unlearn-finetune")
+    assert annotation["anchoring"]["anchored"] is False
+    population = json.loads((demo.out / "crawl" / "population.json").read_text("utf-8"))
+    assert population["counts"]["checkpoints"] == len(AUDITED)
+    assert population["counts"]["eligible"] == len(AUDITED) - 1
+    assert population["counts"]["channel_absent"] == len(GROUPNORM)
+
+
+def test_pull_requests_carry_the_annotations(demo: DemoRun) -> None:
+    from huggingface_hub import HfApi
+
+    from bnconvention.hubserver import LocalHub
+
+    with LocalHub(demo.out / "hub", durable=False) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=False)
+        for name in AUDITED:
+            repo_id = f"{ORG}/{name}"
+            prs = list(api.get_repo_discussions(repo_id, discussion_type="pull_request"))
+            assert [(p.status, p.author) for p in prs] == [("open", "auditor")], repo_id
+            files = api.list_repo_files(repo_id, revision=f"refs/pr/{prs[0].num}")
+            annotations = [f for f in files if f.startswith("bnconvention/refit-") and f.endswith(".json")]
+            assert len(annotations) == 1, files
+            assert not any(f.startswith("bnconvention/") for f in api.list_repo_files(repo_id))  # main untouched
+    assert f"{ORG}/unlearn-badteacher-eval pull request #1 (refs/pr/1) validates: exit 0" in demo.stdout
+
+
+def test_report_annotations_validate(demo: DemoRun) -> None:
+    from bnconvention.validation import validate_paths
+
+    annotations = sorted((demo.out / "report" / "annotations").glob("*.json"))
+    assert len(annotations) == len(AUDITED)
+    report = validate_paths(annotations)
+    assert report.exit_code == 0, [i.to_dict() for i in report.issues]
+
+
+def test_huggingface_hub_writes_only_inside_the_demo_output(demo: DemoRun) -> None:
+    assert not (demo.home / ".cache" / "huggingface").exists()
+
+
+def test_observed_zoo_has_the_shared_zoo_bytes(demo: DemoRun, zoo) -> None:  # noqa: ANN001 - session fixture
+    # observing training with the recorder changes nothing: the weights are the shared fixture's, byte for byte
+    from bnconvention.zoo import read_manifest
+
+    observed = read_manifest(demo.zoo)
+    for name in zoo.variants:
+        assert observed.files[f"{name}.safetensors"] == zoo.files[f"{name}.safetensors"], name
+        assert observed.observation_path(name) is not None
+
+
+def test_rerun_reuses_everything(demo: DemoRun) -> None:
+    done = run_demo_cli(demo.out, demo.home, demo.zoo)
+    assert done.returncode == 0, done.stderr[-4000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert "reused: zoo, publish, 11 census, 10 audits, 10 pushes" in last
+    assert "pull requests with refit annotations: 10 (0 opened in this run, 10 from an earlier run)" in done.stdout
+    # the same findings: census, audits, headline, flagged releases
+    def findings(text: str) -> str:
+        return text.split("\n", 1)[1].split("pull requests with refit annotations")[0]
+
+    assert findings(done.stdout) == findings(demo.stdout)
+
+
+# --- pieces -----------------------------------------------------------------------------------------------------
+
+
+def test_demo_spec_is_the_example_spec(repo_root: Path) -> None:
+    from bnconvention.audit import load_spec
+    from bnconvention.demo import demo_spec
+
+    assert demo_spec() == load_spec(repo_root / "examples" / "audit" / "digits-zoo.yaml")
+
+
+def test_demo_refuses_a_folder_it_did_not_create(tmp_path: Path) -> None:
+    from bnconvention.demo import DemoPaths
+    from bnconvention.errors import UsageError
+
+    (tmp_path / "mine.txt").write_text("keep me")
+    with pytest.raises(UsageError, match="did not create"):
+        DemoPaths.under(tmp_path).claim()
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_cli_refuses_a_foreign_folder_with_exit_2(tmp_path: Path) -> None:
+    from bnconvention.cli.main import main
+
+    (tmp_path / "notes.md").write_text("mine")
+    assert main(["demo", "--out", str(tmp_path), "--no-progress"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.md"]
+
+
+def test_wipe_keeps_a_zoo_outside_the_output(tmp_path: Path) -> None:
+    from bnconvention.demo import DemoPaths
+
+    outside = tmp_path / "shared-zoo"
+    outside.mkdir()
+    paths = DemoPaths.under(tmp_path / "out", zoo=outside)
+    paths.claim()
+    for folder in (paths.hub, paths.crawl, paths.report, paths.releases):
+        folder.mkdir()
+    paths.published.write_text("{}")
+    paths.wipe()
+    assert sorted(p.name for p in paths.root.iterdir()) == [".bnconvention-demo"]
+    assert outside.is_dir()
+
+
+def test_a_second_demo_in_the_same_folder_is_refused(tmp_path: Path) -> None:
+    from filelock import FileLock
+
+    from bnconvention.demo import DemoPaths, run_demo
+    from bnconvention.errors import UsageError
+
+    paths = DemoPaths.under(tmp_path / "out")
+    paths.claim()
+    with FileLock(str(paths.lock)), pytest.raises(UsageError, match="another bnconvention demo is running"):
+        run_demo(paths.root, progress=False)
+    assert sorted(p.name for p in paths.root.iterdir()) == [".bnconvention-demo", ".bnconvention-demo.lock"]

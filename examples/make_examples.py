@@ -36,7 +36,10 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from bnconvention.canonical import canonical_json, canonical_sha256  # noqa: E402
 from bnconvention.declaration import declare, make_convention, make_transform  # noqa: E402
 from bnconvention.digests import model_digests  # noqa: E402
-from bnconvention.locations import CARD_SECTION_HEADING, SAFETENSORS_METADATA_KEY, annotation_filename  # noqa: E402
+from bnconvention.card_stamp import stamp_card_text  # noqa: E402
+from bnconvention.locations import annotation_filename  # noqa: E402
+from bnconvention.safetensors_header import parse_header  # noqa: E402
+from bnconvention.stamp import stamped_header_bytes  # noqa: E402
 from bnconvention.standard.models import Producer, to_dict  # noqa: E402
 from bnconvention.standard.naming import record_ids_sha256  # noqa: E402
 
@@ -100,52 +103,30 @@ def training_convention(*, steps: int, bn: bool, n_records: int) -> Any:
 
 
 def weights_bytes(model: torch.nn.Module, record: dict[str, Any] | None) -> bytes:
-    metadata = {"format": "pt"}
-    if record is not None:
-        metadata[SAFETENSORS_METADATA_KEY] = canonical_json(record)
-    state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
-    return _sorted_metadata(save(state, metadata=metadata))
+    """The model as safetensors bytes, with ``record`` stamped the way ``bnconvention stamp`` does.
 
-
-def _sorted_metadata(blob: bytes) -> bytes:
-    """The same file with ``__metadata__`` keys in sorted order.
-
-    safetensors writes metadata from a hash map, so the key order (and the file's bytes) change from run to run;
-    sorting them changes nothing else: the header keeps its length and the data section its bytes.
+    The header is built with the stamping module's pure ``stamped_header_bytes`` (the digest check is the file
+    writer's job; ``examples/broken/digest-mismatch`` must carry a record that does not match on purpose).
     """
+    state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
+    blob = save(state, metadata={"format": "pt"})
+    if record is None:
+        return blob
     (length,) = struct.unpack("<Q", blob[:8])
-    pairs = json.loads(blob[8:8 + length], object_pairs_hook=list)
-    rebuilt = [(key, dict(sorted(value)) if key == "__metadata__" else dict(value)) for key, value in pairs]
-    text = json.dumps(dict(rebuilt), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    if len(text) > length:
-        raise RuntimeError("re-serialized safetensors header is longer than the original")
-    return blob[:8] + text + b" " * (length - len(text)) + blob[8 + length:]
+    header = parse_header(blob[8:8 + length], data_size=len(blob) - 8 - length)
+    stamped = stamped_header_bytes(header, canonical_json(record))
+    return struct.pack("<Q", len(stamped)) + stamped + blob[8 + length:]
 
 
-def card_text(title: str, summary: str, record: dict[str, Any] | None) -> str:
-    """A model card: YAML front matter (with the record as the bnconvention block) and a short body."""
-    meta: dict[str, Any] = {"license": "apache-2.0", "library_name": "pytorch", "tags": ["bnconvention", "digits"]}
-    if record is not None:
-        meta["bnconvention"] = record
-    front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100)
-    # PyYAML writes floats YAML 1.1 reads back as floats (1.0e-05, never 1e-05); prove it for this record.
-    if yaml.safe_load(front) != meta:
-        raise RuntimeError("the card's YAML does not round-trip")
-    body = [f"# {title}", "", summary, ""]
-    if record is not None:
-        convention = record["convention"]
-        body += [f"## {CARD_SECTION_HEADING}", "",
-                 "| field | value |", "|---|---|",
-                 f"| canonical name | `{convention['name']}` |",
-                 f"| data split | {convention['data']['role']}: {convention['data']['subset']} |",
-                 f"| transform | {convention['transform']['mode']} "
-                 f"(`{convention['transform'].get('reference', '')}`) |",
-                 f"| accumulation rule | {convention['accumulation']['rule']} |",
-                 f"| buffer-update mode | {convention['buffer_update_mode']} |",
-                 f"| trainable sha256 | `{record['digests']['trainable_sha256']}` |", ""]
-        if record.get("reporting_line"):
-            body += [record["reporting_line"], ""]
-    return "---\n" + front + "---\n" + "\n".join(body)
+def card_text(title: str, summary: str, record: dict[str, Any] | None, *, validate: bool = True) -> str:
+    """A model card with ``record`` stamped in by ``bnconvention card`` (front-matter block and body section).
+
+    ``validate=False`` is for fixtures whose record is broken on purpose (no body section is rendered then).
+    """
+    front = yaml.safe_dump({"license": "apache-2.0", "library_name": "pytorch", "tags": ["bnconvention", "digits"]},
+                           sort_keys=False)
+    text = "---\n" + front + "---\n" + f"# {title}\n\n{summary}\n"
+    return text if record is None else stamp_card_text(text, record, validate=validate)
 
 
 def build() -> dict[str, bytes]:
@@ -156,9 +137,9 @@ def build() -> dict[str, bytes]:
     files: dict[str, bytes] = {}
 
     def release(folder: str, model: torch.nn.Module, header: dict[str, Any] | None, card: dict[str, Any] | None,
-                title: str, summary: str) -> None:
+                title: str, summary: str, *, valid_record: bool = True) -> None:
         files[f"{folder}/model.safetensors"] = weights_bytes(model, header)
-        files[f"{folder}/README.md"] = card_text(title, summary, card).encode("utf-8")
+        files[f"{folder}/README.md"] = card_text(title, summary, card, validate=valid_record).encode("utf-8")
 
     bn = train("bn", images, labels, steps=steps)
     bn_record = to_dict(declare(bn, training_convention(steps=steps, bn=True, n_records=len(images)),
@@ -205,8 +186,18 @@ def build() -> dict[str, bytes]:
     partial["deployed_state"][0]["layers"].pop()  # omit features.4
     partial["deployed_state"][0]["layers"][0]["num_features"] = 5  # features.1 has 4
     release(f"{base}/layer-mismatch", bn, partial, partial, "convnet-bn, wrong layers",
-            "The record omits a BatchNorm layer and misstates another's width.")
+            "The record omits a BatchNorm layer and misstates another's width.", valid_record=False)
+    files["examples/PLATFORM"] = (platform_fingerprint() + "\n").encode("utf-8")
     return files
+
+
+def platform_fingerprint() -> str:
+    """What the tensor bytes depend on: the torch build and the CPU kernels it dispatches to.
+
+    Training in float32 sums in an order that depends on the vector width the CPU offers, so another CPU may write
+    other (equally valid) weights; byte comparisons of regenerated files are only meaningful on a matching platform.
+    """
+    return f"torch {torch.__version__}; cpu capability {torch.backends.cpu.get_cpu_capability()}"
 
 
 def fixture_annotation(model: torch.nn.Module) -> dict[str, Any]:

@@ -310,6 +310,9 @@ def test_validate_exit_codes_on_pull_request_revisions(audited, pushed, auditor,
     good_repo = f"{ORG}/bn-declared-01"
     good = validate_hub(auditor, good_repo, revision=f"refs/pr/{_pull_requests(hub, good_repo)[0]['num']}")
     assert good.exit_code == 0 and good.report.issues == []
+    # regression: file summaries ("agrees with ...") named the temporary download folder instead of the repo
+    assert not [f.note for f in good.report.files if "bnc-hub-validate" in f.note]
+    assert any(f"agrees with {good_repo}/README.md" in f.note for f in good.report.files)
     assert any(f.file == f"{good_repo}/bnconvention/" + Path(_audit(audited["run"], "bn-declared-01")
                                                                .files[0].annotation_path).name
                for f in good.report.files)

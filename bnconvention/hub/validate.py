@@ -75,10 +75,14 @@ def validate_repo(client: HubClient, repo_id: str, *, revision: str = "main", re
             local.mkdir()
         report = validate_paths([local], require_declaration=require_declaration)
     prefix = local.as_posix().rstrip("/")
-    issues = [dataclasses.replace(i, file=_relabel(i.file, local, repo_id),
-                                  message=i.message.replace(prefix + "/", f"{repo_id}/").replace(prefix, repo_id))
+
+    def relabel_text(text: str) -> str:  # the temporary download folder must not leak into reports
+        return text.replace(prefix + "/", f"{repo_id}/").replace(prefix, repo_id)
+
+    issues = [dataclasses.replace(i, file=_relabel(i.file, local, repo_id), message=relabel_text(i.message))
               for i in report.issues]
-    summaries = [dataclasses.replace(s, file=_relabel(s.file, local, repo_id)) for s in report.files]
+    summaries = [dataclasses.replace(s, file=_relabel(s.file, local, repo_id), note=relabel_text(s.note))
+                 for s in report.files]
     return issues, summaries, commit
 
 

@@ -1,0 +1,226 @@
+"""Cost of a refit as a ratio to one eval-mode forward pass over the same pool, measured side by side.
+
+For each model (the zoo's small ConvNet with 3 input channels, torchvision's ResNet-18; random initialisation,
+32×32 inputs, 512 images in batches of 128, 2 threads) every round times each variant once, in a shuffled order,
+and divides by that round's eval forward. The per-layer variants (``fallback``, ``naive``) run in rounds of their
+own, each with its own eval forward, so that their memory churn does not disturb the one-pass variants. The table
+shows the median ratio over the rounds, its range, the ratio of the fastest round of each variant to the fastest
+eval (the rounds least disturbed by other processes), and the median seconds. Variants:
+
+* ``eval``        one eval-mode forward over the pool under ``torch.no_grad()`` (the unit)
+* ``exact-pass``  the exact rule's layer-major traced pass alone (``bnconvention.refit.exact.run_traced``,
+                  tracing included)
+* ``exact``       ``refit(model, pool)``: the pass plus θ/φ digests before and after, staleness and the record
+* ``digests``     ``model_digests(model)`` twice: the fixed cost of the θ proof in ``exact`` (it does not grow
+                  with the pool)
+* ``fallback``    ``refit(model, pool, method="hooks")``: one early-stopped pass per BatchNorm layer
+* ``naive``       one full eval forward over the pool per BatchNorm layer, no early stop
+* ``cumulative``  ``refit(model, pool, rule="cumulative")``
+* ``update_bn``   ``torch.optim.swa_utils.update_bn(pool, model)``
+
+Each timing is taken on two clocks: wall time (what a user waits) and this process's CPU time (all its threads;
+far less sensitive to other processes on a shared machine; set ``OMP_WAIT_POLICY=PASSIVE`` so that idle OpenMP
+threads do not spin and inflate it). Both ratios are printed; when they disagree the machine was busy.
+
+The peak memory of the exact path is the peak of pool inputs plus live activations the layer-major pass held
+(``RefitReport.peak_activation_bytes``, the documented bound), next to the pool's own size.
+
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/refit.py   # both models, 7 rounds
+    .venv/bin/python benchmarks/refit.py --models resnet18 --runs 9 --skip naive
+    .venv/bin/python benchmarks/refit.py --json               # one JSON object
+
+With ``--check`` the exit status is 1 unless, on ResNet-18, exact-pass ≤ 1.2 × eval and ≤ 1.1 × update_bn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+VARIANTS = ("eval", "exact-pass", "exact", "digests", "fallback", "naive", "cumulative", "update_bn")
+SLOW = ("fallback", "naive")
+
+
+def build(name: str) -> Any:
+    import torchvision
+
+    from bnconvention.zoo.models import convnet_bn
+
+    if name == "convnet":
+        return convnet_bn(in_channels=3, num_classes=10)
+    if name == "resnet18":
+        return torchvision.models.resnet18(num_classes=10)
+    raise SystemExit(f"unknown model {name!r}; choose convnet or resnet18")
+
+
+def variants(model: Any, pool: list[Any]) -> dict[str, Callable[[], Any]]:
+    import torch
+    from torch.optim.swa_utils import update_bn
+
+    from bnconvention.digests import model_digests
+    from bnconvention.refit import refit
+    from bnconvention.refit.exact import commit_layer_stats, run_traced
+    from bnconvention.refit.moments import ChannelMoments
+    from bnconvention.refit.state import tracked_layers
+
+    def eval_forward() -> None:
+        model.eval()
+        with torch.no_grad():
+            for x in pool:
+                model(x)
+
+    def exact_pass() -> Any:
+        model.eval()
+        return run_traced(model, pool, num_batches=len(pool), memory_budget=None)
+
+    def naive() -> None:
+        model.eval()
+        with torch.no_grad():
+            for name, module in tracked_layers(model).items():
+                moments = ChannelMoments()
+                handle = module.register_forward_pre_hook(lambda _m, args, mo=moments: mo.update(args[0]))
+                for x in pool:
+                    model(x)
+                handle.remove()
+                commit_layer_stats(name, module, moments, num_batches=len(pool))
+
+    return {
+        "eval": eval_forward,
+        "exact-pass": exact_pass,
+        "exact": lambda: refit(model, pool),
+        "digests": lambda: (model_digests(model), model_digests(model)),
+        "fallback": lambda: refit(model, pool, method="hooks"),
+        "naive": naive,
+        "cumulative": lambda: refit(model, pool, rule="cumulative"),
+        "update_bn": lambda: update_bn(pool, model),
+    }
+
+
+def measure(name: str, *, runs: int, images: int, batch_size: int, skip: set[str], seed: int) -> dict[str, Any]:
+    import torch
+
+    from bnconvention.refit import refit
+
+    torch.manual_seed(seed)
+    model = build(name)
+    generator = torch.Generator().manual_seed(seed)
+    pool = list((torch.randn(images, 3, 32, 32, generator=generator) * 0.5 + 0.2).split(batch_size))
+    fns = {k: v for k, v in variants(model, pool).items() if k not in skip}
+    for fn in fns.values():  # warm-up: first-call allocations and lazy initialisation
+        fn()
+    clocks = {"wall": time.perf_counter, "cpu": time.process_time}
+    times: dict[str, dict[str, list[float]]] = {c: {k: [] for k in fns} for c in clocks}
+    eval_of: dict[str, dict[str, list[float]]] = {c: {k: [] for k in fns} for c in clocks}
+    shuffler = random.Random(seed)
+    # The per-layer variants run 15-20 forwards and churn memory; they get rounds of their own (each with its own
+    # eval forward) so that they do not disturb the one-pass variants, which are compared among themselves.
+    groups = [[k for k in fns if k not in SLOW], [k for k in fns if k in SLOW]]
+    for group in groups:
+        if not group:
+            continue
+        order = ["eval", *[k for k in group if k != "eval"]]
+        for _ in range(runs):
+            shuffler.shuffle(order)
+            round_times: dict[str, dict[str, float]] = {c: {} for c in clocks}
+            for key in order:
+                wall, cpu = time.perf_counter(), time.process_time()
+                fns[key]()
+                round_times["cpu"][key] = time.process_time() - cpu
+                round_times["wall"][key] = time.perf_counter() - wall
+            for clock in clocks:
+                for key in order:
+                    if key != "eval" or group is groups[0]:
+                        times[clock][key].append(round_times[clock][key])
+                        eval_of[clock][key].append(round_times[clock]["eval"])
+    report = refit(model, pool)
+    rows: dict[str, dict[str, Any]] = {}
+    for key in fns:
+        row: dict[str, Any] = {}
+        for clock, measured in times.items():
+            ratios = [t / e for t, e in zip(measured[key], eval_of[clock][key])]
+            row[clock] = {"ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
+                          "ratio_max": max(ratios), "seconds_median": statistics.median(measured[key]),
+                          "ratio_of_fastest": min(measured[key]) / min(eval_of[clock][key])}
+        rows[key] = row
+    if "update_bn" in fns and "exact-pass" in fns:
+        rows["exact-pass/update_bn"] = {}
+        for clock, measured in times.items():
+            paired = [a / b for a, b in zip(measured["exact-pass"], measured["update_bn"])]
+            rows["exact-pass/update_bn"][clock] = {
+                "ratio_median": statistics.median(paired), "ratio_min": min(paired), "ratio_max": max(paired),
+                "seconds_median": None,
+                "ratio_of_fastest": min(measured["exact-pass"]) / min(measured["update_bn"])}
+    return {
+        "model": name,
+        "images": images,
+        "batch_size": batch_size,
+        "runs": runs,
+        "bn_layers": len(report.declaration.deployed_state[0].layers),
+        "pool_bytes": sum(x.numel() * x.element_size() for x in pool),
+        "exact_peak_bytes": report.peak_activation_bytes,
+        "rows": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="convnet,resnet18", help="comma-separated: convnet, resnet18")
+    parser.add_argument("--runs", type=int, default=7, help="timed rounds (each runs every variant once)")
+    parser.add_argument("--images", type=int, default=512)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip", default="", help=f"comma-separated variants to leave out of {VARIANTS}")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 unless ResNet-18 exact-pass <= 1.2x eval and <= 1.1x update_bn")
+    parser.add_argument("--check-clock", choices=("wall", "cpu"), default="wall", help="clock --check reads")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    skip = {s for s in args.skip.split(",") if s}
+    if "eval" in skip or skip - set(VARIANTS):
+        parser.error(f"--skip takes variants from {VARIANTS[1:]}")
+    results = [measure(name, runs=args.runs, images=args.images, batch_size=args.batch_size, skip=skip,
+                       seed=args.seed) for name in args.models.split(",") if name]
+    if args.json:
+        print(json.dumps({"threads": args.threads, "results": results}, indent=2))
+    else:
+        for result in results:
+            print(f"\n{result['model']}: {result['bn_layers']} BatchNorm layers, {result['images']} images 32x32 in "
+                  f"batches of {result['batch_size']}, {args.threads} threads, median of {result['runs']} rounds")
+            print(f"  {'variant':<22}{'wall x eval':>12}{'range':>12}{'fastest':>9}{'cpu x eval':>12}{'range':>12}"
+                  f"{'wall s':>9}{'cpu s':>9}")
+            for key, row in result["rows"].items():
+                wall, cpu = row["wall"], row["cpu"]
+                seconds = ("" if wall["seconds_median"] is None
+                           else f"{wall['seconds_median']:>9.3f}{cpu['seconds_median']:>9.3f}")
+                print(f"  {key:<22}{wall['ratio_median']:>12.2f}"
+                      f"{wall['ratio_min']:>6.2f}-{wall['ratio_max']:<5.2f}{wall['ratio_of_fastest']:>9.2f}"
+                      f"{cpu['ratio_median']:>12.2f}{cpu['ratio_min']:>6.2f}-{cpu['ratio_max']:<5.2f}{seconds}"
+                      + ("" if "/" not in key else "   (paired ratio of the two)"))
+            peak = result["exact_peak_bytes"]
+            print(f"  exact path peak: {peak / 2**20:.1f} MiB of pool inputs and live activations "
+                  f"(pool itself {result['pool_bytes'] / 2**20:.1f} MiB)")
+    if args.check:
+        for result in results:
+            if result["model"] != "resnet18":
+                continue
+            rows = result["rows"]
+            clock = args.check_clock
+            ok = rows["exact-pass"][clock]["ratio_median"] <= 1.2 and rows.get(
+                "exact-pass/update_bn", {clock: {"ratio_median": 0.0}})[clock]["ratio_median"] <= 1.1
+            return 0 if ok else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

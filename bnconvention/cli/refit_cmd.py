@@ -1,0 +1,150 @@
+"""``bnconvention refit``: refit a weights file's BatchNorm running statistics on a pool, at bit-identical weights."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  # exact refit on the inputs stored in an .npz (array "x"), described as the retained split
+  bnconvention refit model.safetensors --arch zoo/convnet-bn --pool retain.npz --pool-key x --role retain \\
+      --out model.refit.safetensors --report refit.json
+
+  # the digits dataset's retain split (class 3 forgotten) under the training transform, update_bn's rule
+  bnconvention refit model.safetensors --arch zoo/convnet-bn --pool digits --split retain --forget-classes 3 \\
+      --transform train --seed 0 --rule cumulative --batch-size 128 --out refit.safetensors --report refit.json
+
+  # your own architecture, named on your own command line
+  bnconvention refit w.safetensors --allow-factory mypkg.models:build --arch mypkg.models:build \\
+      --arch-kwargs '{"width": 32}' --pool pool.npz --out w.refit.safetensors --report refit.json
+
+POOL is an .npz file (array --pool-key, N x C x H x W; uint8 is scaled by 1/255) or, with --split, a dataset:
+"digits", "npz:PATH" or "folder:PATH" (see bnconvention.datasets). The output keeps every tensor of the input
+byte for byte except the running statistics (the report proves it with digests), keeps the input's metadata, and
+carries the refit's declaration under __metadata__["bnconvention.record"]. The input is never overwritten unless
+--out names it. Exit status: 0 refit written, 1 refit failed (nothing written), 2 unreadable input or bad usage.
+"""
+
+RULES = ("exact", "cumulative", "ema")
+ROLES = ("train", "retain", "forget", "test", "proxy", "other")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "refit",
+        help="refit a weights file's BatchNorm running statistics on a pool",
+        description="Replace the BatchNorm running statistics of a .safetensors checkpoint by statistics recomputed "
+                    "on a pool of inputs, at bit-identical trainable tensors, and write a report that is a "
+                    "declaration of the standard (digests before/after, staleness of the previous statistics).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("weights", type=Path, metavar="WEIGHTS.safetensors")
+    parser.add_argument("--arch", required=True, metavar="FACTORY",
+                        help="allowlisted architecture, e.g. zoo/convnet-bn or torchvision/resnet18")
+    parser.add_argument("--arch-kwargs", default="{}", metavar="JSON", help="keyword arguments of the factory")
+    parser.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="allow your own factory for this run (repeatable)")
+    parser.add_argument("--pool", required=True, metavar="SOURCE", help="an .npz file, or a dataset with --split")
+    parser.add_argument("--pool-key", default="x", metavar="KEY", help="array of the .npz holding the inputs")
+    parser.add_argument("--role", choices=ROLES, default=None,
+                        help="which split an .npz pool is (default: other); with --split, the split itself")
+    parser.add_argument("--split", choices=("train", "retain", "forget", "test"), default=None,
+                        help="use this split of the dataset SOURCE as the pool")
+    parser.add_argument("--forget-classes", type=int, nargs="+", default=None, metavar="CLASS",
+                        help="classes whose train records form the forget split (for --split retain/forget)")
+    parser.add_argument("--transform", choices=("eval", "train"), default="eval",
+                        help="dataset transform applied to the pool (with --split; default eval)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the train transform's randomness (recorded as data.sampling_seed)")
+    parser.add_argument("--rule", choices=RULES, default="exact", help="accumulation rule (default exact)")
+    parser.add_argument("--batch-size", type=int, default=128, metavar="N", help="pool batch size (default 128)")
+    parser.add_argument("--method", choices=("auto", "traced", "hooks"), default="auto",
+                        help="exact rule: layer-major traced pass, per-layer hook passes, or auto (default)")
+    parser.add_argument("--out", required=True, type=Path, metavar="OUT.safetensors")
+    parser.add_argument("--report", required=True, type=Path, metavar="REPORT.json")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from bnconvention.canonical import canonical_json, loads_strict
+    from bnconvention.errors import UntrustedInputError, UsageError
+    from bnconvention.factories import allow_user_factory, build_model
+    from bnconvention.io_utils import atomic_write_text
+    from bnconvention.refit import refit
+    from bnconvention.refit.files import load_weights, model_dtype, save_weights
+
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be a positive integer, got {args.batch_size}")
+    weights, out, report_path = args.weights.resolve(), args.out.resolve(), args.report.resolve()
+    if report_path in (weights, out):
+        raise UsageError(f"--report {args.report} names a weights file; give the report its own path")
+    if args.split is None and (args.forget_classes is not None or args.transform != "eval"):
+        raise UsageError("--forget-classes and --transform select from a dataset: use them with --split")
+    if args.split is not None and args.role is not None:
+        raise UsageError("--role describes an .npz pool; with --split the split is the role")
+    try:
+        kwargs = loads_strict(args.arch_kwargs.encode("utf-8"), source="--arch-kwargs")
+    except UntrustedInputError as exc:
+        raise UsageError(f"--arch-kwargs is not valid JSON: {exc}") from exc
+    if not isinstance(kwargs, dict):
+        raise UsageError(f"--arch-kwargs must be a JSON object, got {args.arch_kwargs!r}")
+    for target in args.allow_factory:
+        allow_user_factory(target)
+
+    model = build_model(args.arch, kwargs)
+    header = load_weights(model, weights, factory=f"factory {args.arch!r}")
+    dtype = model_dtype(model)
+    pool, data, transform = _pool(args, dtype)
+    report = refit(model, pool, rule=args.rule, data=data, transform=transform, method=args.method,
+                   progress=not args.no_progress and sys.stderr.isatty())
+    record = report.to_dict()
+    save_weights(model, out, record_text=canonical_json(record), source_metadata=header.metadata)
+    atomic_write_text(report_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    staleness = report.staleness
+    print(f"refit {args.weights} -> {args.out} ({report.declaration.convention.name}, {report.path}, "
+          f"{report.seconds:.2f} s); staleness of the previous statistics: mean {staleness.mean_distance:.4f}, "
+          f"variance {staleness.var_distance:.4f}; report {args.report}")
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def _pool(args: argparse.Namespace, dtype: object) -> tuple[object, object, object]:
+    """The pool's batches, its DataSplit and its Transform."""
+    from bnconvention.declaration import make_transform
+    from bnconvention.errors import UsageError
+    from bnconvention.standard.models import DataSplit, DatasetRef
+
+    if args.split is None:
+        from bnconvention.refit.files import read_npz_pool
+
+        npz = read_npz_pool(args.pool, key=args.pool_key, dtype=dtype)  # type: ignore[arg-type]
+        data = DataSplit(role=args.role or "other", dataset=DatasetRef(id=f"npz:{npz.path.name}",
+                                                                         revision=f"sha256:{npz.file_sha256}"),
+                         subset=f"array {npz.key!r} of {npz.path.name}", record_count=npz.record_count)
+        return list(npz.x.split(args.batch_size)), data, make_transform(mode="eval")
+
+    import torch
+
+    from bnconvention.datasets import iter_batches, load_dataset, split_by_classes
+
+    dataset = load_dataset(args.pool)
+    if args.forget_classes:
+        subset = split_by_classes(dataset, forget_classes=args.forget_classes)[args.split]
+    elif args.split in ("train", "test"):
+        mask = dataset.is_test.clone() if args.split == "test" else ~dataset.is_test
+        subset = dataset.subset(args.split, mask, f"{args.split} split")
+    else:
+        raise UsageError(f"--split {args.split} needs --forget-classes to say which records are forgotten")
+    chosen = dataset.train_transform if args.transform == "train" else dataset.eval_transform
+    generator = torch.Generator().manual_seed(args.seed)
+    x = subset.x.to(dtype)  # type: ignore[arg-type]
+    pool = list(iter_batches(x, batch_size=args.batch_size, transform=chosen, generator=generator))
+    seed = args.seed if args.transform == "train" else None
+    return pool, subset.data_split(sampling_seed=seed), chosen.standard()

@@ -1,0 +1,29 @@
+"""The refit engine: replace a model's BatchNorm running statistics φ at bit-identical weights θ.
+
+>>> from bnconvention.refit import refit  # doctest: +SKIP
+>>> report = refit(model, retain_loader, rule="exact")  # doctest: +SKIP
+>>> report.to_dict()["refit"]["staleness"]["mean_distance"]  # doctest: +SKIP
+
+Modules: :mod:`.engine` (``refit``, the transaction), :mod:`.graph` (fx trace cut into stages), :mod:`.exact`
+(layer-major traced pass, memory bound), :mod:`.fallback` (per-layer hook passes), :mod:`.train_mode`
+(``cumulative`` = ``update_bn``, ``ema``), :mod:`.pool` (batches), :mod:`.moments` (float64 Chan accumulation),
+:mod:`.state` (snapshot/restore), :mod:`.staleness` (seed 003 Eq. 15), :mod:`.report` (``RefitReport``),
+:mod:`.files` (weights in/out, ``.npz`` pools; used by ``bnconvention refit``).
+"""
+
+from bnconvention.refit.engine import refit
+from bnconvention.refit.report import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport
+from bnconvention.refit.staleness import staleness_distance
+from bnconvention.refit.state import LayerRunningState, restore_running_state, running_state
+
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET",
+    "ExactMethod",
+    "LayerRunningState",
+    "RefitPath",
+    "RefitReport",
+    "refit",
+    "restore_running_state",
+    "running_state",
+    "staleness_distance",
+]

@@ -1,0 +1,282 @@
+"""The public :func:`refit`: replace a model's running statistics φ, at bit-identical weights θ, with a report.
+
+The refit is a transaction: φ is snapshotted first and restored on any failure (a bad batch, NaN activations, an
+exception raised by the pool itself, Ctrl-C); training flags and BatchNorm momenta are restored in ``finally``;
+the digest of θ is taken before and after and a difference raises :class:`~bnconvention.errors.WeightsChangedError`
+(φ restored). After a successful refit every listener of :func:`bnconvention._hooks.notify_refit` is told.
+
+``num_batches_tracked``: the exact rule writes the number of batches the pool yielded (the ``num_batches`` of the
+record), so a later cumulative update weighs the refit statistics like that many batches; the train-mode rules
+leave what the forwards wrote (the same number, as ``update_bn`` does).
+
+When ``data`` / ``transform`` are not given, the pool is described honestly as unknown: data role ``other``,
+dataset id ``unspecified``, subset ``caller-provided pool``, transform mode ``eval`` with an empty description.
+``record_count`` is the number of samples the pool yielded unless ``data`` says otherwise (a mismatch is warned).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any, get_args
+
+from bnconvention._hooks import notify_refit
+from bnconvention.declaration import declare, make_convention, make_transform
+from bnconvention.digests import model_digests
+from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChangedError
+from bnconvention.refit.exact import ExactOutcome, Untraceable, run_traced
+from bnconvention.refit.fallback import run_hooks
+from bnconvention.refit.pool import PoolReader, materialize
+from bnconvention.refit.report import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport, reporting_line
+from bnconvention.refit.staleness import staleness_distance
+from bnconvention.refit.state import (
+    ModuleModes,
+    batchnorm_modules,
+    restore_running_state,
+    running_state,
+    tracked_layers,
+)
+from bnconvention.refit.train_mode import run_train_mode
+from bnconvention.standard.models import (
+    AccumulationRule,
+    DataSplit,
+    DropoutMode,
+    FittingConvention,
+    Precision,
+    Producer,
+    RefitDetails,
+    Transform,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+
+def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact", data: DataSplit | None = None,
+          transform: Transform | None = None, input_key: str = "input", chunk_size: int | None = None,
+          progress: bool = False, producer: Producer | None = None, method: ExactMethod = "auto",
+          memory_budget: int | None = DEFAULT_MEMORY_BUDGET) -> RefitReport:
+    """Refit ``model``'s BatchNorm running statistics on ``pool`` under ``rule``; θ stays bit-identical.
+
+    ``pool``: any iterable of batches (tensors, tuples/lists led by the input, mappings with ``input_key``).
+    ``rule``: ``exact`` (sequential layerwise mean and unbiased variance over the whole pool, float64), ``cumulative``
+    (exactly ``torch.optim.swa_utils.update_bn``) or ``ema`` (training-mode forwards with each layer's momentum).
+    ``chunk_size`` (exact only) re-cuts the pool into chunks of that many samples; by default the pool's own batches
+    are the chunks. ``method`` (exact only): ``auto`` runs the layer-major traced pass and falls back to per-layer
+    passes when the model cannot be traced or the pass would exceed ``memory_budget`` bytes (None: no limit);
+    ``traced`` / ``hooks`` force one path. ``progress`` shows a tqdm bar on stderr.
+
+    >>> import torch
+    >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    >>> report = refit(model, [torch.randn(8, 3, 6, 6) for _ in range(2)])
+    >>> report.channel, report.path, report.declaration.convention.name
+    ('present', 'traced', 'refit/other/eval-transform/exact')
+    """
+    start = time.perf_counter()
+    _check_arguments(model, rule=rule, data=data, transform=transform, chunk_size=chunk_size, method=method,
+                     memory_budget=memory_budget, producer=producer)
+    dtype, device = _model_dtype_device(model)
+    all_layers = batchnorm_modules(model)
+    layers = tracked_layers(model)
+    warnings: list[str] = []
+    untracked = [name for name in all_layers if name not in layers]
+    if untracked:
+        warnings.append(f"BatchNorm layers {untracked} have track_running_stats=False: they store no running "
+                        "statistics (nothing to refit) and normalize every batch by its own statistics, also at "
+                        "inference")
+    momentum = _ema_momentum(layers, warnings) if rule == "ema" else None
+    before = model_digests(model)
+    shipped = running_state(model)
+    modes = ModuleModes.capture(model)
+    reader = PoolReader(pool, dtype=dtype, input_key=input_key, device=device,
+                        min_batch_size=1 if rule == "exact" else 2)
+    path: RefitPath
+    peak: int | None = None
+    try:
+        if not layers:
+            for _ in reader:  # channel absent: nothing to compute, but the pool is still checked and counted
+                pass
+            if not reader.batch_sizes:
+                raise RefitError("the pool yielded no batches; pass at least one batch of inputs")
+            path, passes, refit_names = "none", 0, []
+            warnings.append("channel absent: the model has no BatchNorm running statistics, so the refit is the "
+                            "identity and every shift is exactly 0.00")
+        elif rule == "exact":
+            model.eval()
+            chunks = materialize(reader, chunk_size=chunk_size)
+            outcome = _run_exact(model, chunks, num_batches=len(reader.batch_sizes), method=method,
+                                 memory_budget=memory_budget, progress=progress, shipped=shipped, warnings=warnings)
+            del chunks
+            path, passes, peak = outcome.path, outcome.passes, outcome.peak_bytes
+            refit_names = [name for name in layers if name in outcome.order]
+            skipped = [name for name in layers if name not in outcome.order]
+            if skipped:
+                warnings.append(f"BatchNorm layers {skipped} were not called by the forward; their running "
+                                "statistics were left unchanged")
+        else:
+            never_called = run_train_mode(model, reader, rule=rule, progress=progress)  # type: ignore[arg-type]
+            path, passes = "train-mode", 1
+            refit_names = [name for name in layers if name not in never_called]
+            if never_called:
+                warnings.append(f"BatchNorm layers {never_called} were not called by the forward; as in update_bn "
+                                "their statistics were reset (mean 0, variance 1)")
+        after = model_digests(model)
+        if after.trainable_sha256 != before.trainable_sha256:
+            raise WeightsChangedError(
+                f"the trainable tensors changed during the refit (digest {before.trainable_sha256} became "
+                f"{after.trainable_sha256}); the model's forward writes to its own parameters or non-BatchNorm "
+                "buffers. Running statistics were restored; this refit cannot be trusted for this model")
+    except BaseException:
+        restore_running_state(model, shipped)
+        raise
+    finally:
+        modes.restore()
+
+    sizes = reader.batch_sizes
+    if rule != "exact" and len(set(sizes)) > 1:
+        counts = ", ".join(f"{count} x {size}" for size, count in sorted(Counter(sizes).items(), reverse=True))
+        warnings.append(f"batches of unequal size ({counts}): the {rule} rule weights every batch by its count, not "
+                        "its size, so short batches are over-weighted (as in update_bn); drop the short batch "
+                        "(DataLoader(drop_last=True)) or use rule='exact'")
+    if data is not None and data.record_count is not None and data.record_count != reader.samples:
+        warnings.append(f"data.record_count is {data.record_count} but the pool yielded {reader.samples} samples")
+    refit_state = running_state(model)
+    staleness = staleness_distance({name: shipped[name] for name in refit_names},
+                                   {name: refit_state[name] for name in refit_names}, warnings=warnings)
+    convention = _convention(model, rule=rule, data=data, transform=transform, momentum=momentum, dtype=dtype,
+                             sizes=sizes)
+    details = RefitDetails(
+        trainable_sha256_before=before.trainable_sha256,
+        trainable_sha256_after=after.trainable_sha256,
+        running_sha256_before=before.running_sha256,
+        running_sha256_after=after.running_sha256,
+        staleness=staleness,
+        seconds=time.perf_counter() - start,
+        forward_passes=passes,
+        warnings=warnings,
+    )
+    channel = "present" if layers else "absent"
+    declaration = declare(model, convention, digests=after, producer=producer, refit=details,
+                          reporting_line=reporting_line(convention.name, channel=channel, path=path,
+                                                        samples=reader.samples, staleness=staleness))
+    report = RefitReport(declaration=declaration, channel=channel, path=path, peak_activation_bytes=peak)
+    notify_refit(model, report)
+    return report
+
+
+def _convention(model: torch.nn.Module, *, rule: AccumulationRule, data: DataSplit | None,
+                transform: Transform | None, momentum: float | None, dtype: torch.dtype,
+                sizes: list[int]) -> FittingConvention:
+    """The refit's fitting convention: the pool as described by ``data``/``transform`` (or honestly unknown), the
+    rule with the batches as seen."""
+    return make_convention(
+        buffer_update_mode="refit",
+        role=data.role if data else "other",
+        dataset_id=data.dataset.id if data else "unspecified",
+        dataset_revision=data.dataset.revision if data else None,
+        subset=data.subset if data else "caller-provided pool",
+        record_count=data.record_count if data and data.record_count is not None else sum(sizes),
+        ids_sha256=data.ids_sha256 if data else None,
+        sampling_seed=data.sampling_seed if data else None,
+        transform=transform or make_transform(mode="eval"),
+        rule=rule,
+        momentum=momentum,
+        batch_size=max(sizes),
+        num_batches=len(sizes),
+        variance_estimator="unbiased",
+        precision="float64" if rule == "exact" else _precision(dtype),
+        dropout=_dropout_mode(model, rule),
+        distributed="none",
+    )
+
+
+def _run_exact(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches: int, method: ExactMethod,
+               memory_budget: int | None, progress: bool, shipped: dict[str, Any],
+               warnings: list[str]) -> ExactOutcome:
+    if method != "hooks":
+        try:
+            return run_traced(model, chunks, num_batches=num_batches, memory_budget=memory_budget, progress=progress)
+        except Untraceable as exc:
+            if method == "traced":
+                raise RefitError(f"the layer-major exact pass cannot run: {exc.reason}; use method='auto' or "
+                                 "'hooks' for per-layer passes") from exc
+            restore_running_state(model, shipped)
+            warnings.append(f"layer-major pass not used: {exc.reason}; fell back to one pass per BatchNorm layer "
+                            "(exact, slower)")
+    return run_hooks(model, chunks, num_batches=num_batches, progress=progress)
+
+
+def _check_arguments(model: Any, *, rule: Any, data: Any, transform: Any, chunk_size: Any, method: Any,
+                     memory_budget: Any, producer: Any) -> None:
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise UnsupportedModelError(f"refit needs a torch.nn.Module, got {type(model).__name__}")
+    if rule not in get_args(AccumulationRule):
+        raise RefitError(f"unknown rule {rule!r}; expected one of {list(get_args(AccumulationRule))}")
+    if method not in get_args(ExactMethod):
+        raise RefitError(f"unknown method {method!r}; expected one of {list(get_args(ExactMethod))}")
+    if chunk_size is not None:
+        if rule != "exact":
+            raise RefitError(f"chunk_size only applies to the exact rule; the {rule} rule's result depends on the "
+                             "batches, so it uses the pool's own batches: re-batch the pool instead")
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise RefitError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+    if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int)
+                                      or memory_budget < 1):
+        raise RefitError(f"memory_budget must be a positive number of bytes or None, got {memory_budget!r}")
+    for value, kind, name in ((data, DataSplit, "data"), (transform, Transform, "transform"),
+                              (producer, Producer, "producer")):
+        if value is not None and not isinstance(value, kind):
+            raise RefitError(f"{name} must be a {kind.__name__} (bnconvention.standard.models) or None, got "
+                             f"{type(value).__name__}")
+
+
+def _model_dtype_device(model: torch.nn.Module) -> tuple[torch.dtype, torch.device | None]:
+    import torch
+
+    tensors = [(n, t) for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_floating_point()]
+    low = [(n, t.dtype) for n, t in tensors if t.dtype not in (torch.float32, torch.float64)]
+    if low:
+        name, found = low[0]
+        raise UnsupportedModelError(
+            f"the model holds {found} tensors (e.g. {name!r}); refit needs float32 or float64 so that statistics "
+            "are meaningful: refit a float32 copy (model.float()) and convert afterwards")
+    dtypes = sorted({str(t.dtype) for _, t in tensors})
+    if len(dtypes) > 1:
+        raise UnsupportedModelError(f"the model mixes floating dtypes {dtypes}; convert it to one (model.float())")
+    devices = sorted({str(t.device) for _, t in model.named_parameters()} |
+                     {str(t.device) for _, t in model.named_buffers()})
+    if len(devices) > 1:
+        raise UnsupportedModelError(f"the model spans devices {devices}; refit runs on a model on one device")
+    dtype = tensors[0][1].dtype if tensors else torch.float32
+    return dtype, torch.device(devices[0]) if devices else None
+
+
+def _ema_momentum(layers: dict[str, Any], warnings: list[str]) -> float:
+    if not layers:  # the record needs a momentum; nothing uses it
+        warnings.append("no BatchNorm layer holds running statistics, so no momentum was used; the record names "
+                        "PyTorch's default 0.1")
+        return 0.1
+    momenta = Counter(module.momentum for module in layers.values() if module.momentum is not None)
+    if not momenta:
+        raise RefitError("rule 'ema' uses each layer's own momentum, but every BatchNorm layer has momentum None "
+                         "(a cumulative average); use rule='cumulative'")
+    momentum, _ = momenta.most_common(1)[0]
+    others = [name for name, module in layers.items() if module.momentum != momentum]
+    if others:
+        warnings.append(f"BatchNorm layers {others} have a momentum other than {momentum}; each layer used its "
+                        f"own, the record names the most common one")
+    return float(momentum)
+
+
+def _precision(dtype: torch.dtype) -> Precision:
+    return "float64" if str(dtype) == "torch.float64" else "float32"
+
+
+def _dropout_mode(model: torch.nn.Module, rule: AccumulationRule) -> DropoutMode:
+    from torch.nn.modules.dropout import _DropoutNd
+
+    if not any(isinstance(module, _DropoutNd) for module in model.modules()):
+        return "absent"
+    return "off" if rule == "exact" else "on"

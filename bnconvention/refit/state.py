@@ -1,0 +1,103 @@
+"""Snapshot and restore what a refit touches: the running buffers φ, training flags and BN momenta.
+
+>>> import torch
+>>> model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+>>> saved = running_state(model)
+>>> sorted(saved), saved["1"].mean.tolist()
+(['1'], [0.0, 0.0, 0.0, 0.0])
+>>> with torch.no_grad():
+...     _ = model[1].running_mean.fill_(5.0)
+>>> restore_running_state(model, saved)
+>>> model[1].running_mean.tolist()
+[0.0, 0.0, 0.0, 0.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from bnconvention.errors import RefitError
+
+if TYPE_CHECKING:
+    import torch
+
+
+class LayerRunningState(NamedTuple):
+    """Cloned running buffers of one BatchNorm layer. ``(mean, var)`` lead, so it also works as a staleness pair."""
+
+    mean: torch.Tensor
+    var: torch.Tensor
+    num_batches_tracked: torch.Tensor | None
+
+
+def batchnorm_modules(model: torch.nn.Module) -> dict[str, torch.nn.modules.batchnorm._BatchNorm]:
+    """Every BatchNorm module (``_BatchNorm`` subclasses, SyncBatchNorm included) by name, in module order."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    return {name: module for name, module in model.named_modules() if isinstance(module, _BatchNorm)}
+
+
+def has_running_stats(module: torch.nn.Module) -> bool:
+    """Whether a BatchNorm module stores running statistics (``track_running_stats=True``)."""
+    return getattr(module, "running_mean", None) is not None and getattr(module, "running_var", None) is not None
+
+
+def tracked_layers(model: torch.nn.Module) -> dict[str, torch.nn.modules.batchnorm._BatchNorm]:
+    """The BatchNorm layers that hold running statistics, in module order: the deployed state φ."""
+    return {name: module for name, module in batchnorm_modules(model).items() if has_running_stats(module)}
+
+
+def running_state(model: torch.nn.Module) -> dict[str, LayerRunningState]:
+    """Cloned running buffers of every BatchNorm layer that tracks them, by layer name, in module order."""
+    import torch
+
+    with torch.no_grad():
+        return {
+            name: LayerRunningState(
+                module.running_mean.detach().clone(),  # type: ignore[union-attr]
+                module.running_var.detach().clone(),  # type: ignore[union-attr]
+                None if module.num_batches_tracked is None else module.num_batches_tracked.detach().clone(),
+            )
+            for name, module in tracked_layers(model).items()
+        }
+
+
+def restore_running_state(model: torch.nn.Module, state: Mapping[str, LayerRunningState]) -> None:
+    """Copy saved buffers back in place (the buffer tensors stay the same objects; dtypes and shapes must match)."""
+    import torch
+
+    layers = tracked_layers(model)
+    missing = sorted(set(state) - set(layers))
+    if missing:
+        raise RefitError(f"cannot restore running statistics: the model has no BatchNorm layer with running "
+                         f"statistics named {missing}; restore into the model the state was taken from")
+    with torch.no_grad():
+        for name, saved in state.items():
+            module = layers[name]
+            module.running_mean.copy_(saved.mean)  # type: ignore[union-attr]
+            module.running_var.copy_(saved.var)  # type: ignore[union-attr]
+            if saved.num_batches_tracked is not None and module.num_batches_tracked is not None:
+                module.num_batches_tracked.copy_(saved.num_batches_tracked)
+
+
+@dataclass
+class ModuleModes:
+    """Every module's ``training`` flag and every BatchNorm layer's momentum, to restore after a refit."""
+
+    training: dict[torch.nn.Module, bool]
+    momenta: dict[torch.nn.Module, float | None]
+
+    @classmethod
+    def capture(cls, model: torch.nn.Module) -> ModuleModes:
+        return cls(
+            training={module: module.training for module in model.modules()},
+            momenta={module: module.momentum for module in batchnorm_modules(model).values()},
+        )
+
+    def restore(self) -> None:
+        for module, flag in self.training.items():
+            module.training = flag
+        for module, momentum in self.momenta.items():
+            module.momentum = momentum

@@ -22,7 +22,24 @@ from bnconvention._version import __version__
 
 # Order is the order of ``bnconvention --help``.
 COMMAND_MODULES: list[str] = [
+    # pipelines
+    "bnconvention.cli.validate_cmd",
     "bnconvention.cli.schema_cmd",
+    # authors
+    "bnconvention.cli.declare_cmd",
+    "bnconvention.cli.stamp_cmd",
+    "bnconvention.cli.card_cmd",
+    "bnconvention.cli.inspect_cmd",
+    "bnconvention.cli.publish_cmd",
+    # auditors
+    "bnconvention.cli.refit_cmd",
+    "bnconvention.cli.audit_cmd",
+    "bnconvention.cli.census_cmd",
+    "bnconvention.cli.hub_cmd",
+    # offline infrastructure
+    "bnconvention.cli.zoo_cmd",
+    "bnconvention.cli.hubserver_cmd",
+    "bnconvention.cli.demo_cmd",
 ]
 
 EXIT_OK = 0

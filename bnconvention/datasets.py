@@ -41,6 +41,7 @@ import torch
 
 from bnconvention.canonical import canonical_sha256
 from bnconvention.errors import UntrustedInputError, UsageError
+from bnconvention.io_utils import file_sha256
 from bnconvention.standard.models import DataSplit, DatasetRef, SplitRole
 from bnconvention.standard.naming import record_ids_sha256
 from bnconvention.zoo.data import (
@@ -224,14 +225,6 @@ def _plain_transforms(reference: str, resize: str | None) -> tuple[BatchTransfor
             BatchTransform(mode="eval", reference=reference, fn=identity_batch, resize=resize))
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _read_npz(path: Path, wanted: Sequence[str]) -> dict[str, np.ndarray]:
     """The arrays ``wanted`` from an ``.npz`` file, never unpickling anything."""
     try:
@@ -264,7 +257,7 @@ def _load_npz(spec: DatasetSpec, path: Path) -> LocalDataset:
                else np.zeros(n, dtype=bool))
     train_transform, eval_transform = _plain_transforms("bnconvention.datasets:identity_batch", None)
     return LocalDataset(
-        dataset_id=spec.dataset_id or f"file:{path.name}", revision=_file_sha256(path), x=torch.from_numpy(x),
+        dataset_id=spec.dataset_id or f"file:{path.name}", revision=file_sha256(path), x=torch.from_numpy(x),
         y=torch.from_numpy(y), ids=torch.from_numpy(ids), is_test=torch.from_numpy(is_test),
         classes=tuple(str(i) for i in range(int(y.max()) + 1)) if n else (),
         train_transform=train_transform, eval_transform=eval_transform,

@@ -6,7 +6,9 @@ Either the old file or the complete new one is at the path afterwards, whatever 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,3 +66,26 @@ def atomic_write_text(path: Path, text: str, *, newline: str | None = "") -> Non
     """Replace ``path`` with ``text`` (UTF-8) atomically; ``newline=""`` writes line endings exactly as given."""
     data = text.encode("utf-8") if newline == "" else text.replace("\n", newline or os.linesep).encode("utf-8")
     atomic_write_bytes(Path(path), data)
+
+
+def replace_directory(partial: Path, target: Path) -> None:
+    """Move the fully built folder ``partial`` to ``target``, replacing what is there.
+
+    Two renames (the old folder aside, the new one in) and an fsync of the parent: a reader sees the old folder or
+    the new one, never a half-built one; the old one is deleted last.
+    """
+    old = target.parent / f".{target.name}.old-{os.getpid()}"
+    if target.exists():
+        os.replace(target, old)
+    os.replace(partial, target)
+    fsync_directory(target.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

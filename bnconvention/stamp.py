@@ -132,7 +132,7 @@ def check_record_matches_file(path: str | os.PathLike[str], record: Declaration 
     and its digests (trainable, all running statistics, per layer) must be the file's. A refit annotation's subject
     digests must be the file's. Reads every tensor once, in chunks (memory independent of the file size).
     """
-    from bnconvention.digests import bn_layers_from_tensor_names, file_digests
+    from bnconvention.digests import file_digests
     from bnconvention.safetensors_header import read_header
 
     header = header or read_header(path)
@@ -142,35 +142,16 @@ def check_record_matches_file(path: str | os.PathLike[str], record: Declaration 
         found.check_against(trainable_sha256=record.subject.trainable_sha256,
                             running_sha256=record.subject.running_sha256, where=where)
         return
+    from bnconvention.validation.release import layer_issues
+
     layers = [layer for state in record.deployed_state for layer in state.layers]
     shapes = {name: info.shape for name, info in header.tensors.items()}
-    declared = {layer.name for layer in layers}
-    for index, layer in enumerate(layers):
-        prefix = f"{layer.name}." if layer.name else ""
-        for suffix in ("running_mean", "running_var"):
-            name = prefix + suffix
-            if not layer.track_running_stats:
-                if name in shapes:
-                    raise DigestMismatchError(
-                        f"{where}: BN layer {layer.name!r} is declared with track_running_stats false but the file "
-                        f"holds {name!r}; the record describes another model", field=f"/deployed_state/0/layers/{index}")
-                continue
-            if name not in shapes:
-                raise DigestMismatchError(
-                    f"{where}: BN layer {layer.name!r} is declared but the file has no tensor {name!r}; the record "
-                    "describes another model: rebuild it from these weights (bnconvention declare)",
-                    field=f"/deployed_state/0/layers/{index}/name")
-            if shapes[name] != (layer.num_features,):
-                raise DigestMismatchError(
-                    f"{where}: BN layer {layer.name!r} declares num_features {layer.num_features} but {name!r} has "
-                    f"shape {list(shapes[name])}; rebuild the record from these weights",
-                    field=f"/deployed_state/0/layers/{index}/num_features",
-                    expected=str(layer.num_features), found=str(list(shapes[name])))
-    undeclared = [layer for layer in bn_layers_from_tensor_names(shapes) if layer not in declared]
-    if undeclared:
-        raise DigestMismatchError(
-            f"{where}: the file holds running statistics of BN layer(s) {undeclared[:5]} that the record does not "
-            "declare; rebuild the record from these weights (bnconvention declare)", field="/deployed_state/0/layers")
+    issues, _ = layer_issues(record, shapes, display="the file", source=where)
+    if issues:
+        first = issues[0]
+        more = f" ({len(issues) - 1} more problem(s): run bnconvention validate)" if len(issues) > 1 else ""
+        raise DigestMismatchError(f"{where}: the record does not describe this file: at {first.path or '/'}: "
+                                  f"{first.message}{more}", field=first.path)
     found = file_digests(path, bn_layers=[layer.name for layer in layers], header=header)
     found.check_against(trainable_sha256=record.digests.trainable_sha256,
                         running_sha256=record.digests.running_sha256,

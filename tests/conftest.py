@@ -24,6 +24,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _private_hf_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Each test module gets its own huggingface_hub file cache: local Hub servers of different modules reuse repo
+    ids, and a cached download from one must never answer another. Xet stays off: the local Hub answers regular
+    uploads, and importing ``hf_xet`` would start its logs."""
+    from huggingface_hub import constants
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(constants, "HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
+        patch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+        yield
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.hub_org import SeedRepo, build_org, isolate_huggingface_hub, seed
+from helpers.hub_org import SeedRepo, build_org, seed
 
 from bnconvention.audit.outputs import annotation_text
 from bnconvention.audit.spec import AuditSpec, parse_spec
@@ -46,12 +46,6 @@ AUDITED = sorted(["bn-declared-01", "bn-declared-02", "bn-declared-03", "bn-decl
                   "bn-undeclared-01", "bn-undeclared-02", "bn-undeclared-03", "bn-wrong-features-01",
                   "bn-invalid-record-01", "bn-card-disagrees-01", "bn-record-not-json-01"])
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_hf_cache(tmp_path_factory: pytest.TempPathFactory):
-    with pytest.MonkeyPatch.context() as patch:
-        isolate_huggingface_hub(patch, str(tmp_path_factory.mktemp("hf-cache")))
-        yield
 
 
 @pytest.fixture(scope="module")

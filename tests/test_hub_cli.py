@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.hub_org import isolate_huggingface_hub
 
 from bnconvention.cli.main import main
 from bnconvention.hubserver import LocalHub
@@ -26,12 +25,6 @@ SPEC = {
     "recoverability": None, "provenance": None, "published_source": "sidecar",
 }
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_hf_cache(tmp_path_factory: pytest.TempPathFactory):
-    with pytest.MonkeyPatch.context() as patch:
-        isolate_huggingface_hub(patch, str(tmp_path_factory.mktemp("hf-cache")))
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers.hub_org import SeedRepo, build_org, isolate_huggingface_hub, seed
+from helpers.hub_org import SeedRepo, build_org, seed
 
 from bnconvention.hub.client import make_client
 from bnconvention.hub.crawl import list_org_models, run_census
@@ -32,12 +32,6 @@ FAST = RetryPolicy(attempts=12, base_delay=0.001, max_delay=0.005)
 EXPECTED_COUNTS = {"no_weights": 30, "channel_absent": 85, "declared_consistent": 10, "declared_inconsistent": 4,
                    "undeclared": 8, "unreadable": 13}
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_hf_cache(tmp_path_factory: pytest.TempPathFactory):
-    with pytest.MonkeyPatch.context() as patch:
-        isolate_huggingface_hub(patch, str(tmp_path_factory.mktemp("hf-cache")))
-        yield
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +95,8 @@ def test_every_repo_is_classified_as_expected(clean, org_repos: list[SeedRepo]) 
                  "declaration", id="undeclared-sharded"),
     pytest.param("bn-wrong-features-01", "declared_inconsistent",
                  "the declaration does not match the header's running buffers: layers.num_features_mismatch: 24 is "
-                 "not the length of features.4.running_mean in the header: [16]", id="num-features"),
+                 "not the length of features.4.running_mean in the header: its shape is [16]; set num_features to the "
+                 "buffer length", id="num-features"),
     pytest.param("bn-record-not-json-01", "declared_inconsistent",
                  "model.safetensors: the stamped record is not valid JSON", id="record-not-json"),
     pytest.param("bn-card-disagrees-01", "declared_inconsistent",

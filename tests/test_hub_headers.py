@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx2
 import numpy as np
 import pytest
-from helpers.hub_org import isolate_huggingface_hub
 from safetensors.numpy import save as save_numpy
 
 from bnconvention.errors import HubError, JSONInputError, SafetensorsHeaderError, UsageError
@@ -48,13 +47,6 @@ TINY = _file({"b": np.zeros(2, dtype=np.float32)})  # shorter than the speculati
 BIG = _file({"big.weight": np.ones(1_250_000, dtype=np.float32), "bn.running_mean": np.zeros(8, dtype=np.float32),
              "bn.running_var": np.ones(8, dtype=np.float32)})  # 5 MB of tensor bytes
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_hf_cache(tmp_path_factory: pytest.TempPathFactory):
-    """get_safetensors_metadata writes the index it downloads to the HF cache: keep it out of ~/.cache."""
-    with pytest.MonkeyPatch.context() as patch:
-        isolate_huggingface_hub(patch, str(tmp_path_factory.mktemp("hf-cache")))
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -32,15 +32,6 @@ ORGS = {"lab": ["alice"]}
 DATE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_hf_cache(tmp_path_factory: pytest.TempPathFactory):
-    """Calls without a cache_dir argument (get_safetensors_metadata's index download) must not touch ~/.cache."""
-    from huggingface_hub import constants
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(constants, "HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
-        yield
-
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory):

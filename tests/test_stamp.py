@@ -401,18 +401,19 @@ def _untracked_first_layer(record: dict) -> None:
 
 
 @pytest.mark.parametrize(("edit", "match"), [
-    pytest.param(_untracked_first_layer, "BN layer '1' is declared with track_running_stats false but the file holds "
-                 "'1.running_mean'", id="untracked-layer-with-buffers"),
+    pytest.param(_untracked_first_layer, "at /deployed_state/0/layers/0/track_running_stats: false contradicts the "
+                 "file, which stores running buffers for layer \"1\"", id="untracked-layer-with-buffers"),
     pytest.param(lambda r: r["digests"].update(trainable_sha256="0" * 64), "digests.trainable_sha256 is 0000",
                  id="trainable"),
     pytest.param(lambda r: r["digests"].update(running_sha256="1" * 64), "digests.running_sha256 is 1111",
                  id="running"),
     pytest.param(_set_layer(1, running_sha256="2" * 64), "layer '4' running_sha256 is 2222", id="layer-running"),
-    pytest.param(_set_layer(0, name="9"), "BN layer '9' is declared but the file has no tensor '9.running_mean'",
-                 id="layer-name"),
-    pytest.param(_set_layer(0, num_features=5), "declares num_features 5 but '1.running_mean' has shape \\[2\\]",
-                 id="num-features"),
-    pytest.param(_drop_last_layer, "BN layer\\(s\\) \\['4'\\] that the record does not", id="undeclared-layer"),
+    pytest.param(_set_layer(0, name="9"), "at /deployed_state/0/layers/0: layer \"9\" is declared with running "
+                 "statistics but the file has no 9.running_mean/9.running_var", id="layer-name"),
+    pytest.param(_set_layer(0, num_features=5), "at /deployed_state/0/layers/0/num_features: 5 is not the length of "
+                 "1.running_mean in the file: its shape is \\[2\\]", id="num-features"),
+    pytest.param(_drop_last_layer, "at /deployed_state/0/layers: \"4\" has running buffers in the file but is not "
+                 "among the declared layers", id="undeclared-layer"),
 ])
 def test_digests_that_do_not_match_are_refused(weights: Path, tmp_path: Path, edit, match: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:

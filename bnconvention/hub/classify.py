@@ -34,7 +34,7 @@ from bnconvention.hub.headers import WeightsSet, read_sharded, read_single, weig
 from bnconvention.hub.retry import describe, is_retryable
 from bnconvention.locations import record_from_header
 from bnconvention.safetensors_header import TensorInfo
-from bnconvention.standard.models import BatchNormState, Declaration, to_dict
+from bnconvention.standard.models import Declaration, to_dict
 from bnconvention.validation import best_issue, check_record
 from bnconvention.validation.release import diff_pointers
 
@@ -119,40 +119,16 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def check_layers(record: Declaration, tensors: Mapping[str, TensorInfo]) -> list[Finding]:
-    """The declared BatchNorm layers against the running buffers a header holds (names and lengths only).
+    """The declared BatchNorm layers against the running buffers a header holds (names, lengths, affine tensors).
 
-    The codes are the validator's (``layers.*``); the digest checks that follow them in ``bnconvention validate``
-    need the tensor bytes and are left to ``hub validate``.
+    The validator's own header-only check (``layer_issues``, codes ``layers.*``); the digest checks that follow it
+    in ``bnconvention validate`` need the tensor bytes and are left to ``hub validate``.
     """
+    from bnconvention.validation.release import layer_issues
+
     shapes = {name: info.shape for name, info in tensors.items()}
-    findings: list[Finding] = []
-    declared: list[str] = []
-    index = next((i for i, s in enumerate(record.deployed_state) if isinstance(s, BatchNormState)), None)
-    if index is not None:
-        for j, layer in enumerate(record.deployed_state[index].layers):
-            declared.append(layer.name)
-            where = f"/deployed_state/{index}/layers/{j}"
-            prefix = f"{layer.name}." if layer.name else ""
-            mean, var = shapes.get(prefix + "running_mean"), shapes.get(prefix + "running_var")
-            if layer.track_running_stats:
-                if mean is None or var is None:
-                    findings.append(Finding(code="layers.missing_in_file", path=where, message=(
-                        f"layer {layer.name!r} is declared with running statistics but the header has no "
-                        f"{prefix}running_mean/{prefix}running_var")))
-                elif tuple(mean) != (layer.num_features,) or tuple(var) != (layer.num_features,):
-                    findings.append(Finding(code="layers.num_features_mismatch", path=f"{where}/num_features",
-                                            message=(f"{layer.num_features} is not the length of "
-                                                     f"{prefix}running_mean in the header: {list(mean)}")))
-            elif mean is not None or var is not None:
-                findings.append(Finding(code="layers.unexpected_running_stats", path=f"{where}/track_running_stats",
-                                        message=f"layer {layer.name!r} is declared without running statistics but "
-                                                "the header stores running buffers for it"))
-    for name in bn_layers_from_tensor_names(shapes):
-        if name not in declared:
-            findings.append(Finding(code="layers.undeclared",
-                                    path=f"/deployed_state/{index}/layers" if index is not None else "/deployed_state",
-                                    message=f"{name!r} has running buffers in the header but is not declared"))
-    return findings
+    issues, _ = layer_issues(record, shapes, display="the header", source="")
+    return [Finding(code=issue.code, path=issue.path, message=issue.message) for issue in issues]
 
 
 def classify_checkpoint(weights: WeightsSet, *, card_record: Any | None, card_bound: bool,

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.errors import RefitError, UnsupportedModelError
+from bnconvention.errors import UnsupportedModelError
 from bnconvention.refit.exact import ExactOutcome, commit_layer_stats
 from bnconvention.refit.graph import shared_layer_error
 from bnconvention.refit.moments import ChannelMoments
+from bnconvention.refit.pool import run_forward
 from bnconvention.refit.state import tracked_layers
 
 if TYPE_CHECKING:
@@ -37,15 +38,9 @@ def _order_error(detail: str) -> UnsupportedModelError:
 def _forward(model: torch.nn.Module, chunk: torch.Tensor, index: int) -> bool:
     """Run one forward; True when it ran to the end, False when a hook stopped it."""
     try:
-        model(chunk)
+        run_forward(model, chunk, where=f"pool chunk {index}", passthrough=(_StopForward,))
     except _StopForward:
         return False
-    except (RefitError, UnsupportedModelError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - the model's own forward failed on this input
-        raise RefitError(f"the model's forward failed on pool chunk {index} (input {tuple(chunk.shape)}, "
-                         f"{chunk.dtype}): {type(exc).__name__}: {exc}; check that the pool holds the inputs the "
-                         "model expects") from exc
     return True
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.errors import RefitError
+from bnconvention.errors import RefitError, UnsupportedModelError
 
 if TYPE_CHECKING:
     import torch
@@ -131,3 +131,17 @@ def materialize(reader: PoolReader, *, chunk_size: int | None = None) -> list[to
     if chunk_size is None:
         return chunks
     return list(torch.cat(chunks).split(chunk_size))
+
+
+def run_forward(model: Any, x: torch.Tensor, *, where: str,
+                passthrough: tuple[type[BaseException], ...] = ()) -> None:
+    """``model(x)``, with a failure of the model's own forward reported as a :class:`RefitError` naming ``where``
+    (e.g. "pool batch 3"). Our own errors and the ``passthrough`` exception types propagate unchanged."""
+    try:
+        model(x)
+    except (RefitError, UnsupportedModelError, *passthrough):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the model's own forward failed on this input
+        raise RefitError(f"the model's forward failed on {where} (input {tuple(x.shape)}, {x.dtype}): "
+                         f"{type(exc).__name__}: {exc}; check that the pool holds the inputs the model expects"
+                         ) from exc

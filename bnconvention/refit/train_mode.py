@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from bnconvention.errors import RefitError, UnsupportedModelError
-from bnconvention.refit.pool import PoolReader
+from bnconvention.errors import RefitError
+from bnconvention.refit.pool import PoolReader, run_forward
 from bnconvention.refit.state import batchnorm_modules, tracked_layers
 
 if TYPE_CHECKING:
@@ -44,14 +44,7 @@ def run_train_mode(model: torch.nn.Module, reader: PoolReader, *, rule: TrainRul
     with torch.no_grad():
         for index, x in enumerate(tqdm(reader, desc=f"{rule} refit (train-mode forwards)", unit="batch",
                                        disable=not progress, leave=False)):
-            try:
-                model(x)
-            except (RefitError, UnsupportedModelError):
-                raise
-            except Exception as exc:  # noqa: BLE001 - the model's own forward failed on this input
-                raise RefitError(f"the model's forward failed on pool batch {index} (input {tuple(x.shape)}, "
-                                 f"{x.dtype}): {type(exc).__name__}: {exc}; check that the pool holds the inputs "
-                                 "the model expects") from exc
+            run_forward(model, x, where=f"pool batch {index}")
     if not reader.batch_sizes:
         raise RefitError("the pool yielded no batches; pass at least one batch of inputs")
     never_called = []

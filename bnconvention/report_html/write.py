@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from bnconvention.errors import UsageError
-from bnconvention.io_utils import atomic_write_bytes, atomic_write_text, fsync_directory
+from bnconvention.io_utils import atomic_write_bytes, atomic_write_text, replace_directory
 from bnconvention.report_html.model import ReportInput, checkpoint_key, slug
 from bnconvention.report_html.render import render_index
 
@@ -67,12 +67,7 @@ def write_report(report: ReportInput, out_dir: str | os.PathLike[str]) -> Path:
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        os.replace(out, old)
-    os.replace(partial, out)
-    fsync_directory(out.parent)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_directory(partial, out)
     return out / INDEX
 
 

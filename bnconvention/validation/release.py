@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.canonical import canonical_sha256
@@ -109,16 +110,16 @@ def _shown(value: Any) -> str:
     return "absent" if value is ... else show(value)
 
 
-def _check_layers(record: Declaration, weights: _Weights, *, source: str) -> list[Issue]:
-    """The declared BatchNorm layers against the header's tensors, then the digests against the tensor bytes."""
-    header = weights.header
-    if header is None:
-        raise RuntimeError(f"{weights.display}: layers checked for a file whose header is unreadable")
-    shapes = {n: t.shape for n, t in header.tensors.items()}
+def layer_issues(record: Declaration, shapes: Mapping[str, tuple[int, ...]], *, display: str,
+                 source: str) -> tuple[list[Issue], list[str]]:
+    """The declared BatchNorm layers against a header's tensor shapes alone (names, lengths, affine tensors).
+
+    Pure and cheap: it needs no tensor bytes, so the header-only census and the stamping pre-check use it too.
+    Returns the issues and the declared layer names (for the digest checks that follow in ``validate``).
+    """
     issues: list[Issue] = []
     declared: list[str] = []
     state_index = next((i for i, s in enumerate(record.deployed_state) if isinstance(s, BatchNormState)), None)
-    missing: set[str] = set()
     if state_index is not None:
         state = record.deployed_state[state_index]
         for j, layer in enumerate(state.layers):
@@ -128,34 +129,47 @@ def _check_layers(record: Declaration, weights: _Weights, *, source: str) -> lis
             mean, var = shapes.get(prefix + "running_mean"), shapes.get(prefix + "running_var")
             if layer.track_running_stats:
                 if mean is None or var is None:
-                    missing.add(layer.name)
                     issues.append(new_issue("layers.missing_in_file", file=source, path=where, message=(
-                        f"layer {show(layer.name)} is declared with running statistics but {weights.display} has no "
+                        f"layer {show(layer.name)} is declared with running statistics but {display} has no "
                         f"{prefix}running_mean/{prefix}running_var; the record describes another model "
                         "(check the layer name)")))
-                elif mean != (layer.num_features,) or var != (layer.num_features,):
+                elif tuple(mean) != (layer.num_features,) or tuple(var) != (layer.num_features,):
                     issues.append(new_issue("layers.num_features_mismatch", file=source,
                                             path=join_pointer(where, "num_features"), message=(
-                        f"{layer.num_features} is not the length of {prefix}running_mean in {weights.display}: "
+                        f"{layer.num_features} is not the length of {prefix}running_mean in {display}: "
                         f"its shape is {list(mean)}; set num_features to the buffer length")))
             elif mean is not None or var is not None:
                 issues.append(new_issue("layers.unexpected_running_stats", file=source,
                                         path=join_pointer(where, "track_running_stats"), message=(
-                    f"false contradicts {weights.display}, which stores running buffers for layer {show(layer.name)}; "
+                    f"false contradicts {display}, which stores running buffers for layer {show(layer.name)}; "
                     "set track_running_stats to true and add the layer's running digest")))
             if layer.affine != (prefix + "weight" in shapes and prefix + "bias" in shapes):
                 issues.append(new_issue("layers.affine_mismatch", file=source, path=join_pointer(where, "affine"),
                                         message=(
-                    f"{str(layer.affine).lower()} contradicts {weights.display}: it "
+                    f"{str(layer.affine).lower()} contradicts {display}: it "
                     f"{'lacks' if layer.affine else 'holds'} {prefix}weight/{prefix}bias; fix the affine flag")))
     layers_pointer = (join_pointer("", "deployed_state", state_index, "layers") if state_index is not None
                       else "/deployed_state")
-    for name in weights.header_bn_layers():
+    for name in bn_layers_from_tensor_names(shapes):
         if name not in declared:
             issues.append(new_issue("layers.undeclared", file=source, path=layers_pointer, message=(
-                f"{show(name)} has running buffers in {weights.display} but is not among the declared layers; declare "
+                f"{show(name)} has running buffers in {display} but is not among the declared layers; declare "
                 "every BatchNorm layer (bnconvention declare lists them)")))
+    return issues, declared
 
+
+def _check_layers(record: Declaration, weights: _Weights, *, source: str) -> list[Issue]:
+    """The declared BatchNorm layers against the header's tensors, then the digests against the tensor bytes."""
+    header = weights.header
+    if header is None:
+        raise RuntimeError(f"{weights.display}: layers checked for a file whose header is unreadable")
+    shapes = {n: t.shape for n, t in header.tensors.items()}
+    issues, declared = layer_issues(record, shapes, display=weights.display, source=source)
+    state_index = next((i for i, s in enumerate(record.deployed_state) if isinstance(s, BatchNormState)), None)
+    # layers without buffers in the file already have an issue; their per-layer digest is not compared again
+    layers = record.deployed_state[state_index].layers if state_index is not None else []
+    missing = {layer.name for layer in layers if layer.track_running_stats and not all(
+        (f"{layer.name}.{suffix}" if layer.name else suffix) in shapes for suffix in ("running_mean", "running_var"))}
     digests = weights.digest_set(declared)
     if record.digests.trainable_sha256 != digests.trainable_sha256:
         issues.append(new_issue("digests.trainable_mismatch", file=source, path="/digests/trainable_sha256", message=(

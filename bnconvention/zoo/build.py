@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.errors import UsageError
-from bnconvention.io_utils import atomic_write_bytes, fsync_directory
+from bnconvention.io_utils import atomic_write_bytes, replace_directory
 from bnconvention.zoo.manifest import (
     MANIFEST_NAME,
     ZooManifest,
@@ -120,7 +120,7 @@ def build_zoo(out_dir: Path | str, *, seed: int = 0, progress: bool = True, obse
                          resume=observe is None and not force)
         _build_into(partial, seed=seed, names=names, progress=progress, observe=observe)
         _finish(partial, seed=seed, names=names, code=code)
-        _swap_into_place(partial, out_dir)
+        replace_directory(partial, out_dir)
     return read_manifest(out_dir)
 
 
@@ -241,9 +241,4 @@ def _finish(partial: Path, *, seed: int, names: Sequence[str], code: str) -> Non
 
 
 def _swap_into_place(partial: Path, out_dir: Path) -> None:
-    old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
-    if out_dir.exists():
-        os.replace(out_dir, old)
-    os.replace(partial, out_dir)
-    fsync_directory(out_dir.parent)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_directory(partial, out_dir)

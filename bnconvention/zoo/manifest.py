@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from bnconvention.canonical import canonical_sha256, loads_strict
 from bnconvention.errors import CheckpointMismatchError, JSONInputError, UsageError
+from bnconvention.io_utils import file_sha256
 
 if TYPE_CHECKING:
     from torch import nn
@@ -39,14 +40,6 @@ def code_sha256() -> str:
     versions = {"numpy": numpy.__version__, "safetensors": safetensors.__version__,
                 "sklearn": sklearn.__version__, "torch": torch.__version__}
     return canonical_sha256({"files": files, "versions": versions})
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

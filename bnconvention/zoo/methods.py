@@ -93,7 +93,7 @@ def train_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epoc
     """Supervised cross-entropy training with Adam; returns the mean loss of each epoch.
 
     Used for the base model (``split_tag="train"``), the retrain reference and fine-tuning on retain
-    (``split_tag="retain"``).
+    (``split_tag="retain"``), and by random relabelling on the forget set (``split_tag="forget"``).
     """
     _check(x, y)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -166,24 +166,9 @@ def random_relabel(model: nn.Module, x_forget: torch.Tensor, y_forget: torch.Ten
     """Fine-tune on the forget set with random wrong labels (drawn once) using Adam; returns per-epoch losses."""
     _check(x_forget, y_forget)
     wrong = random_labels(y_forget, num_classes=num_classes, generator=generator)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
-    for _ in range(epochs):
-        set_bn_mode(model, bn_mode)
-        total, count = 0.0, 0
-        for index in _batches(len(x_forget), batch_size, generator):
-            _tag(observer, "forget")
-            loss = F.cross_entropy(model(_apply(transform, x_forget[index], generator)), wrong[index])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += float(loss.detach()) * len(index)
-            count += len(index)
-            if progress is not None:
-                progress(1)
-        losses.append(total / count)
-    model.eval()
-    return losses
+    return train_classifier(model, x_forget, wrong, epochs=epochs, lr=lr, generator=generator,
+                            batch_size=batch_size, bn_mode=bn_mode, transform=transform, split_tag="forget",
+                            observer=observer, progress=progress)
 
 
 @torch.no_grad()

@@ -27,16 +27,6 @@ class SeedRepo:
     audited: bool = False  # the audit loads it (single-file BatchNorm checkpoint)
 
 
-def isolate_huggingface_hub(patch: Any, cache_dir: str) -> None:
-    """Keep huggingface_hub off ``~/.cache``: its file cache (``get_safetensors_metadata`` stores the index there)
-    goes to ``cache_dir``, and Xet stays off (the local Hub answers regular uploads; importing ``hf_xet`` would
-    start its logs in ``$HF_HOME/xet/logs``)."""
-    from huggingface_hub import constants
-
-    patch.setattr(constants, "HF_HUB_CACHE", cache_dir)
-    patch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-
-
 # --- building files -------------------------------------------------------------------------------------------------
 
 

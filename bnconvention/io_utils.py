@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,3 +90,19 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def sync_generated_file(path: Path, text: str, *, check: bool, command: str) -> int:
+    """Write generated ``text`` to ``path`` (atomically, only if it changed), or with ``check`` only compare.
+
+    Returns an exit code: 1 when ``check`` finds the file out of date (the message names ``command`` to fix it).
+    """
+    current = path.read_text(encoding="utf-8") if path.is_file() else None
+    if current == text:
+        return 0
+    if check:
+        print(f"{path} is out of date; run: {command}", file=sys.stderr)
+        return 1
+    atomic_write_text(path, text)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0

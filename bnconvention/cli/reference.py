@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -82,25 +81,15 @@ def render_reference() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bnconvention.io_utils import atomic_write_text
+    from bnconvention.io_utils import sync_generated_file
 
     parser = argparse.ArgumentParser(prog="python -m bnconvention.cli.reference",
                                      description="Write (or check) the CLI reference generated from the parsers.")
     parser.add_argument("path", type=Path, help="the Markdown file, e.g. docs/cli.md")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file is out of date")
     args = parser.parse_args(argv)
-    text = render_reference()
-    current = args.path.read_text("utf-8") if args.path.is_file() else None
-    if args.check:
-        if current != text:
-            print(f"{args.path} is out of date; run: python -m bnconvention.cli.reference {args.path}",
-                  file=sys.stderr)
-            return 1
-        return 0
-    if current != text:
-        atomic_write_text(args.path, text)
-        print(f"wrote {args.path}", file=sys.stderr)
-    return 0
+    return sync_generated_file(args.path, render_reference(), check=args.check,
+                               command=f"python -m bnconvention.cli.reference {args.path}")
 
 
 __all__ = ["WIDTH", "main", "render_reference"]

@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-from bnconvention.io_utils import atomic_write_text
+from bnconvention.io_utils import sync_generated_file
 from bnconvention.standard.schema import generate_schema
 from bnconvention.validation.issues import CODES
 
@@ -147,17 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the document is out of date")
     args = parser.parse_args(argv)
     text = args.document.read_text(encoding="utf-8")
-    updated = update_document(text, sections())
-    if args.check:
-        if updated != text:
-            print(f"{args.document} is out of date: run python -m bnconvention.validation.docgen {args.document}",
-                  file=sys.stderr)
-            return 1
-        return 0
-    if updated != text:
-        atomic_write_text(args.document, updated)
-        print(f"updated {args.document}")
-    return 0
+    return sync_generated_file(args.document, update_document(text, sections()), check=args.check,
+                               command=f"python -m bnconvention.validation.docgen {args.document}")
 
 
 if __name__ == "__main__":

@@ -210,6 +210,23 @@ def model_digests(model: torch.nn.Module) -> DigestSet:
     return state_dict_digests(model.state_dict(), bn_layer_names(model))
 
 
+def running_digests_from_bytes(tensors: Mapping[str, tuple[str, tuple[int, ...], bytes]],
+                               bn_layers: Iterable[str]) -> tuple[str | None, dict[str, str | None]]:
+    """The combined and per-layer running-statistics digests of raw tensors ``name -> (dtype, shape, bytes)``.
+
+    For checks that read only the running buffers' bytes (e.g. ranged reads over HTTP): ``tensors`` must hold every
+    running tensor of ``bn_layers`` (other names are ignored).
+    """
+    def entry(name: str):  # type: ignore[no-untyped-def]
+        dtype, shape, data = tensors[name]
+        return name, dtype, shape, data, len(data)
+
+    layers = list(bn_layers)
+    running = [n for layer in layers for n in running_names_for_layer(layer, tensors)]
+    result = _digest_set(running, layers, entry)
+    return result.running_sha256, result.layer_running_sha256
+
+
 # --- safetensors files ----------------------------------------------------------------------------------------------
 
 

@@ -22,9 +22,9 @@ EXPECTED_CLASSES = {
     "digits-model-card": "no_weights",
     "unlearn-badteacher-eval": "declared_consistent",
     "unlearn-badteacher-eval-gn": "channel_absent",
-    # the census reads headers only: the stale record still names the right layers, so only the digests (checked
-    # by validation, which downloads the tensors) can tell that the weights changed
-    "unlearn-finetune": "declared_consistent",
+    # the stale record still names the right layers; the census catches it by the running buffers' digests (a few
+    # KB of ranged reads), validation (which downloads the tensors) by every digest
+    "unlearn-finetune": "declared_inconsistent",
     "unlearn-ga-train": "declared_consistent",
     "unlearn-relabel-eval": "undeclared",
     "unlearn-relabel-eval-gn": "channel_absent",
@@ -52,8 +52,10 @@ def test_census_classifies_every_release(demo: DemoRun) -> None:
     census = json.loads((demo.out / "crawl" / "census.json").read_text("utf-8"))
     found = {r["repo_id"].split("/", 1)[1]: r["status"] for r in census["repos"]}
     assert found == EXPECTED_CLASSES
-    assert census["counts"] == {"no_weights": 1, "channel_absent": 3, "declared_consistent": 5,
-                                "declared_inconsistent": 0, "undeclared": 2, "unreadable": 0}
+    assert census["counts"] == {"no_weights": 1, "channel_absent": 3, "declared_consistent": 4,
+                                "declared_inconsistent": 1, "undeclared": 2, "unreadable": 0}
+    stale = next(r for r in census["repos"] if r["repo_id"] == f"{ORG}/unlearn-finetune")
+    assert stale["reason"].startswith("the declaration is stale: the running buffers of layer ")
 
 
 def test_eval_mode_distillation_is_displaced_with_a_verdict_flip(demo: DemoRun) -> None:
@@ -95,7 +97,7 @@ def test_undeclared_and_inconsistent_releases_are_flagged(demo: DemoRun) -> None
     lines = flagged_block.splitlines()
     assert [line.split()[0] for line in lines] == [f"{ORG}/unlearn-finetune", f"{ORG}/unlearn-relabel-eval",
                                                    f"{ORG}/unlearn-relabel-train"]
-    assert "validation: digests." in lines[0]
+    assert "census: declared_inconsistent: the declaration is stale" in lines[0]
     assert all("census: undeclared" in line for line in lines[1:])
 
 

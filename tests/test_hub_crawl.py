@@ -29,7 +29,7 @@ TOKEN = "hf_crawl_test_secret_51c9"
 PAGE = 40
 FAST = RetryPolicy(attempts=12, base_delay=0.001, max_delay=0.005)
 
-EXPECTED_COUNTS = {"no_weights": 30, "channel_absent": 85, "declared_consistent": 10, "declared_inconsistent": 4,
+EXPECTED_COUNTS = {"no_weights": 30, "channel_absent": 84, "declared_consistent": 10, "declared_inconsistent": 5,
                    "undeclared": 8, "unreadable": 13}
 
 
@@ -86,10 +86,13 @@ def test_every_repo_is_classified_as_expected(clean, org_repos: list[SeedRepo]) 
 @pytest.mark.parametrize(("repo", "status", "reason"), [
     pytest.param("bn-declared-01", "declared_consistent",
                  "4 BatchNorm layers declared as frozen/train/train-transform/ema-m0.1 (header); layers match the "
-                 "header", id="declared-header"),
+                 "header; running statistics match the declared digests (800 bytes read)", id="declared-header"),
     pytest.param("bn-card-only-01", "declared_consistent",
                  "4 BatchNorm layers declared as frozen/train/train-transform/ema-m0.1 (card); layers match the "
-                 "header", id="declared-card"),
+                 "header; running statistics match the declared digests (800 bytes read)", id="declared-card"),
+    pytest.param("bn-stale-sharded-01", "declared_inconsistent",
+                 "the declaration is stale: the running buffers of layer 'features.1' do not match the declared "
+                 "digest: they changed after the declaration was written (stale declaration)", id="stale"),
     pytest.param("bn-undeclared-sharded-01", "undeclared",
                  "4 BatchNorm layers with running statistics (features.1, features.4, features.8, ...) and no "
                  "declaration", id="undeclared-sharded"),

@@ -12,8 +12,10 @@ Classes (:data:`REPO_CLASSES`), each with a reason:
 * ``undeclared`` — BatchNorm statistics and no declaration;
 * ``unreadable`` — a header, index or card that cannot be parsed, or a Hub failure that outlasted the retries.
 
-Digests bind a record to tensor *bytes*; a header-only census cannot check them (``hub validate`` does, after
-downloading). A repo with several checkpoints takes the most severe class of its checkpoints
+Digests bind a record to tensor *bytes*. The census reads no weights, but it does read the running buffers of a
+consistent declaration (a few KB, :mod:`bnconvention.hub.running`) and compares their digests, so a stale
+declaration (buffers changed after it was written) is ``declared_inconsistent``; the trainable digest needs every
+weight and is left to ``hub validate``, which downloads. A repo with several checkpoints takes the most severe class of its checkpoints
 (:data:`SEVERITY`), and every checkpoint's own class is kept in the report.
 """
 
@@ -32,6 +34,7 @@ from bnconvention.errors import BnConventionError, CanonicalJSONError, Untrusted
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.headers import WeightsSet, read_sharded, read_single, weights_files
 from bnconvention.hub.retry import describe, is_retryable
+from bnconvention.hub.running import RUNNING_CHECK_BYTES, check_running_statistics
 from bnconvention.locations import record_from_header
 from bnconvention.safetensors_header import TensorInfo
 from bnconvention.standard.models import Declaration, to_dict
@@ -238,10 +241,37 @@ def read_card(client: HubClient, repo_id: str, *, revision: str) -> tuple[str, A
     return ("no_block" if block is None else "block"), block, None, len(data)
 
 
+def _check_running(client: HubClient, repo_id: str, sha: str, weights: WeightsSet, report: CheckpointReport, *,
+                   card_block: Any | None, budget: int) -> None:
+    """Compare a consistent declaration's running digests with the running buffers' bytes (a few KB of ranged
+    reads); a stale declaration becomes ``declared_inconsistent``. Updates ``report`` in place."""
+    data = (next((record_from_header_safe(h.header) for h in weights.headers
+                  if record_from_header_safe(h.header) is not None), None)
+            if report.record_source == "header" else card_block)
+    record, _ = check_record(data, source=f"{repo_id}/{weights.name}")
+    if not isinstance(record, Declaration):
+        return
+    outcome = check_running_statistics(client, repo_id, weights, record, revision=sha, budget=budget)
+    report.bytes_read += outcome.bytes_read
+    if not outcome.checked:
+        report.reason += (f"; running digests not checked ({outcome.running_bytes} bytes of running statistics, "
+                          f"budget {budget})")
+    elif outcome.mismatch is not None:
+        report.status = "declared_inconsistent"
+        report.reason = f"the declaration is stale: {outcome.mismatch}"
+        report.findings = [Finding(code="digests.running_mismatch", path=outcome.mismatch_path,
+                                   message=outcome.mismatch)]
+    else:
+        report.reason += f"; running statistics match the declared digests ({outcome.bytes_read} bytes read)"
+
+
 def classify_repo(client: HubClient, repo_id: str, *, sha: str, filenames: list[str],
-                  speculative: int | None = None) -> RepoCensus:
+                  speculative: int | None = None, running_check_bytes: int = RUNNING_CHECK_BYTES) -> RepoCensus:
     """Read the repo's headers (and card) at commit ``sha`` and classify it. Hub failures that outlast the retries
-    are raised (the crawl records them and goes on); malformed files become ``unreadable`` checkpoints."""
+    are raised (the crawl records them and goes on); malformed files become ``unreadable`` checkpoints.
+
+    A consistent declaration's running digests are also compared with the running buffers' bytes when those fit
+    ``running_check_bytes`` (0: never), so a stale declaration is caught without downloading the weights."""
     kwargs = {} if speculative is None else {"speculative": speculative}
     indexes, singles = weights_files(filenames)
     if not indexes and not singles:
@@ -293,6 +323,8 @@ def classify_repo(client: HubClient, repo_id: str, *, sha: str, filenames: list[
             continue
         report = classify_checkpoint(item, card_record=card_block, card_bound=item is bound,
                                      source=f"{repo_id}/{item.name}")
+        if report.status == "declared_consistent" and report.bn_layers:
+            _check_running(client, repo_id, sha, item, report, card_block=card_block, budget=running_check_bytes)
         if card_state == "unreadable" and report.bn_layers and report.status != "declared_inconsistent":
             report.status = "unreadable"
             report.reason = f"{CARD_NAME} is unreadable, so the declaration cannot be checked: {card_error}"

@@ -94,12 +94,13 @@ class ReportInput:
 
 
 def flagged_repos(repos: Sequence[Mapping[str, Any]], issues: Sequence[Issue]) -> list[tuple[str, str, str]]:
-    """``(repo id, flagged by, reason)``: census entries whose class needs attention (undeclared, inconsistent,
-    unreadable), and the first validation error of each repo (issues are named ``<repo id>/<path>``), sorted."""
+    """``(repo id, flagged by, reason)``, one per repo, sorted: the census class when it needs attention
+    (undeclared, inconsistent, unreadable), else the repo's first validation error (issues are named
+    ``<repo id>/<path>``)."""
     flags: list[tuple[str, str, str]] = [
         (str(repo["repo_id"]), f"census: {repo['status']}", str(repo.get("reason", "")))
         for repo in repos if repo.get("status") in FLAG_CLASSES]
-    seen: set[str] = set()
+    seen: set[str] = {repo_id for repo_id, _, _ in flags}
     for issue in issues:
         repo_id = "/".join(issue.file.split("/")[:2])
         if issue.severity == "error" and repo_id not in seen:

@@ -155,8 +155,17 @@ def build_org(zoo: Any, org: str) -> list[SeedRepo]:
                                           "README.md": card("sharded", None)}, "declared_consistent", False
         for _ in range(5):
             yield "bn-undeclared-sharded", shards(weights["bn-relabel-eval"]), "undeclared", False
+        # a stale declaration: its running digests are the base model's (which the eval-mode variants still carry),
+        # shipped with weights whose buffers a train-mode unlearning run changed afterwards; the layers still fit the
+        # header, only the buffers' bytes differ
+        stale = json.loads(json.dumps(records["bn-ga-train"]))
+        stale["deployed_state"] = records["bn-relabel-eval"]["deployed_state"]
+        stale["digests"]["running_sha256"] = records["bn-relabel-eval"]["digests"]["running_sha256"]
+        # (sharded: the running buffers are read from two files; the audit skips sharded checkpoints)
+        yield "bn-stale-sharded", {**shards(weights["bn-ga-train"], record=stale),
+                                   "config.json": configs["bn-ga-train"]}, "declared_inconsistent", False
         # no running statistics
-        for i in range(60):
+        for i in range(59):
             v = GN_VARIANTS[i % 3]
             yield "gn", {"model.safetensors": weights[v], "config.json": configs[v]}, "channel_absent", False
         for _ in range(15):

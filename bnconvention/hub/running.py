@@ -1,0 +1,128 @@
+"""Check a declaration's running-statistics digests from the running buffers' bytes alone, over HTTP.
+
+A header-only census sees names and shapes, so a declaration written before the buffers changed (stale φ: the
+failure this project is about) looks consistent. The running buffers themselves are small (two vectors of
+``num_features`` floats and one integer per BatchNorm layer), so reading just their byte ranges costs a few KB and
+lets the census compare them with the declared ``running_sha256`` digests. Checkpoints whose running buffers exceed
+the byte budget (:data:`RUNNING_CHECK_BYTES`) are not read; the reason says so.
+
+``plan_ranges`` is pure (which byte ranges to read, merged when close); ``read_running_tensors`` does the I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from bnconvention.digests import running_digests_from_bytes, running_names_for_layer
+from bnconvention.hub.client import HubClient
+from bnconvention.hub.headers import WeightsSet
+from bnconvention.standard.models import BatchNormState, Declaration
+
+RUNNING_CHECK_BYTES = 16 * 1024  # running buffers read per checkpoint at most: "the header plus a few KB"
+MERGE_GAP = 512  # ranges closer than this are read as one (a few wasted bytes beat another round trip)
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    filename: str
+    start: int  # absolute file offsets, inclusive
+    end: int
+    tensors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunningCheck:
+    """The outcome: ``None`` mismatch when the digests agree; ``checked`` False when over the budget."""
+
+    checked: bool
+    running_bytes: int
+    bytes_read: int = 0
+    mismatch: str | None = None  # a JSON pointer into the record and a message
+    mismatch_path: str = ""
+
+
+def declared_layers(record: Declaration) -> list[tuple[str, str | None]]:
+    """(layer name, declared per-layer running digest) of every layer that tracks running statistics."""
+    return [(layer.name, layer.running_sha256) for state in record.deployed_state
+            if isinstance(state, BatchNormState) for layer in state.layers if layer.track_running_stats]
+
+
+def plan_ranges(weights: WeightsSet, names: list[str]) -> list[ByteRange]:
+    """Byte ranges covering the tensors ``names`` of ``weights``, per file, merged when closer than MERGE_GAP."""
+    located: dict[str, list[tuple[int, int, str]]] = {}
+    for item in weights.headers:
+        for name in names:
+            info = item.header.tensors.get(name)
+            if info is not None and info.nbytes:
+                offset = item.header.data_offset
+                located.setdefault(item.filename, []).append((offset + info.begin, offset + info.end - 1, name))
+    ranges: list[ByteRange] = []
+    for filename, spans in sorted(located.items()):
+        spans.sort()
+        start, end, members = spans[0][0], spans[0][1], [spans[0][2]]
+        for s_start, s_end, name in spans[1:]:
+            if s_start - end - 1 <= MERGE_GAP:
+                end, members = max(end, s_end), [*members, name]
+            else:
+                ranges.append(ByteRange(filename, start, end, tuple(members)))
+                start, end, members = s_start, s_end, [name]
+        ranges.append(ByteRange(filename, start, end, tuple(members)))
+    return ranges
+
+
+def compare(record: Declaration, tensors: Mapping[str, tuple[str, tuple[int, ...], bytes]]) -> tuple[str, str] | None:
+    """The first declared running digest that the bytes contradict, as (JSON pointer, message); None if all agree."""
+    layers = declared_layers(record)
+    combined, per_layer = running_digests_from_bytes(tensors, [name for name, _ in layers])
+    for state_index, state in enumerate(record.deployed_state):
+        if not isinstance(state, BatchNormState):
+            continue
+        for j, layer in enumerate(state.layers):
+            if layer.track_running_stats and layer.running_sha256 is not None \
+                    and per_layer.get(layer.name) != layer.running_sha256:
+                return (f"/deployed_state/{state_index}/layers/{j}/running_sha256",
+                        f"the running buffers of layer {layer.name!r} do not match the declared digest: they changed "
+                        "after the declaration was written (stale declaration)")
+    if record.digests.running_sha256 != combined:
+        return ("/digests/running_sha256", "the running buffers do not match the declared digest: they changed "
+                                           "after the declaration was written (stale declaration)")
+    return None
+
+
+def check_running_statistics(client: HubClient, repo_id: str, weights: WeightsSet, record: Declaration, *,
+                             revision: str, budget: int = RUNNING_CHECK_BYTES) -> RunningCheck:
+    """Read the running buffers of ``weights`` (within ``budget`` bytes) and compare them with ``record``."""
+    names = [n for layer, _ in declared_layers(record)
+             for n in running_names_for_layer(layer, weights.tensors())]
+    tensors = weights.tensors()
+    running_bytes = sum(tensors[n].nbytes for n in names)
+    ranges = plan_ranges(weights, names)
+    planned = sum(r.end - r.start + 1 for r in ranges)
+    if budget <= 0 or planned > budget:
+        return RunningCheck(checked=False, running_bytes=running_bytes)
+    data: dict[str, tuple[str, tuple[int, ...], bytes]] = {}
+    bytes_read = 0
+    by_file = {item.filename: item.header for item in weights.headers}
+    for byte_range in ranges:
+        url = client.file_url(repo_id, byte_range.filename, revision=revision)
+        size = byte_range.end - byte_range.start + 1
+        fetched = client.fetch_with_retry(url, byte_range=(byte_range.start, byte_range.end), max_bytes=size,
+                                          what=f"GET {repo_id}/{byte_range.filename} (running statistics)")
+        bytes_read += len(fetched.body)
+        if fetched.status != 206 and byte_range.start != 0:  # the server ignored Range: these are other bytes
+            return RunningCheck(checked=False, running_bytes=running_bytes, bytes_read=bytes_read)
+        if len(fetched.body) != size:
+            return RunningCheck(checked=True, running_bytes=running_bytes, bytes_read=bytes_read,
+                                mismatch=f"{byte_range.filename}: the server sent {len(fetched.body)} of {size} bytes "
+                                         "of the running buffers", mismatch_path="/digests/running_sha256")
+        header = by_file[byte_range.filename]
+        for name in byte_range.tensors:
+            info = header.tensors[name]
+            begin = header.data_offset + info.begin - byte_range.start
+            data[name] = (info.dtype, info.shape, fetched.body[begin:begin + info.nbytes])
+    found = compare(record, data)
+    if found is None:
+        return RunningCheck(checked=True, running_bytes=running_bytes, bytes_read=bytes_read)
+    return RunningCheck(checked=True, running_bytes=running_bytes, bytes_read=bytes_read, mismatch=found[1],
+                        mismatch_path=found[0])

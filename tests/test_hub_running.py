@@ -1,0 +1,117 @@
+"""The census's running-statistics check: which byte ranges it reads, and what it compares (pure parts)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+from safetensors.torch import save
+
+from bnconvention.declaration import declare, make_convention, make_transform
+from bnconvention.hub.headers import RemoteHeader, WeightsSet
+from bnconvention.hub.running import MERGE_GAP, compare, plan_ranges
+from bnconvention.safetensors_header import parse_header
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Conv2d(4, 6, 3), torch.nn.BatchNorm2d(6))
+    model.train()
+    with torch.no_grad():
+        model(torch.randn(8, 1, 9, 9))
+    return model.eval()
+
+
+def _weights(model: torch.nn.Module) -> tuple[WeightsSet, bytes]:
+    blob = save({k: v.contiguous() for k, v in model.state_dict().items()})
+    (length,) = struct.unpack("<Q", blob[:8])
+    header = parse_header(blob[8:8 + length], data_size=len(blob) - 8 - length)
+    remote = RemoteHeader(filename="model.safetensors", header=header, file_size=len(blob), bytes_read=0,
+                          requests=0)
+    return WeightsSet(name="model.safetensors", kind="single", headers=[remote]), blob
+
+
+def _record(model: torch.nn.Module):
+    convention = make_convention(buffer_update_mode="train", role="train", dataset_id="x", subset="all",
+                                 transform=make_transform(mode="train"), rule="ema", momentum=0.1)
+    return declare(model, convention)
+
+
+def _read(weights: WeightsSet, blob: bytes) -> dict:
+    header = weights.headers[0].header
+    names = [n for n in header.tensors if n.rsplit(".", 1)[-1] in ("running_mean", "running_var",
+                                                                    "num_batches_tracked")]
+    data = {}
+    for byte_range in plan_ranges(weights, names):
+        for name in byte_range.tensors:
+            info = header.tensors[name]
+            start = header.data_offset + info.begin
+            data[name] = (info.dtype, info.shape, blob[start:start + info.nbytes])
+    return data
+
+
+def test_ranges_cover_exactly_the_running_tensors_and_merge_neighbours() -> None:
+    weights, _ = _weights(_model())
+    header = weights.headers[0].header
+    names = ["1.running_mean", "1.running_var", "4.running_mean", "4.running_var", "1.num_batches_tracked",
+             "4.num_batches_tracked"]
+    ranges = plan_ranges(weights, names)
+    assert sorted(n for r in ranges for n in r.tensors) == sorted(names)
+    for byte_range in ranges:
+        spans = sorted((header.data_offset + header.tensors[n].begin, header.data_offset + header.tensors[n].end - 1)
+                       for n in byte_range.tensors)
+        assert (byte_range.start, byte_range.end) == (spans[0][0], max(end for _, end in spans))
+        # members of one range are never further apart than the merge gap
+        assert all(b[0] - a[1] - 1 <= MERGE_GAP for a, b in zip(spans, spans[1:]))
+    total = sum(r.end - r.start + 1 for r in ranges)
+    assert total < 512  # a few hundred bytes for two layers, not the weights
+
+
+def test_compare_accepts_the_declared_state_and_names_the_stale_layer() -> None:
+    model = _model()
+    weights, blob = _weights(model)
+    record = _record(model)
+    assert compare(record, _read(weights, blob)) is None
+
+    with torch.no_grad():  # the buffers move after the declaration was written
+        model.train()
+        model(torch.randn(8, 1, 9, 9) + 3)
+        model.eval()
+    stale_weights, stale_blob = _weights(model)
+    path, message = compare(record, _read(stale_weights, stale_blob))
+    assert path == "/deployed_state/0/layers/0/running_sha256"
+    assert "layer '1'" in message and "stale declaration" in message
+
+
+def test_compare_checks_the_combined_digest_when_layers_carry_none() -> None:
+    model = _model()
+    weights, blob = _weights(model)
+    record = _record(model)
+    data = record.model_dump(mode="json", exclude_none=True)
+    for layer in data["deployed_state"][0]["layers"]:
+        layer.pop("running_sha256")
+    data["digests"]["running_sha256"] = "0" * 64
+    from bnconvention.standard.models import parse_record
+
+    assert compare(parse_record(data), _read(weights, blob)) == (
+        "/digests/running_sha256",
+        "the running buffers do not match the declared digest: they changed after the declaration was written "
+        "(stale declaration)")
+
+
+@pytest.mark.parametrize("repos, issues_files, expected", [
+    pytest.param([{"repo_id": "o/a", "status": "declared_inconsistent", "reason": "stale"}],
+                 ["o/a/model.safetensors"], [("o/a", "census: declared_inconsistent", "stale")],
+                 id="census-flag-wins"),
+    pytest.param([{"repo_id": "o/a", "status": "declared_consistent", "reason": "ok"}],
+                 ["o/a/model.safetensors", "o/a/README.md"], [("o/a", "validation: digests.trainable_mismatch", "m")],
+                 id="first-validation-error"),
+])
+def test_one_flag_per_repo(repos, issues_files, expected) -> None:
+    from bnconvention.report_html.model import flagged_repos
+    from bnconvention.validation.issues import new_issue
+
+    issues = [new_issue("digests.trainable_mismatch", file=f, message="m") for f in issues_files]
+    assert flagged_repos(repos, issues) == expected

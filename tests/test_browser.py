@@ -29,7 +29,7 @@ EXPECTED_ROWS = [
     ("digits-lab/digits-model-card", "no_weights"),
     ("digits-lab/unlearn-badteacher-eval", "declared_consistent"),
     ("digits-lab/unlearn-badteacher-eval-gn", "channel_absent"),
-    ("digits-lab/unlearn-finetune", "declared_consistent"),
+    ("digits-lab/unlearn-finetune", "declared_inconsistent"),
     ("digits-lab/unlearn-ga-train", "declared_consistent"),
     ("digits-lab/unlearn-relabel-eval", "undeclared"),
     ("digits-lab/unlearn-relabel-eval-gn", "channel_absent"),

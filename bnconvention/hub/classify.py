@@ -245,9 +245,11 @@ def _check_running(client: HubClient, repo_id: str, sha: str, weights: WeightsSe
                    card_block: Any | None, budget: int) -> None:
     """Compare a consistent declaration's running digests with the running buffers' bytes (a few KB of ranged
     reads); a stale declaration becomes ``declared_inconsistent``. Updates ``report`` in place."""
-    data = (next((record_from_header_safe(h.header) for h in weights.headers
-                  if record_from_header_safe(h.header) is not None), None)
-            if report.record_source == "header" else card_block)
+    if report.record_source == "header":
+        records = (record_from_header_safe(h.header) for h in weights.headers)
+        data = next((r for r in records if r is not None), None)
+    else:
+        data = card_block
     record, _ = check_record(data, source=f"{repo_id}/{weights.name}")
     if not isinstance(record, Declaration):
         return

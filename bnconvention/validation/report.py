@@ -11,15 +11,12 @@ from __future__ import annotations
 import json
 from typing import Literal, TypeAlias
 
+from bnconvention.text import plural
 from bnconvention.validation.files import ValidationReport
 from bnconvention.validation.issues import Issue
 
 ReportFormat: TypeAlias = Literal["text", "json", "github"]
 FORMATS: tuple[ReportFormat, ...] = ("text", "json", "github")
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def format_text(report: ValidationReport) -> str:
@@ -39,8 +36,8 @@ def format_text(report: ValidationReport) -> str:
             lines.append(f"      {issue.severity:<7} {issue.code}{where}: {issue.message}")
     files = len(set(notes) | set(by_file))
     lines.append("")
-    lines.append(f"{_plural(files, 'file')} checked: {_plural(len(report.errors), 'error')}, "
-                 f"{_plural(len(report.warnings), 'warning')}")
+    lines.append(f"{plural(files, 'file')} checked: {plural(len(report.errors), 'error')}, "
+                 f"{plural(len(report.warnings), 'warning')}")
     return "\n".join(lines) + "\n"
 
 

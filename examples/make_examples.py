@@ -1,12 +1,16 @@
-"""Write the example releases and the validator's fixture releases (deterministic: same bytes every run).
+"""Write the example releases and the validator's fixture releases: the same bytes on every machine.
 
     .venv/bin/python examples/make_examples.py           # rewrite examples/ and tests/fixtures/releases/
     .venv/bin/python examples/make_examples.py --check   # exit 1 if a committed file differs
 
-Two tiny networks are trained for a few steps on scikit-learn's bundled digits (8x8, no download): a BatchNorm one
-and its GroupNorm twin. Each release is a folder with ``model.safetensors`` (written by ``safetensors.torch``; the
-record stamped under ``__metadata__["bnconvention.record"]`` as canonical JSON) and a ``README.md`` card (the record
-as the ``bnconvention`` block of the YAML front matter, plus a human-readable section).
+Two tiny networks, a BatchNorm one and its GroupNorm twin. Nothing is trained: every tensor is written from seeded
+integers scaled by a power of two (dyadic values, exact in float32), so no floating-point reduction is involved and
+the files are byte-identical whatever the CPU, thread count or BLAS kernels (tests/test_examples.py compares them
+byte for byte and checks that every value is dyadic). The declared fitting convention is an illustration of a
+training-mode declaration, said so in each card. Each release is a folder with ``model.safetensors`` (written by
+``safetensors.torch``; the record stamped under ``__metadata__["bnconvention.record"]`` as canonical JSON) and a
+``README.md`` card (the record as the ``bnconvention`` block of the YAML front matter, plus a human-readable
+section).
 
 - ``examples/releases/``: ``convnet-bn`` (declared BN model) and ``convnet-gn`` (GroupNorm, channel absent).
 - ``examples/broken/``: ``undeclared`` (BN weights, no record), ``digest-mismatch`` (running statistics changed
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import struct
 import sys
@@ -34,17 +39,25 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from bnconvention.canonical import canonical_json, canonical_sha256  # noqa: E402
-from bnconvention.declaration import declare, make_convention, make_transform  # noqa: E402
-from bnconvention.digests import model_digests  # noqa: E402
 from bnconvention.card_stamp import stamp_card_text  # noqa: E402
+from bnconvention.declaration import declare, make_convention  # noqa: E402
+from bnconvention.digests import model_digests  # noqa: E402
 from bnconvention.locations import annotation_filename  # noqa: E402
 from bnconvention.safetensors_header import parse_header  # noqa: E402
 from bnconvention.stamp import stamped_header_bytes  # noqa: E402
 from bnconvention.standard.models import Producer, to_dict  # noqa: E402
 from bnconvention.standard.naming import record_ids_sha256  # noqa: E402
+from bnconvention.zoo.data import DIGITS_TRAIN_TRANSFORM  # noqa: E402
 
 PRODUCER = Producer(tool="bnconvention", version="0.1.0")  # pinned so the files do not change with releases
-FORGET_CLASS = 3
+SEED = "bnconvention-examples/1"
+DIGITS_RECORDS = 1797
+DECLARED_STEPS = 30  # the illustrative training run the record declares: 30 batches of 64, EMA m=0.1
+# Every value is an integer in [-BOUND, BOUND] divided by 2**SCALE_BITS: at most 8 significant bits, exact in
+# float32 (and in bfloat16), so writing them involves no rounding anywhere.
+BOUND, SCALE_BITS = 64, 5
+SYNTHETIC = ("Weights and running statistics are seeded dyadic values (not trained), so this file has the same bytes "
+             "on every machine; the declared convention is an illustration.")
 
 
 class TinyNet(torch.nn.Module):
@@ -66,40 +79,48 @@ class TinyNet(torch.nn.Module):
         return self.head(self.features(x).mean(dim=(2, 3)))
 
 
-def digits_tensor() -> tuple[torch.Tensor, torch.Tensor]:
-    """The digits as float32 images in [0, 1] (pixel / 16) and labels; the training transform has no augmentation."""
-    from sklearn.datasets import load_digits
+def seeded_integers(name: str, count: int, *, low: int, high: int) -> list[int]:
+    """``count`` integers in ``[low, high]`` drawn from sha256 of (SEED, name, index): no RNG whose algorithm could
+    change with a library or platform."""
+    span = high - low + 1
+    return [low + int.from_bytes(hashlib.sha256(f"{SEED}:{name}:{i}".encode()).digest()[:8], "little") % span
+            for i in range(count)]
 
-    digits = load_digits()
-    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    return images, torch.tensor(digits.target, dtype=torch.int64)
+
+def dyadic_tensor(name: str, like: torch.Tensor, *, low: int = -BOUND, high: int = BOUND) -> torch.Tensor:
+    """A float32 tensor shaped like ``like`` of seeded integers / 2**SCALE_BITS (exact: no rounding)."""
+    values = [v / 2**SCALE_BITS for v in seeded_integers(name, like.numel(), low=low, high=high)]
+    return torch.tensor(values, dtype=torch.float32).reshape(like.shape)
 
 
-def train(norm: str, images: torch.Tensor, labels: torch.Tensor, *, steps: int = 30,
-          batch_size: int = 64) -> TinyNet:
-    torch.manual_seed(0)
+def synthetic_model(norm: str, *, salt: str = "") -> TinyNet:
+    """A TinyNet whose every tensor is written, by name, from seeded dyadic values; ``salt`` changes only the
+    running statistics (a changed deployed state at the same weights).
+
+    Tensors are seeded by their name, so the BatchNorm net and its GroupNorm twin share their trainable values.
+    Running variances are positive (1/32 to 4), ``num_batches_tracked`` is the declared number of batches.
+    """
     model = TinyNet(norm)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    model.train()
-    for step in range(steps):
-        start = (step * batch_size) % (len(images) - batch_size)
-        x, y = images[start:start + batch_size], labels[start:start + batch_size]
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
-    model.eval()
-    return model
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            if name.endswith("num_batches_tracked"):
+                tensor.fill_(DECLARED_STEPS + (1 if salt else 0))
+            elif name.endswith("running_var"):
+                tensor.copy_(dyadic_tensor(salt + name, tensor, low=1, high=4 * 2**SCALE_BITS))
+            else:
+                tensor.copy_(dyadic_tensor((salt if "running" in name else "") + name, tensor))
+    return model.eval()
 
 
-TRANSFORM = make_transform(mode="train", reference="examples/make_examples.py:digits_tensor")
+TRANSFORM = DIGITS_TRAIN_TRANSFORM.standard()
 
 
-def training_convention(*, steps: int, bn: bool, n_records: int) -> Any:
+def training_convention(*, bn: bool) -> Any:
     return make_convention(
         buffer_update_mode="train" if bn else "untouched", role="train", dataset_id="sklearn/digits",
         dataset_revision="scikit-learn 1.9.1", subset="all 1797 images", transform=TRANSFORM, rule="ema",
-        momentum=0.1, batch_size=64, num_batches=steps if bn else None, record_count=n_records,
-        ids_sha256=record_ids_sha256(range(n_records)), sampling_seed=0, precision="float32")
+        momentum=0.1, batch_size=64, num_batches=DECLARED_STEPS if bn else None, record_count=DIGITS_RECORDS,
+        ids_sha256=record_ids_sha256(range(DIGITS_RECORDS)), sampling_seed=0, precision="float32")
 
 
 def weights_bytes(model: torch.nn.Module, record: dict[str, Any] | None) -> bytes:
@@ -131,9 +152,6 @@ def card_text(title: str, summary: str, record: dict[str, Any] | None, *, valida
 
 def build() -> dict[str, bytes]:
     """Every output file's bytes by path relative to the repository root."""
-    torch.set_num_threads(1)
-    images, labels = digits_tensor()
-    steps = 30
     files: dict[str, bytes] = {}
 
     def release(folder: str, model: torch.nn.Module, header: dict[str, Any] | None, card: dict[str, Any] | None,
@@ -141,29 +159,23 @@ def build() -> dict[str, bytes]:
         files[f"{folder}/model.safetensors"] = weights_bytes(model, header)
         files[f"{folder}/README.md"] = card_text(title, summary, card, validate=valid_record).encode("utf-8")
 
-    bn = train("bn", images, labels, steps=steps)
-    bn_record = to_dict(declare(bn, training_convention(steps=steps, bn=True, n_records=len(images)),
-                                producer=PRODUCER, reporting_line=(
+    bn = synthetic_model("bn")
+    bn_record = to_dict(declare(bn, training_convention(bn=True), producer=PRODUCER, reporting_line=(
         "deployed state as shipped: running statistics from training-mode forwards on all digits, EMA m=0.1")))
-    gn = train("gn", images, labels, steps=steps)
-    gn_record = to_dict(declare(gn, training_convention(steps=steps, bn=False, n_records=len(images)),
-                                producer=PRODUCER, reporting_line=(
+    gn = synthetic_model("gn")
+    gn_record = to_dict(declare(gn, training_convention(bn=False), producer=PRODUCER, reporting_line=(
         "no running statistics (GroupNorm): channel absent, a refit is the identity and every shift is 0.00pp")))
 
     release("examples/releases/convnet-bn", bn, bn_record, bn_record, "convnet-bn (digits)",
-            "A BatchNorm network trained for 30 steps on scikit-learn's digits; its fitting convention is declared.")
+            f"A BatchNorm network for scikit-learn's digits; its fitting convention is declared. {SYNTHETIC}")
     release("examples/releases/convnet-gn", gn, gn_record, gn_record, "convnet-gn (digits)",
-            "The GroupNorm twin: no running statistics, so the declaration lists no BatchNorm layer.")
+            f"The GroupNorm twin: no running statistics, so the declaration lists no BatchNorm layer. {SYNTHETIC}")
 
     release("examples/broken/undeclared", bn, None, None, "convnet-bn, undeclared",
             "BatchNorm weights released without saying how their running statistics were fitted.")
 
-    corrupted = copy.deepcopy(bn)
-    corrupted.train()  # BN corruption: train-mode forwards on the forget class after the record was written
-    with torch.no_grad():
-        corrupted(images[labels == FORGET_CLASS][:64])
-    corrupted.eval()
-    release("examples/broken/digest-mismatch", corrupted, bn_record, bn_record, "convnet-bn, stale record",
+    changed = synthetic_model("bn", salt="changed:")  # same weights, other running statistics
+    release("examples/broken/digest-mismatch", changed, bn_record, bn_record, "convnet-bn, stale record",
             "The running statistics changed after the record was written; the record no longer matches.")
 
     claimed = copy.deepcopy(bn_record)
@@ -187,17 +199,7 @@ def build() -> dict[str, bytes]:
     partial["deployed_state"][0]["layers"][0]["num_features"] = 5  # features.1 has 4
     release(f"{base}/layer-mismatch", bn, partial, partial, "convnet-bn, wrong layers",
             "The record omits a BatchNorm layer and misstates another's width.", valid_record=False)
-    files["examples/PLATFORM"] = (platform_fingerprint() + "\n").encode("utf-8")
     return files
-
-
-def platform_fingerprint() -> str:
-    """What the tensor bytes depend on: the torch build and the CPU kernels it dispatches to.
-
-    Training in float32 sums in an order that depends on the vector width the CPU offers, so another CPU may write
-    other (equally valid) weights; byte comparisons of regenerated files are only meaningful on a matching platform.
-    """
-    return f"torch {torch.__version__}; cpu capability {torch.backends.cpu.get_cpu_capability()}"
 
 
 def fixture_annotation(model: torch.nn.Module) -> dict[str, Any]:
@@ -222,6 +224,15 @@ def fixture_annotation(model: torch.nn.Module) -> dict[str, Any]:
     }
 
 
+OUTPUT_FOLDERS = ("examples/releases", "examples/broken", "tests/fixtures/releases")
+
+
+def committed_outputs() -> list[str]:
+    """The files now under the generator's output folders (relative paths), whoever wrote them."""
+    return sorted(path.relative_to(ROOT).as_posix() for folder in OUTPUT_FOLDERS
+                  for path in (ROOT / folder).rglob("*") if path.is_file())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
@@ -229,14 +240,19 @@ def main(argv: list[str] | None = None) -> int:
     files = build()
     stale = sorted(rel for rel, data in files.items()
                    if not (ROOT / rel).is_file() or (ROOT / rel).read_bytes() != data)
+    extra = [rel for rel in committed_outputs() if rel not in files]
     if args.check:
         for rel in stale:
             print(f"out of date: {rel}", file=sys.stderr)
-        return 1 if stale else 0
+        for rel in extra:
+            print(f"not written by the generator: {rel}", file=sys.stderr)
+        return 1 if stale or extra else 0
     for rel in stale:
         (ROOT / rel).parent.mkdir(parents=True, exist_ok=True)
         (ROOT / rel).write_bytes(files[rel])
-    print(f"wrote {len(stale)} of {len(files)} files")
+    for rel in extra:
+        (ROOT / rel).unlink()
+    print(f"wrote {len(stale)} of {len(files)} files, removed {len(extra)}")
     return 0
 
 

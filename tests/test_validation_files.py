@@ -135,7 +135,7 @@ def test_fixture_releases() -> None:
     ]
     notes = {os.path.relpath(s.file, FIXTURES): s.note for s in report.files}
     assert notes["card-only/model.safetensors"].endswith("card-only/README.md; digests match the tensors")
-    assert notes["annotated/bnconvention/refit-ed3f88a723ea.json"].startswith("refit annotation of model.safetensors")
+    assert notes["annotated/bnconvention/refit-792dfa41b94c.json"].startswith("refit annotation of model.safetensors")
 
 
 def test_validator_does_not_import_torch() -> None:

@@ -78,7 +78,7 @@ def variants(model: Any, pool: list[Any]) -> dict[str, Callable[[], Any]]:
 
     def exact_pass() -> Any:
         model.eval()
-        return run_traced(model, pool, num_batches=len(pool), memory_budget=None)
+        return run_traced(model, pool, num_batches_tracked=sum(len(x) for x in pool), memory_budget=None)
 
     def naive() -> None:
         model.eval()
@@ -89,7 +89,7 @@ def variants(model: Any, pool: list[Any]) -> dict[str, Callable[[], Any]]:
                 for x in pool:
                     model(x)
                 handle.remove()
-                commit_layer_stats(name, module, moments, num_batches=len(pool))
+                commit_layer_stats(name, module, moments, num_batches_tracked=sum(len(x) for x in pool))
 
     return {
         "eval": eval_forward,

@@ -58,6 +58,8 @@ def test_materialize_empty_pool() -> None:
         materialize(PoolReader(iter([]), dtype=torch.float32))
 
 
+# Measured (tests/helpers/measure_refit_errors.py, moments/*: this seed and 30 others, every setting): float32 mean 0,
+# variance 2.3e-8; float64 mean 4.3e-16, variance 4.9e-15 (relative).
 @pytest.mark.parametrize(("dtype", "mean_rtol", "var_rtol"), [
     pytest.param(torch.float32, 1e-9, 1e-7, id="float32-activations"),
     pytest.param(torch.float64, 1e-13, 1e-12, id="float64-activations"),
@@ -101,6 +103,8 @@ def test_moments_blocks_within_a_chunk_merge_exactly(monkeypatch) -> None:
     blocked = ChannelMoments()
     blocked.update(data)
     assert len(blocked._counts) == 7 and len(whole._counts) == 1
+    # measured on this data and 200 other seeds (OMP_NUM_THREADS=1/2, ATEN_CPU_CAPABILITY=default): blocked vs whole
+    # 3.9e-16 (mean) and 4.4e-16 (variance), against torch.var 1.5e-15, relative
     for got, expected in zip(blocked.mean_and_unbiased_var(), whole.mean_and_unbiased_var()):
         torch.testing.assert_close(got, expected, rtol=1e-13, atol=0.0)
     columns = data.transpose(0, 1).reshape(4, -1)

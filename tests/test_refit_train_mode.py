@@ -34,8 +34,10 @@ def test_cumulative_equals_update_bn_with_a_short_last_batch(model_cls, shape) -
     update_bn(pool, theirs)
     mine, expected = running(ours), running(theirs)
     assert mine.keys() == expected.keys()
+    # Bit-identical: the same training-mode forwards on the same batches with the same random stream (measured by
+    # tests/helpers/measure_refit_errors.py, update_bn/*: 0 difference on every setting and seed; was rtol=1e-6).
     for key, value in expected.items():
-        torch.testing.assert_close(mine[key], value, rtol=1e-6, atol=1e-7, msg=lambda m, key=key: f"{key}: {m}")
+        assert torch.equal(mine[key], value), key
     assert any("batches of unequal size (3 x 8, 1 x 3)" in w for w in report.warnings)
     accumulation = report.declaration.convention.accumulation
     assert (accumulation.rule, accumulation.batch_size, accumulation.num_batches) == ("cumulative", 8, 4)

@@ -5,9 +5,10 @@ exception raised by the pool itself, Ctrl-C); training flags and BatchNorm momen
 the digest of θ is taken before and after and a difference raises :class:`~bnconvention.errors.WeightsChangedError`
 (φ restored). After a successful refit every listener of :func:`bnconvention._hooks.notify_refit` is told.
 
-``num_batches_tracked``: the exact rule writes the number of batches the pool yielded (the ``num_batches`` of the
-record), so a later cumulative update weighs the refit statistics like that many batches; the train-mode rules
-leave what the forwards wrote (the same number, as ``update_bn`` does).
+``num_batches_tracked`` (defined per rule in docs/standard.md): the exact rule writes the number of records in the
+pool, whatever its batches or ``chunk_size``, so an exact refit of one pool is the same bytes however it is batched
+(the record's ``num_batches`` still says how many batches the pool yielded); the train-mode rules leave what
+PyTorch's own training-mode forwards write after the reset, one per batch (as ``update_bn`` does).
 
 When ``data`` / ``transform`` are not given, the pool is described honestly as unknown: data role ``other``,
 dataset id ``unspecified``, subset ``caller-provided pool``, transform mode ``eval`` with an empty description.
@@ -104,7 +105,7 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
         elif rule == "exact":
             model.eval()
             chunks = materialize(reader, chunk_size=chunk_size)
-            outcome = _run_exact(model, chunks, num_batches=len(reader.batch_sizes), method=method,
+            outcome = _run_exact(model, chunks, num_batches_tracked=reader.samples, method=method,
                                  memory_budget=memory_budget, progress=progress, shipped=shipped, warnings=warnings)
             del chunks
             path, passes, peak = outcome.path, outcome.passes, outcome.peak_bytes
@@ -190,12 +191,13 @@ def _convention(model: torch.nn.Module, *, rule: AccumulationRule, data: DataSpl
     )
 
 
-def _run_exact(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches: int, method: ExactMethod,
-               memory_budget: int | None, progress: bool, shipped: dict[str, Any],
+def _run_exact(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches_tracked: int,
+               method: ExactMethod, memory_budget: int | None, progress: bool, shipped: dict[str, Any],
                warnings: list[str]) -> ExactOutcome:
     if method != "hooks":
         try:
-            return run_traced(model, chunks, num_batches=num_batches, memory_budget=memory_budget, progress=progress)
+            return run_traced(model, chunks, num_batches_tracked=num_batches_tracked, memory_budget=memory_budget,
+                              progress=progress)
         except Untraceable as exc:
             if method == "traced":
                 raise RefitError(f"the layer-major exact pass cannot run: {exc.reason}; use method='auto' or "
@@ -203,7 +205,7 @@ def _run_exact(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batche
             restore_running_state(model, shipped)
             warnings.append(f"layer-major pass not used: {exc.reason}; fell back to one pass per BatchNorm layer "
                             "(exact, slower)")
-    return run_hooks(model, chunks, num_batches=num_batches, progress=progress)
+    return run_hooks(model, chunks, num_batches_tracked=num_batches_tracked, progress=progress)
 
 
 def _check_arguments(model: Any, *, rule: Any, data: Any, transform: Any, chunk_size: Any, method: Any,

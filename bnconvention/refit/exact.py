@@ -52,8 +52,12 @@ class ExactOutcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def commit_layer_stats(name: str, module: torch.nn.Module, moments: ChannelMoments, *, num_batches: int) -> None:
-    """Write a layer's exact mean and unbiased variance into its buffers; ``num_batches_tracked`` = ``num_batches``.
+def commit_layer_stats(name: str, module: torch.nn.Module, moments: ChannelMoments, *,
+                       num_batches_tracked: int) -> None:
+    """Write a layer's exact mean and unbiased variance into its buffers, and ``num_batches_tracked``.
+
+    The engine passes the number of records in the pool (docs/standard.md, "num_batches_tracked"): a value of the
+    pool alone, so that how the pool was batched or chunked changes no byte of an exact refit.
 
     Raises :class:`RefitError` when a channel saw fewer than two values or a statistic is NaN/inf.
     """
@@ -74,7 +78,7 @@ def commit_layer_stats(name: str, module: torch.nn.Module, moments: ChannelMomen
         module.running_mean.copy_(mean_out)  # type: ignore[union-attr]
         module.running_var.copy_(var_out)  # type: ignore[union-attr]
         if module.num_batches_tracked is not None:  # type: ignore[union-attr]
-            module.num_batches_tracked.fill_(num_batches)  # type: ignore[union-attr]
+            module.num_batches_tracked.fill_(num_batches_tracked)  # type: ignore[union-attr]
 
 
 def _tensors(value: Any) -> Iterable[torch.Tensor]:
@@ -192,11 +196,11 @@ def _untraceable(node: torch.fx.Node | None, exc: Exception) -> Untraceable:
     return Untraceable(f"running {where} failed ({type(exc).__name__}: {exc})")
 
 
-def run_traced(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches: int,
+def run_traced(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches_tracked: int,
                memory_budget: int | None, progress: bool = False) -> ExactOutcome:
     """Refit every traced BatchNorm layer of ``model`` (already in eval mode) exactly, layer-major, in one pass.
 
-    ``chunks`` are the pool inputs; ``num_batches`` is written to ``num_batches_tracked``. Raises
+    ``chunks`` are the pool inputs; ``num_batches_tracked`` is written to every refit layer. Raises
     :class:`Untraceable` (including :class:`BudgetExceeded`) when the engine should fall back to per-layer passes;
     running buffers may then be partly written and the caller restores them.
     """
@@ -230,7 +234,7 @@ def run_traced(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batche
         for stage_index, (const_steps, chunk_steps) in enumerate(stages):
             if stage_index > 0:  # every chunk has arrived: this stage's layer gets its statistics first
                 name = plan.bn_nodes[layers[stage_index - 1]]
-                commit_layer_stats(name, modules[name], moments, num_batches=num_batches)
+                commit_layer_stats(name, modules[name], moments, num_batches_tracked=num_batches_tracked)
                 order.append(name)
             upcoming = layers[stage_index] if stage_index < len(layers) else None
             moments = ChannelMoments()

@@ -44,7 +44,7 @@ def _forward(model: torch.nn.Module, chunk: torch.Tensor, index: int) -> bool:
     return True
 
 
-def run_hooks(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches: int,
+def run_hooks(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches_tracked: int,
               progress: bool = False) -> ExactOutcome:
     """Refit every BatchNorm layer with running statistics that the forward calls, one pass per layer."""
     import torch
@@ -82,7 +82,8 @@ def run_hooks(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches
                         if _forward(model, chunk, index):
                             raise _order_error(f"pool chunk {index} never reached {target!r}, which the first "
                                                "chunk reached")
-                    commit_layer_stats(target, layers[target], state["moments"], num_batches=num_batches)
+                    commit_layer_stats(target, layers[target], state["moments"],
+                                       num_batches_tracked=num_batches_tracked)
                     state["finalized"].add(target)
                     bar.update(1)
     finally:

@@ -144,6 +144,42 @@ class WeightWritingNet(nn.Module):
         return self.bn(self.fc(x))
 
 
+class ExactArithmeticNet(nn.Module):
+    """Two BatchNorm layers whose inputs are exact in float32 on an :func:`exact_pool`, so that an exact refit is
+    the same bytes on every CPU and for every power-of-two batching of that pool.
+
+    ``bn2d`` normalizes the input itself; ``bn1d`` the output of a Linear with weights in {-1, 0, 1} on two input
+    channels at one pixel (integers of at most 4 bits, summed exactly by any BLAS kernel). The branches are
+    parallel: no BatchNorm input passes through another layer's (inexact) normalization.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn2d = nn.BatchNorm2d(3)
+        self.fc = nn.Linear(2, 3, bias=False)
+        self.bn1d = nn.BatchNorm1d(3)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.tensor([[1.0, -1.0], [0.0, 1.0], [1.0, 1.0]]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn2d(x).mean(dim=(1, 2, 3)) + self.bn1d(self.fc(x[:, :2, 0, 0])).sum(dim=1)
+
+
+def exact_pool(samples: int = 64, *, seed: int = 5) -> torch.Tensor:
+    """``samples`` inputs of shape (3, 4, 4) for :class:`ExactArithmeticNet`, integers in [-2, 4].
+
+    Every sample's every channel has positional mean exactly 1 (values ``1 + w`` and ``1 - w`` in pairs), so the
+    moments' shift (the first block's mean) is 1 whatever the batching and every deviation and square is a small
+    integer. For ``bn1d`` (one position, inputs of at most 4 bits) the shift is a multiple of 1/64 when the first
+    batch has a power-of-two size, so its deviations have at most 11 bits and their squares at most 22: every sum
+    is exact in float32 and float64, and with a power-of-two pool size so is every division but the last
+    ``M2 / (n - 1)``, which is one correctly rounded operation on identical operands.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    half = torch.randint(-3, 4, (samples, 3, 8), generator=generator).float()
+    return (1.0 + torch.cat([half, -half], dim=2)).reshape(samples, 3, 4, 4)
+
+
 def seeded(model_cls: type[nn.Module], seed: int = 0, **kwargs: object) -> nn.Module:
     torch.manual_seed(seed)
     return model_cls(**kwargs)

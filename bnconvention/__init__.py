@@ -9,7 +9,8 @@ does not import torch, so the validator and stamping stay fast in pipelines).
 'refit/retain/train-transform/exact'
 
 Authors: :class:`BNRecorder` (observe a training or unlearning run), :func:`make_convention` / :func:`declare`
-(build a record), :func:`stamp_file` / :func:`stamp_card_file` (write it into the weights header and the card).
+(build a record; :func:`describe_transform` or :func:`make_transform` names the transform), :func:`stamp_file` /
+:func:`stamp_card_file` (write it into the weights header and the card).
 Auditors: :func:`refit` (exact refit at bit-identical weights), :func:`audit_checkpoint` / :func:`run_census`.
 Pipelines: :func:`validate_paths` / :func:`validate_record`.
 """
@@ -36,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     # authors
     "BNRecorder": "bnconvention.recorder",
     "make_transform": "bnconvention.declaration",
+    "describe_transform": "bnconvention.transforms",
     "make_convention": "bnconvention.declaration",
     "declare": "bnconvention.declaration",
     "model_digests": "bnconvention.digests",

@@ -54,15 +54,24 @@ def default_producer() -> Producer:
 def make_transform(*, mode: TransformMode, reference: str | None = None, resize: str | None = None,
                    crop: str | None = None, augmentations: Sequence[str] = (),
                    normalize_mean: Sequence[float] | None = None,
-                   normalize_std: Sequence[float] | None = None) -> Transform:
-    """A transform with its canonical description and the description's sha256."""
+                   normalize_std: Sequence[float] | None = None, steps: Sequence[str] | None = None) -> Transform:
+    """A transform with its canonical description and the description's sha256.
+
+    For a transform you describe yourself (a custom function, another library): ``mode`` is ``train`` for the
+    transform with augmentation, ``eval`` without; ``reference`` says where it is defined
+    (``train.py:train_transform``);
+    ``resize``, ``crop`` and each of ``augmentations`` are short free texts (``"16x16 bilinear"``, ``"random 32 pad
+    4"``, ``"hflip p=0.5"``); ``normalize_mean``/``normalize_std`` the per-channel normalization; ``steps`` every step
+    in order, when you can spell them (:func:`bnconvention.describe_transform` writes them for torchvision
+    pipelines). Everything given enters the sha256, so the same texts must be used for the same transform.
+    """
     if (normalize_mean is None) != (normalize_std is None):
         raise RecordError("normalize_mean and normalize_std go together: give both or neither")
     normalize = None
     if normalize_mean is not None and normalize_std is not None:
         normalize = Normalization(mean=[float(v) for v in normalize_mean], std=[float(v) for v in normalize_std])
     description = TransformDescription(resize=resize, crop=crop, augmentations=list(augmentations),
-                                       normalize=normalize)
+                                       normalize=normalize, steps=None if steps is None else list(steps))
     return Transform(mode=mode, reference=reference, description=description,
                      sha256=transform_sha256(description))
 

@@ -54,6 +54,7 @@ from bnconvention.standard.models import (
     SplitRole,
     Transform,
 )
+from bnconvention.transforms import as_standard_transform
 
 if TYPE_CHECKING:
     import torch
@@ -367,7 +368,7 @@ class BNRecorder:
 
     def declaration(
         self, *, dataset_id: str | None = None, subset: str | None = None,
-        transform: Transform | TransformSource | None = None, role: SplitRole | None = None,
+        transform: Transform | TransformSource | Any = None, role: SplitRole | None = None,
         declared_mode: BufferUpdateMode | None = None, rule: AccumulationRule | None = None,
         momentum: float | None = None, batch_size: int | None = None, num_batches: int | None = None,
         precision: Precision | None = None, dropout: DropoutMode | None = None,
@@ -378,13 +379,17 @@ class BNRecorder:
         """The declaration of the model's deployed state, with the buffer-update mode *as observed*.
 
         The author names what the recorder cannot see: the dataset and subset behind the split tags and the
-        transform. ``declared_mode``, ``role`` and ``rule``/``momentum`` state what the author believes; where the
+        transform: a torchvision transform or pipeline (described by :func:`bnconvention.describe_transform`: its
+        steps' classes and parameters, and their sha256), a ``Transform`` from :func:`bnconvention.make_transform`,
+        or an object with a ``standard()`` method returning one (anything else: :class:`RecordError`, before the
+        run is read). ``declared_mode``, ``role`` and ``rule``/``momentum`` state what the author believes; where the
         run disagrees the record keeps the observed mode and rule and lists the contradiction in
         ``observation.contradictions`` (``strict=True`` raises :class:`RecordError` instead). For a run that wrote
         no buffers (``frozen``, ``untouched``), ``role`` and the rule of the earlier fit are the author's to give;
         the rule defaults to the layers' momentum setting. After a refit, anything not given is taken from the
         refit engine's own declaration.
         """
+        standard_transform = as_standard_transform(transform) if transform is not None else None
         observation = self.observation(declared_mode=declared_mode, role=role, rule=rule, momentum=momentum)
         if strict and observation.contradictions:
             listing = "; ".join(f"[{c.code}] {c.message}" for c in observation.contradictions)
@@ -393,7 +398,7 @@ class BNRecorder:
         if base is not None:
             dataset_id = dataset_id or base.data.dataset.id
             subset = subset or base.data.subset
-            transform = transform or base.transform
+            standard_transform = standard_transform or base.transform
             record_count = record_count if record_count is not None else base.data.record_count
             ids_sha256 = ids_sha256 or base.data.ids_sha256
             sampling_seed = sampling_seed if sampling_seed is not None else base.data.sampling_seed
@@ -404,7 +409,7 @@ class BNRecorder:
             dropout = dropout or base.other_modules.dropout
             distributed = distributed or base.distributed
         missing = [label for label, value in (("dataset_id", dataset_id), ("subset", subset),
-                                              ("transform", transform)) if value is None]
+                                              ("transform", standard_transform)) if value is None]
         if missing:
             raise RecordError(f"declaration needs {', '.join(missing)}: the recorder sees tensors, not which "
                               "dataset, subset and transform fed them")
@@ -413,12 +418,11 @@ class BNRecorder:
         if distributed is None:
             distributed = "sync_batchnorm" if observation.buffer_updates and any(
                 type(e.module).__name__ == "SyncBatchNorm" for e in self._layers) else "none"
-        standard_transform = transform if isinstance(transform, Transform) else transform.standard()  # type: ignore[union-attr]
         convention = convention_from_observation(
             observation, dataset_id=typing.cast(str, dataset_id), subset=typing.cast(str, subset),
-            transform=standard_transform, role=role, rule=rule, momentum=momentum, batch_size=batch_size,
-            num_batches=num_batches, precision=precision, dropout=dropout, distributed=distributed,
-            record_count=record_count, ids_sha256=ids_sha256, sampling_seed=sampling_seed,
+            transform=typing.cast(Transform, standard_transform), role=role, rule=rule, momentum=momentum,
+            batch_size=batch_size, num_batches=num_batches, precision=precision, dropout=dropout,
+            distributed=distributed, record_count=record_count, ids_sha256=ids_sha256, sampling_seed=sampling_seed,
             dataset_revision=dataset_revision,
         )
         refit = self._refit_details[-1] if observation.mode == "refit" and self._refit_details else None

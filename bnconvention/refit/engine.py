@@ -38,6 +38,7 @@ from bnconvention.refit.state import (
     tracked_layers,
 )
 from bnconvention.refit.train_mode import run_train_mode
+from bnconvention.transforms import as_standard_transform
 from bnconvention.standard.models import (
     AccumulationRule,
     DataSplit,
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 
 
 def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact", data: DataSplit | None = None,
-          transform: Transform | None = None, input_key: str = "input", chunk_size: int | None = None,
+          transform: Transform | Any = None, input_key: str = "input", chunk_size: int | None = None,
           progress: bool = False, producer: Producer | None = None, method: ExactMethod = "auto",
           memory_budget: int | None = DEFAULT_MEMORY_BUDGET) -> RefitReport:
     """Refit ``model``'s BatchNorm running statistics on ``pool`` under ``rule``; θ stays bit-identical.
@@ -62,6 +63,8 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
     ``pool``: any iterable of batches (tensors, tuples/lists led by the input, mappings with ``input_key``).
     ``rule``: ``exact`` (sequential layerwise mean and unbiased variance over the whole pool, float64), ``cumulative``
     (exactly ``torch.optim.swa_utils.update_bn``) or ``ema`` (training-mode forwards with each layer's momentum).
+    ``transform``: what the pool went through, for the record: a ``Transform`` (:func:`make_transform`), a
+    torchvision transform (described by :func:`bnconvention.describe_transform`) or an object with ``standard()``.
     ``chunk_size`` (exact only) re-cuts the pool into chunks of that many samples; by default the pool's own batches
     are the chunks. ``method`` (exact only): ``auto`` runs the layer-major traced pass and falls back to per-layer
     passes when the model cannot be traced or the pass would exceed ``memory_budget`` bytes (None: no limit);
@@ -74,6 +77,8 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
     ('present', 'traced', 'refit/other/eval-transform/exact')
     """
     start = time.perf_counter()
+    if transform is not None:
+        transform = as_standard_transform(transform)
     _check_arguments(model, rule=rule, data=data, transform=transform, chunk_size=chunk_size, method=method,
                      memory_budget=memory_budget, producer=producer)
     dtype, device = _model_dtype_device(model)

@@ -103,6 +103,10 @@ class TransformDescription(_Model):
         default_factory=list, description="Random augmentations in order, e.g. ['hflip p=0.5']; empty for none."
     )
     normalize: Normalization | None = Field(default=None, description="Normalization mean/std, if any.")
+    steps: list[NonEmptyStr] | None = Field(
+        default=None, description="Every step of the pipeline in order, 'Class(param=value, ...)' with the values as "
+        "canonical JSON; written when the description is derived from a transform object (describe_transform)."
+    )
 
 
 class Transform(_Model):

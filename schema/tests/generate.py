@@ -40,7 +40,7 @@ from vector_records import (  # noqa: E402
     layer,
 )
 
-from bnconvention.declaration import make_convention  # noqa: E402
+from bnconvention.declaration import make_convention, make_transform  # noqa: E402
 from bnconvention.standard.models import SPEC_VERSION  # noqa: E402
 
 # --- the vectors -----------------------------------------------------------------------------------------------------
@@ -132,6 +132,18 @@ def register_valid() -> None:
                        transform=EVAL_TRANSFORM, distributed="all_reduce", precision="bfloat16", dropout="absent"))
     vector("declaration-other-rank0-m1", "Role other, rank-0 broadcast, EMA momentum exactly 1 (the upper bound).",
            _convention(role="other", momentum=1.0, distributed="rank0_broadcast"))
+    vector("declaration-transform-steps", "A transform described from a torchvision pipeline "
+           "(describe_transform): every step's class and parameters in steps, hashed with the rest.",
+           _convention(transform=make_transform(
+               mode="train", reference="train.py:train_transform",
+               crop="torchvision.transforms.RandomCrop(fill=0, pad_if_needed=false, padding=4, "
+                    "padding_mode=\"constant\", size=[32,32])",
+               augmentations=["torchvision.transforms.RandomHorizontalFlip(p=0.5)"],
+               normalize_mean=[0.5], normalize_std=[0.25],
+               steps=["torchvision.transforms.RandomCrop(fill=0, pad_if_needed=false, padding=4, "
+                      "padding_mode=\"constant\", size=[32,32])",
+                      "torchvision.transforms.RandomHorizontalFlip(p=0.5)", "torchvision.transforms.ToTensor()",
+                      "torchvision.transforms.Normalize(inplace=false, mean=[0.5], std=[0.25])"])))
     vector("declaration-forget-split", "Buffers refit on the forget split (an attack), exact rule.",
            _convention(buffer_update_mode="refit", role="forget", rule="exact", momentum=None))
 

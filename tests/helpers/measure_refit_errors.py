@@ -9,7 +9,9 @@ over the largest value measured; the comment beside the tolerance quotes the num
 
     for t in 1 2; do OMP_NUM_THREADS=$t PYTHONPATH=.:tests python tests/helpers/measure_refit_errors.py; done
     taskset -c 0 env PYTHONPATH=.:tests python tests/helpers/measure_refit_errors.py
-    for c in default avx2; do ATEN_CPU_CAPABILITY=$c PYTHONPATH=.:tests python tests/helpers/measure_refit_errors.py; done
+    for c in default avx2; do
+        ATEN_CPU_CAPABILITY=$c PYTHONPATH=.:tests python tests/helpers/measure_refit_errors.py
+    done
 """
 
 from __future__ import annotations

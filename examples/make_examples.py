@@ -1,15 +1,19 @@
 """Write the example releases and the validator's fixture releases (deterministic: same bytes every run).
 
-    .venv/bin/python examples/make_examples.py           # rewrite examples/ and tests/fixtures/releases/
+    .venv/bin/python examples/make_examples.py           # rewrite the examples and tests/fixtures/releases/
     .venv/bin/python examples/make_examples.py --check   # exit 1 if a committed file differs
+
+The examples are package data (``bnconvention/examples/files/``, what ``bnconvention examples write DIR`` writes
+out for users); this repository's ``examples/`` folder is that command's output, refreshed here after the package
+files (``audit/digits-zoo.yaml`` is written by hand in the package, the releases by this script).
 
 Two tiny networks are trained for a few steps on scikit-learn's bundled digits (8x8, no download): a BatchNorm one
 and its GroupNorm twin. Each release is a folder with ``model.safetensors`` (written by ``safetensors.torch``; the
 record stamped under ``__metadata__["bnconvention.record"]`` as canonical JSON) and a ``README.md`` card (the record
 as the ``bnconvention`` block of the YAML front matter, plus a human-readable section).
 
-- ``examples/releases/``: ``convnet-bn`` (declared BN model) and ``convnet-gn`` (GroupNorm, channel absent).
-- ``examples/broken/``: ``undeclared`` (BN weights, no record), ``digest-mismatch`` (running statistics changed
+- ``releases/``: ``convnet-bn`` (declared BN model) and ``convnet-gn`` (GroupNorm, channel absent).
+- ``broken/``: ``undeclared`` (BN weights, no record), ``digest-mismatch`` (running statistics changed
   after the record was written), ``card-header-disagree`` (the card claims another convention than the header).
 - ``tests/fixtures/releases/``: ``annotated`` (a declared release with a refit annotation under ``bnconvention/``),
   ``card-only`` (the declaration lives only in the card), ``layer-mismatch`` (the record omits a layer and
@@ -43,6 +47,7 @@ from bnconvention.stamp import stamped_header_bytes  # noqa: E402
 from bnconvention.standard.models import Producer, to_dict  # noqa: E402
 from bnconvention.standard.naming import record_ids_sha256  # noqa: E402
 
+PACKAGED = "bnconvention/examples/files"  # where the examples live; examples/ is a copy (bnconvention examples write)
 PRODUCER = Producer(tool="bnconvention", version="0.1.0")  # pinned so the files do not change with releases
 FORGET_CLASS = 3
 
@@ -150,12 +155,12 @@ def build() -> dict[str, bytes]:
                                 producer=PRODUCER, reporting_line=(
         "no running statistics (GroupNorm): channel absent, a refit is the identity and every shift is 0.00pp")))
 
-    release("examples/releases/convnet-bn", bn, bn_record, bn_record, "convnet-bn (digits)",
+    release(f"{PACKAGED}/releases/convnet-bn", bn, bn_record, bn_record, "convnet-bn (digits)",
             "A BatchNorm network trained for 30 steps on scikit-learn's digits; its fitting convention is declared.")
-    release("examples/releases/convnet-gn", gn, gn_record, gn_record, "convnet-gn (digits)",
+    release(f"{PACKAGED}/releases/convnet-gn", gn, gn_record, gn_record, "convnet-gn (digits)",
             "The GroupNorm twin: no running statistics, so the declaration lists no BatchNorm layer.")
 
-    release("examples/broken/undeclared", bn, None, None, "convnet-bn, undeclared",
+    release(f"{PACKAGED}/broken/undeclared", bn, None, None, "convnet-bn, undeclared",
             "BatchNorm weights released without saying how their running statistics were fitted.")
 
     corrupted = copy.deepcopy(bn)
@@ -163,14 +168,14 @@ def build() -> dict[str, bytes]:
     with torch.no_grad():
         corrupted(images[labels == FORGET_CLASS][:64])
     corrupted.eval()
-    release("examples/broken/digest-mismatch", corrupted, bn_record, bn_record, "convnet-bn, stale record",
+    release(f"{PACKAGED}/broken/digest-mismatch", corrupted, bn_record, bn_record, "convnet-bn, stale record",
             "The running statistics changed after the record was written; the record no longer matches.")
 
     claimed = copy.deepcopy(bn_record)
     claimed["convention"] = to_dict(make_convention(
         buffer_update_mode="refit", role="retain", dataset_id="sklearn/digits", subset="all classes except 3",
         transform=TRANSFORM, rule="exact"))
-    release("examples/broken/card-header-disagree", bn, bn_record, claimed, "convnet-bn, inconsistent card",
+    release(f"{PACKAGED}/broken/card-header-disagree", bn, bn_record, claimed, "convnet-bn, inconsistent card",
             "The card claims a retain refit; the weights' stamped record says training-mode updates.")
 
     # --- fixture releases for tests/test_validation_files.py ---------------------------------------------------
@@ -223,6 +228,8 @@ def fixture_annotation(model: torch.nn.Module) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bnconvention.examples import differing, write_examples
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
     args = parser.parse_args(argv)
@@ -230,13 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     stale = sorted(rel for rel, data in files.items()
                    if not (ROOT / rel).is_file() or (ROOT / rel).read_bytes() != data)
     if args.check:
+        stale += [f"examples/{name}" for name in differing(ROOT / "examples")]
         for rel in stale:
             print(f"out of date: {rel}", file=sys.stderr)
         return 1 if stale else 0
     for rel in stale:
         (ROOT / rel).parent.mkdir(parents=True, exist_ok=True)
         (ROOT / rel).write_bytes(files[rel])
-    print(f"wrote {len(stale)} of {len(files)} files")
+    mirrored = write_examples(ROOT / "examples", force=True)
+    print(f"wrote {len(stale)} of {len(files)} files; examples/: {len(mirrored.written)} copied from {PACKAGED}")
     return 0
 
 

@@ -233,6 +233,15 @@ def test_serve_starts_over_from_the_published_state(tmp_path: Path) -> None:
     assert (paths.crawl / "keep.txt").read_text() == "a full demo's crawl"
 
 
+def test_a_full_demo_waits_for_the_serve_in_its_folder(tmp_path: Path) -> None:
+    from bnconvention.demo import run_demo, serve_demo
+    from bnconvention.errors import UsageError
+
+    with serve_demo(tmp_path / "out", zoo_dir=observed_zoo_dir(), progress=False), \
+            pytest.raises(UsageError, match="stop its --serve"):
+        run_demo(tmp_path / "out", zoo_dir=observed_zoo_dir(), progress=False)
+
+
 def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
     import socket
 

@@ -1,7 +1,11 @@
 """Write the example releases and the validator's fixture releases: the same bytes on every machine.
 
-    .venv/bin/python examples/make_examples.py           # rewrite examples/ and tests/fixtures/releases/
+    .venv/bin/python examples/make_examples.py           # rewrite the examples and tests/fixtures/releases/
     .venv/bin/python examples/make_examples.py --check   # exit 1 if a committed file differs
+
+The examples are package data (``bnconvention/examples/files/``, what ``bnconvention examples write DIR`` writes
+out for users); this repository's ``examples/`` folder is that command's output, refreshed here after the package
+files (``audit/digits-zoo.yaml`` is written by hand in the package, the releases by this script).
 
 Two tiny networks, a BatchNorm one and its GroupNorm twin. Nothing is trained: every tensor is written from seeded
 integers scaled by a power of two (dyadic values, exact in float32), so no floating-point reduction is involved and
@@ -12,8 +16,8 @@ training-mode declaration, said so in each card. Each release is a folder with `
 ``README.md`` card (the record as the ``bnconvention`` block of the YAML front matter, plus a human-readable
 section).
 
-- ``examples/releases/``: ``convnet-bn`` (declared BN model) and ``convnet-gn`` (GroupNorm, channel absent).
-- ``examples/broken/``: ``undeclared`` (BN weights, no record), ``digest-mismatch`` (running statistics changed
+- ``releases/``: ``convnet-bn`` (declared BN model) and ``convnet-gn`` (GroupNorm, channel absent).
+- ``broken/``: ``undeclared`` (BN weights, no record), ``digest-mismatch`` (running statistics changed
   after the record was written), ``card-header-disagree`` (the card claims another convention than the header).
 - ``tests/fixtures/releases/``: ``annotated`` (a declared release with a refit annotation under ``bnconvention/``),
   ``card-only`` (the declaration lives only in the card), ``layer-mismatch`` (the record omits a layer and
@@ -49,6 +53,7 @@ from bnconvention.standard.models import Producer, to_dict  # noqa: E402
 from bnconvention.standard.naming import record_ids_sha256  # noqa: E402
 from bnconvention.zoo.data import DIGITS_TRAIN_TRANSFORM  # noqa: E402
 
+PACKAGED = "bnconvention/examples/files"  # where the examples live; examples/ is a copy (bnconvention examples write)
 PRODUCER = Producer(tool="bnconvention", version="0.1.0")  # pinned so the files do not change with releases
 SEED = "bnconvention-examples/1"
 DIGITS_RECORDS = 1797
@@ -166,23 +171,23 @@ def build() -> dict[str, bytes]:
     gn_record = to_dict(declare(gn, training_convention(bn=False), producer=PRODUCER, reporting_line=(
         "no running statistics (GroupNorm): channel absent, a refit is the identity and every shift is 0.00pp")))
 
-    release("examples/releases/convnet-bn", bn, bn_record, bn_record, "convnet-bn (digits)",
+    release(f"{PACKAGED}/releases/convnet-bn", bn, bn_record, bn_record, "convnet-bn (digits)",
             f"A BatchNorm network for scikit-learn's digits; its fitting convention is declared. {SYNTHETIC}")
-    release("examples/releases/convnet-gn", gn, gn_record, gn_record, "convnet-gn (digits)",
+    release(f"{PACKAGED}/releases/convnet-gn", gn, gn_record, gn_record, "convnet-gn (digits)",
             f"The GroupNorm twin: no running statistics, so the declaration lists no BatchNorm layer. {SYNTHETIC}")
 
-    release("examples/broken/undeclared", bn, None, None, "convnet-bn, undeclared",
+    release(f"{PACKAGED}/broken/undeclared", bn, None, None, "convnet-bn, undeclared",
             "BatchNorm weights released without saying how their running statistics were fitted.")
 
     changed = synthetic_model("bn", salt="changed:")  # same weights, other running statistics
-    release("examples/broken/digest-mismatch", changed, bn_record, bn_record, "convnet-bn, stale record",
+    release(f"{PACKAGED}/broken/digest-mismatch", changed, bn_record, bn_record, "convnet-bn, stale record",
             "The running statistics changed after the record was written; the record no longer matches.")
 
     claimed = copy.deepcopy(bn_record)
     claimed["convention"] = to_dict(make_convention(
         buffer_update_mode="refit", role="retain", dataset_id="sklearn/digits", subset="all classes except 3",
         transform=TRANSFORM, rule="exact"))
-    release("examples/broken/card-header-disagree", bn, bn_record, claimed, "convnet-bn, inconsistent card",
+    release(f"{PACKAGED}/broken/card-header-disagree", bn, bn_record, claimed, "convnet-bn, inconsistent card",
             "The card claims a retain refit; the weights' stamped record says training-mode updates.")
 
     # --- fixture releases for tests/test_validation_files.py ---------------------------------------------------
@@ -224,7 +229,7 @@ def fixture_annotation(model: torch.nn.Module) -> dict[str, Any]:
     }
 
 
-OUTPUT_FOLDERS = ("examples/releases", "examples/broken", "tests/fixtures/releases")
+OUTPUT_FOLDERS = (f"{PACKAGED}/releases", f"{PACKAGED}/broken", "tests/fixtures/releases")
 
 
 def committed_outputs() -> list[str]:
@@ -234,6 +239,8 @@ def committed_outputs() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bnconvention.examples import differing, write_examples
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
     args = parser.parse_args(argv)
@@ -242,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                    if not (ROOT / rel).is_file() or (ROOT / rel).read_bytes() != data)
     extra = [rel for rel in committed_outputs() if rel not in files]
     if args.check:
+        stale += [f"examples/{name}" for name in differing(ROOT / "examples")]
         for rel in stale:
             print(f"out of date: {rel}", file=sys.stderr)
         for rel in extra:
@@ -252,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         (ROOT / rel).write_bytes(files[rel])
     for rel in extra:
         (ROOT / rel).unlink()
-    print(f"wrote {len(stale)} of {len(files)} files, removed {len(extra)}")
+    mirrored = write_examples(ROOT / "examples", force=True)
+    print(f"wrote {len(stale)} of {len(files)} files, removed {len(extra)}; examples/: {len(mirrored.written)} copied "
+          f"from {PACKAGED}")
     return 0
 
 

@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.demo_run import DemoRun, run_demo_cli, shared_demo_run
+from helpers.demo_run import DemoRun, observed_zoo_dir, run_demo_cli, serve_demo_cli, shared_demo_run
+from helpers.shown_output import missing_output
 
 ORG = "digits-lab"
 EXPECTED_CLASSES = {
@@ -163,6 +164,104 @@ def test_rerun_reuses_everything(demo: DemoRun) -> None:
         return text.split("\n", 1)[1].split("pull requests with refit annotations")[0]
 
     assert findings(done.stdout) == findings(demo.stdout)
+
+
+# --- demo --serve: the quickstarts' starting point ----------------------------------------------------------------
+
+
+def _exports(stdout: str) -> list[tuple[str, str, str]]:
+    """``(variable, value, comment)`` of every ``export`` line demo --serve printed."""
+    found = []
+    for line in stdout.splitlines():
+        words = line.strip()
+        if words.startswith("export "):
+            assignment, _, comment = words.removeprefix("export ").partition("#")
+            name, _, value = assignment.strip().partition("=")
+            found.append((name, value, comment.strip()))
+    return found
+
+
+def test_serve_keeps_the_published_organisation_up_until_ctrl_c(tmp_path: Path, repo_root: Path) -> None:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from bnconvention.demo import AUDITOR, AUTHOR, DEMO_ORG, RELEASES
+
+    home = tmp_path / "home"
+    home.mkdir()
+    with serve_demo_cli(tmp_path / "out", home, observed_zoo_dir()) as serving:
+        exports = _exports(serving.stdout)
+        assert [name for name, _, _ in exports] == ["HF_ENDPOINT", "HF_TOKEN", "HF_TOKEN"]
+        endpoint, auditor, author = (value for _, value, _ in exports)
+        assert "auditor" in exports[1][2] and AUTHOR in exports[2][2]
+        api = HfApi(endpoint=endpoint, token=auditor)
+        assert api.whoami()["name"] == AUDITOR
+        assert HfApi(endpoint=endpoint, token=author).whoami()["name"] == AUTHOR
+        # the organisation as its authors published it: every release, no pull request yet
+        assert sorted(m.id for m in api.list_models(author=DEMO_ORG)) == sorted(r.repo_id for r in RELEASES)
+        assert list(api.get_repo_discussions(f"{DEMO_ORG}/unlearn-badteacher-eval")) == []
+        # the auditor may not publish to the organisation; its author may
+        with pytest.raises(HfHubHTTPError):
+            api.create_repo(f"{DEMO_ORG}/auditor-attempt")
+        HfApi(endpoint=endpoint, token=author).create_repo(f"{DEMO_ORG}/author-attempt")
+        code, stderr = serving.stop()
+    assert code == 0, stderr[-4000:]
+    assert "stopped" in stderr
+    # docs/index.md shows what it prints
+    index = (repo_root / "docs" / "index.md").read_text("utf-8")
+    shown = [block for block in index.split("```") if block.startswith("text\nbnconvention demo --serve:")]
+    assert len(shown) == 1
+    assert missing_output(shown[0].removeprefix("text\n"), serving.stdout) == []
+
+
+def test_serve_starts_over_from_the_published_state(tmp_path: Path) -> None:
+    # what one session published (a new repo) is gone at the next start; a full demo's crawl is not touched
+    from huggingface_hub import HfApi
+
+    from bnconvention.demo import DEMO_ORG, DemoPaths, serve_demo
+
+    paths = DemoPaths.under(tmp_path / "out", zoo=observed_zoo_dir())
+    paths.claim()
+    (paths.crawl).mkdir()
+    (paths.crawl / "keep.txt").write_text("a full demo's crawl")
+    for _ in range(2):
+        with serve_demo(paths.root, zoo_dir=paths.zoo, progress=False) as served:
+            api = HfApi(endpoint=served.endpoint, token=served.environment("author")["HF_TOKEN"])
+            names = {m.id for m in api.list_models(author=DEMO_ORG)}
+            assert f"{DEMO_ORG}/scratch" not in names
+            api.create_repo(f"{DEMO_ORG}/scratch")
+    assert (paths.crawl / "keep.txt").read_text() == "a full demo's crawl"
+
+
+def test_a_full_demo_waits_for_the_serve_in_its_folder(tmp_path: Path) -> None:
+    from bnconvention.demo import run_demo, serve_demo
+    from bnconvention.errors import UsageError
+
+    with serve_demo(tmp_path / "out", zoo_dir=observed_zoo_dir(), progress=False), \
+            pytest.raises(UsageError, match="stop its --serve"):
+        run_demo(tmp_path / "out", zoo_dir=observed_zoo_dir(), progress=False)
+
+
+def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
+    import socket
+
+    from bnconvention.cli.main import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["demo", "--serve", "--port", str(port), "--out", str(tmp_path / "out"), "--zoo",
+                     str(observed_zoo_dir()), "--no-progress"])
+    assert code == 2
+
+
+def test_port_needs_serve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bnconvention.cli.main import main
+
+    assert main(["demo", "--port", "8900", "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert "--port applies to --serve only" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 # --- pieces -----------------------------------------------------------------------------------------------------

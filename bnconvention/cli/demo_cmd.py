@@ -1,14 +1,18 @@
-"""``bnconvention demo``: the BatchNorm illusion on a Hub organisation, end to end, offline."""
+"""``bnconvention demo``: the BatchNorm illusion on a Hub organisation, end to end, offline; ``demo --serve``: the
+organisation as published, on a local Hub that stays up for the quickstarts."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from bnconvention.errors import UsageError
+
 EPILOG = """examples:
   bnconvention demo                          # into ./demo-output, reusing what an earlier run built
   bnconvention demo --out /tmp/demo --no-progress
   bnconvention demo --fresh                  # rebuild everything: zoo, organisation, crawl, report
+  bnconvention demo --serve --port 8900      # the organisation as published, served for the quickstarts
 
 Stages: build the digits zoo with the recorder observing training; publish it as the organisation digits-lab on a
 local Hub-compatible server (127.0.0.1, a free port) through huggingface_hub, the way authors would: declared and
@@ -18,6 +22,12 @@ annotation pull request per audited repo, validation of the organisation, and th
 Nothing is downloaded from the internet. A rerun reuses the zoo, the published organisation and every finished
 census entry, audit and pull request (OUT/crawl/journal.sqlite). Exit codes: 0 done, 1 a stage failed, 2 bad
 usage (e.g. --out is a folder the demo did not create), 130 interrupted (rerun to resume).
+
+--serve runs the first two stages only, into OUT/serve/ (published afresh at every start; a full run's crawl is not
+touched), then keeps the Hub up with digits-lab as its authors published it, before any census, audit or pull
+request: the starting point of the quickstarts (docs/quickstart-*.md). It prints the endpoint and the lines to paste
+into another shell (export HF_ENDPOINT=..., export HF_TOKEN=... as the auditor or as the organisation's author) and
+serves until Ctrl-C or SIGTERM: exit 0 then; 130 when interrupted before the Hub is up.
 """
 
 
@@ -25,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser(
         "demo", help="the whole story offline: zoo, local Hub organisation, census, audits, pull requests, report",
         description="Build the digits zoo, publish it as a Hub organisation on a local server, crawl it as an "
-                    "auditor (census, audit, annotation pull requests, validation) and write an HTML report.",
+                    "auditor (census, audit, annotation pull requests, validation) and write an HTML report; or, "
+                    "with --serve, publish the organisation and keep the local Hub up for the quickstarts.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="demo-output", metavar="DIR",
                         help="output folder, created or reused (default: demo-output)")
@@ -33,6 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="keep the recorded zoo in DIR instead of OUT/zoo (reused when complete)")
     parser.add_argument("--fresh", action="store_true", help="remove what an earlier run built and start over")
     parser.add_argument("--no-progress", action="store_true", help="no stage lines or progress bars on stderr")
+    parser.add_argument("--serve", action="store_true",
+                        help="publish the organisation (no crawl) and serve it until Ctrl-C, for the quickstarts")
+    parser.add_argument("--port", type=int, default=None, metavar="N",
+                        help="with --serve: the port on 127.0.0.1 (default: 0 = a free port)")
     parser.set_defaults(func=run)
 
 
@@ -41,12 +56,16 @@ def run(args: argparse.Namespace) -> int:
 
     from bnconvention.demo.layout import DemoPaths
 
+    if args.port is not None and not args.serve:
+        raise UsageError("--port applies to --serve only: bnconvention demo --serve --port N")
     paths = DemoPaths.under(args.out, zoo=args.zoo)
     paths.claim()  # refuses a folder the demo did not create, before anything else happens
     # before huggingface_hub is imported anywhere in this process: its cache and telemetry settings are read then
     os.environ["HF_HOME"] = str(paths.hf_home)
     os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
     os.environ.pop("HF_HUB_OFFLINE", None)  # everything is local; offline mode would block the local Hub too
+    if args.serve:
+        return _serve(args)
 
     from bnconvention.demo import run_demo, summary_text
     from bnconvention.io_utils import atomic_write_text
@@ -55,4 +74,17 @@ def run(args: argparse.Namespace) -> int:
     text = summary_text(result)
     atomic_write_text(result.out / "summary.txt", text)
     sys.stdout.write(text)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from bnconvention.cli.hubserver_cmd import wait_until_stopped
+    from bnconvention.demo.serve import serve_demo, serve_text
+
+    with serve_demo(args.out, zoo_dir=args.zoo, port=args.port or 0, fresh=args.fresh,
+                    progress=not args.no_progress) as served:
+        sys.stdout.write(serve_text(served))
+        sys.stdout.flush()
+        wait_until_stopped()
+    print("bnconvention demo --serve: stopped", file=sys.stderr, flush=True)
     return 0

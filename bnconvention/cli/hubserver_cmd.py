@@ -67,22 +67,30 @@ def run(args: argparse.Namespace) -> int:
     faults = [FaultRule.from_spec(spec) for spec in args.fault]
     hub = LocalHub(args.root, host=args.host, port=args.port, tokens=tokens, orgs=orgs, faults=faults,
                    seed=args.seed, page_size=args.page_size)
+    hub.start()
+    try:
+        print(f"endpoint: {hub.endpoint}", flush=True)
+        print(f"serving {args.root} with {len(tokens)} token(s); Ctrl-C to stop", file=sys.stderr, flush=True)
+        wait_until_stopped()
+    finally:
+        hub.stop()
+    print("stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def wait_until_stopped(*, poll_s: float = 0.5) -> None:
+    """Block until Ctrl-C (SIGINT) or SIGTERM: the normal end of a server command, so it returns rather than
+    raising. The previous SIGTERM handler comes back afterwards."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, on_signal)
-    hub.start()
     try:
-        print(f"endpoint: {hub.endpoint}", flush=True)
-        print(f"serving {args.root} with {len(tokens)} token(s); Ctrl-C to stop", file=sys.stderr, flush=True)
-        while not stop.wait(0.5):
+        while not stop.wait(poll_s):
             pass
     except KeyboardInterrupt:
         pass
     finally:
-        hub.stop()
         signal.signal(signal.SIGTERM, previous)
-    print("stopped", file=sys.stderr, flush=True)
-    return 0

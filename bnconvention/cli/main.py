@@ -37,6 +37,7 @@ COMMAND_MODULES: list[str] = [
     "bnconvention.cli.census_cmd",
     "bnconvention.cli.hub_cmd",
     # offline infrastructure
+    "bnconvention.cli.examples_cmd",
     "bnconvention.cli.zoo_cmd",
     "bnconvention.cli.hubserver_cmd",
     "bnconvention.cli.demo_cmd",

@@ -10,6 +10,8 @@ Layout of ``OUT``::
     hub-published.json      written once the organisation is fully published; a rerun reuses the store
     crawl/                  the auditor's crawl: journal.sqlite, census, audits/<repo>/..., population, validation
     report/                 the HTML report (index.html, plots/, annotations/)
+    serve/                  ``demo --serve``: hub/ (the store it serves) and releases/, published afresh at each
+                            start (the crawl above and its hub/ are not touched)
     hf-home/                HF_HOME for this run: huggingface_hub never writes to ~/.cache
     summary.txt             the summary printed at the end
 """
@@ -71,6 +73,19 @@ class DemoPaths:
         return self.root / "report"
 
     @property
+    def serve(self) -> Path:
+        """``demo --serve``'s own store and release folders, rebuilt at every start."""
+        return self.root / "serve"
+
+    @property
+    def serve_hub(self) -> Path:
+        return self.serve / "hub"
+
+    @property
+    def serve_releases(self) -> Path:
+        return self.serve / "releases"
+
+    @property
     def hf_home(self) -> Path:
         return self.root / "hf-home"
 
@@ -96,9 +111,17 @@ class DemoPaths:
             elif path.exists():
                 path.unlink()
 
+    def forget_serve(self) -> None:
+        """Drop what the last ``demo --serve`` published (each start publishes the organisation afresh)."""
+        if self.serve.is_dir():
+            shutil.rmtree(self.serve)
+        elif self.serve.exists():
+            self.serve.unlink()
+
     def wipe(self) -> None:
         """``--fresh``: remove everything the demo wrote (the zoo too, when it lives inside the output folder)."""
         self.forget_hub()
+        self.forget_serve()
         for path in (self.hf_home, self.summary):
             if path.is_dir():
                 shutil.rmtree(path)

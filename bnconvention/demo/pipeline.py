@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import secrets
 import sys
 import time
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from typing import Any, TextIO
 
 from bnconvention.canonical import canonical_sha256, loads_strict
 from bnconvention.demo.layout import DEFAULT_OUT, DemoPaths
-from bnconvention.demo.releases import AUDITOR, AUTHOR, DEMO_ORG, RELEASES, release_notes
+from bnconvention.demo.releases import DEMO_ORG, RELEASES, release_notes
 from bnconvention.demo.spec import DEMO_SPEC
 from bnconvention.errors import UsageError
 from bnconvention.io_utils import atomic_write_text
@@ -66,19 +65,20 @@ class DemoResult:
 
 
 
-class _Stages:
-    """Announces each stage on stderr and times it."""
+class Stages:
+    """Announces each stage on stderr (``[demo 2/7] publish: ...``) and times it."""
 
-    def __init__(self, stream: TextIO, *, quiet: bool) -> None:
+    def __init__(self, stream: TextIO, *, quiet: bool, names: tuple[str, ...] = STAGES) -> None:
         self.stream = stream
         self.quiet = quiet
+        self.names = names
         self.seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
     def stage(self, name: str, what: str) -> Iterator[None]:
-        index = STAGES.index(name) + 1
+        index = self.names.index(name) + 1
         if not self.quiet:
-            print(f"[demo {index}/{len(STAGES)}] {name}: {what}", file=self.stream, flush=True)
+            print(f"[demo {index}/{len(self.names)}] {name}: {what}", file=self.stream, flush=True)
         start = time.perf_counter()
         try:
             yield
@@ -126,11 +126,11 @@ def _published_before(paths: DemoPaths, plan: str) -> dict[str, Any] | None:
     return state
 
 
-def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.PathLike[str] | None = None,
-             fresh: bool = False, progress: bool = True, stream: TextIO | None = None) -> DemoResult:
-    """Run every stage into ``out`` and return what was found. Stage lines go to ``stream`` (default stderr),
-    progress bars to stderr; ``progress=False`` silences both. ``zoo_dir`` keeps the zoo elsewhere (default
-    ``out/zoo``); ``fresh`` rebuilds everything. A second demo in the same ``out`` is refused (UsageError)."""
+@contextlib.contextmanager
+def demo_folder(out: str | os.PathLike[str], *, zoo_dir: str | os.PathLike[str] | None,
+                fresh: bool) -> Iterator[DemoPaths]:
+    """The demo's output folder, claimed and locked for one run: a folder the demo did not create, or one another
+    demo (or ``demo --serve``) is using, is refused (UsageError); ``fresh`` empties it first."""
     from filelock import FileLock, Timeout
 
     paths = DemoPaths.under(out, zoo=zoo_dir)
@@ -139,47 +139,54 @@ def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.Pat
     try:
         lock.acquire()
     except Timeout:
-        raise UsageError(f"another bnconvention demo is running in {paths.root}; wait for it to finish or choose "
-                         "another --out") from None
+        raise UsageError(f"another bnconvention demo is running in {paths.root}; wait for it to finish (or stop "
+                         "its --serve) or choose another --out") from None
     try:
         if fresh:
             paths.wipe()
             paths.claim()
-        stages = _Stages(stream or sys.stderr, quiet=not progress)
-        with hub_environment(paths.hf_home):
-            return _run(paths, stages, progress=progress)
+        yield paths
     finally:
         lock.release()
 
 
-def _run(paths: DemoPaths, stages: _Stages, *, progress: bool) -> DemoResult:
+def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.PathLike[str] | None = None,
+             fresh: bool = False, progress: bool = True, stream: TextIO | None = None) -> DemoResult:
+    """Run every stage into ``out`` and return what was found. Stage lines go to ``stream`` (default stderr),
+    progress bars to stderr; ``progress=False`` silences both. ``zoo_dir`` keeps the zoo elsewhere (default
+    ``out/zoo``); ``fresh`` rebuilds everything. A second demo in the same ``out`` is refused (UsageError)."""
+    with demo_folder(out, zoo_dir=zoo_dir, fresh=fresh) as paths:
+        stages = Stages(stream or sys.stderr, quiet=not progress)
+        with hub_environment(paths.hf_home):
+            return _run(paths, stages, progress=progress)
+
+
+def _run(paths: DemoPaths, stages: Stages, *, progress: bool) -> DemoResult:
+    from bnconvention.demo.access import DemoAccess, demo_hub
     from bnconvention.demo.zoo_stage import prepare_zoo
-    from bnconvention.hubserver import LocalHub
 
     reused: dict[str, Any] = {}
     with stages.stage("zoo", f"digits zoo with the recorder observing training ({paths.zoo})"):
         zoo, reused["zoo"] = prepare_zoo(paths.zoo, progress=progress)
 
-    author_token, auditor_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    access = DemoAccess.new()
     plan = plan_sha256(zoo)
     state = _published_before(paths, plan)
     if state is None:
         paths.forget_hub()  # a changed zoo or an interrupted publish: start the organisation over
-    hub = LocalHub(paths.hub, tokens={author_token: AUTHOR, auditor_token: AUDITOR}, orgs={DEMO_ORG: [AUTHOR]},
-                   durable=False)
-    with hub:
+    with demo_hub(paths.hub, access) as hub:
         if state is not None and not all(hub.store.repo_exists(r.repo_id) for r in RELEASES):
             state = None
         with stages.stage("publish", f"{len(RELEASES)} releases of {DEMO_ORG} on a local Hub at {hub.endpoint}"):
             reused["publish"] = state is not None
             if state is None:
-                _publish(paths, hub, zoo, author_token, plan, progress=progress)
-        return _crawl(paths, stages, hub.endpoint, auditor_token, reused, progress=progress)
+                _publish(paths, hub, zoo, access.author_token, plan, progress=progress)
+        return _crawl(paths, stages, hub.endpoint, access.auditor_token, reused, progress=progress)
 
 
-def _publish(paths: DemoPaths, hub: Any, zoo: Any, token: str, plan: str, *, progress: bool) -> None:
-    import json
-
+def publish_demo_org(hub: Any, zoo: Any, releases_dir: Path, token: str, *, progress: bool) -> list[Any]:
+    """Publish every release of the organisation to ``hub`` as its author (``token``), through huggingface_hub;
+    the ``Published`` record of each. ``demo`` and ``demo --serve`` publish with this one function."""
     from tqdm.auto import tqdm
 
     from bnconvention.demo.releases import publish_org
@@ -187,13 +194,19 @@ def _publish(paths: DemoPaths, hub: Any, zoo: Any, token: str, plan: str, *, pro
 
     author = make_client(endpoint=hub.endpoint, token=token)
     with tqdm(total=len(RELEASES), desc=f"publish {DEMO_ORG}", unit="repo", disable=not progress) as bar:
-        published = publish_org(author, zoo, paths.releases, on_release=lambda release: bar.update(1))
+        return publish_org(author, zoo, releases_dir, on_release=lambda release: bar.update(1))
+
+
+def _publish(paths: DemoPaths, hub: Any, zoo: Any, token: str, plan: str, *, progress: bool) -> None:
+    import json
+
+    published = publish_demo_org(hub, zoo, paths.releases, token, progress=progress)
     state = {"format": DEMO_FORMAT, "plan_sha256": plan, "org": DEMO_ORG,
              "repos": [{"repo_id": p.repo_id, "how": p.how, "commits": p.commits} for p in published]}
     atomic_write_text(paths.published, json.dumps(state, indent=2) + "\n")
 
 
-def _crawl(paths: DemoPaths, stages: _Stages, endpoint: str, token: str, reused: dict[str, Any], *,
+def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: dict[str, Any], *,
            progress: bool) -> DemoResult:
     import json
 
@@ -282,5 +295,5 @@ def _generator() -> str:
     return f"bnconvention {__version__} (bnconvention demo)"
 
 
-__all__ = ["DEMO_FORMAT", "JOURNAL_ENDPOINT", "STAGES", "DemoResult", "headline", "hub_environment", "plan_sha256",
-           "run_demo"]
+__all__ = ["DEMO_FORMAT", "JOURNAL_ENDPOINT", "STAGES", "DemoResult", "Stages", "demo_folder", "headline",
+           "hub_environment", "plan_sha256", "publish_demo_org", "run_demo"]

@@ -1,5 +1,8 @@
 """One run of ``bnconvention demo`` per test session, shared by test_demo.py and test_browser.py.
 
+``serve_demo_cli`` starts ``bnconvention demo --serve`` the same way and hands back the running process once it
+prints that the Hub is up.
+
 The demo runs as the user runs it (``python -m bnconvention demo``, a subprocess) into a temporary folder. Its zoo
 lives in ``<repo>/.cache/zoo-<code version>-seed0-observed`` (built once with the recorder observing training,
 reused by later sessions, like the shared ``zoo`` fixture's cache). ``HOME`` points into the temporary folder, so a
@@ -9,10 +12,15 @@ so both test modules get the same run.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
+import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -42,14 +50,72 @@ def observed_zoo_dir() -> Path:
     return base.with_name(base.name + "-observed")
 
 
-def run_demo_cli(out: Path, home: Path, zoo: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def _demo_env(home: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"HOME": str(home), "OMP_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"})
     env.pop("HF_HOME", None)  # the demo must choose its own (inside --out)
     env.pop("HF_HUB_OFFLINE", None)
-    return subprocess.run(
-        [sys.executable, "-m", "bnconvention", "demo", "--out", str(out), "--zoo", str(zoo), "--no-progress", *extra],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, check=False)
+    return env
+
+
+def _demo_command(out: Path, zoo: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bnconvention", "demo", "--out", str(out), "--zoo", str(zoo), "--no-progress",
+            *extra]
+
+
+def run_demo_cli(out: Path, home: Path, zoo: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_demo_command(out, zoo, *extra), cwd=REPO_ROOT, env=_demo_env(home), capture_output=True,
+                          text=True, timeout=DEMO_TIMEOUT_S, check=False)
+
+
+@dataclass
+class ServingDemo:
+    """A running ``demo --serve``: the process and what it printed on stdout until the Hub was up."""
+
+    process: subprocess.Popen[str]
+    stdout: str
+    lines: queue.Queue[str | None] = field(repr=False)
+
+    def stop(self, sig: int = signal.SIGINT, timeout_s: float = 60) -> tuple[int, str]:
+        """Send ``sig`` (Ctrl-C by default) and wait: ``(exit code, stderr)``."""
+        self.process.send_signal(sig)
+        self.process.wait(timeout=timeout_s)  # stdout is read by the pump thread, stderr is small (--no-progress)
+        return self.process.returncode, self.process.stderr.read() if self.process.stderr else ""
+
+
+@contextlib.contextmanager
+def serve_demo_cli(out: Path, home: Path, zoo: Path, *extra: str,
+                   ready: str = "Serving until Ctrl-C") -> Iterator[ServingDemo]:
+    """Start ``bnconvention demo --serve`` and yield it once a stdout line contains ``ready``; the process is killed
+    on the way out if the test did not stop it."""
+    process = subprocess.Popen(_demo_command(out, zoo, "--serve", *extra), cwd=REPO_ROOT, env=_demo_env(home),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    seen: list[str] = []
+    try:
+        while True:
+            line = lines.get(timeout=DEMO_TIMEOUT_S)
+            if line is None:
+                process.wait(timeout=60)
+                stderr = process.stderr.read() if process.stderr else ""
+                raise AssertionError(f"demo --serve exited {process.returncode} before serving\nstdout:\n"
+                                     f"{''.join(seen)}\nstderr:\n{stderr[-6000:]}")
+            seen.append(line)
+            if ready in line:
+                break
+        yield ServingDemo(process=process, stdout="".join(seen), lines=lines)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=60)
 
 
 def shared_demo_run(base: Path) -> DemoRun:

@@ -128,6 +128,15 @@ class TransientHubError(HubError):
     announced length). Raised by ``bnconvention.hub``'s readers and retried like a dropped connection."""
 
 
+class HubNetworkError(HubError, ConnectionError):
+    """The Hub could not be reached or did not answer (connection refused, dropped, cut short, timed out) after the
+    retries. ``endpoint`` names the Hub; the message says what was being done and which failure it was."""
+
+    def __init__(self, message: str, *, endpoint: str, repo_id: str | None = None) -> None:
+        super().__init__(message, repo_id=repo_id)
+        self.endpoint = endpoint
+
+
 class HubRequestError(BnConventionError, ValueError):
     """The local Hub server (``bnconvention.hubserver``) refused a request or a seeding call.
 
@@ -158,6 +167,7 @@ __all__ = [
     "DigestMismatchError",
     "FactoryNotAllowedError",
     "HubError",
+    "HubNetworkError",
     "HubRequestError",
     "JSONInputError",
     "RecordError",

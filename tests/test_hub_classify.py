@@ -60,7 +60,8 @@ def _classify(data: bytes, *, card: dict | None = None):
 def test_consistent_declaration_in_the_header(record: dict) -> None:
     report = _classify(_bn_file({"bnconvention.record": canonical_json(record)}), card=record)
     assert (report.status, report.record_source, report.bn_layers) == ("declared_consistent", "header", 1)
-    assert report.reason == "1 BatchNorm layers declared as train/train/train-transform/ema-m0.1 (header); layers " \
+    # "1 BatchNorm layer", not "1 BatchNorm layers" (counted nouns, issue 10)
+    assert report.reason == "1 BatchNorm layer declared as train/train/train-transform/ema-m0.1 (header); layers " \
                             "match the header"
 
 
@@ -82,7 +83,8 @@ def test_card_that_disagrees_with_the_header(record: dict) -> None:
     other["reporting_line"] = "something else"
     report = _classify(_bn_file({"bnconvention.record": canonical_json(record)}), card=other)
     assert report.status == "declared_inconsistent"
-    assert report.reason == "the card's record differs from the header's (first at /reporting_line; 1 differences)"
+    # "1 difference", not "1 differences" (counted nouns, issue 10)
+    assert report.reason == "the card's record differs from the header's (first at /reporting_line; 1 difference)"
     assert [(f.code, f.path) for f in report.findings] == [("release.card_header_mismatch", "/reporting_line")]
 
 

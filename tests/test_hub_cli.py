@@ -217,3 +217,278 @@ def test_publish_refuses_a_release_that_does_not_validate(tmp_path: Path, env: l
     assert main(["hub", "publish", str(folder), "--repo", f"{ORG}/never", *env]) == 1
     assert "no declaration" in capsys.readouterr().err
     assert not hub.store.repo_exists(f"{ORG}/never")
+
+
+# --- failures of the Hub, in one line (issue 10) ------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _hub_argv(command: str, tmp_path: Path, release: tuple[Path, Path]) -> list[str]:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    folder, record = release
+    return {
+        "census": ["hub", "census", ORG, "--out", str(tmp_path / "out")],
+        "audit": ["hub", "audit", ORG, "--spec", str(spec), "--out", str(tmp_path / "out")],
+        "push": ["hub", "push", ORG, "--out", str(tmp_path / "out")],
+        "validate-org": ["hub", "validate", ORG],
+        "validate-repo": ["hub", "validate", f"{ORG}/bn"],
+        "publish": ["hub", "publish", str(folder), "--repo", f"{ORG}/never-published", "--record", str(record)],
+    }[command]
+
+
+@pytest.mark.parametrize("failure", ["unreachable", "drop"])
+@pytest.mark.parametrize("command", ["census", "audit", "push", "validate-org", "validate-repo", "publish"])
+def test_every_hub_command_reports_a_network_failure_in_one_line(
+        command: str, failure: str, hub: LocalHub, tmp_path: Path, release: tuple[Path, Path],
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # regression (issue 10): httpx2 transport errors are not OSErrors, so they ended in a 90-line traceback
+    from bnconvention.hubserver import FaultRule
+
+    monkeypatch.setenv("BNC_TEST_HUB_TOKEN", TOKEN)
+    endpoint = hub.endpoint if failure == "drop" else f"http://127.0.0.1:{_closed_port()}"
+    rule = hub.faults.add(FaultRule(kind="drop")) if failure == "drop" else None
+    try:
+        code = main([*_hub_argv(command, tmp_path, release), "--endpoint", endpoint, "--token-env",
+                     "BNC_TEST_HUB_TOKEN", "--no-progress", "--retries", "2", "--retry-delay", "0.001"])
+    finally:
+        if rule is not None:
+            hub.faults.remove(rule)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    phrase = "dropped the connection" if failure == "drop" else "could not be reached"
+    assert last.startswith(f"bnconvention: network error: the Hub at {endpoint} {phrase} ("), last
+    assert TOKEN not in err
+
+
+def test_an_organisation_without_models_is_an_error(env: list[str], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # regression (issue 10): "0 model repos, 0 bytes read" and exit 0
+    assert main(["hub", "census", "no-such-org", *env, "--out", str(tmp_path / "out")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        f"bnconvention: error: no-such-org has no model repos at {env[1]}: no such user or organisation, or none "
+        "of its models is visible to this token (check the name and --token-env)"]
+    assert captured.out == "" and not (tmp_path / "out" / "census.json").exists()
+    assert main(["hub", "validate", "no-such-org", *env]) == 1
+
+
+def test_retries_are_said_on_stderr(env: list[str], hub: LocalHub, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # regression (issue 10): retries went to a logger without a handler, so a slow census said nothing
+    from bnconvention.hubserver import FaultRule
+
+    rule = hub.faults.add(FaultRule(kind="status", status=503, retry_after=0, path="^/api/models$", count=2))
+    try:
+        assert main(["hub", "census", ORG, *env, "--out", str(tmp_path / "out")]) == 0
+    finally:
+        hub.faults.remove(rule)
+    retried = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bnconvention: retrying")]
+    assert retried == [f"bnconvention: retrying list models of {ORG} (page 1) after HTTP 503: injected fault: HTTP "
+                       f"503 (retry {n} of 4, in 0.00 s)" for n in (1, 2)]
+
+
+def test_a_trickled_header_is_bounded_by_the_request_timeout(env: list[str], hub: LocalHub, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # regression (issue 10): --timeout bounded the gaps between bytes only; a header range trickled at 2 bytes/s
+    # kept a census busy for 15 s on 30 bytes
+    import time
+
+    from bnconvention.hubserver import FaultRule
+
+    rule = hub.faults.add(FaultRule(kind="trickle", rate_bps=20.0, path=f"^/{ORG}/bn/resolve/"))
+    started = time.monotonic()
+    try:
+        code = main(["hub", "census", ORG, *env, "--out", str(tmp_path / "out"), "--timeout", "0.5",
+                     "--retries", "2"])
+    finally:
+        hub.faults.remove(rule)
+    elapsed = time.monotonic() - started
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "1 failed; rerun to retry them" in captured.out
+    failed = [line for line in captured.err.splitlines() if line.startswith("failed: ")]
+    assert len(failed) == 1 and failed[0].startswith(f"failed: {ORG}/bn: the Hub failed while reading it: ")
+    assert "no complete response within the 0.5 s request time bound (--timeout)" in failed[0]
+    assert elapsed < 60  # two tries of 0.5 s plus the other repos; 4,096 bytes at 20 B/s would take 205 s
+
+
+def test_an_endless_listing_stops_at_max_pages(env: list[str], hub: LocalHub, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # regression (issue 10): a listing whose rel="next" never ends was followed forever
+    from bnconvention.hubserver import FaultRule
+
+    rule = hub.faults.add(FaultRule(kind="endless", path="^/api/models$"))
+    hub.reset_stats()
+    try:
+        code = main(["hub", "census", ORG, *env, "--out", str(tmp_path / "out"), "--max-pages", "5"])
+    finally:
+        hub.faults.remove(rule)
+    assert code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        f"bnconvention: error: the model listing of {ORG} at {hub.endpoint} did not end after 5 pages (the "
+        "--max-pages bound, 5; ")
+    assert len([r for r in hub.stats if r.path == "/api/models"]) == 5
+
+
+def test_a_listing_that_loops_is_refused(hub: LocalHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bnconvention.errors import HubError
+    from bnconvention.hub.client import make_client
+    from bnconvention.hub.crawl import list_org_models
+
+    client = make_client(endpoint=hub.endpoint)
+    again = f"{hub.endpoint}/api/models?author={ORG}&cursor=1"
+    monkeypatch.setattr(type(client), "get_json", lambda self, url, params=None: (
+        [{"id": f"{ORG}/bn", "sha": "a" * 40}], {"next": {"url": again}}))
+    with pytest.raises(HubError, match="loops: page 3 links back to a page already read"):
+        list_org_models(client, ORG)
+
+
+# --- summaries count outcomes by kind; reruns retry failures (issue 10) -------------------------------------------
+
+
+def test_hub_subcommand_help_states_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("census", "audit", "push", "validate"):
+        with pytest.raises(SystemExit):
+            main(["hub", command, "--help"])
+        assert "exit codes: 0 " in " ".join(capsys.readouterr().out.split()), command
+
+
+def _commit_bn_repo(hub: LocalHub, zoo, repo_id: str, *, factory: str | None = None) -> None:
+    config = json.loads(zoo.config_path("bn-relabel-eval").read_bytes())
+    if factory is not None:
+        config["architecture"]["factory"] = factory
+    hub.store.commit(repo_id, files={"model.safetensors": zoo.weights_path("bn-relabel-eval").read_bytes(),
+                                     "config.json": json.dumps(config).encode()}, author="alice")
+
+
+def test_failed_audits_are_retried_and_redo_selects(env: list[str], hub: LocalHub, tmp_path: Path, zoo,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # regression (issue 10): a failure was journaled as final, so after fixing its cause (--allow-factory) the
+    # rerun printed the old failure and "0 repos audited, 5 reused from the journal"
+    from bnconvention import factories
+
+    monkeypatch.setattr(factories, "_user_allowed", {})  # --allow-factory is per process: undo it afterwards
+    org, target = "retry-org", "bnconvention.zoo.models:convnet_bn"
+    _commit_bn_repo(hub, zoo, f"{org}/custom", factory=target)  # a factory of its own: needs --allow-factory
+    _commit_bn_repo(hub, zoo, f"{org}/plain")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    argv = ["hub", "audit", org, *env, "--out", str(tmp_path / "out"), "--spec", str(spec), "--no-plots"]
+
+    def run(*extra: str) -> tuple[int, str, str]:
+        code = main([*argv, *extra])
+        captured = capsys.readouterr()
+        return code, captured.out.strip().splitlines()[-1], captured.err
+
+    code, summary, err = run()
+    assert code == 1 and summary.startswith("2 BatchNorm repos: 1 audited, 1 failed; outputs in")
+    assert "1 audit failed: rerun to retry (after fixing the cause); --redo-failed retries only those" in err
+    code, summary, _ = run("--allow-factory", target)
+    assert code == 0 and summary.startswith("2 BatchNorm repos: 1 audited; 1 reused from the journal (1 audited)")
+    code, summary, _ = run()
+    assert code == 0 and summary.startswith("2 BatchNorm repos: 2 reused from the journal (2 audited); outputs")
+    code, summary, _ = run("--redo", f"{org}/plain")
+    assert code == 0 and summary.startswith("2 BatchNorm repos: 1 audited; 1 reused from the journal (1 audited)")
+    _commit_bn_repo(hub, zoo, f"{org}/late")
+    code, summary, _ = run("--redo-failed")  # nothing failed last time; the new repo is not selected
+    assert code == 0 and summary.startswith(
+        "3 BatchNorm repos: 2 reused from the journal (2 audited); 1 left for a later run; outputs in")
+    assert main([*argv, "--redo", f"{org}/nothing-here"]) == 2
+    assert "--redo retry-org/nothing-here: not a BatchNorm repo of the census of retry-org" in capsys.readouterr().err
+
+
+def test_push_summary_counts_outcomes_by_kind(env: list[str], hub: LocalHub, tmp_path: Path, zoo,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # regression (issue 10): a second push printed "opened #1" above "0 pull requests opened"
+    org = "summary-org"
+    _commit_bn_repo(hub, zoo, f"{org}/one")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    out = ["--out", str(tmp_path / "out")]
+    assert main(["hub", "audit", org, *env, *out, "--spec", str(spec), "--no-plots"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("1 BatchNorm repo: 1 audited; outputs in")
+    assert main(["hub", "push", org, *env, *out]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == [f"{org}/one: opened #1", "1 repo: 1 pull request opened"]
+    assert main(["hub", "push", org, *env, *out]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == [
+        f"{org}/one: opened #1 (by an earlier run, per the journal)",
+        "1 repo: 1 reused from the journal (1 pull request opened)"]
+
+
+def test_validate_has_one_rule_for_a_repo_with_nothing_to_validate(env: list[str], hub: LocalHub, zoo,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # regression (issue 10): "hub validate ORG" skipped a pickle-only repo and exited 0 while
+    # "hub validate ORG/that-repo" exited 2
+    org = "rules-org"
+    hub.store.commit(f"{org}/pickle", files={"pytorch_model.bin": b"\x80\x04N."}, author="alice")
+    hub.store.commit(f"{org}/gn", files={"model.safetensors": zoo.weights_path("gn-base").read_bytes()},
+                     author="alice")
+    reports = {}
+    for target in (org, f"{org}/pickle"):
+        assert main(["hub", "validate", target, *env, "--format", "json"]) == 2, target
+        reports[target] = [(i["file"], i["code"]) for i in json.loads(capsys.readouterr().out)]
+    assert reports[org] == reports[f"{org}/pickle"] == [(f"{org}/pickle", "input.nothing_to_validate")]
+
+
+def test_validate_and_census_never_build_card_data_from_a_large_card(hub: LocalHub, zoo, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # regression (issue 10): model_info built ModelCardData from the card, whose tag de-duplication
+    # (huggingface_hub.repocard_data._to_unique_list) is quadratic: 350,000 tags (a legal 3.4 MB card) stalled
+    # hub validate. Deterministic: the quadratic function must not be called at all.
+    import huggingface_hub.repocard_data
+
+    from bnconvention.hub.client import make_client
+    from bnconvention.hub.crawl import run_census
+    from bnconvention.hub.journal import Journal
+    from bnconvention.hub.retry import RetryPolicy
+    from bnconvention.hub.validate import validate_hub
+
+    org = "cards-org"
+    card = "---\nlicense: mit\ntags:\n" + "".join(f"- tag-{i}\n" for i in range(5000)) + "---\n# many tags\n"
+    hub.store.commit(f"{org}/big", files={"README.md": card.encode(), "model.safetensors":
+                                          zoo.weights_path("gn-base").read_bytes()}, author="alice")
+
+    def quadratic(tags):  # noqa: ANN001, ANN202 - the signature of the replaced function
+        raise AssertionError("ModelCardData was built from the card (quadratic in its tags)")
+
+    monkeypatch.setattr(huggingface_hub.repocard_data, "_to_unique_list", quadratic)
+    client = make_client(endpoint=hub.endpoint, retry=RetryPolicy(attempts=2, base_delay=0.001))
+    for target in (org, f"{org}/big"):
+        result = validate_hub(client, target)
+        assert (result.exit_code, result.report.issues) == (0, []), result.report.issues
+        assert [repo for repo, _ in result.checked] == [f"{org}/big"]
+    with Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint) as journal:
+        census = run_census(client, org, journal=journal)
+    assert [(r.repo_id, r.status, r.card) for r in census.repos] == [(f"{org}/big", "channel_absent", "no_block")]
+
+
+def test_push_passes_over_foreign_files_under_bnconvention_one_rule(env: list[str], hub: LocalHub, tmp_path: Path,
+                                                                     zoo, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # regression (issue 10): a 50 MB file under bnconvention/ on main failed the repo's push on every rerun,
+    # while a malformed one was skipped. The bound is lowered here so the oversized file stays small.
+    from bnconvention.hub import push
+
+    monkeypatch.setattr(push, "MAX_ANNOTATION_BYTES", 1000)
+    org = "foreign-org"
+    _commit_bn_repo(hub, zoo, f"{org}/m")
+    hub.store.commit(f"{org}/m", files={"bnconvention/huge.json": b'{"x": "' + b"y" * 5000 + b'"}',
+                                        "bnconvention/broken.json": b"{not json"}, author="alice")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    out = ["--out", str(tmp_path / "out")]
+    assert main(["hub", "audit", org, *env, *out, "--spec", str(spec), "--no-plots"]) == 0
+    capsys.readouterr()
+    assert main(["hub", "push", org, *env, *out]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == [f"{org}/m: opened #1", "1 repo: 1 pull request opened"]

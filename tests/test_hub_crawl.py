@@ -103,7 +103,7 @@ def test_every_repo_is_classified_as_expected(clean, org_repos: list[SeedRepo]) 
     pytest.param("bn-record-not-json-01", "declared_inconsistent",
                  "model.safetensors: the stamped record is not valid JSON", id="record-not-json"),
     pytest.param("bn-card-disagrees-01", "declared_inconsistent",
-                 "the card's record differs from the header's (first at /digests/trainable_sha256; 1 differences)",
+                 "the card's record differs from the header's (first at /digests/trainable_sha256; 1 difference)",
                  id="card-disagrees"),
     pytest.param("gn-sharded-01", "channel_absent",
                  "no BatchNorm running statistics (channel absent), nothing declared", id="gn-sharded"),

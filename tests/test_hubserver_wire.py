@@ -124,6 +124,59 @@ def test_method_filter_and_rule_order(hub: LocalHub) -> None:
     assert (first.fired, second.fired) == (1, 1)
 
 
+def test_trickled_body_arrives_slowly_but_whole(hub: LocalHub) -> None:
+    hub.faults.add(FaultRule(kind="trickle", rate_bps=200.0, path="/resolve/", count=1))
+    started = time.monotonic()
+    response, body = request(hub, "GET", "/alice/files/resolve/main/blob.bin", headers={"Range": "bytes=0-59"})
+    elapsed = time.monotonic() - started
+    assert (response.status, body) == (206, BLOB[:60])
+    assert elapsed >= 0.15  # 60 bytes at 200 B/s: three pieces 0.1 s apart; no upper bound (loaded machines)
+    assert hub.stats[-1].fault == "trickle"
+
+
+def test_endless_listing_always_links_to_a_new_page(hub: LocalHub) -> None:
+    hub.faults.add(FaultRule(kind="endless", path="^/api/models$"))
+    links = []
+    for _ in range(3):
+        response, body = request(hub, "GET", "/api/models?author=alice")
+        assert response.status == 200 and isinstance(json.loads(body), list)
+        links.append(response.getheader("Link"))
+    assert all(link.endswith('>; rel="next"') and "endless_page=" in link for link in links)
+    assert len(set(links)) == 3
+
+
+@pytest.mark.parametrize("spec, message", [
+    pytest.param("kind=trickle,rate_bps=0", "rate_bps must be positive", id="no-rate"),
+    pytest.param("kind=sideways", "latency|status|drop|truncate|trickle|endless", id="kind"),
+])
+def test_new_fault_specs_are_checked(spec: str, message: str) -> None:
+    from bnconvention.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        FaultRule.from_spec(spec)
+
+
+def test_a_client_that_hangs_up_is_one_log_line_not_a_traceback(hub: LocalHub, capsys: pytest.CaptureFixture[str],
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    # regression (issue 10): http.server printed a ConnectionResetError traceback whenever a client hung up
+    import logging
+    import struct
+
+    caplog.set_level(logging.INFO, logger="bnconvention.hubserver")
+    for _ in range(3):
+        sock = socket.create_connection(("127.0.0.1", hub.port), timeout=10)
+        sock.sendall(b"GET /api/models HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers not finished
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        sock.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len([r for r in caplog.records if "hung up" in r.getMessage()]) < 3:
+        time.sleep(0.05)
+    hung_up = [r.getMessage() for r in caplog.records if "hung up" in r.getMessage()]
+    assert len(hung_up) == 3 and all(m.endswith("hung up (ConnectionResetError)") for m in hung_up), hung_up
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "ConnectionResetError" not in err
+
+
 # --- counters -------------------------------------------------------------------------------------------------------
 
 

@@ -134,6 +134,8 @@ def test_write_report_copies_and_links_every_file(documents: dict, tmp_path: Pat
     for link in links:
         data = json.loads((index.parent / str(link)).read_text("utf-8"))
         assert str(link).startswith(f"annotations/{slug(data['repo'])}--refit-")
+        # regression (issue 10): the annotation's own ".json" was kept before the added one (".json.json")
+        assert str(link).endswith(".json") and not str(link).endswith(".json.json"), link
 
 
 def test_no_external_resources_and_no_scripts(documents: dict, tmp_path: Path) -> None:

@@ -138,6 +138,29 @@ def test_fixture_releases() -> None:
     assert notes["annotated/bnconvention/refit-792dfa41b94c.json"].startswith("refit annotation of model.safetensors")
 
 
+def test_a_stale_card_record_fails_the_card_and_no_ok_line_reports_a_mismatch(tmp_path: Path) -> None:
+    # regression (issue 10): "ok .../model.safetensors: ... digests do not match the tensors" when the record with
+    # the wrong digest is the card's: the mismatch is the card's issue, the weights' own line must not report it
+    from bnconvention.validation import render
+
+    release = tmp_path / "card-only"
+    shutil.copytree(FIXTURES / "card-only", release)
+    card = release / "README.md"
+    stale = "4e8cd83aed61474e86cd12753089e63b30abb2b28fbcb9ddd91165198cc5f689"
+    assert stale in card.read_text()
+    card.write_text(card.read_text().replace(stale, "ab" * 32))
+    report = _validate(release)
+    assert ("README.md", "digests.layer_mismatch", "/deployed_state/0/layers/0/running_sha256") in _triples(
+        report, release)
+    text = render(report, "text")
+    assert any(line.startswith("FAIL") and line.endswith("README.md: declaration "
+                                                         "train/train/train-transform/ema-m0.1 (2 BatchNorm layers)")
+               for line in text.splitlines()), text
+    assert [line for line in text.splitlines() if line.startswith("ok") and "not match" in line] == []
+    notes = {os.path.relpath(s.file, release): s.note for s in report.files}
+    assert notes["model.safetensors"].endswith("README.md; checked there (see its issues)")
+
+
 def test_validator_does_not_import_torch() -> None:
     code = ("import sys; from bnconvention.validation import validate_paths; "
             "r = validate_paths(['examples/releases', 'examples/broken']); "

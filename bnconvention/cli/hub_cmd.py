@@ -36,7 +36,10 @@ def _common(parser: argparse.ArgumentParser, *, journal: bool = True) -> None:
     parser.add_argument("--retry-delay", type=float, default=0.5, metavar="SECONDS",
                         help="first backoff delay, doubled per retry up to 8 s (default: 0.5)")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="timeout of each Hub request (default: 60)")
+                        help="time bound of each Hub request in all (listing pages, repo info, header ranges, small "
+                             "files), and of each silence while huggingface_hub downloads a file (default: 60)")
+    parser.add_argument("--max-pages", type=int, default=1000, metavar="N",
+                        help="pages of one listing before it counts as endless (default: 1000)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     if journal:
         parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: hub-ORG)")
@@ -59,7 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="List ORG's models and classify each from its safetensors header(s) and card alone: no "
                     "weights / channel absent / BN declared and consistent / BN declared but inconsistent / BN "
                     "undeclared / unreadable. Writes OUT/census.json and OUT/census.md.",
-        epilog="example:\n  bnconvention hub census my-org --endpoint http://127.0.0.1:8000 --format json\n",
+        epilog="example:\n  bnconvention hub census my-org --endpoint http://127.0.0.1:8000 --format json\n\n"
+               "exit codes: 0 every repo read or reused from the journal; 1 some repos could not be read (the Hub "
+               "failed; rerun to retry them), ORG has no model repos, or the Hub cannot be reached; 2 bad usage or "
+               "an unusable journal; 130 interrupted.\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     census.add_argument("org", metavar="ORG")
     _common(census)
@@ -75,7 +81,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "the audit. Annotations and summaries go to OUT/audits/<repo>/, the population summary to "
                     "OUT/audit.json and OUT/audit.md.",
         epilog="examples:\n  bnconvention hub audit my-org --spec examples/audit/digits-zoo.yaml --replicates 3\n"
-               "  bnconvention hub audit my-org --spec audit.yaml --workers 4 --executor ray\n",
+               "  bnconvention hub audit my-org --spec audit.yaml --workers 4 --executor ray\n"
+               "  bnconvention hub audit my-org --spec audit.yaml --redo-failed --allow-factory mymodels:build\n\n"
+               "reruns: a repo audited (or skipped) at the same commit under the same spec is reused from the "
+               "journal; a failed audit is always run again, so fixing the cause and rerunning is enough. "
+               "--redo and --redo-failed narrow the run to a selection: only the repos named (audited again "
+               "even after a success) and/or those whose last audit failed; the others are reused or left for a "
+               "later run.\n\n"
+               "exit codes: 0 every BatchNorm repo audited or skipped; 1 some audits failed (rerun to retry them), "
+               "ORG has no model repos, or the Hub cannot be reached; 2 bad usage, an unreadable spec or an "
+               "unusable journal; 130 interrupted.\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     audit.add_argument("org", metavar="ORG")
     _common(audit)
@@ -89,6 +104,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                             "process when --workers > 1, else local")
     audit.add_argument("--threads", type=int, default=1, metavar="T", help="torch threads per audit (default: 1)")
     audit.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    audit.add_argument("--redo", action="append", default=[], metavar="ORG/NAME",
+                       help="audit only this repo (repeatable), again even if the journal holds a success")
+    audit.add_argument("--redo-failed", action="store_true",
+                       help="audit only the repos whose last audit failed (with --redo: those too)")
     audit.add_argument("--format", choices=("text", "json"), default="text")
     audit.set_defaults(func=run_audit_cmd)
 
@@ -99,7 +118,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "when the audit's dataset is a Hub benchmark. Reruns never open a second pull request for the "
                     "same annotation.",
         epilog="examples:\n  bnconvention hub push my-org --dry-run\n  bnconvention hub push my-org --repo "
-               "my-org/model\n", formatter_class=argparse.RawDescriptionHelpFormatter)
+               "my-org/model\n\n"
+               "reruns: a repo whose pull request was opened (or found already opened or merged) is reused from "
+               "the journal; a failed push is tried again.\n\n"
+               "exit codes: 0 every audited repo has its pull request (opened now, earlier, or already merged); "
+               "1 some pushes failed (rerun to retry them), the token is refused, or the Hub cannot be reached; "
+               "2 bad usage or an unusable journal; 130 interrupted.\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     push.add_argument("org", metavar="ORG")
     _common(push)
     push.add_argument("--dry-run", action="store_true", help="print what each pull request would change")
@@ -152,12 +177,17 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def _client(args: argparse.Namespace) -> Any:
     from bnconvention.errors import UsageError
     from bnconvention.hub.client import make_client
-    from bnconvention.hub.retry import RetryPolicy
+    from bnconvention.hub.retry import RetryPolicy, show_retries
 
-    if args.retries < 1 or args.retry_delay < 0 or args.timeout <= 0:
-        raise UsageError("--retries must be at least 1, --retry-delay not negative, --timeout positive")
+    for wrong, message in ((args.retries < 1, f"--retries must be at least 1, got {args.retries}"),
+                           (args.max_pages < 1, f"--max-pages must be at least 1, got {args.max_pages}"),
+                           (args.retry_delay < 0, f"--retry-delay must not be negative, got {args.retry_delay:g}"),
+                           (args.timeout <= 0, f"--timeout must be positive, got {args.timeout:g}")):
+        if wrong:
+            raise UsageError(message)
+    show_retries()
     return make_client(endpoint=args.endpoint, token_env=args.token_env, timeout_s=args.timeout,
-                       retry=RetryPolicy(attempts=args.retries, base_delay=args.retry_delay))
+                       max_pages=args.max_pages, retry=RetryPolicy(attempts=args.retries, base_delay=args.retry_delay))
 
 
 def _paths(args: argparse.Namespace, org: str) -> tuple[Path, Path]:
@@ -166,17 +196,21 @@ def _paths(args: argparse.Namespace, org: str) -> tuple[Path, Path]:
 
 
 def _guarded(client: Any, fn: Any) -> int:
-    """Run ``fn``; a failure of the Hub client becomes one HubError whose message is scrubbed of the token."""
+    """Run ``fn``; a failure of the Hub client becomes one error whose message is scrubbed of the token: a network
+    failure (refused, dropped, cut short, timed out: httpx2's transport errors are not ``OSError``s) one
+    :class:`HubNetworkError` naming the endpoint, an HTTP failure one :class:`HubError`."""
     from bnconvention.errors import BnConventionError, HubError
+    from bnconvention.hub.retry import describe, network_error
 
     try:
         return int(fn())
-    except (BnConventionError, KeyboardInterrupt):
-        raise
-    except OSError as exc:  # huggingface_hub's HTTP errors are OSErrors; so are network failures
-        from bnconvention.hub.retry import describe
-
-        raise HubError(client.scrub(describe(exc))) from None
+    except Exception as exc:
+        network = network_error(exc, endpoint=client.endpoint, scrub=client.scrub)
+        if network is not None:
+            raise network from None
+        if isinstance(exc, BnConventionError) or not isinstance(exc, OSError):
+            raise
+        raise HubError(client.scrub(describe(exc))) from None  # huggingface_hub's HTTP errors are OSErrors
 
 
 def _print_json(value: Any) -> None:
@@ -191,7 +225,7 @@ def _print_json(value: Any) -> None:
 def run_census_cmd(args: argparse.Namespace) -> int:
     from bnconvention.hub.crawl import check_org, run_census
     from bnconvention.hub.journal import Journal
-    from bnconvention.hub.report import census_summary, census_text, write_census
+    from bnconvention.hub.report import census_run_line, census_summary, census_text, write_census
 
     check_org(args.org)
     client = _client(args)
@@ -208,8 +242,8 @@ def run_census_cmd(args: argparse.Namespace) -> int:
             _print_json(summary)
         else:
             sys.stdout.write(census_text(summary))
-            print(f"{run.read} repos read, {run.reused} reused from the journal; wrote {written['json']} and "
-                  f"{written['markdown']}")
+            print(f"{census_run_line(read=run.read, reused=run.reused, failed=run.failed)}; wrote "
+                  f"{written['json']} and {written['markdown']}")
         for failure in run.failures:
             print(f"failed: {failure} (rerun to retry)", file=sys.stderr)
         return 1 if run.failed else 0
@@ -225,8 +259,13 @@ def run_audit_cmd(args: argparse.Namespace) -> int:
     from bnconvention.hub.crawl import check_org
     from bnconvention.hub.executors import resolve_executor
     from bnconvention.hub.journal import Journal
+    from bnconvention.hub.report import AUDIT_LABELS, outcomes_line
+    from bnconvention.text import plural
 
     check_org(args.org)
+    for repo_id in args.redo:
+        if repo_id.split("/")[0] != args.org or repo_id.count("/") != 1:
+            raise UsageError(f"--redo {repo_id!r} is not a repo of {args.org} (ORG/NAME)")
     executor = resolve_executor(args.executor, args.workers)
     if args.threads < 1:
         raise UsageError(f"--threads must be at least 1, got {args.threads}")
@@ -239,7 +278,8 @@ def run_audit_cmd(args: argparse.Namespace) -> int:
         with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
             run = audit_org(client, args.org, spec, journal=journal, out=out, executor=executor,
                             workers=args.workers, allowed_factories=args.allow_factory, threads=args.threads,
-                            plots=not args.no_plots, progress=not args.no_progress)
+                            plots=not args.no_plots, progress=not args.no_progress, redo=args.redo,
+                            redo_failed=args.redo_failed)
         if args.format == "json":
             _print_json({"org": args.org, "audits": [a.model_dump(mode="json", exclude={"files": {"__all__": {
                 "result"}}}) for a in run.audits], "summary": run.summary})
@@ -248,8 +288,15 @@ def run_audit_cmd(args: argparse.Namespace) -> int:
                 for item in audit.files:
                     line = (item.result.annotation.reporting_line if item.result is not None else item.reason)
                     print(f"{audit.repo_id} {item.filename}: {item.status}: {line}")
-            print(f"{run.ran} repos audited, {run.reused} reused from the journal; outputs in {out}")
-        return 1 if any(a.status == "failed" for a in run.audits) else 0
+            print(outcomes_line("BatchNorm repo", labels=AUDIT_LABELS, left=run.left,
+                                now=[a.status for a in run.audits if a.repo_id not in run.reused_ids],
+                                reused=[a.status for a in run.audits if a.repo_id in run.reused_ids])
+                  + f"; outputs in {out}")
+        failed = run.counts()["failed"]
+        if failed:
+            print(f"{plural(failed, 'audit')} failed: rerun to retry (after fixing the cause); --redo-failed retries "
+                  "only those", file=sys.stderr)
+        return 1 if failed else 0
 
     return _guarded(client, go)
 
@@ -258,6 +305,7 @@ def run_push_cmd(args: argparse.Namespace) -> int:
     from bnconvention.hub.crawl import check_org
     from bnconvention.hub.journal import Journal
     from bnconvention.hub.push import push_org
+    from bnconvention.hub.report import PUSH_LABELS, outcomes_line
 
     check_org(args.org)
     client = _client(args)
@@ -276,8 +324,11 @@ def run_push_cmd(args: argparse.Namespace) -> int:
             for outcome in run.outcomes:
                 where = f" #{outcome.pr_num}" if outcome.pr_num is not None else ""
                 note = f": {outcome.reason}" if outcome.reason else ""
-                print(f"{outcome.repo_id}: {outcome.status}{where}{note}")
-            print(f"{run.opened} pull requests opened, {run.reused} repos already done per the journal")
+                earlier = " (by an earlier run, per the journal)" if outcome.repo_id in run.reused_ids else ""
+                print(f"{outcome.repo_id}: {outcome.status}{where}{earlier}{note}")
+            print(outcomes_line("repo", labels=PUSH_LABELS,
+                                now=[o.status for o in run.outcomes if o.repo_id not in run.reused_ids],
+                                reused=[o.status for o in run.outcomes if o.repo_id in run.reused_ids]))
         return 1 if any(o.status == "failed" for o in run.outcomes) else 0
 
     return _guarded(client, go)

@@ -6,9 +6,11 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 from bnconvention.errors import UsageError
+from bnconvention.text import plural
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -42,8 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="repos per listing page (default: 50)")
     parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
                         help="inject a fault, e.g. kind=status,status=429,path=/api/models,probability=0.1 "
-                             "(keys: kind, path, method, probability, count, status, latency_s, retry_after, "
-                             "error_code, truncate_fraction)")
+                             "(kinds: latency, status, drop, truncate, trickle, endless; keys: kind, path, method, "
+                             "probability, count, status, latency_s, retry_after, error_code, truncate_fraction, "
+                             "rate_bps)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault-injection RNG (default: 0)")
     parser.set_defaults(func=run)
 
@@ -59,6 +62,26 @@ def _pairs(values: list[str], *, option: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def _log_to_stderr() -> Callable[[], None]:
+    """Show the server's log lines (a client that hung up, an unhandled error) on stderr while it serves; returns
+    the function that stops it."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    server_logger = logging.getLogger("bnconvention.hubserver")
+    level = server_logger.level
+    server_logger.addHandler(handler)
+    server_logger.setLevel(logging.INFO)
+
+    def undo() -> None:
+        server_logger.removeHandler(handler)
+        server_logger.setLevel(level)
+
+    return undo
+
+
 def run(args: argparse.Namespace) -> int:
     from bnconvention.hubserver import FaultRule, LocalHub
 
@@ -68,12 +91,15 @@ def run(args: argparse.Namespace) -> int:
     hub = LocalHub(args.root, host=args.host, port=args.port, tokens=tokens, orgs=orgs, faults=faults,
                    seed=args.seed, page_size=args.page_size)
     hub.start()
+    stop_logging = _log_to_stderr()
     try:
         print(f"endpoint: {hub.endpoint}", flush=True)
-        print(f"serving {args.root} with {len(tokens)} token(s); Ctrl-C to stop", file=sys.stderr, flush=True)
+        print(f"serving {args.root} with {plural(len(tokens), 'token')}; Ctrl-C to stop", file=sys.stderr,
+              flush=True)
         wait_until_stopped()
     finally:
         hub.stop()
+        stop_logging()
     print("stopped", file=sys.stderr, flush=True)
     return 0
 

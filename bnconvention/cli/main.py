@@ -57,6 +57,7 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (errors.RecordError, EXIT_FAILED, "invalid record"),
     (errors.DigestMismatchError, EXIT_FAILED, "digest mismatch"),
     (errors.WeightsChangedError, EXIT_FAILED, "weights changed"),
+    (errors.HubNetworkError, EXIT_FAILED, "network error"),
     (errors.BnConventionError, EXIT_FAILED, "error"),
     (FileNotFoundError, EXIT_USAGE, "file not found"),
     (PermissionError, EXIT_USAGE, "permission denied"),

@@ -15,6 +15,12 @@ Each audit is one task (:func:`audit_repo_task`) that does everything from its a
 revision into a temporary folder, audit, and return the result as JSON. So the same task runs in this process, in a
 spawned worker (``--workers N``) or as a Ray task (``--executor ray``), and the result is the same: every
 computation is seeded from the spec, and each task runs torch with the same number of threads.
+
+The journal keeps each repo's last audit. Only successes (``audited``, ``skipped``) at the same commit under the
+same spec are reused; a failed audit is run again on every rerun, whatever failed (a missing ``--allow-factory``,
+a module not on ``PYTHONPATH``, the Hub), so fixing the cause and rerunning is enough. ``redo`` and ``redo_failed``
+narrow a run to a selection: the named repos (again, even after a success) and/or the repos whose last audit
+failed; every other repo is reused from the journal or left for a later run.
 """
 
 from __future__ import annotations
@@ -34,10 +40,10 @@ from bnconvention.audit.spec import AuditSpec, ModelSpec, parse_spec
 from bnconvention.canonical import canonical_sha256, loads_strict
 from bnconvention.errors import BnConventionError, UntrustedInputError, UsageError
 from bnconvention.hub.classify import BN_CLASSES, RepoCensus
-from bnconvention.hub.client import HubClient, Secret, make_client, quiet_hub_progress
+from bnconvention.hub.client import DEFAULT_TIMEOUT_S, HubClient, Secret, make_client, quiet_hub_progress
 from bnconvention.hub.crawl import run_census
 from bnconvention.hub.executors import ExecutorKind, run_tasks
-from bnconvention.hub.journal import Journal
+from bnconvention.hub.journal import Entry, Journal
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
 from bnconvention.locations import annotation_filename
 from bnconvention.standard.models import to_dict
@@ -91,6 +97,7 @@ class AuditTask:
     threads: int = 1
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     work_dir: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 # --- choosing the model ------------------------------------------------------------------------------------------
@@ -205,7 +212,7 @@ def audit_repo_task(task: AuditTask) -> str:
 
     for target in task.allowed_factories:
         allow_user_factory(target)
-    client = make_client(endpoint=task.endpoint, token=task.token, retry=task.retry)
+    client = make_client(endpoint=task.endpoint, token=task.token, retry=task.retry, timeout_s=task.timeout_s)
     spec = parse_spec(task.spec)
     files: list[FileAudit] = [FileAudit(filename=name, status="skipped", reason=reason)
                               for name, reason in task.skipped]
@@ -270,20 +277,43 @@ class AuditRun:
     audits: list[RepoAudit]
     ran: int = 0  # audit tasks run (repos with at least one single-file BatchNorm checkpoint)
     reused: int = 0
+    left: int = 0  # not selected by redo / redo_failed and not yet audited successfully: left for a later run
+    reused_ids: set[str] = field(default_factory=set)
     summary: dict[str, Any] | None = None
     out_dir: Path | None = None
     written: list[Path] = field(default_factory=list)
+
+
+    def counts(self) -> dict[str, int]:
+        """How many repos ended in each status (audited, failed, skipped), reused ones included."""
+        found = {"audited": 0, "failed": 0, "skipped": 0}
+        for audit in self.audits:
+            found[audit.status] += 1
+        return found
 
 
 def repo_out_dir(out: Path, repo_id: str) -> Path:
     return out / AUDITS_DIR / repo_id
 
 
+def _reusable(entry: Entry | None, *, revision: str | None, spec_sha: str) -> bool:
+    """A journaled success at this commit under this spec; a failure is never reused."""
+    return entry is not None and entry.matches(revision=revision, key=spec_sha) and entry.status != "failed"
+
+
+def _check_redo(redo: Sequence[str], targets: Sequence[str], org: str) -> None:
+    unknown = sorted(set(redo) - set(targets))
+    if unknown:
+        shown = ", ".join(targets[:5]) + (", ..." if len(targets) > 5 else "") if targets else "none"
+        raise UsageError(f"--redo {unknown[0]}: not a BatchNorm repo of the census of {org} (those are: {shown})")
+
+
 def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal, out: str | os.PathLike[str],
               executor: ExecutorKind = "local", workers: int = 1, allowed_factories: Sequence[str] = (),
-              threads: int = 1, plots: bool = True, progress: bool = False,
-              on_audit: Callable[[RepoAudit, bool], None] | None = None) -> AuditRun:
-    """Census (reusing the journal), then audit every BN repo not yet audited at its commit under this spec."""
+              threads: int = 1, plots: bool = True, progress: bool = False, redo: Sequence[str] = (),
+              redo_failed: bool = False, on_audit: Callable[[RepoAudit, bool], None] | None = None) -> AuditRun:
+    """Census (reusing the journal), then audit every BN repo not yet audited successfully at its commit under
+    this spec; with ``redo`` / ``redo_failed``, only those repos (see the module docstring)."""
     from tqdm.auto import tqdm
 
     from bnconvention.audit.census import summarize
@@ -298,11 +328,20 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
     run = AuditRun(org=org, audits=[], out_dir=out_dir)
     results: dict[str, RepoAudit] = {}
     tasks: list[AuditTask] = []
-    for repo, files, skipped in audit_targets(census.repos):
+    targets = audit_targets(census.repos)
+    _check_redo(redo, [repo.repo_id for repo, _, _ in targets], org)
+    selective = bool(redo) or redo_failed
+    for repo, files, skipped in targets:
         entry = journal.get("audit", repo.repo_id)
-        if entry is not None and entry.matches(revision=repo.sha, key=spec_sha):
-            results[repo.repo_id] = RepoAudit.model_validate(entry.payload)
+        reusable = _reusable(entry, revision=repo.sha, spec_sha=spec_sha)
+        selected = repo.repo_id in redo or (redo_failed and entry is not None and entry.status == "failed")
+        if not selected and (reusable or selective):
+            if not reusable:  # never audited successfully, and not selected: left for a later run
+                run.left += 1
+                continue
+            results[repo.repo_id] = RepoAudit.model_validate(entry.payload)  # type: ignore[union-attr]
             run.reused += 1
+            run.reused_ids.add(repo.repo_id)
             if on_audit is not None:
                 on_audit(results[repo.repo_id], True)
             continue
@@ -317,7 +356,7 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
         tasks.append(AuditTask(endpoint=client.endpoint, token=client.token, repo_id=repo.repo_id,
                                revision=repo.sha or "", filenames=tuple(files), skipped=tuple(skipped),
                                spec=spec_data, allowed_factories=tuple(allowed_factories), threads=threads,
-                               retry=client.retry))
+                               retry=client.retry, timeout_s=client.timeout_s))
     bar = tqdm(total=len(tasks) + run.reused, initial=run.reused, desc=f"audit {org}", unit="repo",
                disable=not progress)
 
@@ -329,7 +368,7 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
                                               Path(item.filename).name.removesuffix(".safetensors"), plots=plots)
                 run.written.extend(written.values())
         journal.record("audit", audit.repo_id, revision=audit.revision, key=spec_sha, status=audit.status,
-                       payload=audit.model_dump(mode="json"), final=not audit.transient)
+                       payload=audit.model_dump(mode="json"), final=audit.status != "failed")
         results[audit.repo_id] = audit
         run.ran += 1
         bar.update(1)

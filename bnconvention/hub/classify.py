@@ -38,6 +38,7 @@ from bnconvention.hub.running import RUNNING_CHECK_BYTES, check_running_statisti
 from bnconvention.locations import record_from_header
 from bnconvention.safetensors_header import TensorInfo
 from bnconvention.standard.models import Declaration, to_dict
+from bnconvention.text import plural
 from bnconvention.validation import best_issue, check_record
 from bnconvention.validation.release import diff_pointers
 
@@ -171,7 +172,7 @@ def classify_checkpoint(weights: WeightsSet, *, card_record: Any | None, card_bo
     if data is None:
         if bn:
             shown = ", ".join(bn[:3]) + (", ..." if len(bn) > 3 else "")
-            return verdict("undeclared", f"{len(bn)} BatchNorm layers with running statistics ({shown}) and no "
+            return verdict("undeclared", f"{plural(len(bn), 'BatchNorm layer')} with running statistics ({shown}) and no "
                                          "declaration")
         return verdict("channel_absent", "no BatchNorm running statistics (channel absent), nothing declared")
 
@@ -195,7 +196,7 @@ def classify_checkpoint(weights: WeightsSet, *, card_record: Any | None, card_bo
         diffs = diff_pointers(_normalized(card_data), to_dict(record))
         pointer = diffs[0][0] if diffs else ""
         return verdict("declared_inconsistent", f"the card's record differs from the header's (first at "
-                                                f"{pointer or '/'}; {len(diffs)} differences)",
+                                                f"{pointer or '/'}; {plural(len(diffs), 'difference')})",
                        [Finding(code="release.card_header_mismatch", path=p, message="card and header differ")
                         for p, _, _ in diffs[:20]])
     findings = check_layers(record, tensors)
@@ -203,7 +204,7 @@ def classify_checkpoint(weights: WeightsSet, *, card_record: Any | None, card_bo
         return verdict("declared_inconsistent", f"the declaration does not match the header's running buffers: "
                                                 f"{findings[0].code}: {findings[0].message}", findings)
     if bn:
-        return verdict("declared_consistent", f"{len(bn)} BatchNorm layers declared as {record.convention.name} "
+        return verdict("declared_consistent", f"{plural(len(bn), 'BatchNorm layer')} declared as {record.convention.name} "
                                               f"({report.record_source}); layers match the header")
     return verdict("channel_absent", f"no BatchNorm running statistics (channel absent), declared as "
                                      f"{record.convention.name}")
@@ -256,7 +257,7 @@ def _check_running(client: HubClient, repo_id: str, sha: str, weights: WeightsSe
     outcome = check_running_statistics(client, repo_id, weights, record, revision=sha, budget=budget)
     report.bytes_read += outcome.bytes_read
     if not outcome.checked:
-        report.reason += (f"; running digests not checked ({outcome.running_bytes} bytes of running statistics, "
+        report.reason += (f"; running digests not checked ({plural(outcome.running_bytes, 'byte')} of running statistics, "
                           f"budget {budget})")
     elif outcome.mismatch is not None:
         report.status = "declared_inconsistent"
@@ -264,7 +265,7 @@ def _check_running(client: HubClient, repo_id: str, sha: str, weights: WeightsSe
         report.findings = [Finding(code="digests.running_mismatch", path=outcome.mismatch_path,
                                    message=outcome.mismatch)]
     else:
-        report.reason += f"; running statistics match the declared digests ({outcome.bytes_read} bytes read)"
+        report.reason += f"; running statistics match the declared digests ({plural(outcome.bytes_read, 'byte')} read)"
 
 
 def classify_repo(client: HubClient, repo_id: str, *, sha: str, filenames: list[str],

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,9 @@ from bnconvention.hub.retry import RetryPolicy, TransientHubError, call_with_ret
 
 DEFAULT_TOKEN_ENV = "HF_TOKEN"
 DEFAULT_TIMEOUT_S = 60.0
+# Pages of one listing before it is called endless: 1,000 pages hold a million models at the Hub's page size.
+DEFAULT_MAX_PAGES = 1000
+MAX_JSON_BYTES = 64 * 1024 * 1024  # one API answer (a listing page, a repo's info with a 4 MB card)
 LIBRARY_NAME = "bnconvention"
 
 
@@ -82,6 +86,7 @@ class HubClient:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     token: Secret = field(default_factory=lambda: Secret(None), repr=False)
     timeout_s: float = DEFAULT_TIMEOUT_S
+    max_pages: int = DEFAULT_MAX_PAGES
 
     # --- secrets ----------------------------------------------------------------------------------------------------
 
@@ -106,13 +111,25 @@ class HubClient:
 
         return hf_hub_url(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=self.endpoint)
 
+    def _timed_chunks(self, response: Any, *, url: str, deadline: float) -> Iterator[bytes]:
+        """The body's chunks, until ``deadline``: ``--timeout`` bounds each request in all, not only the gaps
+        between bytes (httpx2's own timeout), so a server that trickles a body cannot hold a crawl."""
+        received = 0
+        for chunk in response.iter_bytes():
+            received += len(chunk)
+            yield chunk
+            if time.monotonic() > deadline:
+                raise TransientHubError(f"GET {url}: no complete response within the {self.timeout_s:g} s request "
+                                        f"time bound (--timeout); {received} bytes received")
+
     def fetch(self, url: str, *, byte_range: tuple[int, int] | None = None, max_bytes: int,
               params: Mapping[str, Any] | None = None) -> Fetched:
-        """One GET (no retry), reading at most ``max_bytes`` of the body.
+        """One GET (no retry), reading at most ``max_bytes`` of the body within :attr:`timeout_s` in all.
 
         ``byte_range`` is an inclusive span sent as ``Range``. A server that ignores it and answers 200 with the
         whole file is handled too (the span is cut out of the stream, which is closed as soon as it has been read).
-        A body shorter than what the server announced raises :class:`TransientHubError` (retried by the callers).
+        A body shorter than what the server announced, or one that takes longer than :attr:`timeout_s`, raises
+        :class:`TransientHubError` (retried by the callers).
         """
         import httpx2
         from huggingface_hub.utils import get_session, hf_raise_for_status
@@ -120,6 +137,7 @@ class HubClient:
         extra = {"Accept-Encoding": "identity"}
         if byte_range is not None:
             extra["Range"] = f"bytes={byte_range[0]}-{byte_range[1]}"
+        deadline = time.monotonic() + self.timeout_s
         timeout = httpx2.Timeout(self.timeout_s)
         with get_session().stream("GET", url, headers=self.headers(extra), params=params, timeout=timeout,
                                   follow_redirects=True) as response:
@@ -138,7 +156,7 @@ class HubClient:
             # early (closing the connection) only when the server sends more than we want, e.g. a whole file.
             drain = announced is not None and announced <= skip + limit
             data = bytearray()
-            for chunk in response.iter_bytes():
+            for chunk in self._timed_chunks(response, url=url, deadline=deadline):
                 data += chunk
                 if len(data) >= skip + wanted and not drain:
                     break
@@ -148,6 +166,58 @@ class HubClient:
             body = bytes(data[skip:skip + wanted])
             return Fetched(body=body, status=response.status_code, total_size=total,
                            commit=response.headers.get("X-Repo-Commit"))
+
+    def get_json(self, url: str, *, params: Mapping[str, Any] | None = None,
+                 max_bytes: int = MAX_JSON_BYTES) -> tuple[Any, dict[str, Any]]:
+        """One GET of a JSON API answer (no retry), within :attr:`timeout_s` in all: ``(decoded, links)``, where
+        ``links`` are the ``Link`` header's relations (``links["next"]["url"]`` for the next page)."""
+        import json
+
+        import httpx2
+        from huggingface_hub.utils import get_session, hf_raise_for_status
+
+        deadline = time.monotonic() + self.timeout_s
+        with get_session().stream("GET", url, headers=self.headers(), params=params,
+                                  timeout=httpx2.Timeout(self.timeout_s), follow_redirects=True) as response:
+            if response.status_code >= 400:
+                response.read()
+                hf_raise_for_status(response)
+            data = bytearray()
+            for chunk in self._timed_chunks(response, url=url, deadline=deadline):
+                data += chunk
+                if len(data) > max_bytes:
+                    raise self.error(f"GET {url}: the answer is over {max_bytes} bytes; it was not read")
+            announced = _announced_length(response)
+            if announced is not None and len(data) < announced:
+                raise TransientHubError(f"GET {url} ended after {len(data)} of {announced} bytes (truncated body)")
+            try:
+                decoded = json.loads(bytes(data))
+            except ValueError as exc:
+                raise self.error(f"GET {url}: the answer is not JSON ({exc})") from None
+            return decoded, dict(response.links)
+
+    def repo_info_json(self, repo_id: str, *, revision: str = "main") -> dict[str, Any]:
+        """Model repo ``repo_id``'s info at ``revision`` as the Hub sends it (JSON, with retries).
+
+        Not ``HfApi.model_info``: that builds a ``ModelCardData`` from the card's front matter, whose tag
+        de-duplication is quadratic (350,000 tags, a legal 3.4 MB card, take minutes); we read a few fields.
+        """
+        from urllib.parse import quote
+
+        url = f"{self.endpoint}/api/models/{repo_id}/revision/{quote(revision, safe='')}"
+        info, _ = call_with_retry(lambda: self.get_json(url), policy=self.retry,
+                                  what=f"GET {repo_id} info at {revision}")
+        if not isinstance(info, dict):
+            raise self.error(f"{url}: the repo info is not a JSON object", repo_id=repo_id)
+        return info
+
+    def resolve_commit(self, repo_id: str, *, revision: str) -> str:
+        """The commit ``revision`` of model repo ``repo_id`` points to."""
+        sha = self.repo_info_json(repo_id, revision=revision).get("sha")
+        if not isinstance(sha, str) or not sha:
+            raise self.error(f"{self.endpoint} did not name the commit of {repo_id} at {revision!r}",
+                             repo_id=repo_id)
+        return sha
 
     def fetch_with_retry(self, url: str, *, byte_range: tuple[int, int] | None = None, max_bytes: int,
                          what: str, params: Mapping[str, Any] | None = None) -> Fetched:
@@ -211,7 +281,7 @@ def quiet_hub_progress() -> Iterator[None]:
 
 def make_client(*, endpoint: str | None = None, token: str | Secret | None = None,
                 token_env: str | None = None, retry: RetryPolicy | None = None,
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> HubClient:
+                timeout_s: float = DEFAULT_TIMEOUT_S, max_pages: int = DEFAULT_MAX_PAGES) -> HubClient:
     """Build the one client: ``token`` (a value) or ``token_env`` (the variable holding it); neither: anonymous."""
     from huggingface_hub import HfApi, constants
 
@@ -223,7 +293,8 @@ def make_client(*, endpoint: str | None = None, token: str | Secret | None = Non
         raise UsageError(f"--endpoint {resolved!r} is not an http(s) URL")
     # token=False: never fall back to a token stored on this machine; the user names the one to use.
     api = HfApi(endpoint=resolved, token=secret.reveal() or False, library_name=LIBRARY_NAME)
-    return HubClient(endpoint=resolved, api=api, retry=retry or RetryPolicy(), token=secret, timeout_s=timeout_s)
+    return HubClient(endpoint=resolved, api=api, retry=retry or RetryPolicy(), token=secret, timeout_s=timeout_s,
+                     max_pages=max_pages)
 
 
 __all__ = ["DEFAULT_TOKEN_ENV", "Fetched", "HubClient", "Secret", "make_client", "quiet_hub_progress",

@@ -21,6 +21,7 @@ from bnconvention.hub.classify import RepoCensus, classify_repo, failed_repo
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import call_with_retry
+from bnconvention.text import plural
 
 OnRepo = Callable[[RepoCensus, bool], None]  # (entry, reused from the journal)
 
@@ -36,43 +37,61 @@ class ListedRepo:
 
 
 def _page(client: HubClient, url: str, params: dict[str, Any] | None) -> tuple[list[Any], str | None]:
-    import httpx2
-    from huggingface_hub.utils import get_session, hf_raise_for_status
-
-    response = get_session().get(url, params=params, headers=client.headers(), timeout=httpx2.Timeout(client.timeout_s),
-                                 follow_redirects=True)
-    hf_raise_for_status(response)
-    items = response.json()
+    items, links = client.get_json(url, params=params)
     if not isinstance(items, list):
         raise client.error(f"{url}: the model listing is not a JSON list")
-    next_url = response.links.get("next", {}).get("url")
+    next_url = links.get("next", {}).get("url")
     return items, next_url
 
 
 def list_org_models(client: HubClient, org: str) -> list[ListedRepo]:
-    """Every model of ``org`` (sorted by id), with its head commit and file names."""
-    from huggingface_hub.hf_api import ModelInfo
+    """Every model of ``org`` (sorted by id), with its head commit and file names.
 
+    A listing that is empty (no such user or organisation, or none of its models visible to this token) is an
+    error, and so is one that does not end: a ``next`` link seen before, or more than ``client.max_pages`` pages.
+    """
     check_org(org)
     url: str | None = f"{client.endpoint}/api/models"
     params: dict[str, Any] | None = {"author": org, "full": "true"}
     repos: dict[str, ListedRepo] = {}
+    seen: set[str] = set()
     pages = 0
     while url is not None:
+        if pages >= client.max_pages:
+            raise client.error(f"the model listing of {org} at {client.endpoint} did not end after {pages} pages "
+                               f"(the --max-pages bound, {client.max_pages}; {plural(len(repos), 'model')} so far): the "
+                               "server keeps sending rel=\"next\" links; raise --max-pages for a larger "
+                               "organisation")
         current, current_params = url, params
         items, url = call_with_retry(lambda: _page(client, current, current_params), policy=client.retry,
                                      what=f"list models of {org} (page {pages + 1})")
+        seen.add(current)
+        if url is not None and url in seen:
+            raise client.error(f"the model listing of {org} at {client.endpoint} loops: page {pages + 2} links back "
+                               f"to a page already read ({url})")
         params = None  # the next link carries the query
         pages += 1
         for item in items:
-            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-                raise client.error(f"the model listing of {org} holds an entry without an id: {item!r:.200}")
-            info = ModelInfo(**item)
-            if info.id.split("/")[0].lower() != org.lower():
-                continue  # an author filter the server ignored: never crawl outside the organisation
-            names = tuple(sorted(s.rfilename for s in (info.siblings or [])))
-            repos[info.id] = ListedRepo(repo_id=info.id, sha=info.sha, filenames=names, private=bool(info.private))
+            repo = _listed_repo(client, org, item)
+            if repo.repo_id.split("/")[0].lower() == org.lower():  # an author filter the server ignored: never
+                repos[repo.repo_id] = repo                           # crawl outside the organisation
+    if not repos:
+        raise client.error(f"{org} has no model repos at {client.endpoint}: no such user or organisation, or none "
+                           "of its models is visible to this token (check the name and --token-env)")
     return [repos[key] for key in sorted(repos)]
+
+
+def _listed_repo(client: HubClient, org: str, item: Any) -> ListedRepo:
+    """One listing entry: only ``id``, ``sha``, ``siblings`` and ``private`` are read (not through ``ModelInfo``,
+    which would also build card data the crawl never needs)."""
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+        raise client.error(f"the model listing of {org} holds an entry without an id: {item!r:.200}")
+    siblings = item.get("siblings")
+    names = sorted(s["rfilename"] for s in siblings if isinstance(s, dict) and isinstance(s.get("rfilename"), str)) \
+        if isinstance(siblings, list) else []
+    sha = item.get("sha")
+    return ListedRepo(repo_id=item["id"], sha=sha if isinstance(sha, str) and sha else None, filenames=tuple(names),
+                      private=item.get("private") is True)
 
 
 def check_org(org: str) -> None:
@@ -84,10 +103,8 @@ def _complete(client: HubClient, repo: ListedRepo) -> ListedRepo:
     """Fill in the commit and files when the listing left them out (a server without ``full`` support)."""
     if repo.sha is not None and repo.filenames:
         return repo
-    info = call_with_retry(lambda: client.api.model_info(repo.repo_id), policy=client.retry,
-                           what=f"model_info {repo.repo_id}")
-    names = tuple(sorted(s.rfilename for s in (info.siblings or [])))
-    return ListedRepo(repo_id=repo.repo_id, sha=info.sha, filenames=names, private=repo.private)
+    info = _listed_repo(client, repo.repo_id.split("/")[0], client.repo_info_json(repo.repo_id))
+    return ListedRepo(repo_id=repo.repo_id, sha=info.sha, filenames=info.filenames, private=repo.private)
 
 
 @dataclass

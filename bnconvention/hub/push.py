@@ -34,6 +34,7 @@ from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import call_with_retry, describe, is_retryable
 from bnconvention.locations import ANNOTATION_DIR
 from bnconvention.standard.models import RefitAnnotation, to_dict
+from bnconvention.text import plural
 
 CARD_NAME = "README.md"
 MARKER = "bnconvention:refit-annotation"
@@ -96,7 +97,7 @@ class PushPlan:
         """The dry-run text: the files the pull request would add or change, and the card's diff."""
         lines = [f"{self.repo_id}: would open a pull request on {self.revision[:12]}: {self.title}"]
         for path, change in self.changes:
-            lines.append(f"  {change:<6} {path} ({len(self.files[path])} bytes)")
+            lines.append(f"  {change:<6} {path} ({plural(len(self.files[path]), 'byte')})")
         diff = difflib.unified_diff((self.card_before or "").splitlines(keepends=True),
                                     self.card_after.splitlines(keepends=True), fromfile=f"a/{CARD_NAME}",
                                     tofile=f"b/{CARD_NAME}")
@@ -253,25 +254,38 @@ def _comparable(annotation: Any) -> str:
 
 def already_on_main(client: HubClient, repo_id: str, annotations: list[RefitAnnotation]) -> bool:
     """Whether ``main`` already holds every annotation, possibly recorded at an earlier commit of the same weights
-    (a merged pull request of ours, or the authors' own commit)."""
+    (a merged pull request of ours, or the authors' own commit).
+
+    One rule for every other file under ``bnconvention/``: one that is not an annotation we could have written
+    (over :data:`MAX_ANNOTATION_BYTES`, which the tree listing says without downloading it, or not strict JSON) is
+    someone else's, not ours to judge here, and is passed over."""
+    from huggingface_hub.hf_api import RepoFile
+
     from bnconvention.canonical import loads_strict
 
     def present() -> set[str]:
-        names = [n for n in client.api.list_repo_files(repo_id, revision="main")
-                 if n.startswith(f"{ANNOTATION_DIR}/") and n.endswith(".json") and n.count("/") == 1]
+        entries = client.api.list_repo_tree(repo_id, revision="main", recursive=True)
+        names = [e.path for e in entries if isinstance(e, RepoFile) and _candidate(e.path, e.size)]
         found = set()
         for name in names:
-            data = client.read_small_file(repo_id, name, revision="main", max_bytes=MAX_ANNOTATION_BYTES)
-            if data is None:
-                continue
             try:
-                found.add(_comparable(loads_strict(data, source=f"{repo_id}/{name}")))
-            except BnConventionError:
-                continue  # someone else's malformed file is not ours to judge here
+                data = client.read_small_file(repo_id, name, revision="main", max_bytes=MAX_ANNOTATION_BYTES)
+                if data is not None:
+                    found.add(_comparable(loads_strict(data, source=f"{repo_id}/{name}")))
+            except BnConventionError as exc:
+                if is_retryable(exc):
+                    raise
+                continue  # grew past the bound since the listing, or malformed: not ours either way
         return found
 
     found = call_with_retry(present, policy=client.retry, what=f"look for annotations on {repo_id} main")
     return all(_comparable(to_dict(a)) in found for a in annotations)
+
+
+def _candidate(path: str, size: int | None) -> bool:
+    """A file that may be one of our annotations: ``bnconvention/<name>.json`` within the size bound."""
+    return (path.startswith(f"{ANNOTATION_DIR}/") and path.endswith(".json") and path.count("/") == 1
+            and (size is None or size <= MAX_ANNOTATION_BYTES))
 
 
 def open_pull_request(client: HubClient, plan: PushPlan, *, user: str) -> tuple[int, str | None, bool]:
@@ -303,11 +317,14 @@ def open_pull_request(client: HubClient, plan: PushPlan, *, user: str) -> tuple[
 
 @dataclass
 class PushRun:
+    """What one push did: every repo's outcome, those reused from the journal (``reused_ids``) included."""
+
     org: str
     outcomes: list[PushOutcome] = field(default_factory=list)
     plans: list[PushPlan] = field(default_factory=list)
-    opened: int = 0
+    opened: int = 0  # pull requests opened by this run
     reused: int = 0
+    reused_ids: set[str] = field(default_factory=set)
 
 
 def push_repo(client: HubClient, audit: RepoAudit, *, user: str, dry_run: bool = False, eval_results: bool = True,
@@ -359,6 +376,7 @@ def push_org(client: HubClient, org: str, *, journal: Journal, dry_run: bool = F
                     and entry.status in ("opened", "exists", "merged")):
                 run.outcomes.append(PushOutcome.model_validate(entry.payload))
                 run.reused += 1
+                run.reused_ids.add(audit.repo_id)
                 bar.update(1)
                 continue
             try:

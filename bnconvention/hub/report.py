@@ -11,12 +11,14 @@ once ``run`` is set aside.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bnconvention.hub.classify import REPO_CLASSES, RepoCensus
 from bnconvention.io_utils import atomic_write_text
+from bnconvention.text import plural
 
 CENSUS_FORMAT = "bnconvention-hub-census/1"
 CENSUS_JSON = "census.json"
@@ -61,8 +63,8 @@ def _cell(text: Any) -> str:
 def census_markdown(summary: dict[str, Any]) -> str:
     """A Markdown report: counts per class, then one row per repo."""
     lines = [f"# BatchNorm census of `{summary['org']}`", "",
-             f"{summary['repos_total']} model repos read from `{summary['endpoint']}`, header only "
-             f"({summary['bytes_read_total']} bytes in all).", "",
+             f"{plural(summary['repos_total'], 'model repo')} read from `{summary['endpoint']}`, header only "
+             f"({plural(summary['bytes_read_total'], 'byte')} in all).", "",
              "| Class | Repos |", "| --- | ---: |"]
     lines += [f"| {CLASS_LABELS[name]} | {count} |" for name, count in summary["counts"].items()]
     lines += ["", "| Repo | Class | BN layers | Declared convention | Reason | Bytes read |",
@@ -78,10 +80,42 @@ def census_markdown(summary: dict[str, Any]) -> str:
 
 def census_text(summary: dict[str, Any]) -> str:
     """The one-screen summary the CLI prints."""
-    lines = [f"census of {summary['org']}: {summary['repos_total']} model repos, "
-             f"{summary['bytes_read_total']} bytes read"]
+    lines = [f"census of {summary['org']}: {plural(summary['repos_total'], 'model repo')}, "
+             f"{plural(summary['bytes_read_total'], 'byte')} read"]
     lines += [f"  {CLASS_LABELS[name]:<44} {count}" for name, count in summary["counts"].items()]
     return "\n".join(lines) + "\n"
+
+
+def census_run_line(*, read: int, reused: int, failed: int) -> str:
+    """What one census run did: repos read (and how many of those failed), repos reused from the journal."""
+    failures = f" ({failed} failed; rerun to retry them)" if failed else ""
+    return f"{plural(read, 'repo')} read{failures}, {reused} reused from the journal"
+
+
+AUDIT_LABELS: dict[str, Callable[[int], str]] = {
+    "audited": lambda n: f"{n} audited", "failed": lambda n: f"{n} failed", "skipped": lambda n: f"{n} skipped"}
+PUSH_LABELS: dict[str, Callable[[int], str]] = {
+    "opened": lambda n: f"{plural(n, 'pull request')} opened", "exists": lambda n: f"{n} already proposed",
+    "merged": lambda n: f"{n} already on main", "dry-run": lambda n: f"{n} dry run", "failed": lambda n: f"{n} failed",
+    "nothing": lambda n: f"{n} with nothing to push"}
+
+
+def tally(statuses: Iterable[str], labels: Mapping[str, Callable[[int], str]]) -> str:
+    """``"2 audited, 1 failed"``: how many of each kind, in the order of ``labels``, kinds that occur only."""
+    counts = Counter(statuses)
+    return ", ".join(label(counts[kind]) for kind, label in labels.items() if counts[kind])
+
+
+def outcomes_line(noun: str, *, now: Sequence[str], reused: Sequence[str],
+                  labels: Mapping[str, Callable[[int], str]], left: int = 0) -> str:
+    """One summary line counting outcomes by kind, this run's apart from those reused from the journal, e.g.
+    ``"3 repos: 1 pull request opened, 1 failed; 1 reused from the journal (1 already on main)"``."""
+    parts = [tally(now, labels)] if now else []
+    if reused:
+        parts.append(f"{len(reused)} reused from the journal ({tally(reused, labels)})")
+    if left:
+        parts.append(f"{left} left for a later run")
+    return f"{plural(len(now) + len(reused) + left, noun)}: {'; '.join(parts) or 'nothing to do'}"
 
 
 def write_census(summary: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
@@ -95,4 +129,5 @@ def write_census(summary: dict[str, Any], out_dir: str | Path) -> dict[str, Path
     return {"json": out / CENSUS_JSON, "markdown": out / CENSUS_MD}
 
 
-__all__ = ["CENSUS_FORMAT", "CLASS_LABELS", "census_markdown", "census_summary", "census_text", "write_census"]
+__all__ = ["AUDIT_LABELS", "CENSUS_FORMAT", "CLASS_LABELS", "PUSH_LABELS", "census_markdown", "census_run_line",
+           "census_summary", "census_text", "outcomes_line", "tally", "write_census"]

@@ -5,6 +5,15 @@ others (``model_info``, discussions, commits). The crawl needs one policy it con
 wait (tests pass delays of a few milliseconds), and which failures are worth another try. A 404, a 401 or a bad
 request is not; the error is raised at once.
 
+Why not ``huggingface_hub.utils.http_backoff``: it retries one request given as method and URL, with a fixed
+``time.sleep`` (1 to 8 s, Retry-After plus one second); it does not cover what fails *while a streamed body is read*
+(a header range cut short or trickled past its time bound), the API calls made through ``HfApi`` methods
+(``model_info``, discussions, ``create_commit``), nor a non-idempotent call that must look for its own effect
+before trying again (opening a pull request). One layer for all of them keeps one policy and one report.
+
+Every retry is logged (logger ``bnconvention.hub``, level WARNING) as one line saying what is retried, why, and
+when; the CLI shows these lines on stderr (:func:`show_retries`), so a slow run says why it is slow.
+
 >>> policy = RetryPolicy(attempts=3, base_delay=0.0)
 >>> calls = []
 >>> def flaky():
@@ -22,12 +31,13 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from bnconvention.errors import TransientHubError
+from bnconvention.errors import HubNetworkError, TransientHubError
 
 logger = logging.getLogger("bnconvention.hub")
 
@@ -101,6 +111,59 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
+def network_cause(exc: BaseException) -> BaseException | None:
+    """The network-level failure behind ``exc`` (refused, dropped, cut short, timed out), or ``None`` when the Hub
+    answered (an HTTP status) or the failure is not about the network."""
+    import httpx2
+
+    for item in _chain(exc):
+        if _status(item) is not None or isinstance(item, HubNetworkError):
+            return None
+        if isinstance(item, (TransientHubError, httpx2.TransportError, ConnectionError, TimeoutError)):
+            return item
+    return None
+
+
+def _network_phrase(exc: BaseException) -> str:
+    import httpx2
+
+    phrases: tuple[tuple[type[BaseException], str], ...] = (
+        (httpx2.ConnectTimeout, "did not accept the connection in time"),
+        (httpx2.TimeoutException, "did not answer in time"),
+        (httpx2.ConnectError, "could not be reached"),
+        (httpx2.RemoteProtocolError, "dropped the connection"),
+        (httpx2.NetworkError, "broke the connection"),
+        (TransientHubError, "did not send a complete response"),
+        (ConnectionRefusedError, "could not be reached"),
+        (TimeoutError, "did not answer in time"),
+    )
+    return next((phrase for kind, phrase in phrases if isinstance(exc, kind)), "failed at the network level")
+
+
+def _request_of(exc: BaseException) -> str:
+    """``METHOD URL`` of the request an httpx2 error carries, or ``""``."""
+    try:
+        request = exc.request  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # httpx2 raises RuntimeError when no request was attached
+        return ""
+    return f"{request.method} {request.url}" if request is not None else ""
+
+
+def network_error(exc: BaseException, *, endpoint: str, scrub: Callable[[str], str] = str,
+                  what: str | None = None) -> HubNetworkError | None:
+    """One :class:`HubNetworkError` naming the endpoint for a network-level failure (``None`` for any other)."""
+    cause = network_cause(exc)
+    if cause is None:
+        return None
+    detail = " ".join(str(cause).split()) or type(cause).__name__
+    request = what or next(filter(None, (_request_of(item) for item in _chain(exc))), "")
+    request = request.replace(f" {endpoint.rstrip('/')}/", " /", 1)
+    during = f"{request}: " if request else ""
+    message = (f"the Hub at {endpoint} {_network_phrase(cause)} ({during}{detail}); check --endpoint, the network "
+               "and --timeout, then rerun")
+    return HubNetworkError(scrub(message), endpoint=endpoint, repo_id=getattr(exc, "repo_id", None))
+
+
 def retry_after_seconds(exc: BaseException) -> float | None:
     """The server's ``Retry-After`` (seconds) on a 429/503, if it sent one."""
     response = getattr(exc, "response", None)
@@ -114,10 +177,12 @@ def retry_after_seconds(exc: BaseException) -> float | None:
         return None
 
 
-def describe(exc: BaseException) -> str:
-    """A one-line description of a failure: the HTTP status when there is one, else the exception type."""
+def describe(exc: BaseException, *, brief: bool = False) -> str:
+    """A one-line description of a failure: the HTTP status when there is one, else the exception type.
+    ``brief``: with the server's own message only (when it sent one), not huggingface_hub's whole text."""
     status = _status(exc)
-    text = " ".join(str(exc).split())
+    server_message = getattr(exc, "server_message", None)
+    text = " ".join(str(server_message if brief and status is not None and server_message else exc).split())
     if len(text) > 300:
         text = text[:297] + "..."
     prefix = f"HTTP {status}" if status is not None else type(exc).__name__
@@ -142,13 +207,32 @@ def call_with_retry(fn: Callable[[], T], *, policy: RetryPolicy, what: str,
             if retry >= policy.attempts or not is_retryable(exc):
                 raise
             wait = policy.delay(retry, retry_after=retry_after_seconds(exc))
-            logger.info("%s failed (%s); retry %d of %d in %.3fs", what, describe(exc), retry,
-                        policy.attempts - 1, wait)
+            logger.warning("retrying %s after %s (retry %d of %d, in %.2f s)", what, describe(exc, brief=True), retry,
+                           policy.attempts - 1, wait)
             policy.sleep(wait)
             if before_retry is not None:
                 found = before_retry()
                 if found is not None:
                     return found
+
+
+class _StderrHandler(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is at the time of the record (pytest and the CLI swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never break the command
+            self.handleError(record)
+
+
+def show_retries() -> None:
+    """Show every retry on stderr as ``bnconvention: retrying ...`` (idempotent; the CLI calls it)."""
+    if any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        return
+    handler = _StderrHandler(level=logging.WARNING)
+    handler.setFormatter(logging.Formatter("bnconvention: %(message)s"))
+    logger.addHandler(handler)
 
 
 __all__ = [
@@ -158,5 +242,8 @@ __all__ = [
     "call_with_retry",
     "describe",
     "is_retryable",
+    "network_cause",
+    "network_error",
     "retry_after_seconds",
+    "show_retries",
 ]

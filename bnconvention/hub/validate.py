@@ -5,7 +5,15 @@ codes (0 no errors, 1 errors, 2 unreadable input).
 Each repo is downloaded at the revision (weights, index, card and ``bnconvention/*.json`` annotations only) into a
 temporary folder, validated there as one release (:func:`bnconvention.validation.validate_paths`: digests are
 computed from the downloaded tensors), and its issues are reported under ``<repo id>/<path in the repo>``. A repo
-that cannot be downloaded is reported as unreadable input and the check goes on with the others.
+that cannot be downloaded is reported as unreadable input and the check goes on with the others; a Hub that cannot
+be reached at all (refused, dropped, timed out after the retries) stops the check with one network error.
+
+One rule for an organisation and for one repo: every repo of ``ORG`` is checked exactly as ``ORG/NAME`` would be,
+so a repo holding nothing to validate (only pickles, say) gets ``input.nothing_to_validate`` either way.
+
+The revision is resolved to its commit from the repo's info as JSON (:meth:`HubClient.resolve_commit`), never
+through ``HfApi.model_info`` or ``snapshot_download(revision=<branch>)``, which parse the card's front matter into
+``ModelCardData`` (quadratic in its tags); the files are then listed and downloaded at that commit.
 """
 
 from __future__ import annotations
@@ -19,12 +27,11 @@ from pathlib import Path
 from bnconvention.errors import UsageError
 from bnconvention.hub.client import HubClient, quiet_hub_progress
 from bnconvention.hub.crawl import check_org, list_org_models
-from bnconvention.hub.retry import call_with_retry, describe
+from bnconvention.hub.retry import call_with_retry, describe, network_error
 from bnconvention.validation import Issue, ValidationReport, sort_issues, validate_paths
 from bnconvention.validation.issues import new_issue
 from bnconvention.validation.release import FileSummary
 
-ALLOW_PATTERNS = ["*.safetensors", "*.safetensors.index.json", "README.md", "bnconvention/*.json"]
 
 
 @dataclass
@@ -54,19 +61,33 @@ def _relabel(path: str, local: Path, repo_id: str) -> str:
     return path
 
 
+def _download(client: HubClient, repo_id: str, commit: str, *, local: Path, cache: Path) -> None:
+    """The files :func:`_matches` selects, at ``commit``, into ``local`` (nothing when none matches)."""
+    from huggingface_hub.hf_api import RepoFile
+
+    entries = call_with_retry(lambda: list(client.api.list_repo_tree(repo_id, revision=commit, recursive=True)),
+                              policy=client.retry, what=f"list the files of {repo_id} at {commit[:12]}")
+    for name in sorted(e.path for e in entries if isinstance(e, RepoFile) and _matches(e.path)):
+        call_with_retry(lambda: client.api.hf_hub_download(repo_id, name, revision=commit, local_dir=local,
+                                                           cache_dir=cache),
+                        policy=client.retry, what=f"download {repo_id}/{name}")
+
+
 def validate_repo(client: HubClient, repo_id: str, *, revision: str = "main", require_declaration: bool = False,
                   work_dir: str | os.PathLike[str] | None = None) -> tuple[list[Issue], list[FileSummary], str | None]:
-    """Issues and file summaries of one repo at ``revision`` (paths relabelled), and the commit checked."""
+    """Issues and file summaries of one repo at ``revision`` (paths relabelled), and the commit checked.
+
+    Raises :class:`~bnconvention.errors.HubNetworkError` when the Hub cannot be reached; any other failure to
+    download is the repo's ``input.unreadable`` issue."""
     with tempfile.TemporaryDirectory(prefix="bnc-hub-validate-", dir=work_dir) as tmp:
         local = Path(tmp) / "repo"
         try:
-            info = call_with_retry(lambda: client.api.model_info(repo_id, revision=revision), policy=client.retry,
-                                   what=f"model_info {repo_id}@{revision}")
-            commit = info.sha
-            call_with_retry(lambda: client.api.snapshot_download(
-                repo_id, revision=commit or revision, local_dir=local, cache_dir=Path(tmp) / "cache",
-                allow_patterns=ALLOW_PATTERNS), policy=client.retry, what=f"download {repo_id}@{revision}")
+            commit = client.resolve_commit(repo_id, revision=revision)
+            _download(client, repo_id, commit, local=local, cache=Path(tmp) / "cache")
         except Exception as exc:  # noqa: BLE001 - reported as unreadable input; other repos are still checked
+            network = network_error(exc, endpoint=client.endpoint, scrub=client.scrub)
+            if network is not None:
+                raise network from None
             issue = new_issue("input.unreadable", file=repo_id, message=(
                 f"{repo_id} at revision {revision!r} could not be downloaded ({client.scrub(describe(exc))}); "
                 "check the repo id, the revision and the token"))
@@ -88,8 +109,8 @@ def validate_repo(client: HubClient, repo_id: str, *, revision: str = "main", re
 
 def validate_hub(client: HubClient, target: str, *, revision: str | None = None, require_declaration: bool = False,
                  work_dir: str | os.PathLike[str] | None = None, progress: bool = False) -> HubValidation:
-    """Validate ``target``: an organisation (every model at its head; repos holding neither weights nor a card are
-    skipped) or one repo ``ORG/NAME`` at ``revision`` (default ``main``)."""
+    """Validate ``target``: an organisation (every model at its head, each checked as ``ORG/NAME`` would be) or
+    one repo ``ORG/NAME`` at ``revision`` (default ``main``)."""
     from tqdm.auto import tqdm
 
     if "/" in target:
@@ -99,8 +120,7 @@ def validate_hub(client: HubClient, target: str, *, revision: str | None = None,
             raise UsageError(f"--revision {revision!r} names a revision of one repo: pass ORG/NAME, not the "
                              f"organisation {target!r}")
         check_org(target)
-        repos = [(r.repo_id, r.sha or "main") for r in list_org_models(client, target)
-                 if any(_matches(name) for name in r.filenames)]
+        repos = [(r.repo_id, r.sha or "main") for r in list_org_models(client, target)]
     issues: list[Issue] = []
     summaries: list[FileSummary] = []
     checked: list[tuple[str, str]] = []
@@ -117,4 +137,4 @@ def validate_hub(client: HubClient, target: str, *, revision: str | None = None,
                          checked=checked)
 
 
-__all__ = ["ALLOW_PATTERNS", "HubValidation", "validate_hub", "validate_repo"]
+__all__ = ["HubValidation", "validate_hub", "validate_repo"]

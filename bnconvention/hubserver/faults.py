@@ -1,9 +1,10 @@
-"""Fault injection for the local Hub: latency, error statuses, dropped connections, truncated bodies.
+"""Fault injection for the local Hub: latency, error statuses, dropped connections, truncated or trickled bodies,
+and listings that never end.
 
 A :class:`FaultRule` matches requests by method and a regex searched in the raw request path (percent-encoded, as
 sent, without the query string), and fires with a probability drawn from the injector's seeded RNG, on at most
 ``count`` requests ("the next N matching requests") when ``count`` is set. Rules are checked in order: every firing
-``latency`` rule adds its delay; the first firing ``status``, ``drop`` or ``truncate`` rule decides the response.
+``latency`` rule adds its delay; the first firing rule of another kind decides the response.
 Rules can be added and removed while the server runs (the injector is thread-safe).
 
 >>> injector = FaultInjector(seed=0)
@@ -27,8 +28,8 @@ from typing import Literal
 
 from bnconvention.errors import UsageError
 
-FaultKind = Literal["latency", "status", "drop", "truncate"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("latency", "status", "drop", "truncate")
+FaultKind = Literal["latency", "status", "drop", "truncate", "trickle", "endless"]
+FAULT_KINDS: tuple[FaultKind, ...] = ("latency", "status", "drop", "truncate", "trickle", "endless")
 # X-Error-Code sent with an injected status when the rule names none.
 DEFAULT_ERROR_CODES: dict[int, str] = {
     400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "EntryNotFound", 408: "RequestTimeout",
@@ -47,7 +48,11 @@ class FaultRule:
       ``RateLimit`` headers huggingface_hub reads;
     - ``drop``: close the connection without sending anything;
     - ``truncate``: send the real status, headers and ``Content-Length``, then only ``truncate_fraction`` of the
-      body, and close.
+      body, and close;
+    - ``trickle``: send the real response, its body at ``rate_bps`` bytes per second (a server that is slow but
+      never silent long enough for a read timeout);
+    - ``endless``: serve the real response with a ``Link: <...>; rel="next"`` header to a URL never sent before
+      (a listing that never ends).
 
     ``fired`` counts how often the rule has fired.
     """
@@ -62,6 +67,7 @@ class FaultRule:
     retry_after: int = 1
     error_code: str | None = None
     truncate_fraction: float = 0.5
+    rate_bps: float = 2.0
     fired: int = field(default=0, init=False)
     _pattern: re.Pattern[str] = field(init=False, repr=False)
 
@@ -80,6 +86,8 @@ class FaultRule:
             raise UsageError(f"an injected status must be 4xx or 5xx, found {self.status!r}")
         if self.latency_s < 0 or self.retry_after < 0:
             raise UsageError("fault latency_s and retry_after must not be negative")
+        if not self.rate_bps > 0:
+            raise UsageError(f"rate_bps must be positive, found {self.rate_bps!r}")
         if not 0.0 <= self.truncate_fraction < 1.0:
             raise UsageError(f"truncate_fraction must be within [0, 1), found {self.truncate_fraction!r}")
         if self.method is not None:
@@ -101,7 +109,8 @@ class FaultRule:
         """Parse ``key=value,...`` (the CLI's ``--fault``), e.g. ``kind=status,status=503,path=/resolve/,count=2``."""
         values: dict[str, object] = {}
         converters = {"kind": str, "path": str, "method": str, "probability": float, "count": int, "status": int,
-                      "latency_s": float, "retry_after": int, "error_code": str, "truncate_fraction": float}
+                      "latency_s": float, "retry_after": int, "error_code": str, "truncate_fraction": float,
+                      "rate_bps": float}
         for item in filter(None, (part.strip() for part in spec.split(","))):
             key, sep, raw = item.partition("=")
             if not sep or key not in converters:
@@ -112,7 +121,7 @@ class FaultRule:
             except ValueError as exc:
                 raise UsageError(f"fault spec {key}={raw!r} is not a valid {converters[key].__name__}") from exc
         if "kind" not in values:
-            raise UsageError(f"fault spec {spec!r} needs kind=latency|status|drop|truncate")
+            raise UsageError(f"fault spec {spec!r} needs kind={'|'.join(FAULT_KINDS)}")
         return cls(**values)  # type: ignore[arg-type]
 
 

@@ -1,7 +1,7 @@
 """The local Hub-compatible HTTP server: :class:`LocalHub` (start, endpoint, stop, stats, faults).
 
 Standard library only (``http.server.ThreadingHTTPServer``, HTTP/1.1 keep-alive, one thread per connection). Each
-request: fault decision (latency / status / drop / truncate), body read (``Content-Length`` or chunked, bounded),
+request: fault decision (latency / status / drop / truncate / trickle / endless), body read (``Content-Length`` or chunked, bounded),
 dispatch to the endpoint, response written with exact ``Content-Length``, one :class:`RequestRecord` with the body
 bytes actually sent. Request lines are logged at DEBUG level without headers, so tokens never reach a log.
 
@@ -58,6 +58,18 @@ class _HubHTTPServer(ThreadingHTTPServer):
         self.connections_lock = threading.Lock()
         super().__init__(address, _HubRequestHandler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (reset, broken pipe) is one log line, not a traceback; anything else is a bug of
+        ours and keeps the standard traceback."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            logger.info("hubserver: client %s:%s hung up (%s)", client_address[0], client_address[1],
+                        type(exc).__name__)
+            return
+        super().handle_error(request, client_address)
+
 
 class _HubRequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -94,7 +106,7 @@ class _HubRequestHandler(BaseHTTPRequestHandler):
         raw_path = urlsplit(getattr(self, "path", "") or "").path or "/"
         request = HubRequest(method=self.command or "-", raw_path=raw_path, raw_query="", headers={}, body=b"",
                              base_url="")
-        sent = self._send(self.command or "GET", error_response(exc), truncate=None)
+        sent = self._send(self.command or "GET", error_response(exc), truncate=None, trickle=None)
         self._record(request, code, sent, None, time.monotonic())
         with contextlib.suppress(OSError):
             self.wfile.flush()
@@ -146,6 +158,7 @@ class _HubRequestHandler(BaseHTTPRequestHandler):
             self._drop()
             return
         truncate: float | None = None
+        trickle: float | None = action.rate_bps if action is not None and action.kind == "trickle" else None
         try:
             request.body = self._read_body(hub.max_body_bytes)
         except HubRequestError as exc:
@@ -158,7 +171,9 @@ class _HubRequestHandler(BaseHTTPRequestHandler):
                 response = dispatch(hub.context, request)
             if action is not None and action.kind == "truncate":
                 truncate = action.truncate_fraction
-        sent = self._send(method, response, truncate=truncate)
+            if action is not None and action.kind == "endless" and response.status < 400:
+                response.headers["Link"] = request.next_link(endless_page=action.fired)
+        sent = self._send(method, response, truncate=truncate, trickle=trickle)
         self._record(request, response.status, sent, fault, started)
         try:
             self.wfile.flush()
@@ -216,8 +231,9 @@ class _HubRequestHandler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
 
-    def _send(self, method: str, response: HubResponse, *, truncate: float | None) -> int:
-        """Write the response (the last buffered bytes are flushed by the caller); return the body bytes written."""
+    def _send(self, method: str, response: HubResponse, *, truncate: float | None, trickle: float | None) -> int:
+        """Write the response (the last buffered bytes are flushed by the caller); return the body bytes written.
+        ``trickle``: bytes per second of the body (a fault)."""
         try:
             self.send_response(response.status)
             for name, value in response.headers.items():
@@ -227,6 +243,8 @@ class _HubRequestHandler(BaseHTTPRequestHandler):
             if method == "HEAD":
                 return 0
             budget = response.length if truncate is None else int(response.length * truncate)
+            if trickle is not None:
+                return self._trickle_body(response, budget, rate_bps=trickle)
             return self._write_body(response, budget)
         except OSError:  # the client went away
             self.close_connection = True
@@ -245,6 +263,26 @@ class _HubRequestHandler(BaseHTTPRequestHandler):
                     break
                 self.wfile.write(chunk)
                 sent += len(chunk)
+        return sent
+
+    def _trickle_body(self, response: HubResponse, budget: int, *, rate_bps: float) -> int:
+        """The body in pieces of about a tenth of a second's worth, each flushed, at ``rate_bps`` bytes per second;
+        stops when the client hangs up (``OSError``, caught by :meth:`_send`)."""
+        if response.file is not None:
+            with open(response.file, "rb") as handle:
+                handle.seek(response.file_offset)
+                body = handle.read(budget)
+        else:
+            body = response.body[:budget]
+        piece = max(1, int(rate_bps / 10))
+        sent = 0
+        while sent < len(body):
+            if sent:
+                time.sleep(piece / rate_bps)
+            self.wfile.write(body[sent:sent + piece])
+            sent += len(body[sent:sent + piece])
+            if sent < len(body):  # the last piece leaves with the caller's flush, after the request is recorded
+                self.wfile.flush()
         return sent
 
     def _record(self, request: HubRequest, status: int | None, sent: int, fault: str | None,

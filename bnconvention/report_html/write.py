@@ -40,8 +40,8 @@ def _build(report: ReportInput, folder: Path) -> None:
             _copy(Path(source), folder / name)
             entry[kind] = name
         if files.annotation is not None:
-            base = Path(item.annotation_path or files.annotation.name).name
-            name = f"{ANNOTATIONS_DIR}/{slug(audit.repo_id)}--{slug(base)}.json"
+            stem = Path(item.annotation_path or files.annotation.name).name.removesuffix(".json")
+            name = f"{ANNOTATIONS_DIR}/{slug(audit.repo_id)}--{slug(stem)}.json"  # one extension
             _copy(Path(files.annotation), folder / name)
             entry["annotation"] = name
         links[(audit.repo_id, item.filename)] = entry

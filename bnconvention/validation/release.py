@@ -315,9 +315,15 @@ def validate_release(release: Release, *, require_declaration: bool = False) -> 
         if declaration is not None:
             found = _check_layers(declaration, weights, source=declaration_file)
             issues += found
-            where = "" if declaration_file == weights.display else f" in {declaration_file}"
-            status = "digests match the tensors" if not any(i.code.startswith("digests.") for i in found) else (
-                "digests do not match the tensors")
+            mismatch = any(i.code.startswith("digests.") for i in found)
+            if declaration_file == weights.display:
+                where, status = "", "digests do not match the tensors" if mismatch else "digests match the tensors"
+            else:
+                # A mismatch is an issue of the file holding the record (its pointers point into that record) and
+                # is listed under it; this file's own line, "ok" (the weights are not what is wrong), must not
+                # report it as its note.
+                where = f" in {declaration_file}"
+                status = "checked there (see its issues)" if mismatch else "digests match the tensors"
             agrees = "".join(f"; {note}" for note in weights.notes)
             summaries.append(FileSummary(weights.display, "weights",
                                          f"{describe_record(declaration)}{where}; {status}{agrees}"))

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bnconvention.cli.progress import add_progress_option, show_progress
+from bnconvention.extras import needs_extra
+
 EPILOG = """examples:
   bnconvention demo                          # into ./demo-output, reusing what an earlier run built
   bnconvention demo --out /tmp/demo --no-progress
@@ -32,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--zoo", default=None, metavar="DIR",
                         help="keep the recorded zoo in DIR instead of OUT/zoo (reused when complete)")
     parser.add_argument("--fresh", action="store_true", help="remove what an earlier run built and start over")
-    parser.add_argument("--no-progress", action="store_true", help="no stage lines or progress bars on stderr")
+    add_progress_option(parser, help="progress bars on stderr (default: only when stderr is a terminal); "
+                                     "--no-progress also hides the stage lines")
+    needs_extra(parser, "audit")
     parser.set_defaults(func=run)
 
 
@@ -51,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from bnconvention.demo import run_demo, summary_text
     from bnconvention.io_utils import atomic_write_text
 
-    result = run_demo(args.out, zoo_dir=args.zoo, fresh=args.fresh, progress=not args.no_progress)
+    result = run_demo(args.out, zoo_dir=args.zoo, fresh=args.fresh, progress=show_progress(args.progress),
+                      stage_lines=args.progress is not False)
     text = summary_text(result)
     atomic_write_text(result.out / "summary.txt", text)
     sys.stdout.write(text)

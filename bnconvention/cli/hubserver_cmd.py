@@ -9,6 +9,7 @@ import threading
 from types import FrameType
 
 from bnconvention.errors import UsageError
+from bnconvention.text import plural
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "  bnconvention hubserver --root ./hub --token alice=secret-token --org lab=alice\n"
             "  bnconvention hubserver --root ./hub --port 8900 --fault kind=status,status=503,path=/resolve/,"
             "probability=0.2\n"
-            "  HF_ENDPOINT=http://127.0.0.1:8900 python my_pipeline.py"
+            "  HF_ENDPOINT=http://127.0.0.1:8900 python my_pipeline.py\n\n"
+            "Exit codes: 0 stopped by Ctrl-C or SIGTERM, 1 the server could not start (e.g. the port is in use), 2 bad\n"
+            "usage (a malformed --token, --org or --fault; a --root that is neither empty nor a hub store)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     hub.start()
     try:
         print(f"endpoint: {hub.endpoint}", flush=True)
-        print(f"serving {args.root} with {len(tokens)} token(s); Ctrl-C to stop", file=sys.stderr, flush=True)
+        print(f"serving {args.root} with {plural(len(tokens), 'token')}; Ctrl-C to stop", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             pass
     except KeyboardInterrupt:

@@ -127,10 +127,13 @@ def _published_before(paths: DemoPaths, plan: str) -> dict[str, Any] | None:
 
 
 def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.PathLike[str] | None = None,
-             fresh: bool = False, progress: bool = True, stream: TextIO | None = None) -> DemoResult:
+             fresh: bool = False, progress: bool = True, stage_lines: bool | None = None,
+             stream: TextIO | None = None) -> DemoResult:
     """Run every stage into ``out`` and return what was found. Stage lines go to ``stream`` (default stderr),
-    progress bars to stderr; ``progress=False`` silences both. ``zoo_dir`` keeps the zoo elsewhere (default
-    ``out/zoo``); ``fresh`` rebuilds everything. A second demo in the same ``out`` is refused (UsageError)."""
+    progress bars to stderr; ``progress=False`` silences both unless ``stage_lines`` keeps the stage lines (the
+    CLI does, when stderr is not a terminal: a few lines for a log, no bar redraws). ``zoo_dir`` keeps the zoo
+    elsewhere (default ``out/zoo``); ``fresh`` rebuilds everything. A second demo in the same ``out`` is refused
+    (UsageError)."""
     from filelock import FileLock, Timeout
 
     paths = DemoPaths.under(out, zoo=zoo_dir)
@@ -145,7 +148,7 @@ def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.Pat
         if fresh:
             paths.wipe()
             paths.claim()
-        stages = _Stages(stream or sys.stderr, quiet=not progress)
+        stages = _Stages(stream or sys.stderr, quiet=not (progress if stage_lines is None else stage_lines))
         with hub_environment(paths.hf_home):
             return _run(paths, stages, progress=progress)
     finally:

@@ -88,14 +88,16 @@ def command(name: str, target: str, weights: Path, pool: Path, tmp_path: Path) -
     return ["census", str(weights.parent), "--spec", str(spec), *allow, "--out", str(tmp_path / "census")]
 
 
-@pytest.mark.parametrize("name", ["declare", "refit", "audit", "census"])
-@pytest.mark.parametrize("case", list(FACTORY_CASES))
+# declare computes nothing, so it declares a half-precision model as it is (test_declare_half_precision_...)
+FAILING = [pytest.param(case, name, id=f"{case}-{name}") for case in FACTORY_CASES
+           for name in ("declare", "refit", "audit", "census") if (case, name) != ("half-precision", "declare")]
+
+
+@pytest.mark.parametrize(("case", "name"), FAILING)
 def test_factory_failures_are_one_line(name: str, case: str, checkpoints: dict[str, Path], tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # issue 10: these printed 24-60 lines of traceback
     source, code, start = FACTORY_CASES[case]
-    if case == "half-precision" and name == "declare":
-        pytest.skip("declare computes nothing: a half-precision model is declared as it is")
     module = user_module(tmp_path, monkeypatch, source)
     weights = checkpoints["f16" if case == "half-precision" else "f32"]
     assert cli.main(command(name, f"{module}:make", weights, checkpoints["pool"], tmp_path)) == code

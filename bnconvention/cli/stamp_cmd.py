@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from bnconvention.cli.progress import add_progress_option, show_progress

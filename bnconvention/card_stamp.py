@@ -43,6 +43,7 @@ from bnconvention.errors import CardError, StampError
 from bnconvention.io_utils import atomic_write_bytes
 from bnconvention.locations import CARD_SECTION_HEADING
 from bnconvention.standard.models import Declaration, RefitAnnotation
+from bnconvention.text import plural, signed
 
 SECTION_BEGIN = "<!-- bnconvention:begin -->"
 SECTION_END = "<!-- bnconvention:end -->"
@@ -105,7 +106,7 @@ def _convention_rows(convention: Any) -> list[tuple[str, str]]:
     dataset = _code(data.dataset.id + (f"@{data.dataset.revision}" if data.dataset.revision else ""))
     split = f"{_text(data.role)} of {dataset}: {_text(data.subset)}"
     if data.record_count is not None:
-        split += f" ({data.record_count} records)"
+        split += f" ({plural(data.record_count, 'record')})"
     transform = _text(convention.transform.mode)
     if convention.transform.reference:
         transform += f" ({_code(convention.transform.reference)})"
@@ -140,7 +141,7 @@ def render_card_section(record: Declaration | RefitAnnotation) -> str:
         intro = "Digests"
     else:
         rows.append(("Audited file", _code(record.subject.filename)))
-        rows.append(("Cells", f"{len(record.cells)} cell(s), {record.replicates} replicate(s), margin "
+        rows.append(("Cells", f"{plural(len(record.cells), 'cell')}, {plural(record.replicates, 'replicate')}, margin "
                               f"{canonical_json(record.margin_pp)} pp"))
         digests = [("trainable tensors", record.subject.trainable_sha256),
                    ("running statistics as shipped", record.subject.running_sha256)]
@@ -434,7 +435,7 @@ def render_refit_section(entries: list[Mapping[str, Any]]) -> str:
             subject += f" @ {_code(str(entry['revision'])[:12])}"
         for cell in entry.get("cells") or []:
             shift = cell.get("shift_pp")
-            shown = f"{shift:+.2f}pp" if isinstance(shift, (int, float)) and not isinstance(shift, bool) else "-"
+            shown = f"{signed(shift)}pp" if isinstance(shift, (int, float)) and not isinstance(shift, bool) else "-"
             lines.append(f"| {_code(entry.get('annotation', ''))} | {subject} | {_code(entry.get('convention', ''))} "
                          f"| {_text(cell.get('metric', ''))} | {_number(cell.get('shipped'), 4)} | "
                          f"{_number(cell.get('refit'), 4)} | {shown} | {_text(cell.get('decision', ''))} |")

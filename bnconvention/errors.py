@@ -108,6 +108,23 @@ class FactoryNotAllowedError(BnConventionError, PermissionError):
     """A model factory was requested that is not on the allowlist; nothing was imported."""
 
 
+class FactoryImportError(BnConventionError, ImportError):
+    """An allowed model factory could not be loaded: its module is not importable (missing, or it raises on
+    import), or it has no such callable. ``target`` is the ``module:function`` that was asked for."""
+
+    def __init__(self, message: str, *, target: str | None = None) -> None:
+        super().__init__(message)
+        self.target = target
+
+
+class FactoryArgumentError(BnConventionError, TypeError):
+    """The keyword arguments given for a model factory do not fit its signature; nothing was built."""
+
+
+class FactoryCallError(BnConventionError, RuntimeError):
+    """A model factory raised while building the model, or returned something that is not a ``torch.nn.Module``."""
+
+
 class CheckpointMismatchError(BnConventionError, ValueError):
     """A checkpoint's tensors do not fit the model built by the factory (names or shapes differ)."""
 
@@ -158,6 +175,16 @@ class UsageError(BnConventionError, ValueError):
     """A command was called with arguments that cannot work together."""
 
 
+class MissingDependencyError(BnConventionError, ImportError):
+    """A command needs an optional dependency (torch, scipy, ...) that is not installed. ``extra`` names the
+    ``bnconvention[...]`` extra that installs it; ``module`` the module that was missing."""
+
+    def __init__(self, message: str, *, module: str | None = None, extra: str | None = None) -> None:
+        super().__init__(message)
+        self.module = module
+        self.extra = extra
+
+
 __all__ = [
     "AuditSpecError",
     "BnConventionError",
@@ -165,11 +192,15 @@ __all__ = [
     "CardError",
     "CheckpointMismatchError",
     "DigestMismatchError",
+    "FactoryArgumentError",
+    "FactoryCallError",
+    "FactoryImportError",
     "FactoryNotAllowedError",
     "HubError",
     "HubNetworkError",
     "HubRequestError",
     "JSONInputError",
+    "MissingDependencyError",
     "RecordError",
     "RefitError",
     "SafetensorsHeaderError",

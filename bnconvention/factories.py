@@ -12,11 +12,13 @@ name it on their own command line (``--allow-factory package.module:function``),
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.errors import FactoryNotAllowedError
+from bnconvention.errors import (BnConventionError, FactoryArgumentError, FactoryCallError, FactoryImportError,
+                                 FactoryNotAllowedError)
 
 if TYPE_CHECKING:
     import torch
@@ -66,13 +68,65 @@ def resolve_factory(name: str) -> FactoryFn:
             f"model factory {name!r} is not allowlisted; known: torchvision/<arch>, zoo/convnet-bn, zoo/convnet-gn. "
             "To use your own, name it on the command line: --allow-factory package.module:function"
         )
+    return _load(target)
+
+
+def _load(target: str) -> FactoryFn:
+    """Import ``module:attribute``; every way that can fail is one :class:`FactoryImportError` naming the target
+    and the fix (the original exception is chained for ``--traceback``)."""
+    from bnconvention.extras import missing_dependency
+
     module_name, _, attribute = target.partition(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, attribute)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if missing_dependency(exc) is not None:
+            raise  # torch & co. missing: the CLI names the extra that installs them for the command at hand
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise FactoryImportError(
+                f"cannot import module {module_name!r} for factory {target!r}: no module named {exc.name!r}; install "
+                "it, or run from the folder that holds it (or add that folder to PYTHONPATH)", target=target) from exc
+        raise FactoryImportError(
+            f"module {module_name!r} of factory {target!r} failed to import: {exc}; install what it imports",
+            target=target) from exc
+    except Exception as exc:  # noqa: BLE001 - the user's module may raise anything while it is imported
+        raise FactoryImportError(
+            f"module {module_name!r} of factory {target!r} raised {type(exc).__name__} while being imported: "
+            f"{' '.join(str(exc).split())}; fix the module (rerun with --traceback to see where)",
+            target=target) from exc
+    function = getattr(module, attribute, None)
+    if function is None:
+        raise FactoryImportError(
+            f"module {module_name!r} has no attribute {attribute!r} (factory {target!r}); name a function it defines",
+            target=target)
+    if not callable(function):
+        raise FactoryImportError(
+            f"{target!r} is a {type(function).__name__}, not a function that builds a model", target=target)
+    return function
+
+
+def _check_arguments(name: str, function: FactoryFn, kwargs: Mapping[str, Any]) -> None:
+    """Refuse keyword arguments the factory's signature does not take, before anything is built."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: let the call decide
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as exc:
+        takes = [p.name for p in signature.parameters.values()
+                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        raise FactoryArgumentError(
+            f"model factory {name!r} does not accept the arguments {dict(kwargs)!r}: {exc}; it takes "
+            f"{', '.join(takes) or 'no keyword arguments'}") from None
 
 
 def build_model(name: str, kwargs: Mapping[str, Any] | None = None) -> torch.nn.Module:
-    """Build an allowlisted architecture with JSON-scalar keyword arguments (random initialisation, no download)."""
+    """Build an allowlisted architecture with JSON-scalar keyword arguments (random initialisation, no download).
+
+    Whatever the factory raises becomes one :class:`FactoryCallError`, so a user's factory fails with one line
+    at the CLI; what it returns must be a ``torch.nn.Module``.
+    """
     kwargs = dict(kwargs or {})
     for key, value in kwargs.items():
         if not isinstance(value, _JSON_SCALAR) and not (
@@ -85,4 +139,17 @@ def build_model(name: str, kwargs: Mapping[str, Any] | None = None) -> torch.nn.
     if name.startswith("torchvision/"):
         # never fetch pretrained weights: weights=None is forced
         kwargs["weights"] = None
-    return resolve_factory(name)(**kwargs)
+    function = resolve_factory(name)
+    _check_arguments(name, function, kwargs)
+    try:
+        model = function(**kwargs)
+    except (BnConventionError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a factory is other people's code: one line, chained for --traceback
+        raise FactoryCallError(f"model factory {name!r} raised {type(exc).__name__}: "
+                               f"{' '.join(str(exc).split())}") from exc
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise FactoryCallError(f"model factory {name!r} returned a {type(model).__name__}, not a torch.nn.Module")
+    return model

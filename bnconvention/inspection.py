@@ -28,6 +28,7 @@ from bnconvention.locations import SAFETENSORS_METADATA_KEY
 from bnconvention.safetensors_header import SafetensorsHeader
 from bnconvention.standard.models import BatchNormState, Declaration, RefitAnnotation
 from bnconvention.standard.naming import canonical_name
+from bnconvention.text import plural
 from bnconvention.validation import Issue, ValidationReport, check_record, diff_pointers, validate_paths
 from bnconvention.validation.release import normalized
 from bnconvention.validation.sources import header_record, load_card, load_header
@@ -261,7 +262,8 @@ def format_text(inspection: Inspection) -> str:
         if not view.readable:
             lines.append("  unreadable")
         if view.kind == "weights" and view.readable:
-            lines.append(f"  {view.tensors} tensors, {view.data_bytes} data bytes, header {view.header_bytes} bytes "
+            lines.append(f"  {plural(view.tensors, 'tensor')}, {plural(view.data_bytes, 'data byte')}, header "
+                         f"{plural(view.header_bytes, 'byte')} "
                          f"({view.padding} spare)")
             if view.metadata_keys:
                 lines.append(f"  other metadata keys: {', '.join(view.metadata_keys)}")
@@ -282,7 +284,7 @@ def format_text(inspection: Inspection) -> str:
             lines.append(f"  record: {record.kind}, convention {record.convention}{same}")
             if record.kind == "declaration":
                 lines.append(f"  buffer-update mode {record.buffer_update_mode}, split {record.role}, rule "
-                             f"{record.rule}, {record.layers} BatchNorm layers declared")
+                             f"{record.rule}, {plural(record.layers, 'BatchNorm layer')} declared")
                 if record.contradictions:
                     lines.append(f"  recorder contradictions: {', '.join(record.contradictions)}")
                 if record.reporting_line:
@@ -295,7 +297,7 @@ def format_text(inspection: Inspection) -> str:
             where = f" at {issue.path}" if issue.path else ""
             lines.append(f"  {issue.severity} {issue.code}{where}: {issue.message}")
     report = inspection.report
-    lines.append(f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)")
+    lines.append(f"{plural(len(report.errors), 'error')}, {plural(len(report.warnings), 'warning')}")
     return "\n".join(lines) + "\n"
 
 

@@ -62,6 +62,7 @@ from bnconvention.safetensors_header import (
     parse_header,
 )
 from bnconvention.standard.models import Declaration, RefitAnnotation
+from bnconvention.text import plural
 
 StampMethod: TypeAlias = Literal["unchanged", "in_place", "rewrite"]
 
@@ -149,7 +150,7 @@ def check_record_matches_file(path: str | os.PathLike[str], record: Declaration 
     issues, _ = layer_issues(record, shapes, display="the file", source=where)
     if issues:
         first = issues[0]
-        more = f" ({len(issues) - 1} more problem(s): run bnconvention validate)" if len(issues) > 1 else ""
+        more = f" ({plural(len(issues) - 1, 'more problem')}: run bnconvention validate)" if len(issues) > 1 else ""
         raise DigestMismatchError(f"{where}: the record does not describe this file: at {first.path or '/'}: "
                                   f"{first.message}{more}", field=first.path)
     found = file_digests(path, bn_layers=[layer.name for layer in layers], header=header)

@@ -170,7 +170,7 @@ def test_a_refit_annotation_section_names_the_audited_file() -> None:
     }
     section = render_card_section(parse_record(annotation))
     assert "| Audited file | `model.safetensors` |" in section
-    assert "| Cells | 0 cell(s), 10 replicate(s), margin 1.2 pp |" in section
+    assert "| Cells | 0 cells, 10 replicates, margin 1.2 pp |" in section  # issue 10: text.plural
     assert f"- running statistics as shipped: `{'b' * 64}`" in section
 
 

@@ -207,6 +207,7 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     from safetensors.torch import load_file
 
     from bnconvention.digests import file_digests
+    from bnconvention.refit.files import model_dtype
 
     path = Path(path)
     if not path.is_file():
@@ -216,6 +217,7 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     choice = choose_model(path, spec, sidecar)
     published = published_cells(path, spec, sidecar)
     model = build_architecture(choice)
+    model_dtype(model)  # half precision is refused here, before any forward fails on a dtype mismatch
     check_fits(path, header, choice, model_shapes(model))
     state = load_file(str(path))
     warnings: list[str] = []

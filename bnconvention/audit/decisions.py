@@ -18,6 +18,7 @@ from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stats import Decision, decide, sign_test
 from bnconvention.errors import AuditSpecError
 from bnconvention.standard.models import AnchorCell, Anchoring, Cell, CellDecision, Verdict
+from bnconvention.text import plural, signed
 
 CELL_LABELS = {"df": "forget accuracy", "dr": "retain accuracy", "dt": "test accuracy"}
 
@@ -109,16 +110,16 @@ def reporting_line(*, spec: AuditSpec, cells: Sequence[Cell], signs: Mapping[str
     replicates = len(cell.replicate_shifts_pp)
     if channel == "absent" and all(s == 0.0 for c in cells for s in c.replicate_shifts_pp):
         return (f"deployed state as shipped; no running statistics (channel absent): a refit is the identity, "
-                f"every cell moves +0.00pp on {replicates}/{replicates} replicates")
+                f"every cell moves +0.00pp on {replicates}/{plural(replicates, 'replicate')}")
     sign = signs[headline]
     if cell.decision.method == "not-anchored":
         detail = "not anchored: shipped cells do not reproduce the published ones, no decision"
     elif cell.decision.outcome == "displaced":
-        detail = f"{sign.beyond}/{replicates} replicates, p = {format_p(cell.decision.p_value)}"
+        detail = f"{sign.beyond}/{plural(replicates, 'replicate')}, p = {format_p(cell.decision.p_value)}"
     elif cell.decision.outcome == "equivalent":
         detail = f"equivalent within ±{spec.margin_pp:g}pp, TOST p = {format_p(cell.decision.p_value)}"
     else:
-        detail = f"undetermined: {sign.beyond}/{replicates} replicates beyond ±{spec.margin_pp:g}pp"
-    return f"{prefix}, {label} moves {cell.shift_pp:+.2f}pp ({detail})"
+        detail = f"undetermined: {sign.beyond}/{plural(replicates, 'replicate')} beyond ±{spec.margin_pp:g}pp"
+    return f"{prefix}, {label} moves {signed(cell.shift_pp)}pp ({detail})"
 
 

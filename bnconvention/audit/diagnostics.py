@@ -11,6 +11,7 @@ from bnconvention.audit.data import AuditData, Split
 from bnconvention.audit.evaluation import BaseCells, Refitter, data_split, forget_accuracy, stream, torch_seed
 from bnconvention.audit.spec import AuditSpec, ProvenanceSpec, RecoverabilitySpec
 from bnconvention.standard.models import ProvenanceContrast, Recoverability
+from bnconvention.text import plural
 
 
 def recoverability(refitter: Refitter, settings: RecoverabilitySpec, *, spec: AuditSpec, data: AuditData,
@@ -26,9 +27,10 @@ def recoverability(refitter: Refitter, settings: RecoverabilitySpec, *, spec: Au
     transform = data.transform(settings.transform)
     refitter.run(source.x[torch.from_numpy(chosen)], rule=rule, transform=transform, seed=torch_seed(rng),
                  batch_size=settings.images,
-                 data_split=data_split(data, role="proxy", subset=f"{settings.images} unlabeled images from the "
-                                        f"{settings.source} split", ids=source.ids[chosen], count=settings.images,
-                                        seed=spec.seed))
+                 data_split=data_split(data, role="proxy",
+                                       subset=f"{plural(settings.images, 'unlabeled image')} from the "
+                                              f"{settings.source} split", ids=source.ids[chosen],
+                                       count=settings.images, seed=spec.seed))
     after = forget_accuracy(refitter.model, data, batch_size=batch_size)
     refitter.restore()
     return Recoverability(images=settings.images, source=settings.source, rule=rule,  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ import numpy as np
 
 from bnconvention.audit.data import AuditData, Split
 from bnconvention.standard.naming import record_ids_sha256
+from bnconvention.text import plural
 
 if TYPE_CHECKING:
     import torch
@@ -93,8 +94,8 @@ class Refitter:
 
 
 def retain_split_description(*, pool_size: int, seed: int, data: AuditData) -> str:
-    return (f"{pool_size} records drawn without replacement for each replicate from the retain split "
-            f"({data.retain.definition}; {len(data.retain.ids)} records); replicate r draws with "
+    return (f"{plural(pool_size, 'record')} drawn without replacement for each replicate from the retain split "
+            f"({data.retain.definition}; {plural(len(data.retain.ids), 'record')}); replicate r draws with "
             f"SeedSequence({seed}, spawn_key=(0, r))")
 
 

@@ -14,6 +14,7 @@ import io
 from typing import TYPE_CHECKING
 
 from bnconvention.audit.result import AuditResult
+from bnconvention.text import plural
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -67,7 +68,7 @@ def cells_figure(result: AuditResult) -> bytes:
     shifts_ax.axhline(0.0, color="grey", linewidth=0.8)
     shifts_ax.set_xticks(positions, [f"{c.metric}\n{c.decision.outcome}" for c in cells], rotation=20)
     shifts_ax.set_ylabel("shift (pp)")
-    shifts_ax.set_title(f"refit − shipped, {a.replicates} replicates")
+    shifts_ax.set_title(f"refit − shipped, {plural(a.replicates, 'replicate')}")
     shifts_ax.legend(fontsize=8, loc="best")
     absent = " (channel absent: no running statistics, every shift is exactly 0)" if a.channel == "absent" else ""
     figure.suptitle(a.subject.filename + absent, fontsize=10)

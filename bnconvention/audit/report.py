@@ -10,12 +10,13 @@ from typing import Any
 
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.decisions import format_p
+from bnconvention.text import plural, signed
 
 PLOT_FILES = {"cells": "cells.png", "staleness": "staleness.png"}
 
 
 def _pp(value: float) -> str:
-    return f"{value:+.2f}"
+    return signed(value)
 
 
 def _value(value: float | None) -> str:
@@ -58,7 +59,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
     rows = []
     for cell in a.cells:
         sign = result.sign_tests.get(cell.metric)
-        spread = f"{min(cell.replicate_shifts_pp):+.2f} … {max(cell.replicate_shifts_pp):+.2f}"
+        spread = f"{signed(min(cell.replicate_shifts_pp))} … {signed(max(cell.replicate_shifts_pp))}"
         beyond = f"{sign.beyond}/{len(cell.replicate_shifts_pp)}" if sign else "—"
         rows.append([f"`{cell.metric}`", _value(cell.published), _value(cell.shipped), _value(cell.refit),
                      _pp(cell.shift_pp), spread, beyond, cell.decision.outcome, cell.decision.method,
@@ -86,25 +87,25 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
             ["mean ‖µ−µ̂‖/‖σ̂‖", f"{s.mean_distance:.5f}", f"{band.mean_distance:.5f}" if band else "—"],
             ["variance ‖σ²−σ̂²‖/‖σ̂²‖", f"{s.var_distance:.5f}", f"{band.var_distance:.5f}" if band else "—"],
         ])
-        lines += ["", f"Exceeds the band (both distances): {_yes(s.exceeds_band)}; {len(s.layers)} layers."]
+        lines += ["", f"Exceeds the band (both distances): {_yes(s.exceeds_band)}; {plural(len(s.layers), 'layer')}."]
     if a.recoverability is not None:
         r = a.recoverability
         lines += ["", "## Recoverability", "",
-                  f"A refit ({r.rule}) on {r.images} unlabeled {r.source} images moves forget accuracy from "
+                  f"A refit ({r.rule}) on {plural(r.images, f'unlabeled {r.source} image')} moves forget accuracy from "
                   f"{r.forget_accuracy_shipped:.4f} to {r.forget_accuracy_after:.4f} ({_pp(r.shift_pp)} pp)."]
     if a.provenance is not None:
         p = a.provenance
         shift = "—" if p.forget_shift_pp is None else f"{_pp(p.forget_shift_pp)} pp"
         lines += ["", "## Provenance contrast", "",
-                  f"Exchanging {p.exchanged} of {p.pool_size} retained records for forget records in a fixed pool "
-                  f"moves the refit statistics by {p.mean_distance:.5f} (mean) / {p.var_distance:.5f} (variance) "
-                  f"and forget accuracy by {shift}."]
+                  f"Exchanging {p.exchanged} of {plural(p.pool_size, 'retained record')} for forget records in a "
+                  f"fixed pool moves the refit statistics by {p.mean_distance:.5f} (mean) / "
+                  f"{p.var_distance:.5f} (variance) and forget accuracy by {shift}."]
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{kind}]({name})" for kind, name in plots.items()]
     lines += ["", "## Cost", "",
-              f"{result.refits_run} refits, shipped cells evaluated once ({result.seconds_shipped_eval:.2f} s), "
-              f"{result.seconds:.1f} s in all."]
+              f"{plural(result.refits_run, 'refit')}, shipped cells evaluated once "
+              f"({result.seconds_shipped_eval:.2f} s), {result.seconds:.1f} s in all."]
     if result.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
@@ -116,9 +117,10 @@ def census_markdown(census: Mapping[str, Any]) -> str:
     q = census["fdr_q"]
     margin = census["margin_pp"]
     eligible = counts["eligible"]
-    lines = [f"# Census of {counts['checkpoints']} checkpoints", "",
-             f"Spec `{census['spec_name'] or census['spec_sha256'][:12]}`; {census['replicates']} replicates per "
-             f"checkpoint; margin ±{margin:g} pp; Benjamini–Yekutieli at q = {q:g} across the census, per cell.", ""]
+    lines = [f"# Census of {plural(counts['checkpoints'], 'checkpoint')}", "",
+             f"Spec `{census['spec_name'] or census['spec_sha256'][:12]}`; "
+             f"{plural(census['replicates'], 'replicate')} per checkpoint; margin ±{margin:g} pp; "
+             f"Benjamini–Yekutieli at q = {q:g} across the census, per cell.", ""]
     rows = [
         ["Shipped cells reproduce the published ones (anchored)", str(counts["anchoring_checked"]),
          str(counts["anchored"])],

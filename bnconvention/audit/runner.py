@@ -56,6 +56,7 @@ from bnconvention.standard.models import (
     StalenessBand,
 )
 from bnconvention.standard.naming import record_ids_sha256
+from bnconvention.text import plural
 
 
 @dataclass
@@ -71,8 +72,8 @@ def check_data_fits(spec: AuditSpec, data: AuditData) -> None:
     """Sizes the spec asks for against the splits it defines (errors name the spec field)."""
     retain = len(data.retain.ids)
     if spec.refit.pool_size > retain:
-        raise AuditSpecError(f"refit.pool_size is {spec.refit.pool_size} but the retain split has {retain} records; "
-                             "draw at most the retain split", field="/refit/pool_size")
+        raise AuditSpecError(f"refit.pool_size is {spec.refit.pool_size} but the retain split has "
+                             f"{plural(retain, 'record')}; draw at most the retain split", field="/refit/pool_size")
     if spec.refit.rule != "exact" and spec.refit.pool_size < 2:
         raise AuditSpecError(f"refit.pool_size {spec.refit.pool_size}: train-mode rules need at least 2 records per "
                              "batch", field="/refit/pool_size")
@@ -80,7 +81,7 @@ def check_data_fits(spec: AuditSpec, data: AuditData) -> None:
         source = getattr(data, spec.recoverability.source)
         if spec.recoverability.images > len(source.ids):
             raise AuditSpecError(f"recoverability.images is {spec.recoverability.images} but the "
-                                 f"{spec.recoverability.source} split has {len(source.ids)} records",
+                                 f"{spec.recoverability.source} split has {plural(len(source.ids), 'record')}",
                                  field="/recoverability/images")
         rule = spec.recoverability.rule or spec.refit.rule
         if rule != "exact" and spec.recoverability.images < 2:
@@ -89,10 +90,10 @@ def check_data_fits(spec: AuditSpec, data: AuditData) -> None:
     if spec.provenance is not None:
         if spec.provenance.pool_size > retain:
             raise AuditSpecError(f"provenance.pool_size is {spec.provenance.pool_size} but the retain split has "
-                                 f"{retain} records", field="/provenance/pool_size")
+                                 f"{plural(retain, 'record')}", field="/provenance/pool_size")
         if spec.provenance.exchanged > len(data.forget.ids):
             raise AuditSpecError(f"provenance.exchanged is {spec.provenance.exchanged} but the forget split has "
-                                 f"{len(data.forget.ids)} records", field="/provenance/exchanged")
+                                 f"{plural(len(data.forget.ids), 'record')}", field="/provenance/exchanged")
 
 
 def prepare_audit(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None) -> PreparedAudit:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bnconvention.cli.progress import add_progress_option, show_progress
+from bnconvention.extras import needs_extra
+from bnconvention.text import plural, signed
+
 EPILOG = """examples:
   bnconvention audit zoo/bn-badteacher-eval.safetensors --spec examples/audit/digits-zoo.yaml
   bnconvention audit model.safetensors --spec audit.yaml --out audit-model --replicates 3
@@ -13,6 +17,10 @@ EPILOG = """examples:
 The spec (YAML or JSON, schema/v1/audit-spec.schema.json) names the data, the splits, the architecture, the cells
 and criteria. Outputs in --out: annotation.json (a refit_annotation record; check it with bnconvention validate),
 summary.md, cells.png, staleness.png and result.json. Nothing is written when the spec or the checkpoint is invalid.
+
+Exit codes: 0 audit written (displaced cells and verdict flips are findings, not failures), 1 the audit could not
+run (the checkpoint does not fit the model, the model factory failed, a dependency is missing), 2 invalid spec,
+unreadable checkpoint, a factory that cannot be loaded, or bad usage, 130 interrupted.
 """
 
 
@@ -22,7 +30,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
                         help="allow your own model factory for this run (repeatable); the spec names it as "
                              "model: {factory: MODULE:FUNCTION}")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    add_progress_option(parser)
+    needs_extra(parser, "audit")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -58,16 +67,16 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, replicates=args.replicates)
     weights = Path(args.weights)
     prepared = prepare_audit(weights, spec)  # every check, before any computation or output
-    result = run_audit(prepared, progress=not args.no_progress)
+    result = run_audit(prepared, progress=show_progress(args.progress))
     out = Path(args.out) if args.out else Path(f"audit-{checkpoint_name(weights)}")
     written = write_audit_outputs(result, out)
     print(result.annotation.reporting_line)
     for cell in result.annotation.cells:
-        print(f"  {cell.metric:<16} shipped {cell.shipped:.4f}  refit {cell.refit:.4f}  shift {cell.shift_pp:+.2f}pp"
+        print(f"  {cell.metric:<16} shipped {cell.shipped:.4f}  refit {cell.refit:.4f}  shift {signed(cell.shift_pp)}pp"
               f"  {cell.decision.outcome}")
     for verdict in result.annotation.verdicts:
         flip = f"  FLIP {verdict.direction.replace('_', ' ')}" if verdict.direction else ""
         print(f"  {verdict.criterion}: shipped {'pass' if verdict.shipped else 'fail'}, refit "
               f"{'pass' if verdict.refit else 'fail'}{flip}")
-    print(f"wrote {written[ANNOTATION_FILE]} and {len(written) - 1} more files in {out}")
+    print(f"wrote {written[ANNOTATION_FILE]} and {plural(len(written) - 1, 'more file')} in {out}")
     return 0

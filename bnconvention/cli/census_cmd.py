@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bnconvention.text import plural, signed
+
 EPILOG = """examples:
   bnconvention census zoo --spec examples/audit/digits-zoo.yaml --out census-zoo
   bnconvention census a.safetensors b.safetensors --spec audit.yaml --out census --workers 2
@@ -12,6 +14,10 @@ EPILOG = """examples:
 PATHS are .safetensors files or folders searched recursively. Every checkpoint is checked before any is audited.
 Each finished audit is journaled in DIR/journal/, so an interrupted census resumes where it stopped (rerun the
 same command). Outputs: DIR/census.json, DIR/census.md and DIR/checkpoints/<name>/ per checkpoint.
+
+Exit codes: 0 census written (displaced cells and flips are findings, not failures), 1 an audit could not run (a
+checkpoint does not fit its model, a factory failed, a dependency is missing), 2 invalid spec, unreadable or
+missing checkpoint, a factory that cannot be loaded, or bad usage, 130 interrupted (rerun to resume).
 """
 
 
@@ -38,28 +44,29 @@ def run(args: argparse.Namespace) -> int:
     from bnconvention.audit.census import run_census
     from bnconvention.audit.spec import load_spec
     from bnconvention.cli.audit_cmd import allow_factories
+    from bnconvention.cli.progress import show_progress
     from bnconvention.errors import UsageError
 
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
     allow_factories(args.allow_factory)
     spec = load_spec(args.spec, replicates=args.replicates)
-    outcome = run_census(args.paths, spec, Path(args.out), workers=args.workers, progress=not args.no_progress,
+    outcome = run_census(args.paths, spec, Path(args.out), workers=args.workers, progress=show_progress(args.progress),
                          allowed_factories=args.allow_factory)
     summary = outcome.summary
     counts = summary["counts"]
-    print(f"census of {counts['checkpoints']} checkpoints: {counts['anchored']} anchored of "
+    print(f"census of {plural(counts['checkpoints'], 'checkpoint')}: {counts['anchored']} anchored of "
           f"{counts['anchoring_checked']} checked, {counts['eligible']} decided, {counts['channel_absent']} channel "
           f"absent")
     for metric, cell in summary["cells"].items():
         print(f"  {metric:<16} displaced {cell['displaced_by']} (BY q={summary['fdr_q']:g}; raw {cell['displaced']}), "
               f"equivalent {cell['equivalent']}, undetermined {cell['undetermined']}")
     for criterion, verdict in summary["verdicts"].items():
-        print(f"  {criterion}: {verdict['flips']} flips (pass->fail {verdict['pass_to_fail']}, fail->pass "
+        print(f"  {criterion}: {plural(verdict['flips'], 'flip')} (pass->fail {verdict['pass_to_fail']}, fail->pass "
               f"{verdict['fail_to_pass']})")
     largest = summary["largest_shift"]
     if largest:
-        print(f"  largest shift {largest['shift_pp']:+.2f}pp ({largest['cell']}, {largest['checkpoint']})")
+        print(f"  largest shift {signed(largest['shift_pp'])}pp ({largest['cell']}, {largest['checkpoint']})")
     print(f"{outcome.audits_run} audited, {outcome.audits_reused} reused from the journal; wrote "
           f"{outcome.out_dir / 'census.json'} and {outcome.out_dir / 'census.md'}")
     return 0

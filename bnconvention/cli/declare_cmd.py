@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bnconvention.extras import needs_extra
+from bnconvention.text import plural
+
 # The standard's Literal aliases, spelled out so that building the parser does not import pydantic (every command
 # would pay ~0.2 s); tests/test_declare.py proves they equal typing.get_args of bnconvention.standard.models' aliases.
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -108,6 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     out.add_argument("--reporting-line", help="the one sentence the release adds about its deployed state")
     out.add_argument("-o", "--output", type=Path, metavar="RECORD.json",
                      help="write the record here (atomically); default: standard output")
+    needs_extra(parser, "refit")
     parser.set_defaults(func=run)
 
 
@@ -132,7 +136,7 @@ def read_observation(path: Path) -> Any:
         first = exc.errors()[0]
         where = "/".join(str(part) for part in first["loc"]) or "(top level)"
         raise JSONInputError(
-            f"{path}: not a recorder observation: at {where}: {first['msg']} ({exc.error_count()} problem(s)); "
+            f"{path}: not a recorder observation: at {where}: {first['msg']} ({plural(exc.error_count(), 'problem')}); "
             "write it with to_dict(recorder.observation())", source=path) from exc
 
 
@@ -217,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     atomic_write_text(args.output, text)
     contradictions = len(record.observation.contradictions) if record.observation else 0
-    note = f", {contradictions} contradiction(s) recorded" if contradictions else ""
+    note = f", {plural(contradictions, 'contradiction')} recorded" if contradictions else ""
     print(f"wrote {args.output}: {record.convention.name}{note}", file=sys.stderr)
     return 0
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.errors import UsageError
+from bnconvention.extras import needs_extra
 
 EPILOG = """examples:
   bnconvention demo                          # into ./demo-output, reusing what an earlier run built
@@ -43,11 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--zoo", default=None, metavar="DIR",
                         help="keep the recorded zoo in DIR instead of OUT/zoo (reused when complete)")
     parser.add_argument("--fresh", action="store_true", help="remove what an earlier run built and start over")
-    parser.add_argument("--no-progress", action="store_true", help="no stage lines or progress bars on stderr")
+    add_progress_option(parser, help="progress bars on stderr (default: only when stderr is a terminal); "
+                                     "--no-progress also hides the stage lines")
     parser.add_argument("--serve", action="store_true",
                         help="publish the organisation (no crawl) and serve it until Ctrl-C, for the quickstarts")
     parser.add_argument("--port", type=int, default=None, metavar="N",
                         help="with --serve: the port on 127.0.0.1 (default: 0 = a free port)")
+    needs_extra(parser, "audit")
     parser.set_defaults(func=run)
 
 
@@ -70,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     from bnconvention.demo import run_demo, summary_text
     from bnconvention.io_utils import atomic_write_text
 
-    result = run_demo(args.out, zoo_dir=args.zoo, fresh=args.fresh, progress=not args.no_progress)
+    result = run_demo(args.out, zoo_dir=args.zoo, fresh=args.fresh, progress=show_progress(args.progress),
+                      stage_lines=args.progress is not False)
     text = summary_text(result)
     atomic_write_text(result.out / "summary.txt", text)
     sys.stdout.write(text)
@@ -82,7 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
     from bnconvention.demo.serve import serve_demo, serve_text
 
     with serve_demo(args.out, zoo_dir=args.zoo, port=args.port or 0, fresh=args.fresh,
-                    progress=not args.no_progress) as served:
+                    progress=show_progress(args.progress)) as served:
         sys.stdout.write(serve_text(served))
         sys.stdout.flush()
         wait_until_stopped()

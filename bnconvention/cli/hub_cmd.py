@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bnconvention.cli.progress import add_progress_option, show_progress
+from bnconvention.extras import needs_extra
+
 EPILOG = """examples:
   bnconvention hub census my-org --endpoint http://127.0.0.1:8000 --out hub-my-org
   bnconvention hub audit my-org --spec examples/audit/digits-zoo.yaml --workers 2
@@ -40,7 +43,7 @@ def _common(parser: argparse.ArgumentParser, *, journal: bool = True) -> None:
                              "files), and of each silence while huggingface_hub downloads a file (default: 60)")
     parser.add_argument("--max-pages", type=int, default=1000, metavar="N",
                         help="pages of one listing before it counts as endless (default: 1000)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    add_progress_option(parser)
     if journal:
         parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: hub-ORG)")
         parser.add_argument("--journal", type=Path, metavar="PATH",
@@ -109,6 +112,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     audit.add_argument("--redo-failed", action="store_true",
                        help="audit only the repos whose last audit failed (with --redo: those too)")
     audit.add_argument("--format", choices=("text", "json"), default="text")
+    needs_extra(audit, "audit")
     audit.set_defaults(func=run_audit_cmd)
 
     push = commands.add_parser(
@@ -131,6 +135,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     push.add_argument("--repo", action="append", metavar="ORG/NAME", help="only these repos (repeatable)")
     push.add_argument("--no-eval-results", action="store_true", help="never add .eval_results/ entries")
     push.add_argument("--format", choices=("text", "json"), default="text")
+    needs_extra(push, "audit")
     push.set_defaults(func=run_push_cmd)
 
     validate = commands.add_parser(
@@ -233,7 +238,8 @@ def run_census_cmd(args: argparse.Namespace) -> int:
 
     def go() -> int:
         with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
-            run = run_census(client, args.org, journal=journal, workers=args.workers, progress=not args.no_progress)
+            run = run_census(client, args.org, journal=journal, workers=args.workers,
+                             progress=show_progress(args.progress))
         summary = census_summary(args.org, run.repos, endpoint=client.endpoint,
                                  run={"read": run.read, "reused": run.reused, "failed": run.failed,
                                       "seconds": round(run.seconds, 3)})
@@ -278,7 +284,7 @@ def run_audit_cmd(args: argparse.Namespace) -> int:
         with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
             run = audit_org(client, args.org, spec, journal=journal, out=out, executor=executor,
                             workers=args.workers, allowed_factories=args.allow_factory, threads=args.threads,
-                            plots=not args.no_plots, progress=not args.no_progress, redo=args.redo,
+                            plots=not args.no_plots, progress=show_progress(args.progress), redo=args.redo,
                             redo_failed=args.redo_failed)
         if args.format == "json":
             _print_json({"org": args.org, "audits": [a.model_dump(mode="json", exclude={"files": {"__all__": {
@@ -314,7 +320,8 @@ def run_push_cmd(args: argparse.Namespace) -> int:
     def go() -> int:
         with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
             run = push_org(client, args.org, journal=journal, dry_run=args.dry_run,
-                           eval_results=not args.no_eval_results, progress=not args.no_progress, repos=args.repo)
+                           eval_results=not args.no_eval_results, progress=show_progress(args.progress),
+                           repos=args.repo)
         if args.format == "json":
             _print_json([o.model_dump(mode="json") for o in run.outcomes])
         else:
@@ -342,7 +349,7 @@ def run_validate_cmd(args: argparse.Namespace) -> int:
 
     def go() -> int:
         result = validate_hub(client, args.target, revision=args.revision,
-                              require_declaration=args.require_declaration, progress=not args.no_progress)
+                              require_declaration=args.require_declaration, progress=show_progress(args.progress))
         sys.stdout.write(render(result.report, args.format))
         if args.format == "text":
             for repo_id, commit in result.checked:

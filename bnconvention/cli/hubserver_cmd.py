@@ -28,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "  bnconvention hubserver --root ./hub --token alice=secret-token --org lab=alice\n"
             "  bnconvention hubserver --root ./hub --port 8900 --fault kind=status,status=503,path=/resolve/,"
             "probability=0.2\n"
-            "  HF_ENDPOINT=http://127.0.0.1:8900 python my_pipeline.py"
+            "  HF_ENDPOINT=http://127.0.0.1:8900 python my_pipeline.py\n\n"
+            "Exit codes: 0 stopped by Ctrl-C or SIGTERM, 1 the server could not start (e.g. the port is in use), 2 bad\n"
+            "usage (a malformed --token, --org or --fault; a --root that is neither empty nor a hub store)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

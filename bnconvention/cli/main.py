@@ -6,6 +6,12 @@ commands, so ``bnconvention validate`` starts fast.
 
 Exit codes (a documented contract, see docs/cli.md): 0 success / no errors, 1 errors found or the operation
 failed, 2 unreadable input or bad usage, 130 interrupted.
+
+Every exception that reaches the entry point becomes one line on stderr, ``bnconvention: <kind>: <message>``:
+the types in :data:`ERROR_TABLE` by their row; a missing optional dependency (torch, scipy, ...) as the
+``bnconvention[...]`` extra to install (:mod:`bnconvention.extras`); anything else is a bug of ours or of code we
+called, reported as ``bnconvention: internal error: TypeName: message (rerun with --traceback and report it)``
+with exit 1. ``--traceback`` (or ``BNC_TRACEBACK=1``) prints the full traceback before the line.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Sequence
 
 from bnconvention import errors
 from bnconvention._version import __version__
+from bnconvention.extras import missing_dependency
 
 # Order is the order of ``bnconvention --help``.
 COMMAND_MODULES: list[str] = [
@@ -54,6 +61,10 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (errors.UntrustedInputError, EXIT_USAGE, "unreadable input"),
     (errors.AuditSpecError, EXIT_USAGE, "invalid audit spec"),
     (errors.FactoryNotAllowedError, EXIT_USAGE, "factory not allowed"),
+    (errors.FactoryImportError, EXIT_USAGE, "cannot load factory"),
+    (errors.FactoryArgumentError, EXIT_USAGE, "bad factory arguments"),
+    (errors.FactoryCallError, EXIT_FAILED, "model factory failed"),
+    (errors.MissingDependencyError, EXIT_FAILED, "missing dependency"),
     (errors.RecordError, EXIT_FAILED, "invalid record"),
     (errors.DigestMismatchError, EXIT_FAILED, "digest mismatch"),
     (errors.WeightsChangedError, EXIT_FAILED, "weights changed"),
@@ -79,15 +90,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _report(exc: BaseException, *, show_traceback: bool) -> int:
+def _classify(exc: BaseException) -> tuple[int, str, str]:
+    """``(exit code, kind, message)`` of the one line that reports ``exc``."""
+    message = " ".join(str(exc).split())
     for exc_type, code, label in ERROR_TABLE:
         if isinstance(exc, exc_type):
-            break
-    else:
-        raise exc
+            return code, label, message or type(exc).__name__
+    detail = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return EXIT_FAILED, "internal error", f"{detail} (rerun with --traceback and report it)"
+
+
+def _report(exc: BaseException, *, args: argparse.Namespace, show_traceback: bool) -> int:
     if show_traceback:
         traceback.print_exception(exc)
-    message = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ModuleNotFoundError):
+        exc = missing_dependency(exc, extra=getattr(args, "extra", None),
+                                 command=getattr(args, "extra_command", None) or f"bnconvention {args.command}") or exc
+    code, label, message = _classify(exc)
     print(f"bnconvention: {label}: {message}", file=sys.stderr)
     return code
 
@@ -104,5 +123,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bnconvention: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - mapped to one line, unknown types re-raised by _report
-        return _report(exc, show_traceback=show_traceback)
+    except Exception as exc:  # noqa: BLE001 - every exception becomes one line (see the module docstring)
+        return _report(exc, args=args, show_traceback=show_traceback)

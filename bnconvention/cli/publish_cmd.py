@@ -18,6 +18,10 @@ the card's), the weights and the card are stamped where they lack it, the folder
 publish; warnings are shown), then the folder is uploaded with huggingface_hub (create_repo + upload_folder, or a
 pull request with --create-pr). Running it again after an interruption is safe: stamps are not repeated and the
 client re-sends only files the Hub lacks. The token is read from the environment and never printed.
+
+Exit codes: 0 published (with --dry-run: stamped and validated), 1 the folder does not validate (nothing uploaded)
+or the upload failed (run it again), 2 unreadable input or bad usage (e.g. --repo without its owner, --token-env
+naming an unset variable), 130 interrupted (run it again to resume).
 """
 
 

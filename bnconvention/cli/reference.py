@@ -25,7 +25,20 @@ current). The quickstarts show the commands at work: [author](quickstart-author.
 
 Exit codes (every command): **0** success / no errors, **1** errors found or the operation failed, **2** unreadable
 input or bad usage, **130** interrupted. Errors are one line on stderr (`bnconvention: <kind>: <message>`); add
-`--traceback` (or `BNC_TRACEBACK=1`) for the full traceback.
+`--traceback` (or `BNC_TRACEBACK=1`) for the full traceback. A model factory that cannot be imported names the
+module and the fix (`cannot load factory`, exit 2); one that raises is `model factory failed` (exit 1). An
+exception of a type we did not anticipate is still one line, `bnconvention: internal error: TypeName: message
+(rerun with --traceback and report it)`, exit 1: it is a bug, and the traceback is what to report.
+
+Installation: `pip install bnconvention` is enough for `validate`, `inspect`, `stamp`, `card`, `schema`, `publish`,
+`hub census`, `hub validate`, `hub publish` and `hubserver` (no torch; this is what the pre-commit hook installs).
+`declare`, `refit` and `zoo build` need `pip install 'bnconvention[refit]'` (torch, torchvision, numpy,
+scikit-learn); `audit`, `census`, `demo`, `hub audit` and `hub push` need `pip install 'bnconvention[audit]'` (the
+refit extra plus scipy and matplotlib). Without them these commands stop with one line naming the extra
+(`bnconvention: missing dependency: ...`, exit 1).
+
+Progress bars go to stderr only when stderr is a terminal; `--progress` forces them (e.g. under a terminal that
+is not detected as one), `--no-progress` hides them. Piped or CI output never holds bar redraws.
 """
 
 

@@ -6,6 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from bnconvention.cli.progress import add_progress_option, show_progress
+from bnconvention.extras import needs_extra
+
 EPILOG = """\
 examples:
   # exact refit on the inputs stored in an .npz (array "x"), described as the retained split
@@ -65,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="exact rule: layer-major traced pass, per-layer hook passes, or auto (default)")
     parser.add_argument("--out", required=True, type=Path, metavar="OUT.safetensors")
     parser.add_argument("--report", required=True, type=Path, metavar="REPORT.json")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_progress_option(parser)
+    needs_extra(parser, "refit")
     parser.set_defaults(func=run)
 
 
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     dtype = model_dtype(model)
     pool, data, transform = _pool(args, dtype)
     report = refit(model, pool, rule=args.rule, data=data, transform=transform, method=args.method,
-                   progress=not args.no_progress and sys.stderr.isatty())
+                   progress=show_progress(args.progress))
     record = report.to_dict()
     save_weights(model, out, record_text=canonical_json(record), source_metadata=header.metadata)
     atomic_write_text(report_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")

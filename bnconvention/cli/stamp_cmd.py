@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from bnconvention.cli.progress import add_progress_option, show_progress
 
 EPILOG = """\
 examples:
@@ -16,6 +17,10 @@ The tensor data is never rewritten or loaded: the header is updated in place whe
 one-page write), otherwise the file is copied next to itself with the new header and renamed over the original.
 Either way the file is always the complete old one or the complete new one. Stamping the same record again changes
 nothing.
+
+Exit codes: 0 stamped (or already stamped with this record), 1 the record is invalid or does not describe the
+file's tensors, or writing failed (the file is left intact), 2 unreadable record, card or weights file, or bad
+usage, 130 interrupted (the file is intact).
 """
 
 
@@ -37,8 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="skip checking the record's digests against the file's tensors (reads every tensor)")
     parser.add_argument("--reserve", type=int, default=None, metavar="BYTES",
                         help="header padding kept for later re-stamps when the header must grow (default 4096)")
-    parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bar while copying tensor data")
+    add_progress_option(parser, help="a progress bar while copying tensor data (default: only when stderr is a "
+                                     "terminal)")
     parser.set_defaults(func=run)
 
 
@@ -60,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         stamp_card_text(decode_card(args.card.read_bytes(), source=str(args.card)), model, source=str(args.card))
     result = stamp_file(args.weights, model, check_digests=args.check_digests,
                         reserve=DEFAULT_RESERVE if args.reserve is None else args.reserve,
-                        progress=args.progress and sys.stderr.isatty())
+                        progress=show_progress(args.progress))
     how = {"unchanged": "already stamped with this record, unchanged", "in_place": "header updated in place",
            "rewrite": "header rewritten, tensor data copied unchanged"}[result.method]
     checked = "digests match" if result.digests_checked else "digests not checked"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.errors import UsageError
+from bnconvention.extras import needs_extra
 
 DEFAULT_OUT = "zoo"
 
@@ -19,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         epilog="examples:\n"
                "  bnconvention zoo build                    # into ./zoo, reused when already built\n"
                "  bnconvention zoo build --out /tmp/zoo --seed 1\n"
-               "  bnconvention zoo build --variant bn-badteacher-eval --no-progress",
+               "  bnconvention zoo build --variant bn-badteacher-eval --no-progress\n\n"
+               "Exit codes (zoo build): 0 built or reused, 1 the build failed, 2 bad usage, 130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="zoo_action", metavar="ACTION")
@@ -29,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Train every variant deterministically (one torch thread, seeded) into --out. An existing "
                     "build with the same seed and code version whose files hash correctly is reused; an "
                     "interrupted build resumes.",
-        epilog="examples:\n  bnconvention zoo build --out zoo\n  bnconvention zoo build --out zoo --force",
+        epilog="examples:\n  bnconvention zoo build --out zoo\n  bnconvention zoo build --out zoo --force\n\n"
+               "Exit codes: 0 built (or reused), 1 the build failed (rerun to resume), 2 bad usage (e.g. --out is a "
+               "non-empty folder\nthat is not a zoo), 130 interrupted (rerun to resume).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     build.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output folder (default: ./{DEFAULT_OUT})")
@@ -37,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     build.add_argument("--variant", action="append", metavar="NAME",
                        help="build only this variant and its parents (repeatable; default: all)")
     build.add_argument("--force", action="store_true", help="rebuild even when a matching build exists")
-    build.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_progress_option(build)
+    needs_extra(build, "refit")
     build.set_defaults(func=run)
     parser.set_defaults(func=_missing_action(parser))
 
@@ -54,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seed < 0:
         raise UsageError(f"--seed must be a non-negative integer, got {args.seed}")
-    manifest = build_zoo(Path(args.out), seed=args.seed, progress=not args.no_progress, variants=args.variant,
+    manifest = build_zoo(Path(args.out), seed=args.seed, progress=show_progress(args.progress), variants=args.variant,
                          force=args.force)
     print(f"zoo in {manifest.root} (seed {manifest.seed}, code {manifest.code_sha256[:12]})")
     print(f"{'variant':<20} {'buffers':<10} {'forget':>7} {'retain':>7} {'test':>7}")

@@ -151,12 +151,15 @@ def demo_folder(out: str | os.PathLike[str], *, zoo_dir: str | os.PathLike[str] 
 
 
 def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.PathLike[str] | None = None,
-             fresh: bool = False, progress: bool = True, stream: TextIO | None = None) -> DemoResult:
+             fresh: bool = False, progress: bool = True, stage_lines: bool | None = None,
+             stream: TextIO | None = None) -> DemoResult:
     """Run every stage into ``out`` and return what was found. Stage lines go to ``stream`` (default stderr),
-    progress bars to stderr; ``progress=False`` silences both. ``zoo_dir`` keeps the zoo elsewhere (default
-    ``out/zoo``); ``fresh`` rebuilds everything. A second demo in the same ``out`` is refused (UsageError)."""
+    progress bars to stderr; ``progress=False`` silences both unless ``stage_lines`` keeps the stage lines (the
+    CLI does, when stderr is not a terminal: a few lines for a log, no bar redraws). ``zoo_dir`` keeps the zoo
+    elsewhere (default ``out/zoo``); ``fresh`` rebuilds everything. A second demo in the same ``out`` is refused
+    (UsageError)."""
     with demo_folder(out, zoo_dir=zoo_dir, fresh=fresh) as paths:
-        stages = Stages(stream or sys.stderr, quiet=not progress)
+        stages = Stages(stream or sys.stderr, quiet=not (progress if stage_lines is None else stage_lines))
         with hub_environment(paths.hf_home):
             return _run(paths, stages, progress=progress)
 

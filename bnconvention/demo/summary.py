@@ -9,6 +9,7 @@ from bnconvention.demo.pipeline import DemoResult, headline
 from bnconvention.demo.spec import DEMO_SPEC
 from bnconvention.hub.report import CLASS_LABELS
 from bnconvention.report_html import flagged_repos
+from bnconvention.text import plural, signed
 
 
 def _cell(result: Any, metric: str) -> Any:
@@ -41,12 +42,13 @@ def summary_text(result: DemoResult) -> str:
     metric = DEMO_SPEC["headline"]
     census = result.census
     lines = [f"bnconvention demo: organisation {census['org']} on a local Hub ({result.endpoint}), "
-             f"{census['repos_total']} model repos", "",
+             f"{plural(census['repos_total'], 'model repo')}", "",
              f"census (header only, {census['bytes_read_total']} bytes read):"]
     lines += [f"  {CLASS_LABELS[name]:<44} {count}" for name, count in census["counts"].items()]
 
-    lines += ["", f"audits ({DEMO_SPEC['replicates']} replicates, ±{DEMO_SPEC['margin_pp']} pp margin, exact refit on "
-                  f"{DEMO_SPEC['refit']['pool_size']} redrawn retained records each), cell {metric} = forget accuracy:"]
+    lines += ["", f"audits ({plural(DEMO_SPEC['replicates'], 'replicate')}, ±{DEMO_SPEC['margin_pp']} pp margin, "
+                  f"exact refit on {DEMO_SPEC['refit']['pool_size']} redrawn retained records each), "
+                  f"cell {metric} = forget accuracy:"]
     top = headline(result.audits)
     absent: list[str] = []
     for repo_id, audit in result.audited():
@@ -54,14 +56,14 @@ def summary_text(result: DemoResult) -> str:
         if cell is None:
             continue
         if audit.annotation.channel == "absent":
-            shifts = {f"{s:+.2f}" for c in audit.annotation.cells for s in c.replicate_shifts_pp}
+            shifts = {signed(s) for c in audit.annotation.cells for s in c.replicate_shifts_pp}
             absent.append(f"{repo_id} {'/'.join(sorted(shifts))}pp")
             continue
         flips = [f'"{v.criterion}" {v.direction.replace("_", " ")}' for v in audit.annotation.verdicts
                  if v.flipped and v.direction]
         anchored = "" if audit.anchored is not False else " [not anchored: excluded]"
         mark = "  <- headline" if top is not None and top[0] == repo_id else ""
-        lines.append(f"  {repo_id:<40} {cell.shipped:.2f} -> {cell.refit:.2f} {cell.shift_pp:+8.2f}pp "
+        lines.append(f"  {repo_id:<40} {cell.shipped:.2f} -> {cell.refit:.2f} {signed(cell.shift_pp):>8}pp "
                      f"{_decision(cell)}"
                      + (f"; flips {', '.join(flips)}" if flips else "") + anchored + mark)
     if absent:
@@ -71,15 +73,15 @@ def summary_text(result: DemoResult) -> str:
         cell = _cell(audit, metric)
         flips = [v for v in audit.annotation.verdicts if v.flipped]
         lines += ["", f"headline: {repo_id} ships {metric} = {cell.shipped:.4f}; a retain refit at bit-identical "
-                      f"weights gives {cell.refit:.4f} ({cell.shift_pp:+.2f}pp, {cell.decision.outcome} on "
-                      f"{len(cell.replicate_shifts_pp)}/{len(cell.replicate_shifts_pp)} replicates, p = "
+                      f"weights gives {cell.refit:.4f} ({signed(cell.shift_pp)}pp, {cell.decision.outcome} on "
+                      f"{len(cell.replicate_shifts_pp)}/{plural(len(cell.replicate_shifts_pp), 'replicate')}, p = "
                       f"{_p(cell.decision.p_value)}); verdict \"{flips[0].criterion}\" flips "
                       f"{(flips[0].direction or '').replace('_', ' ')}",
                   f"  reporting line: {audit.annotation.reporting_line}"]
         if audit.annotation.recoverability is not None:
             r = audit.annotation.recoverability
-            lines.append(f"  recoverability: a refit on {r.images} unlabeled {r.source} images moves forget accuracy "
-                         f"{r.forget_accuracy_shipped:.2f} -> {r.forget_accuracy_after:.2f}")
+            lines.append(f"  recoverability: a refit on {plural(r.images, f'unlabeled {r.source} image')} moves "
+                         f"forget accuracy {r.forget_accuracy_shipped:.2f} -> {r.forget_accuracy_after:.2f}")
 
     flags = flagged(result)
     lines += ["", f"flagged releases ({len(flags)}):"]
@@ -94,7 +96,7 @@ def summary_text(result: DemoResult) -> str:
         lines.append(f"  {repo_id} pull request #{number} (refs/pr/{number}) validates: exit {code}")
     errors = sum(i.severity == "error" for i in result.validation)
     warnings = sum(i.severity == "warning" for i in result.validation)
-    lines += [f"validation of {census['org']}: {errors} error(s), {warnings} warning(s)", "",
+    lines += [f"validation of {census['org']}: {plural(errors, 'error')}, {plural(warnings, 'warning')}", "",
               f"report: {result.report}"]
     timing = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in result.seconds.items())
     reuse = [name for name in ("zoo", "publish") if result.reused.get(name)]

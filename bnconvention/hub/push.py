@@ -34,7 +34,7 @@ from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import call_with_retry, describe, is_retryable
 from bnconvention.locations import ANNOTATION_DIR
 from bnconvention.standard.models import RefitAnnotation, to_dict
-from bnconvention.text import plural
+from bnconvention.text import plural, signed
 
 CARD_NAME = "README.md"
 MARKER = "bnconvention:refit-annotation"
@@ -152,7 +152,7 @@ def eval_results_entry(annotation: RefitAnnotation, benchmark: Benchmark) -> byt
         return None
     notes = (f"BatchNorm refit ({annotation.convention.name}, {annotation.replicates} replicates) of "
              f"{annotation.subject.filename}: test accuracy {cell.shipped:.4f} as shipped, {cell.refit:.4f} refit "
-             f"({cell.shift_pp:+.2f}pp, {cell.decision.outcome}); written by bnconvention")
+             f"({signed(cell.shift_pp)}pp, {cell.decision.outcome}); written by bnconvention")
     entry = EvalResultEntry(dataset_id=benchmark.dataset_id, task_id=benchmark.task_id, value=cell.refit,
                             notes=notes)
     return yaml.safe_dump(eval_result_entries_to_yaml([entry]), sort_keys=False, allow_unicode=True).encode("utf-8")
@@ -166,7 +166,7 @@ def _description(audit: RepoAudit, annotations: list[tuple[str, str, RefitAnnota
         lines += [f"**`{path}`** ({annotation.subject.filename}, {annotation.convention.name}, "
                   f"{annotation.replicates} replicates):", "", annotation.reporting_line, "",
                   "| Cell | Shipped | Refit | Shift | Decision |", "| --- | ---: | ---: | ---: | --- |"]
-        lines += [f"| {c.metric} | {c.shipped:.4f} | {c.refit:.4f} | {c.shift_pp:+.2f}pp | {c.decision.outcome} |"
+        lines += [f"| {c.metric} | {c.shipped:.4f} | {c.refit:.4f} | {signed(c.shift_pp)}pp | {c.decision.outcome} |"
                   for c in annotation.cells]
         lines.append("")
     lines.append("The card gets a `bnconvention_refit` entry and a \"BatchNorm refit audit\" section per annotation.")

@@ -148,7 +148,9 @@ def model_dtype(model: torch.nn.Module) -> Any:
     for name, tensor in model.state_dict().items():
         if tensor.is_floating_point():
             if tensor.dtype not in (torch.float32, torch.float64):
-                raise UnsupportedModelError(f"the weights hold {tensor.dtype} tensors (e.g. {name!r}); refit needs "
-                                            "float32 or float64 weights")
+                raise UnsupportedModelError(
+                    f"the model holds {tensor.dtype} tensors (e.g. {name!r}); refits and audits need float32 or "
+                    "float64 weights: save a float32 copy of the checkpoint (model.float()) and build the model in "
+                    "float32")
             return tensor.dtype
     return torch.float32

@@ -12,6 +12,7 @@ from bnconvention.hub.audit import RepoAudit
 from bnconvention.report_html.markup import CSS, badge, esc, table
 from bnconvention.report_html.model import ReportInput, checkpoint_key
 from bnconvention.report_html.sections import audit_section, class_label
+from bnconvention.text import plural, signed
 
 
 # --- sections ------------------------------------------------------------------------------------------------------
@@ -30,7 +31,7 @@ def _decisions(audit: RepoAudit | None) -> tuple[str, str]:
             continue
         annotation = item.result.annotation
         link = f'<a href="#{esc(checkpoint_key(audit.repo_id, item.filename))}">'
-        cells = "<br>".join(f"{link}{esc(c.metric)}</a> {c.shift_pp:+.2f}pp "
+        cells = "<br>".join(f"{link}{esc(c.metric)}</a> {signed(c.shift_pp)}pp "
                             f"{badge(c.decision.outcome, c.decision.outcome)}" for c in annotation.cells)
         channel = f"<br>{badge('channel absent', 'absent')}" if annotation.channel == "absent" else ""
         parts.append(f"{prefix}{cells}{channel}")
@@ -47,10 +48,10 @@ def _validation_cell(report: ReportInput, repo_id: str) -> str:
         return badge("valid", "ok")
     if errors:
         codes = ", ".join(sorted({esc(i.code) for i in errors}))
-        return f"{badge(f'{len(errors)} error(s)', 'error')} <code>{codes}</code>"
+        return f"{badge(plural(len(errors), 'error'), 'error')} <code>{codes}</code>"
     if warnings:
         codes = ", ".join(sorted({esc(i.code) for i in warnings}))
-        return f"{badge(f'{len(warnings)} warning(s)', 'warning')} <code>{codes}</code>"
+        return f"{badge(plural(len(warnings), 'warning'), 'warning')} <code>{codes}</code>"
     return badge("valid", "ok")
 
 
@@ -94,7 +95,7 @@ def overview(report: ReportInput) -> str:
     counts = report.census.get("counts", {})
     rows = [[esc(class_label(name)), str(count)] for name, count in counts.items()]
     parts = ["<h2 id=\"overview\">Overview</h2>",
-             f"<p>{esc(report.census.get('repos_total', len(report.repos())))} model repos of "
+             f"<p>{esc(plural(report.census.get('repos_total', len(report.repos())), 'model repo'))} of "
              f"<code>{esc(report.org)}</code>, classified from their safetensors headers and cards alone "
              f"({esc(report.census.get('bytes_read_total', 0))} bytes read).</p>",
              table(["Census class", "Repos"], rows, table_id="class-counts", numeric=(1,))]
@@ -117,7 +118,7 @@ def overview(report: ReportInput) -> str:
                                f"fail→pass {esc(verdict.get('fail_to_pass', 0))})"])
         largest = summary.get("largest_shift")
         if largest:
-            audit_rows.append(["Largest shift", f"{float(largest['shift_pp']):+.2f} pp (<code>{esc(largest['cell'])}"
+            audit_rows.append(["Largest shift", f"{signed(float(largest['shift_pp']))} pp (<code>{esc(largest['cell'])}"
                                                 f"</code>, <code>{esc(largest['checkpoint'])}</code>)"])
         parts.append(table(["Audit", "Result"], audit_rows, table_id="audit-counts", numeric=(1,)))
     flagged = report.flagged()

@@ -13,6 +13,7 @@ from bnconvention.hub.audit import FileAudit, RepoAudit
 from bnconvention.hub.report import CLASS_LABELS
 from bnconvention.report_html.markup import badge, esc, href, table
 from bnconvention.report_html.model import ReportInput, checkpoint_key
+from bnconvention.text import plural, signed
 
 
 def class_label(status: str) -> str:
@@ -25,7 +26,7 @@ def fraction(value: float | None) -> str:
 
 
 def pp(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.2f}"
+    return "—" if value is None else signed(value)
 
 
 def p_value(value: float | None) -> str:
@@ -72,7 +73,7 @@ def _cells(result: AuditResult, summary: Mapping[str, Any] | None) -> str:
             fraction(cell.refit),
             f"{min(cell.replicate_values):.4f} … {max(cell.replicate_values):.4f}",
             pp(cell.shift_pp),
-            f"{min(cell.replicate_shifts_pp):+.2f} … {max(cell.replicate_shifts_pp):+.2f}",
+            f"{signed(min(cell.replicate_shifts_pp))} … {signed(max(cell.replicate_shifts_pp))}",
             f"{sign.beyond}/{len(cell.replicate_shifts_pp)}" if sign is not None else "—",
             badge(cell.decision.outcome, cell.decision.outcome), esc(cell.decision.method),
             p_value(cell.decision.p_value), p_value(by) if by is not None else "—",
@@ -124,9 +125,9 @@ def _recoverability(result: AuditResult) -> str:
     parts = []
     r = a.recoverability
     if r is not None:
-        parts.append(f"<p><strong>Recoverability:</strong> a refit ({esc(r.rule)}) on {r.images} unlabeled "
-                     f"{esc(r.source)} images moves forget accuracy from {r.forget_accuracy_shipped:.4f} to "
-                     f"{r.forget_accuracy_after:.4f} ({pp(r.shift_pp)} pp).</p>")
+        parts.append(f"<p><strong>Recoverability:</strong> a refit ({esc(r.rule)}) on "
+                     f"{esc(plural(r.images, f'unlabeled {r.source} image'))} moves forget accuracy from "
+                     f"{r.forget_accuracy_shipped:.4f} to {r.forget_accuracy_after:.4f} ({pp(r.shift_pp)} pp).</p>")
     p = a.provenance
     if p is not None:
         shift = "—" if p.forget_shift_pp is None else f"{pp(p.forget_shift_pp)} pp"

@@ -33,10 +33,12 @@ CARD_NAME = "README.md"
 
 @dataclass
 class ValidationReport:
-    """Every issue found (sorted, stable) and one summary per file checked."""
+    """Every issue found (sorted, stable), one summary per file checked, and the named paths that do not exist
+    (each also an ``input.unreadable`` issue; the text summary names them instead of counting them as checked)."""
 
     issues: list[Issue]
     files: list[FileSummary] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[Issue]:
@@ -127,7 +129,10 @@ def _walk(root: str, releases: dict[tuple[Path, str], Release], records: list[tu
     return found
 
 
-def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path]], list[Release], list[Issue]]:
+def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path]], list[Release], list[Issue],
+                                                            list[str]]:
+    """What to check: ``(records, releases, issues found already, paths that do not exist)``."""
+    missing: list[str] = []
     records: list[tuple[str, Path]] = []
     releases: dict[tuple[Path, str], Release] = {}
     issues: list[Issue] = []
@@ -135,6 +140,7 @@ def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path
         display = _display(raw)
         path = Path(raw)
         if not path.exists():
+            missing.append(display)
             issues.append(new_issue("input.unreadable", file=display, message=(
                 f"{display} does not exist; check the path")))
         elif path.is_dir():
@@ -162,7 +168,7 @@ def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path
             issues.append(new_issue("input.unsupported", file=display, message=(
                 f"{display} is not a record (.json), a weights file (.safetensors), a model card (.md) or a "
                 "directory; name one of those")))
-    return records, list(releases.values()), issues
+    return records, list(releases.values()), issues, missing
 
 
 def validate_file_record(display: str, path: Path) -> tuple[list[Issue], FileSummary]:
@@ -190,7 +196,7 @@ def _guarded(display: str, run: Callable[[], tuple[list[Issue], FileSummary | li
 
 def validate_paths(paths: Sequence[str | os.PathLike[str]], *, require_declaration: bool = False) -> ValidationReport:
     """Validate records, weights files, model cards and release folders; every problem, sorted and stable."""
-    records, releases, issues = _plan(paths)
+    records, releases, issues, missing = _plan(paths)
     summaries: list[FileSummary] = []
     for display, path in records:
         _guarded(display, lambda d=display, p=path: validate_file_record(d, p), issues, summaries)
@@ -199,7 +205,7 @@ def validate_paths(paths: Sequence[str | os.PathLike[str]], *, require_declarati
         _guarded(display, lambda r=release: validate_release(r, require_declaration=require_declaration),
                  issues, summaries)
     summaries.sort(key=lambda s: s.file)
-    return ValidationReport(issues=sort_issues(issues), files=summaries)
+    return ValidationReport(issues=sort_issues(issues), files=summaries, missing=sorted(set(missing)))
 
 
 __all__ = ["ValidationReport", "validate_file_record", "validate_paths"]

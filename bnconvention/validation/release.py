@@ -19,6 +19,7 @@ from bnconvention.errors import BnConventionError, CanonicalJSONError
 from bnconvention.locations import annotation_filename
 from bnconvention.safetensors_header import SafetensorsHeader
 from bnconvention.standard.models import BatchNormState, Declaration, RefitAnnotation, to_dict
+from bnconvention.text import plural
 from bnconvention.validation.issues import Issue, join_pointer, make_pointer, new_issue
 from bnconvention.validation.records import check_record
 from bnconvention.validation.schema_errors import show
@@ -77,7 +78,7 @@ class _Weights:
 def describe_record(record: Declaration | RefitAnnotation) -> str:
     if isinstance(record, Declaration):
         layers = sum(len(s.layers) for s in record.deployed_state if isinstance(s, BatchNormState))
-        state = f"{layers} BatchNorm layer{'s' if layers != 1 else ''}" if layers else (
+        state = plural(layers, "BatchNorm layer") if layers else (
             "no BatchNorm layers: channel absent")
         return f"declaration {record.convention.name} ({state})"
     return (f"refit annotation of {record.subject.filename} under {record.convention.name} "
@@ -332,11 +333,11 @@ def validate_release(release: Release, *, require_declaration: bool = False) -> 
         elif bn_layers:
             severity = "error" if require_declaration else "warning"
             issues.append(new_issue("declaration.missing", file=weights.display, severity=severity, message=(
-                f"{weights.display} has running statistics of {len(bn_layers)} BatchNorm layers "
+                f"{weights.display} has running statistics of {plural(len(bn_layers), 'BatchNorm layer')} "
                 f"({', '.join(bn_layers[:3])}{', ...' if len(bn_layers) > 3 else ''}) and no declaration of how "
                 "they were fitted; declare it (bnconvention declare) and stamp the file and its card")))
             summaries.append(FileSummary(weights.display, "weights",
-                                         f"{len(bn_layers)} BatchNorm layers, no declaration"))
+                                         f"{plural(len(bn_layers), 'BatchNorm layer')}, no declaration"))
         else:
             summaries.append(FileSummary(weights.display, "weights",
                                          "no BatchNorm running statistics (channel absent), nothing to declare"))

@@ -34,11 +34,24 @@ def format_text(report: ValidationReport) -> str:
         for issue in issues:
             where = f" at {issue.path}" if issue.path else ""
             lines.append(f"      {issue.severity:<7} {issue.code}{where}: {issue.message}")
-    files = len(set(notes) | set(by_file))
     lines.append("")
-    lines.append(f"{plural(files, 'file')} checked: {plural(len(report.errors), 'error')}, "
-                 f"{plural(len(report.warnings), 'warning')}")
+    lines.append(_summary(report, checked=len((set(notes) | set(by_file)) - set(report.missing))))
     return "\n".join(lines) + "\n"
+
+
+def _summary(report: ValidationReport, *, checked: int) -> str:
+    """The last line: how many files were checked with how many problems, and which named paths do not exist
+    (they were not checked, so they are not counted as files, nor their issues as the files' errors)."""
+    if not report.missing:
+        return (f"{plural(checked, 'file')} checked: {plural(len(report.errors), 'error')}, "
+                f"{plural(len(report.warnings), 'warning')}")
+    verb = "does" if len(report.missing) == 1 else "do"
+    absent = f"{plural(len(report.missing), 'path')} {verb} not exist: {', '.join(report.missing)}"
+    if not checked:
+        return f"nothing checked: {absent}"
+    errors = [i for i in report.errors if i.file not in report.missing]
+    return (f"{plural(checked, 'file')} checked: {plural(len(errors), 'error')}, "
+            f"{plural(len(report.warnings), 'warning')}; {absent}")
 
 
 def format_json(report: ValidationReport) -> str:

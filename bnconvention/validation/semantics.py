@@ -19,6 +19,7 @@ from bnconvention.standard.models import (
     Staleness,
 )
 from bnconvention.standard.naming import canonical_name, transform_sha256
+from bnconvention.text import plural
 from bnconvention.validation.issues import Issue, join_pointer, new_issue
 from bnconvention.validation.schema_errors import show
 
@@ -94,7 +95,7 @@ def batchnorm_state_issues(record: Declaration, *, source: str) -> Iterator[Issu
             "(channel absent): remove digests.running_sha256 or declare the BatchNorm layers"))
     elif running_layers and combined is None:
         yield new_issue("record.running_digest_inconsistent", file=source, path="/digests", message=(
-            f"digests has no running_sha256 although {len(running_layers)} declared layer(s) track running "
+            f"digests has no running_sha256 although {plural(len(running_layers), 'declared layer')} track running "
             "statistics: add the digest of all running buffers"))
     elif len(running_layers) == 1 and combined is not None and running_layers[0][1] is not None \
             and running_layers[0][1] != combined:
@@ -117,8 +118,8 @@ def staleness_issues(staleness: Staleness, *, source: str, base: str) -> Iterato
         value = getattr(staleness, field)
         if not _close(value, average):
             yield new_issue("record.staleness_average", file=source, path=join_pointer(base, field), message=(
-                f"{show(value)} is not the layer average of {field}: the {len(staleness.layers)} layers average to "
-                f"{show(average)}; write the average"))
+                f"{show(value)} is not the layer average of {field}: the {plural(len(staleness.layers), 'layer')} "
+                f"average to {show(average)}; write the average"))
 
 
 def refit_details_issues(record: Declaration, *, source: str) -> Iterator[Issue]:
@@ -172,8 +173,8 @@ def annotation_issues(record: RefitAnnotation, *, source: str) -> list[Issue]:
             if len(values) != record.replicates:
                 issues.append(new_issue("record.replicate_count", file=source, path=join_pointer(base, field),
                                         message=(
-                    f"{len(values)} values in {field} of cell {show(cell.metric)}, but the annotation has "
-                    f"{record.replicates} replicates: give one value per replicate")))
+                    f"{plural(len(values), 'value')} in {field} of cell {show(cell.metric)}, but the annotation has "
+                    f"{plural(record.replicates, 'replicate')}: give one value per replicate")))
         for field, values in (("refit", cell.replicate_values), ("shift_pp", cell.replicate_shifts_pp)):
             mean = _mean(values)
             if not _close(getattr(cell, field), mean):

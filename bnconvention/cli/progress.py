@@ -1,0 +1,39 @@
+"""When the CLI draws progress bars: on a terminal, or when asked.
+
+A bar redrawn several times a second helps someone watching a terminal; in a pipe or a CI log every redraw
+becomes one more line (a demo run wrote thousands). So bars are shown only when stderr is a terminal, unless
+``--progress`` forces them (a terminal that is not detected as one) or ``--no-progress`` hides them. Every command
+that draws bars adds the flag with :func:`add_progress_option` and asks :func:`show_progress`; the library's
+functions take a plain ``progress: bool`` and never guess.
+
+>>> import io
+>>> show_progress(None, stream=io.StringIO()), show_progress(True, stream=io.StringIO()), show_progress(False)
+(False, True, False)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+DEFAULT_HELP = "progress bars on stderr (default: only when stderr is a terminal)"
+
+
+def add_progress_option(parser: argparse.ArgumentParser, *, help: str = DEFAULT_HELP) -> None:  # noqa: A002
+    """``--progress`` / ``--no-progress`` into ``args.progress``: True, False, or None (not given)."""
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help=help)
+
+
+def show_progress(choice: bool | None, *, stream: TextIO | None = None) -> bool:
+    """Whether to draw bars: the flag when given, else whether ``stream`` (default: stderr) is a terminal."""
+    if choice is not None:
+        return choice
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream
+        return False
+
+
+__all__ = ["DEFAULT_HELP", "add_progress_option", "show_progress"]

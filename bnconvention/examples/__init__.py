@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 
 from bnconvention.errors import UsageError
 from bnconvention.io_utils import atomic_write_bytes
+from bnconvention.text import plural
 
 DEFAULT_DIR = "examples"
 AUDIT_SPEC = "audit/digits-zoo.yaml"
@@ -108,7 +109,7 @@ def write_examples(folder: str | os.PathLike[str] = DEFAULT_DIR, *, force: bool 
     conflicts = [name for name in changed if (root / name).exists()]
     if conflicts and not force:
         shown = ", ".join(str(root / name) for name in conflicts[:3]) + (" ..." if len(conflicts) > 3 else "")
-        raise UsageError(f"{len(conflicts)} file(s) in {root} differ from the examples ({shown}); nothing was "
+        raise UsageError(f"{plural(len(conflicts), 'file')} in {root} differ from the examples ({shown}); nothing was "
                          "written: choose another DIR, or pass --force to replace them")
     for name in changed:
         (root / name).parent.mkdir(parents=True, exist_ok=True)

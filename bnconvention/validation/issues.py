@@ -53,11 +53,15 @@ CODES: dict[str, CodeInfo] = {
     "safetensors.truncated": _code(
         "A safetensors file is shorter than its 8-byte length field or than the header length it declares.",
         unreadable=True),
-    "safetensors.header_too_large": _code("A safetensors header length exceeds the format's 100 MB limit.",
-                                          unreadable=True),
+    "safetensors.header_too_large": _code(
+        "A safetensors header length exceeds the format's 100,000,000-byte limit.", unreadable=True),
+    "safetensors.not_safetensors": _code(
+        "A weights file is another format (a PyTorch pickle or zip checkpoint, a NumPy or GGUF file, ...); the "
+        "message says which and how to convert it. Nothing is unpickled.", unreadable=True),
     "safetensors.invalid_header": _code(
-        "A safetensors header is not UTF-8 JSON, repeats keys, has non-string __metadata__ values, bad tensor "
-        "entries, or offsets that do not tile the data section.", unreadable=True),
+        "A safetensors header does not start with '{', is not UTF-8 JSON as safetensors reads it (lone surrogate "
+        "escapes, NaN, out-of-range numbers and deep nesting are refused), repeats keys, has non-string "
+        "__metadata__ values, bad tensor entries, or offsets that do not tile the data section.", unreadable=True),
     "safetensors.record_not_json": _code("The stamped record in __metadata__ is not valid JSON text."),
     "safetensors.record_not_canonical": _code(
         "The stamped record is valid JSON but not in canonical form (RFC 8785), so its bytes are not reproducible.",

@@ -40,7 +40,7 @@ from bnconvention.card import (
     split_front_matter,
 )
 from bnconvention.errors import CardError, StampError
-from bnconvention.io_utils import atomic_write_bytes
+from bnconvention.io_utils import WRITE_TEMP_SUFFIX, atomic_write_bytes, remove_stale_temps
 from bnconvention.locations import CARD_SECTION_HEADING
 from bnconvention.standard.models import Declaration, RefitAnnotation
 
@@ -353,12 +353,14 @@ def stamp_card_file(path: str | os.PathLike[str], record: Declaration | RefitAnn
         raise CardError(f"{source}: is a directory, not a model card", source=source) from exc
     if raw is None:
         new_text = stamp_card_text("", record, source=source)
+        remove_stale_temps(target, suffix=WRITE_TEMP_SUFFIX)  # what a killed write of this card left behind
         atomic_write_bytes(target, new_text.encode("utf-8"))
         return CardStampResult(path=target, changed=True, created=True)
     bom = codecs.BOM_UTF8 if raw.startswith(codecs.BOM_UTF8) else b""
     text = decode_card(raw, source=source)
     new_text = stamp_card_text(text, record, source=source)
     new_raw = bom + new_text.encode("utf-8")
+    remove_stale_temps(target, suffix=WRITE_TEMP_SUFFIX)  # what a killed write of this card left behind
     if new_raw == raw:
         return CardStampResult(path=target, changed=False, created=False)
     st = os.stat(target)

@@ -204,8 +204,9 @@ def test_bad_json_record(tmp_path: Path, content: bytes, code: str) -> None:
     assert report.exit_code == 2
 
 
-BOMB = ('a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
-        'b: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b, *b, *b, *b]\n')
+# Billion laughs: 9 ** 9 strings. (A small expansion is valid YAML and accepted: only the expanded size is bounded.)
+BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + "".join(
+    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi"))
 
 
 @pytest.mark.parametrize(("card", "code", "exit_code"), [
@@ -227,6 +228,17 @@ def test_bad_card(release: Path, card: bytes, code: str, exit_code: int) -> None
     assert code in codes
     assert set(codes) <= {code, "declaration.missing"}
     assert report.exit_code == exit_code
+
+
+def test_a_card_with_anchors_and_merge_keys_validates(release: Path) -> None:
+    # regression (issue 10): valid YAML anchors made the card unreadable (exit 2)
+    text = (release / "README.md").read_text(encoding="utf-8")
+    front = text.index("---\n", 3)
+    anchored = ("---\nbase: &base\n  license: mit\n  library_name: pytorch\nmodel:\n  <<: *base\n  name: x\n"
+                + text[4:front] + "copy: *base\n" + text[front:])
+    (release / "README.md").write_text(anchored, encoding="utf-8")
+    report = _validate(release)
+    assert (report.issues, report.exit_code) == ([], 0)
 
 
 def test_card_with_hand_written_exponent(release: Path) -> None:

@@ -70,7 +70,8 @@ CODES: dict[str, CodeInfo] = {
     "card.not_utf8": _code("A model card is not valid UTF-8.", unreadable=True),
     "card.too_large": _code("A model card is larger than the 4 MiB bound.", unreadable=True),
     "card.invalid_yaml": _code(
-        "A model card's YAML front matter is malformed, uses anchors/aliases, or repeats keys.", unreadable=True),
+        "A model card's YAML front matter is malformed, repeats keys, or has aliases that expand past the size "
+        "bound (an alias bomb) or refer to themselves.", unreadable=True),
     "card.front_matter_not_mapping": _code("A model card's YAML front matter is not a mapping.", unreadable=True),
     "card.block_not_mapping": _code("The card's bnconvention block is not a mapping."),
     "card.non_json_value": _code(

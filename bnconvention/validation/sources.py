@@ -177,7 +177,8 @@ def load_card(path: Path, *, source: str) -> CardContent:
         meta = load_yaml_strict(front.yaml_text, source=source)
     except CardError as exc:
         return CardContent(False, False, None, [new_issue("card.invalid_yaml", file=source, message=(
-            f"{exc}; fix the YAML between the --- lines (anchors, aliases and repeated keys are refused)"))])
+            f"{exc}; fix the YAML between the --- lines (repeated keys, and aliases that expand past the size bound, "
+            "are refused)"))])
     if meta is None:
         return CardContent(True, False, None, [])
     if not isinstance(meta, dict):

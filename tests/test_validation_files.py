@@ -377,3 +377,75 @@ def test_files_written_by_the_stamping_module_validate(tmp_path: Path) -> None:
     report = _validate(target)
     assert report.issues == []
     assert report.exit_code == 0
+
+
+# --- issue 10: shard indexes, one rule for validate DIR, validate INDEX and hub validate ------------------------
+
+_SHARDS = {"model-00001-of-00002.safetensors": {"a": [2]}, "model-00002-of-00002.safetensors": {"b": [3]}}
+_GOOD_INDEX = {"metadata": {"total_size": 20},
+               "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+
+
+def _sharded(folder: Path, index: bytes) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, tensors in _SHARDS.items():
+        save_file({t: torch.ones(shape) for t, shape in tensors.items()}, str(folder / name), metadata={"format": "pt"})
+    (folder / "model.safetensors.index.json").write_bytes(index)
+    return folder
+
+
+BAD_INDEXES = [
+    pytest.param(b'{"weight_map": {"a": "model-00001-of-00002.safetensors", "b": ', "not valid JSON at line 1",
+                 id="truncated-json"),
+    pytest.param(b'{"weight_map": {}}', "'weight_map' is missing or empty", id="empty-weight-map"),
+    pytest.param(b'{"weight_map": {"a": "../x.safetensors", "b": "model-00002-of-00002.safetensors"}}',
+                 "is not a plain path inside the repo", id="path-escapes"),
+    pytest.param(json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
+                                            "b": "model-00003-of-00003.safetensors"}}).encode(),
+                 "names shard 'model-00003-of-00003.safetensors', which the folder does not hold", id="missing-shard"),
+    pytest.param(json.dumps({"weight_map": {"a": "model-00002-of-00002.safetensors",
+                                            "b": "model-00002-of-00002.safetensors"}}).encode(),
+                 "maps 'a' to model-00002-of-00002.safetensors, but that shard does not hold it", id="misplaced"),
+]
+
+
+@pytest.mark.parametrize(("index", "fragment"), BAD_INDEXES)
+def test_a_bad_shard_index_is_unreadable_input_however_it_is_reached(tmp_path: Path, index: bytes,
+                                                                      fragment: str) -> None:
+    # regression: validate DIR and hub validate ignored a malformed index (exit 0, "2 files checked: 0 errors")
+    folder = _sharded(tmp_path / "release", index)
+    for target in (folder, folder / "model.safetensors.index.json"):
+        report = _validate(target)
+        bad = [i for i in report.issues if i.code == "safetensors.invalid_index"]
+        assert report.exit_code == 2 and len(bad) == 1, (target, report.issues)
+        assert bad[0].file.endswith("model.safetensors.index.json") and fragment in bad[0].message
+
+
+def test_a_good_shard_index_agrees_with_its_shards(tmp_path: Path) -> None:
+    folder = _sharded(tmp_path / "release", json.dumps(_GOOD_INDEX).encode())
+    report = _validate(folder)
+    assert (report.issues, report.exit_code) == ([], 0)
+    notes = {os.path.basename(s.file): (s.kind, s.note) for s in report.files}
+    assert notes["model.safetensors.index.json"] == (
+        "index", "index of 2 tensors in 2 shard(s); agrees with the shards' headers")
+    named = _validate(folder / "model.safetensors.index.json")
+    assert (named.issues, named.exit_code, [s.kind for s in named.files]) == ([], 0, ["index"])
+
+
+def test_hub_validate_applies_the_same_index_rule(tmp_path: Path) -> None:
+    from bnconvention.hub.client import make_client
+    from bnconvention.hub.validate import validate_hub
+    from bnconvention.hubserver import LocalHub
+
+    folder = _sharded(tmp_path / "release", BAD_INDEXES[0].values[0])
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with LocalHub(tmp_path / "hub", tokens={"hf_index_test_token": "alice"}, durable=False) as hub:
+        hub.store.commit("lab/sharded", files=files)
+        client = make_client(endpoint=hub.endpoint, token="hf_index_test_token")
+        result = validate_hub(client, "lab/sharded", work_dir=tmp_path)
+    assert result.exit_code == 2
+    assert [(i.code, i.file) for i in result.report.issues] == [
+        ("safetensors.invalid_index", "lab/sharded/model.safetensors.index.json")]

@@ -62,6 +62,10 @@ CODES: dict[str, CodeInfo] = {
         "A safetensors header does not start with '{', is not UTF-8 JSON as safetensors reads it (lone surrogate "
         "escapes, NaN, out-of-range numbers and deep nesting are refused), repeats keys, has non-string "
         "__metadata__ values, bad tensor entries, or offsets that do not tile the data section.", unreadable=True),
+    "safetensors.invalid_index": _code(
+        "A shard index (*.safetensors.index.json) is not strict JSON with a non-empty weight_map of tensor names to "
+        ".safetensors files beside it, names a shard the folder does not hold, or disagrees with the shards' "
+        "headers (the Hub census's rule).", unreadable=True),
     "safetensors.record_not_json": _code("The stamped record in __metadata__ is not valid JSON text."),
     "safetensors.record_not_canonical": _code(
         "The stamped record is valid JSON but not in canonical form (RFC 8785), so its bytes are not reproducible.",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bnconvention.canonical import loads_strict
 from bnconvention.errors import JSONInputError
+from bnconvention.safetensors_header import PREFIX_BYTES, foreign_format
 from bnconvention.safetensors_index import INDEX_SUFFIX
 from bnconvention.validation.issues import Issue, new_issue, sort_issues
 from bnconvention.validation.records import check_record
@@ -166,10 +167,22 @@ def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path
         elif path.suffix == ".json":
             _add_unique(records, display, path)
         else:
-            issues.append(new_issue("input.unsupported", file=display, message=(
-                f"{display} is not a record (.json), a weights file (.safetensors), a model card (.md) or a "
-                "directory; name one of those")))
+            issues.append(_unsupported(display, path))
     return records, list(releases.values()), issues
+
+
+def _unsupported(display: str, path: Path) -> Issue:
+    """The issue for a path of no kind we validate; a pickle or zip checkpoint (``.bin``, ``.pth``) is named."""
+    try:
+        with open(path, "rb") as handle:
+            what = foreign_format(handle.read(PREFIX_BYTES))
+    except OSError:
+        what = None
+    if what is not None:
+        return new_issue("safetensors.not_safetensors", file=display, message=f"{display}: is {what}")
+    return new_issue("input.unsupported", file=display, message=(
+        f"{display} is not a record (.json), a weights file (.safetensors), a model card (.md) or a directory; name "
+        "one of those"))
 
 
 def validate_file_record(display: str, path: Path) -> tuple[list[Issue], FileSummary]:

@@ -8,9 +8,10 @@ card: the front matter is parsed once, the result once more to check it.
 
 The front matter is edited as text, not re-dumped: only the top-level ``bnconvention:`` block is replaced (or
 appended), so every other key, its order, its comments, its quoting and its anchors and aliases stay byte-for-byte
-what they were, and the card's line endings (CRLF stays CRLF) are kept. An empty front matter is filled in. The block itself is the record dumped by PyYAML's ``safe_dump``
-(floats come out as ``1.0e-05``, which YAML 1.1 reads back as a float). The body section sits between two HTML
-comment markers and is replaced, not duplicated, when the card is stamped again. A card without front matter gets one.
+what they were, and the card's line endings (CRLF stays CRLF) are kept. An empty front matter is filled in. The
+block itself is the record dumped by PyYAML's ``safe_dump`` (floats come out as ``1.0e-05``, which YAML 1.1 reads
+back as a float). The body section sits between two HTML comment markers and is replaced, not duplicated, when the
+card is stamped again. A card without front matter gets one.
 
 >>> card = "---\\r\\nlicense: mit  # keep me\\r\\n---\\r\\n# Model\\r\\n"
 >>> new = stamp_card_text(card, {"kind": "x"}, validate=False)

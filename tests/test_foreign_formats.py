@@ -8,7 +8,6 @@ file here is a pickle whose unpickling would create a marker folder: the marker 
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import shutil

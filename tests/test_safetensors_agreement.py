@@ -158,7 +158,8 @@ def safetensors_file(draw: Draw) -> tuple[bytes, bytes]:
         text = draw(st.sampled_from(["[]", "null", '"x"', "1", "", "{", "{}{}"]))
     if rare(draw, 25):
         text = draw(st.sampled_from([" ", "\n", "\ufeff", "\x0c"])) + text
-    text += draw(st.sampled_from(["", "", "", "", "", "", "", "", " " * draw(st.integers(1, 9)), "\n", "\t ", "\x00", "\x0b", "x"]))
+    padding = " " * draw(st.integers(1, 9))
+    text += draw(st.sampled_from([""] * 8 + [padding, "\n", "\t ", "\x00", "\x0b", "x"]))
     body = text.encode("utf-8", "surrogatepass")
     if body and rare(draw, 10):  # one byte edited, inserted or removed
         at = draw(st.integers(0, len(body) - 1))

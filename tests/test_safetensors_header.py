@@ -158,7 +158,8 @@ def test_the_header_limit_is_the_reference_implementations() -> None:
     # regression: the limit was 100 MiB (104,857,600); safetensors refuses anything over 100,000,000 bytes
     assert MAX_HEADER_BYTES == 100_000_000
     prefix = struct.pack("<Q", 100_000_008)
-    with pytest.raises(SafetensorsHeaderError, match="header length 100000008 exceeds the 100000000-byte limit") as info:
+    with pytest.raises(SafetensorsHeaderError,
+                       match="header length 100000008 exceeds the 100000000-byte limit") as info:
         header_length(prefix + b"{", file_size=200_000_000)
     assert info.value.reason == "too_large"
     assert header_length(struct.pack("<Q", 100_000_000) + b"{", file_size=200_000_000) == 100_000_000

@@ -449,3 +449,16 @@ def test_hub_validate_applies_the_same_index_rule(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert [(i.code, i.file) for i in result.report.issues] == [
         ("safetensors.invalid_index", "lab/sharded/model.safetensors.index.json")]
+
+
+def test_a_header_safetensors_refuses_does_not_validate(release: Path) -> None:
+    # regression (issue 10): a lone surrogate escape in a metadata value passed validate with exit 0
+    header, data = _header_parts(release / "model.safetensors")
+    metadata = {**header.pop("__metadata__"), "note": "\ud800"}
+    body = json.dumps({"__metadata__": metadata, **header}).encode()  # ensure_ascii: written as the escape \ud800
+    assert b'"\\ud800"' in body
+    (release / "model.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + data)
+    report = _validate(release / "model.safetensors")
+    assert report.exit_code == 2
+    assert [(i.code, "lone surrogate escape \\ud800" in i.message) for i in report.issues] == [
+        ("safetensors.invalid_header", True)]

@@ -6,8 +6,8 @@ every folder holding ``.safetensors`` files, a shard index or a ``README.md`` is
 together with its ``bnconvention/*.json`` refit annotations. A shard index (``*.safetensors.index.json``) is checked
 by the rule the Hub census applies, whether met in a walk or named. A weights file named on its own is
 cross-checked with the ``README.md`` next to it, and a ``README.md`` with the weights next to it, because a file's
-declaration may live in its card. Other ``.json`` files met in a walk are validated as records only when they claim to be one (a JSON
-object with ``spec_version`` or ``kind``), so ``config.json`` and result files are left alone.
+declaration may live in its card. Other ``.json`` files met in a walk are validated as records only when they claim
+to be one (a JSON object with ``spec_version`` or ``kind``), so ``config.json`` and result files are left alone.
 
 >>> report = validate_paths(["does-not-exist.json"])
 >>> report.exit_code, report.issues[0].code

@@ -1,10 +1,15 @@
 """Model cards (README.md): find the YAML front matter and read the bnconvention block from it, safely.
 
 Parsing is pure (text in, values out). The front-matter regex is huggingface_hub's ``REGEX_YAML_BLOCK``, which
-mirrors the Hub server's, so we see exactly the block the Hub sees.
+mirrors the Hub server's, so we see exactly the block the Hub sees; an empty front matter (``---`` on two
+consecutive lines, which that regex misses) is recognised too, so that a stamp fills it instead of adding a second.
 
-Untrusted YAML is loaded with a safe loader that also rejects anchors and aliases (a billion-laughs card expands
-to gigabytes when serialized) and duplicate keys (which YAML loaders silently resolve to the last one).
+Untrusted YAML is loaded with a safe loader that refuses duplicate keys (which YAML loaders silently resolve to the
+last one). Anchors, aliases and merge keys (``&defaults`` / ``*defaults`` / ``<<:``) are valid YAML and load as
+``huggingface_hub.ModelCard`` (``yaml.safe_load``) loads them; what is bounded is what they expand to: at most
+:data:`MAX_YAML_EXPANSION` characters of scalars and nodes, as large as a card without aliases can be, so an alias
+bomb (billion laughs) is refused before anything is built, and a recursive alias is refused (JSON cannot hold it).
+The bound is computed on the composed node graph, each shared node once: linear in the size of the card.
 
 >>> card = "---\\nlicense: mit\\nbnconvention:\\n  kind: declaration\\n---\\n# Model\\n"
 >>> read_card_record(card, source="README.md")
@@ -23,8 +28,12 @@ from bnconvention.errors import CardError
 
 # Same pattern as huggingface_hub.repocard.REGEX_YAML_BLOCK (which must match the Hub server's).
 REGEX_YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
+# An empty front matter: the closing fence right after the opening one (REGEX_YAML_BLOCK wants a line between).
+_EMPTY_YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))(---[ \t]*(?:\r\n|\n|$))")
 CARD_BLOCK_KEY = "bnconvention"
 MAX_CARD_BYTES = 4 * 1024 * 1024
+MAX_YAML_EXPANSION = 2 * MAX_CARD_BYTES  # characters of scalars plus one per node, aliases expanded
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 @dataclass(frozen=True)
@@ -45,37 +54,26 @@ def detect_newline(text: str) -> str:
 
 
 def split_front_matter(text: str) -> FrontMatter | None:
-    """Locate the front matter; ``None`` when the card has none."""
+    """Locate the front matter; ``None`` when the card has none. An empty one has ``yaml_text == ""``."""
     match = REGEX_YAML_BLOCK.search(text)
-    if match is None:
+    if match is not None:
+        return FrontMatter(yaml_text=match.group(2), yaml_start=match.start(2), yaml_end=match.end(2),
+                           body_start=match.end(), newline=detect_newline(match.group(1)))
+    empty = _EMPTY_YAML_BLOCK.search(text)
+    if empty is None:
         return None
-    return FrontMatter(
-        yaml_text=match.group(2),
-        yaml_start=match.start(2),
-        yaml_end=match.end(2),
-        body_start=match.end(),
-        newline=detect_newline(match.group(1)),
-    )
+    return FrontMatter(yaml_text="", yaml_start=empty.end(1), yaml_end=empty.end(1), body_start=empty.end(),
+                       newline=detect_newline(empty.group(1)))
 
 
 class _StrictSafeLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and duplicate mapping keys."""
-
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.constructor.ConstructorError(
-                None, None, "YAML aliases are not allowed in model cards (they can expand without bound)",
-                event.start_mark)
-        event = self.peek_event()
-        if getattr(event, "anchor", None):
-            raise yaml.constructor.ConstructorError(
-                None, None, f"YAML anchor &{event.anchor} is not allowed in model cards", event.start_mark)
-        return super().compose_node(parent, index)
+    """SafeLoader that refuses duplicate mapping keys (keys brought in by a ``<<:`` merge may be overridden)."""
 
     def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
             key = self.construct_object(key_node, deep=True)
             try:
                 duplicate = key in seen
@@ -89,10 +87,66 @@ class _StrictSafeLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_yaml_strict(text: str, *, source: str = "<yaml>") -> Any:
-    """Load untrusted YAML: safe types only, no anchors/aliases, no duplicate keys; errors name line and column."""
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def check_expansion(root: yaml.Node, *, limit: int = MAX_YAML_EXPANSION) -> None:
+    """Refuse a node graph whose aliases expand past ``limit`` characters, or that contains itself.
+
+    Each node's expanded size is computed once (post-order over the graph, shared nodes memoised), so the check is
+    linear in the composed card even when the expansion is exponential. Raises ``yaml.constructor.ConstructorError``
+    at the node where the bound is crossed.
+    """
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            open_nodes.discard(key)
+            own = len(node.value) + 1 if isinstance(node, yaml.ScalarNode) else 1
+            size = own + sum(sizes[id(child)] for child in _children(node))
+            if size > limit:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"YAML aliases expand this value to more than {limit} characters (an alias bomb?); "
+                                "write the values out or use fewer aliases", node.start_mark)
+            sizes[key] = size
+        elif key in open_nodes:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a YAML alias refers to a node that contains it (a recursive structure, which JSON "
+                            "cannot hold)", node.start_mark)
+        elif key not in sizes:
+            open_nodes.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node))
+
+
+@dataclass(frozen=True)
+class YamlDocument:
+    """A loaded YAML document: its data and, for surgical edits, its root node and the root's own keys as composed
+    (before ``<<:`` merges were flattened into the root)."""
+
+    data: Any
+    root: yaml.Node | None
+    keys: tuple[yaml.Node, ...]
+
+
+def load_yaml_document(text: str, *, source: str = "<yaml>") -> YamlDocument:
+    """Load untrusted YAML: safe types only, no duplicate keys, aliases bounded; errors name line and column."""
+    loader = _StrictSafeLoader(text)
     try:
-        return yaml.load(text, Loader=_StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass
+        root = loader.get_single_node()
+        if root is None:
+            return YamlDocument(data=None, root=None, keys=())
+        keys = tuple(key for key, _ in root.value) if isinstance(root, yaml.MappingNode) else ()
+        check_expansion(root)
+        return YamlDocument(data=loader.construct_document(root), root=root, keys=keys)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -102,6 +156,13 @@ def load_yaml_strict(text: str, *, source: str = "<yaml>") -> Any:
         raise CardError(f"{source}: invalid YAML front matter: {exc}", source=source) from exc
     except RecursionError as exc:
         raise CardError(f"{source}: YAML front matter nested too deeply", source=source) from exc
+    finally:
+        loader.dispose()
+
+
+def load_yaml_strict(text: str, *, source: str = "<yaml>") -> Any:
+    """Load untrusted YAML: safe types only, no duplicate keys, aliases bounded; errors name line and column."""
+    return load_yaml_document(text, source=source).data
 
 
 def decode_card(data: bytes, *, source: str = "README.md") -> str:
@@ -121,7 +182,11 @@ def parse_card_metadata(text: str, *, source: str = "README.md") -> dict[str, An
     front = split_front_matter(text)
     if front is None:
         return {}
-    data = load_yaml_strict(front.yaml_text, source=source)
+    return front_matter_mapping(load_yaml_document(front.yaml_text, source=source).data, source=source)
+
+
+def front_matter_mapping(data: Any, *, source: str = "README.md") -> dict[str, Any]:
+    """Loaded front matter as a dict: ``{}`` for an empty one, :class:`CardError` for anything but a mapping."""
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -1,13 +1,17 @@
 """Write side of model cards: put a record into a README's front matter and render its human-readable section.
 
 The read side (:mod:`bnconvention.card`) is what the validator uses; this module only writes, and checks what it
-writes with that read side and with ``huggingface_hub.ModelCard``.
+writes with that read side, which reads a card as ``huggingface_hub.ModelCard`` does (the Hub's front-matter regex,
+a ``yaml.SafeLoader``). ``ModelCard`` itself is not built to re-check: its tag list handling is quadratic
+(``repocard_data._to_unique_list``), and a card with 350,000 tags took minutes. Every step here is linear in the
+card: the front matter is parsed once, the result once more to check it.
 
 The front matter is edited as text, not re-dumped: only the top-level ``bnconvention:`` block is replaced (or
-appended), so every other key, its order, its comments and its quoting stay byte-for-byte what they were, and the
-card's line endings (CRLF stays CRLF) are kept. The block itself is the record dumped by PyYAML's ``safe_dump``
-(floats come out as ``1.0e-05``, which YAML 1.1 reads back as a float). The body section sits between two HTML
-comment markers and is replaced, not duplicated, when the card is stamped again. A card without front matter gets one.
+appended), so every other key, its order, its comments, its quoting and its anchors and aliases stay byte-for-byte
+what they were, and the card's line endings (CRLF stays CRLF) are kept. An empty front matter is filled in. The
+block itself is the record dumped by PyYAML's ``safe_dump`` (floats come out as ``1.0e-05``, which YAML 1.1 reads
+back as a float). The body section sits between two HTML comment markers and is replaced, not duplicated, when the
+card is stamped again. A card without front matter gets one.
 
 >>> card = "---\\r\\nlicense: mit  # keep me\\r\\n---\\r\\n# Model\\r\\n"
 >>> new = stamp_card_text(card, {"kind": "x"}, validate=False)
@@ -33,14 +37,17 @@ import yaml
 from bnconvention.canonical import canonical_json
 from bnconvention.card import (
     CARD_BLOCK_KEY,
+    FrontMatter,
+    YamlDocument,
     decode_card,
     detect_newline,
-    load_yaml_strict,
+    front_matter_mapping,
+    load_yaml_document,
     parse_card_metadata,
     split_front_matter,
 )
 from bnconvention.errors import CardError, StampError
-from bnconvention.io_utils import atomic_write_bytes
+from bnconvention.io_utils import WRITE_TEMP_SUFFIX, atomic_write_bytes, remove_stale_temps
 from bnconvention.locations import CARD_SECTION_HEADING
 from bnconvention.standard.models import Declaration, RefitAnnotation
 from bnconvention.text import plural, signed
@@ -175,19 +182,21 @@ def _lines(text: str) -> list[str]:
     return out
 
 
-def _replace_block(yaml_text: str, block: str, *, newline: str, source: str, key_name: str = CARD_BLOCK_KEY) -> str:
-    """``yaml_text`` with its top-level ``key_name`` block replaced by ``block`` (LF text) or appended."""
-    root = yaml.compose(yaml_text, Loader=yaml.SafeLoader)  # already checked by load_yaml_strict
+def _replace_block(yaml_text: str, doc: YamlDocument, block: str, *, newline: str, source: str,
+                   key_name: str = CARD_BLOCK_KEY) -> str:
+    """``yaml_text`` (loaded as ``doc``) with its top-level ``key_name`` block replaced by ``block`` (LF text) or
+    appended."""
+    root = doc.root
     column = 0
     if root is not None:
         if not isinstance(root, yaml.MappingNode) or root.flow_style:
             raise CardError(f"{source}: the front matter is a flow-style mapping ({{...}}); write it as a block "
                             "mapping (one key per line) so the bnconvention block can be updated", source=source)
-        if root.value:
-            column = root.value[0][0].start_mark.column
+        if doc.keys:
+            column = doc.keys[0].start_mark.column
     indent = " " * column
     new_block = newline.join(indent + line if line else line for line in block.rstrip("\n").split("\n"))
-    keys = [key for key, _ in root.value] if root is not None else []
+    keys = doc.keys
     index = next((i for i, key in enumerate(keys)
                   if isinstance(key, yaml.ScalarNode) and key.value == key_name), None)
     if index is None:
@@ -259,8 +268,8 @@ def stamp_card_text(text: str, record: Declaration | RefitAnnotation | Mapping[s
 
     ``validate=False`` skips the schema check of ``record`` (and the body section, which needs a valid record).
     Raises :class:`CardError` for malformed front matter or markers, :class:`~bnconvention.errors.RecordError` for
-    an invalid record. The result is checked: it parses with ``load_yaml_strict`` and ``huggingface_hub.ModelCard``,
-    every other key keeps its value and order, and the block reads back as the record.
+    an invalid record. The result is checked: it parses, every other key keeps its value and order, and the block
+    reads back as the record.
     """
     if validate:
         from bnconvention.stamp import checked_record
@@ -270,40 +279,63 @@ def stamp_card_text(text: str, record: Declaration | RefitAnnotation | Mapping[s
         from bnconvention.standard.models import to_dict
 
         model, data = None, (dict(record) if isinstance(record, Mapping) else to_dict(record))
-    before = parse_card_metadata(text, source=source)  # malformed YAML raises here, before anything is built
+    parsed = _parse(text, source=source)  # malformed YAML raises here, before anything is built
     section = render_card_section(model) if model is not None else None
-    return _apply(text, before=before, block=render_card_block(data), data=data, section=section, source=source)
+    return _apply(text, parsed, block=render_card_block(data), data=data, section=section, source=source)
 
 
-def _apply(text: str, *, before: dict[str, Any], block: str, data: Any, section: str | None, source: str,
+@dataclass(frozen=True)
+class _Parsed:
+    """A card's front matter, located and loaded once for an edit."""
+
+    front: FrontMatter | None
+    doc: YamlDocument
+    metadata: dict[str, Any]
+
+
+def _parse(text: str, *, source: str) -> _Parsed:
+    front = split_front_matter(text)
+    doc = load_yaml_document(front.yaml_text, source=source) if front else YamlDocument(data=None, root=None, keys=())
+    return _Parsed(front=front, doc=doc, metadata=front_matter_mapping(doc.data, source=source))
+
+
+def _apply(text: str, parsed: _Parsed, *, block: str, data: Any, section: str | None, source: str,
            key_name: str = CARD_BLOCK_KEY,
            markers: tuple[str, str, str] = (SECTION_BEGIN, SECTION_END, CARD_SECTION_HEADING)) -> str:
     """``text`` with the front-matter block ``key_name`` set to ``block`` and, when given, the body ``section``
     between ``markers`` replaced or appended; checked by :func:`_check` before it is returned."""
-    front = split_front_matter(text)
+    front = parsed.front
     if front is None:
         newline = detect_newline(text)
         yaml_text = _with_newline(block.rstrip("\n"), newline)
         head, body = f"---{newline}{yaml_text}{newline}---{newline}", text
     else:
         newline = front.newline
-        yaml_text = _replace_block(front.yaml_text, block, newline=newline, source=source, key_name=key_name)
-        head, body = text[: front.yaml_start] + yaml_text + text[front.yaml_end: front.body_start], \
-            text[front.body_start:]
+        yaml_text = _replace_block(front.yaml_text, parsed.doc, block, newline=newline, source=source,
+                                   key_name=key_name)
+        closing = text[front.yaml_end: front.body_start]
+        if not _LINE_BREAK.match(closing):  # an empty front matter: its closing fence followed the opening one
+            closing = newline + closing
+        head, body = text[: front.yaml_start] + yaml_text + closing, text[front.body_start:]
     if section is not None:
         body_newline = detect_newline(body) if _LINE_BREAK.search(body) else newline
         body = _replace_section(body, section, newline=body_newline, source=source,
                                 first_line=1 if front is None else len(_lines(text[: front.body_start])) + 1,
                                 markers=markers)
     result = head + body
-    _check(before, result, data, source=source, key_name=key_name)
+    _check(parsed.metadata, result, data, source=source, key_name=key_name)
     return result
 
 
 def _check(before: dict[str, Any], result: str, data: Any, *, source: str, key_name: str = CARD_BLOCK_KEY) -> None:
     """Refuse to write a card whose front matter lost or changed anything but our block."""
     front = split_front_matter(result)
-    after = load_yaml_strict(front.yaml_text, source=source) if front else None
+    try:
+        after = load_yaml_document(front.yaml_text, source=source).data if front else None
+    except CardError as exc:
+        raise CardError(f"{source}: the updated front matter would not load ({exc}); if the {key_name} block defines a "
+                        "YAML anchor that other keys use, move the anchor out of the block; the card was left as it "
+                        "is", source=source) from exc
     if not isinstance(after, dict):
         raise CardError(f"{source}: the updated front matter is not a mapping; this is a bug, please report it",
                         source=source)
@@ -317,16 +349,6 @@ def _check(before: dict[str, Any], result: str, data: Any, *, source: str, key_n
     if canonical_json(after[key_name]) != canonical_json(_plain(data)):
         raise CardError(f"{source}: the bnconvention block does not read back as the record; this is a bug, please "
                         "report it", source=source)
-    from huggingface_hub import ModelCard
-
-    try:
-        hub_view = ModelCard(result, ignore_metadata_errors=True).data.to_dict().get(key_name)
-    except Exception as exc:  # noqa: BLE001 - any failure of the Hub's parser is a card the Hub cannot read
-        raise CardError(f"{source}: huggingface_hub cannot parse the updated card ({exc}); the card was left as it is",
-                        source=source) from exc
-    if hub_view is None or canonical_json(hub_view) != canonical_json(_plain(data)):
-        raise CardError(f"{source}: huggingface_hub reads a different bnconvention block than the one written; "
-                        "this is a bug, please report it", source=source)
 
 
 def _plain(data: Any) -> Any:
@@ -354,12 +376,14 @@ def stamp_card_file(path: str | os.PathLike[str], record: Declaration | RefitAnn
         raise CardError(f"{source}: is a directory, not a model card", source=source) from exc
     if raw is None:
         new_text = stamp_card_text("", record, source=source)
+        remove_stale_temps(target, suffix=WRITE_TEMP_SUFFIX)  # what a killed write of this card left behind
         atomic_write_bytes(target, new_text.encode("utf-8"))
         return CardStampResult(path=target, changed=True, created=True)
     bom = codecs.BOM_UTF8 if raw.startswith(codecs.BOM_UTF8) else b""
     text = decode_card(raw, source=source)
     new_text = stamp_card_text(text, record, source=source)
     new_raw = bom + new_text.encode("utf-8")
+    remove_stale_temps(target, suffix=WRITE_TEMP_SUFFIX)  # what a killed write of this card left behind
     if new_raw == raw:
         return CardStampResult(path=target, changed=False, created=False)
     st = os.stat(target)
@@ -407,7 +431,11 @@ def refit_card_entry(annotation: RefitAnnotation, *, path: str, sha256: str) -> 
 
 def read_refit_entries(text: str, *, source: str = "README.md") -> list[dict[str, Any]]:
     """The refit entries of a card (empty when it has none); a malformed block raises :class:`CardError`."""
-    value = parse_card_metadata(text, source=source).get(REFIT_BLOCK_KEY)
+    return _refit_entries(parse_card_metadata(text, source=source), source=source)
+
+
+def _refit_entries(metadata: Mapping[str, Any], *, source: str) -> list[dict[str, Any]]:
+    value = metadata.get(REFIT_BLOCK_KEY)
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(e, dict) and isinstance(e.get("annotation"), str)
@@ -452,8 +480,8 @@ def stamp_card_refit_text(text: str, entry: Mapping[str, Any], *, source: str = 
     An entry for the same annotation path is replaced where it is; a new one is appended. The declaration block,
     every other key, the card's line endings and the rest of the body are kept.
     """
-    before = parse_card_metadata(text, source=source)
-    entries = [dict(e) for e in read_refit_entries(text, source=source)]
+    parsed = _parse(text, source=source)
+    entries = [dict(e) for e in _refit_entries(parsed.metadata, source=source)]
     item = dict(entry)
     index = next((i for i, e in enumerate(entries) if e.get("annotation") == item.get("annotation")), None)
     if index is None:
@@ -462,6 +490,6 @@ def stamp_card_refit_text(text: str, entry: Mapping[str, Any], *, source: str = 
         entries[index] = item
     block = yaml.safe_dump({REFIT_BLOCK_KEY: entries}, sort_keys=False, allow_unicode=True, default_flow_style=False,
                            width=2**16)
-    return _apply(text, before=before, block=block, data=entries, section=render_refit_section(entries),
+    return _apply(text, parsed, block=block, data=entries, section=render_refit_section(entries),
                   source=source, key_name=REFIT_BLOCK_KEY,
                   markers=(REFIT_SECTION_BEGIN, REFIT_SECTION_END, REFIT_SECTION_HEADING))

@@ -46,7 +46,16 @@ class UntrustedInputError(BnConventionError, ValueError):
 
 
 class SafetensorsHeaderError(UntrustedInputError):
-    """A safetensors file is truncated, its header length is out of bounds, or its header is not valid."""
+    """A safetensors file is truncated, its header length is out of bounds, or its header is not valid.
+
+    ``reason`` says which, for callers that map it to a code: ``"unreadable"`` (an OS error), ``"truncated"``,
+    ``"too_large"``, ``"not_safetensors"`` (the bytes are another format, e.g. a PyTorch pickle or zip checkpoint)
+    or ``"invalid"``.
+    """
+
+    def __init__(self, message: str, *, source: str | Path | None = None, reason: str = "invalid") -> None:
+        super().__init__(message, source=source)
+        self.reason = reason
 
 
 class CardError(UntrustedInputError):

@@ -70,7 +70,7 @@ class FileView:
     """One inspected file."""
 
     file: str
-    kind: Literal["weights", "card", "record"]
+    kind: Literal["weights", "card", "record", "index"]
     readable: bool = True
     tensors: int | None = None
     header_bytes: int | None = None
@@ -237,6 +237,8 @@ def inspect_path(path: str | os.PathLike[str]) -> Inspection:
             views.append(_weights_view(summary.file, file_path))
         elif summary.kind == "card":
             views.append(_card_view(summary.file, file_path))
+        elif summary.kind == "index":  # a shard index: the validator's issues say all there is to say
+            views.append(FileView(file=summary.file, kind="index", readable=summary.note != "unreadable"))
         else:
             views.append(_record_file_view(summary.file, file_path))
     _settle(views, report.issues)
@@ -274,7 +276,7 @@ def format_text(inspection: Inspection) -> str:
                 lines.append("  BatchNorm layers from the header: none (channel absent)")
         record = view.record
         if record is None:
-            if view.readable:
+            if view.readable and view.kind != "index":
                 lines.append("  record: none")
         elif not record.valid:
             lines.append(f"  record: present but invalid ({record.kind or 'unknown kind'})")

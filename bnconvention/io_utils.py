@@ -1,6 +1,13 @@
 """Atomic file writes: a temporary file next to the target, fsync, rename, fsync of the directory.
 
 Either the old file or the complete new one is at the path afterwards, whatever happens in between.
+
+Temporary files are ours by name and by lock: ``.<target name>.<8 random characters><suffix>``, created with mode
+0o666 so the user's umask decides the permissions of a new file (``mkstemp`` would make it 0600), and held under an
+exclusive ``flock`` from creation until it is renamed over the target. A process that is killed in between leaves
+the file behind but not the lock (the kernel drops it with the process), so :func:`remove_stale_temps` can tell a
+leftover from a write in progress: it removes only files with that exact name pattern for that target, owned by
+this user, whose lock it can take. :data:`TEMP_GLOBS` are the patterns an upload must leave out.
 """
 
 from __future__ import annotations
@@ -8,12 +15,104 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
+import secrets
 import shutil
+import stat
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no locks, so stale files are never removed
+    fcntl = None  # type: ignore[assignment]
+
+STAMP_TEMP_SUFFIX = ".bnc-stamp.tmp"  # the copy a safetensors stamp writes before renaming it over the original
+WRITE_TEMP_SUFFIX = ".bnc-write.tmp"  # every other atomic write (cards, records, reports)
+TEMP_GLOBS = (f"*{STAMP_TEMP_SUFFIX}", f"*{WRITE_TEMP_SUFFIX}")  # never uploaded (bnconvention publish)
+_TEMP_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # the alphabet of tempfile.mkstemp, which older versions used
+_TEMP_RANDOM = 8
+
+
+def _temp_pattern(target: Path, suffix: str) -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(target.name)}\.[{_TEMP_CHARS}]{{{_TEMP_RANDOM}}}{re.escape(suffix)}")
+
+
+def _try_lock(fd: int) -> bool:
+    if fcntl is None:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _is_file_at(path: Path, st: os.stat_result) -> bool:
+    """Whether ``path`` still names the file ``st`` describes (not removed or replaced meanwhile)."""
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
+def create_temp(target: Path, *, suffix: str = WRITE_TEMP_SUFFIX) -> tuple[int, Path]:
+    """A new empty file next to ``target``, opened read-write and locked: ``(fd, path)``. Close ``fd`` only after
+    the file has been renamed or removed, so that the lock covers its whole life at that path."""
+    directory = target.parent if str(target.parent) else Path(".")
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        random = "".join(secrets.choice(_TEMP_CHARS) for _ in range(_TEMP_RANDOM))
+        path = directory / f".{target.name}.{random}{suffix}"
+        try:
+            fd = os.open(path, flags, 0o666)  # the umask applies, as for any file the user creates
+        except FileExistsError:
+            continue
+        # A cleaner may have taken the unlocked new file for a leftover; it then removes it: use another name.
+        if _try_lock(fd) and _is_file_at(path, os.fstat(fd)):
+            return fd, path
+        os.close(fd)
+    raise FileExistsError(f"{directory}: could not create a temporary file next to {target.name}")
+
+
+def remove_stale_temps(target: Path, *, suffix: str) -> list[Path]:
+    """Remove the temporary files a killed write to ``target`` left behind; returns what was removed.
+
+    Only files named exactly like ours for this target, regular, owned by this user and not locked by a live
+    writer (a concurrent write of the same target keeps its file) are removed. Errors leave a file where it is.
+    """
+    if fcntl is None:
+        return []
+    directory = target.parent if str(target.parent) else Path(".")
+    pattern = _temp_pattern(target, suffix)
+    try:
+        names = sorted(entry.name for entry in os.scandir(directory) if pattern.fullmatch(entry.name))
+    except OSError:
+        return []
+    return [directory / name for name in names if _remove_if_stale(directory / name)]
+
+
+def _remove_if_stale(path: Path) -> bool:
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or not _try_lock(fd):
+            return False
+        if not _is_file_at(path, st):
+            return False
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def fsync_directory(directory: Path) -> None:
@@ -34,13 +133,13 @@ def fsync_directory(directory: Path) -> None:
 def atomic_output(path: Path, *, mode: str = "wb", keep_mode_of: Path | None = None) -> Iterator[IO]:  # type: ignore[type-arg]
     """Yield a file object whose content replaces ``path`` atomically when the block exits without error.
 
-    The temporary file lives in the target's directory (same filesystem, so ``os.replace`` is atomic) and is removed
-    if the block raises. File permissions of ``keep_mode_of`` (default: the existing target) are carried over.
+    The temporary file (:func:`create_temp`) lives in the target's directory (same filesystem, so ``os.replace``
+    is atomic) and is removed if the block raises. The permissions of ``keep_mode_of`` (default: the existing
+    target) are carried over; a new file gets the permissions the umask gives (0644 under the usual 022).
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    tmp = Path(tmp_name)
+    fd, tmp = create_temp(path, suffix=WRITE_TEMP_SUFFIX)
     try:
         source_mode = keep_mode_of or (path if path.exists() else None)
         if source_mode is not None:
@@ -49,7 +148,7 @@ def atomic_output(path: Path, *, mode: str = "wb", keep_mode_of: Path | None = N
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # still open, so still locked: no cleaner can take it for a leftover
         fsync_directory(directory)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -18,7 +18,8 @@ each finished before the next starts, so a failure leaves no half-done state beh
 4. **Upload** the folder through one ``huggingface_hub.HfApi(endpoint=..., token=...)``: ``create_repo`` (unless a
    pull request is asked for, which needs the repository to exist) and ``upload_folder``, optionally as a pull
    request. The client skips files the Hub already holds, so re-running after an interruption re-sends only what
-   is missing.
+   is missing. Our own temporary files (:data:`bnconvention.io_utils.TEMP_GLOBS`, e.g. the copy a killed stamp
+   left behind) are never uploaded.
 
 The token is handed to ``HfApi`` and nowhere else: it is never printed, logged or put in an error message (an
 error from the client is scrubbed of it before it is re-raised as :class:`~bnconvention.errors.HubError`).
@@ -41,6 +42,7 @@ from bnconvention.errors import (
     RecordError,
     UsageError,
 )
+from bnconvention.io_utils import TEMP_GLOBS
 from bnconvention.standard.models import Declaration, RefitAnnotation
 from bnconvention.validation import Issue, best_issue, validate_paths
 
@@ -241,7 +243,8 @@ def publish(directory: str | os.PathLike[str], *, repo_id: str, records: Sequenc
         if not create_pr:
             api.create_repo(repo_id=repo_id, repo_type="model", exist_ok=True)
         commit = api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=str(folder),
-                                   commit_message=message, create_pr=create_pr)
+                                   commit_message=message, create_pr=create_pr,
+                                   ignore_patterns=list(TEMP_GLOBS))  # a killed write's leftovers stay home
     except BnConventionError:
         raise
     except Exception as exc:  # noqa: BLE001 - any client failure becomes one HubError without the token

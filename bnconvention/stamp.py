@@ -23,7 +23,8 @@ How it is written is decided by :func:`stamp_file`, and is crash-safe either way
   btrfs share the blocks (a reflink) instead of copying them; then the new length and header are written, the copy
   is fsynced, renamed over the original, and the directory fsynced. The original's permission bits are kept. On any
   error the temporary file is removed and the original is untouched. (A SIGKILL can leave that temporary file,
-  ``.<name>.<random>.bnc-stamp.tmp``, behind; never a changed original.)
+  ``.<name>.<random>.bnc-stamp.tmp``, behind; never a changed original. The next stamp of the same file removes
+  it, unless a live stamp still holds its lock: see :func:`bnconvention.io_utils.remove_stale_temps`.)
 
 >>> import json, struct
 >>> from bnconvention.safetensors_header import parse_header
@@ -44,7 +45,6 @@ import os
 import shutil
 import stat
 import struct
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,11 +52,12 @@ from typing import Any, Literal, TypeAlias
 
 from bnconvention.canonical import canonical_json, canonical_sha256
 from bnconvention.errors import DigestMismatchError, RecordError, SafetensorsHeaderError, StampError, UsageError
-from bnconvention.io_utils import fsync_directory
+from bnconvention.io_utils import STAMP_TEMP_SUFFIX, create_temp, fsync_directory, remove_stale_temps
 from bnconvention.locations import SAFETENSORS_METADATA_KEY, record_from_header
 from bnconvention.safetensors_header import (
     MAX_HEADER_BYTES,
     METADATA_KEY,
+    PREFIX_BYTES,
     SafetensorsHeader,
     header_length,
     parse_header,
@@ -82,6 +83,7 @@ __all__ = [
     "read_stamped_record",
     "stamp_file",
     "stamped_header_bytes",
+    "stamped_header_size",
 ]
 
 
@@ -103,6 +105,7 @@ class StampResult:
     padding: int  # trailing spaces left in the header: room for later in-place re-stamps
     record_sha256: str  # sha256 of the record's canonical JSON
     digests_checked: bool
+    removed_temps: tuple[Path, ...] = ()  # leftovers of earlier killed stamps of this file, removed by this one
 
 
 # --- the record -----------------------------------------------------------------------------------------------------
@@ -178,26 +181,32 @@ def stamped_header_bytes(header: SafetensorsHeader, record_text: str, *, reserve
                    for key, value in raw.items()}
     else:
         entries = {METADATA_KEY: {SAFETENSORS_METADATA_KEY: record_text}, **raw}
-    try:
-        # Compact and UTF-8, as safetensors itself writes headers.
-        body = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise SafetensorsHeaderError("the header holds a string with a lone surrogate escape, which is not valid "
-                                     "Unicode; the file cannot be stamped") from exc
-    if len(body) <= header.header_size:
-        size = header.header_size
-    else:
-        # Grow by whole blocks: the data section keeps its offset modulo BLOCK, so the copy can share the data's
-        # disk blocks (a reflink on XFS/btrfs) instead of copying them, and keeps the writer's 8-byte alignment.
-        size = header.header_size + -(-(len(body) + reserve - header.header_size) // BLOCK) * BLOCK
-    if size > MAX_HEADER_BYTES:
-        raise StampError(f"the stamped header would be {size} bytes, over the {MAX_HEADER_BYTES}-byte limit of the "
-                         "safetensors format; the record is too large")
+    # Compact and UTF-8, as safetensors itself writes headers (the reader refused lone surrogates already).
+    body = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    size = stamped_header_size(header_size=header.header_size, body_size=len(body), reserve=reserve)
     return body + b" " * (size - len(body))
 
 
-def _with_record(metadata: dict[str, str], record_text: str) -> dict[str, str]:
-    updated = dict(metadata)  # an existing key keeps its position; a new one goes last
+def stamped_header_size(*, header_size: int, body_size: int, reserve: int) -> int:
+    """The header length after a stamp whose JSON is ``body_size`` bytes; :class:`StampError` past the format's limit.
+
+    Unchanged when the JSON fits; otherwise grown by whole blocks: the data section keeps its offset modulo
+    :data:`BLOCK`, so the copy can share the data's disk blocks (a reflink on XFS/btrfs) instead of copying them,
+    and keeps the writer's 8-byte alignment.
+
+    >>> stamped_header_size(header_size=4000, body_size=4100, reserve=64)
+    8096
+    """
+    size = header_size if body_size <= header_size else (
+        header_size + -(-(body_size + reserve - header_size) // BLOCK) * BLOCK)
+    if size > MAX_HEADER_BYTES:
+        raise StampError(f"the stamped header would be {size} bytes, over the {MAX_HEADER_BYTES}-byte limit of the "
+                         "safetensors format (safetensors refuses to open it); the record is too large")
+    return size
+
+
+def _with_record(metadata: dict[str, str] | None, record_text: str) -> dict[str, str]:
+    updated = dict(metadata or {})  # an existing key keeps its position; a new one goes last ("null": none yet)
     updated[SAFETENSORS_METADATA_KEY] = record_text
     return updated
 
@@ -222,10 +231,11 @@ def _changed_span(old: bytes, new: bytes) -> tuple[int, int] | None:
 def _read_header_at(fd: int, *, source: str) -> tuple[bytes, SafetensorsHeader]:
     """The raw header bytes and the checked header of the open file ``fd``."""
     file_size = os.fstat(fd).st_size
-    length = header_length(os.pread(fd, 8, 0), file_size=file_size, source=source)
+    length = header_length(os.pread(fd, PREFIX_BYTES, 0), file_size=file_size, source=source)
     data = os.pread(fd, length, 8)
     if len(data) != length:
-        raise SafetensorsHeaderError(f"{source}: file ended after {len(data)} of {length} header bytes", source=source)
+        raise SafetensorsHeaderError(f"{source}: file ended after {len(data)} of {length} header bytes", source=source,
+                                     reason="truncated")
     return data, parse_header(data, data_size=file_size - 8 - length, source=source)
 
 
@@ -292,8 +302,9 @@ def stamp_file(path: str | os.PathLike[str], record: Declaration | RefitAnnotati
         check_record_matches_file(target, model, header=header)
     new = stamped_header_bytes(header, record_text, reserve=reserve)
     parse_header(new, data_size=header.data_size, source=f"{source} (stamped header)")  # never write what we can't read
+    removed = tuple(remove_stale_temps(target, suffix=STAMP_TEMP_SUFFIX))  # a killed stamp's copy is garbage
     result = StampResult(path=target, method="unchanged", header_size=len(new), padding=len(new) - len(new.rstrip(b" ")),
-                         record_sha256=canonical_sha256(data), digests_checked=check_digests)
+                         record_sha256=canonical_sha256(data), digests_checked=check_digests, removed_temps=removed)
     if new == old:
         return result
     _ensure_writable(target, st)
@@ -344,8 +355,7 @@ def _rewrite(target: Path, header: SafetensorsHeader, new: bytes, *, mode: int, 
     _ensure_directory_writable(directory, total)
     tmp: Path | None = None
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".bnc-stamp.tmp", dir=directory)
-        tmp = Path(tmp_name)
+        fd, tmp = create_temp(target, suffix=STAMP_TEMP_SUFFIX)  # locked until closed: never taken for a leftover
         _checkpoint("temp-created")
         with os.fdopen(fd, "r+b") as out, open(target, "rb") as src:
             os.fchmod(out.fileno(), stat.S_IMODE(mode))
@@ -365,9 +375,9 @@ def _rewrite(target: Path, header: SafetensorsHeader, new: bytes, *, mode: int, 
                 raise StampError(f"{source}: the stamped copy is {os.fstat(out.fileno()).st_size} bytes, expected "
                                  f"{total}; the original is unchanged")
             os.fsync(out.fileno())
-        _checkpoint("temp-synced")
-        os.replace(tmp, target)
-        tmp = None
+            _checkpoint("temp-synced")
+            os.replace(tmp, target)  # while the copy is open, so still locked
+            tmp = None
         _checkpoint("renamed")
         fsync_directory(directory)
         _checkpoint("directory-synced")

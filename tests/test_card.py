@@ -6,6 +6,7 @@ import pytest
 
 from bnconvention.card import (
     MAX_CARD_BYTES,
+    REGEX_YAML_BLOCK,
     decode_card,
     detect_newline,
     load_yaml_strict,
@@ -52,18 +53,17 @@ def test_crlf_card() -> None:
     assert detect_newline("a\rb") == "\r"
 
 
-BOMB = """---
-a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
-b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
-c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
-d: [*c, *c, *c, *c, *c, *c, *c, *c, *c]
----
-"""
+BOMB = "---\na: &a [" + ", ".join(['"lol"'] * 9) + "]\n" + "".join(
+    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "---\n"
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
-    pytest.param(BOMB, "YAML anchor &a is not allowed", id="billion-laughs"),
-    pytest.param("---\nx: 1\ny: *x\n---\n", "YAML aliases are not allowed", id="alias"),
+    # regression (issue 10): anchors were refused outright; now only what they expand to is bounded
+    pytest.param(BOMB, "at line 7 column 4: YAML aliases expand this value to more than 8388608 characters",
+                 id="billion-laughs"),
+    pytest.param("---\na: &a [1, *a]\n---\n", "at line 1 column 4: a YAML alias refers to a node that contains it",
+                 id="recursive-alias"),
+    pytest.param("---\nx: 1\ny: *x\n---\n", "found undefined alias 'x'", id="undefined-alias"),
     pytest.param("---\nbnconvention: 1\nbnconvention: 2\n---\n", "duplicate key 'bnconvention'", id="duplicate-key"),
     pytest.param("---\na: [1, 2\n---\n", "invalid YAML front matter at line", id="malformed"),
     pytest.param("---\n!!python/object:os.system {}\n---\n", "could not determine a constructor", id="python-tag"),
@@ -99,3 +99,37 @@ def test_decode_card() -> None:
 
 def test_load_yaml_strict_keeps_safe_types() -> None:
     assert load_yaml_strict("a: [1, 2.5, true, null, '1.0']") == {"a": [1, 2.5, True, None, "1.0"]}
+
+
+def test_anchors_aliases_and_merge_keys_load_as_huggingface_hub_loads_them() -> None:
+    from huggingface_hub import ModelCard
+
+    card = ("---\ndefaults: &defaults\n  license: mit\n  tags: [a, b]\nmodel:\n  <<: *defaults\n  license: apache-2.0\n"
+            "copy: *defaults\nbnconvention: {kind: declaration}\n---\n# Model\n")
+    ours = parse_card_metadata(card)
+    assert ours == ModelCard(card).data.to_dict()
+    assert ours["model"] == {"license": "apache-2.0", "tags": ["a", "b"]}  # an explicit key overrides a merged one
+    assert read_card_record(card) == {"kind": "declaration"}
+
+
+def test_expansion_is_bounded_by_size_not_by_refusing_aliases() -> None:
+    from bnconvention.card import MAX_YAML_EXPANSION
+
+    big = "x" * 1000
+    fits = f"---\na: &a \"{big}\"\nb: [" + ", ".join(["*a"] * (MAX_YAML_EXPANSION // 2000)) + "]\n---\n"
+    assert len(parse_card_metadata(fits)["b"]) == MAX_YAML_EXPANSION // 2000
+    over = fits.replace("]\n---", ", " + ", ".join(["*a"] * (MAX_YAML_EXPANSION // 2000)) + "]\n---")
+    with pytest.raises(CardError, match="YAML aliases expand this value to more than"):
+        parse_card_metadata(over)
+
+
+def test_our_front_matter_regex_is_huggingface_hubs() -> None:
+    from huggingface_hub.repocard import REGEX_YAML_BLOCK as HUB_REGEX
+
+    assert REGEX_YAML_BLOCK.pattern == HUB_REGEX.pattern
+
+
+def test_an_empty_front_matter_is_found() -> None:
+    front = split_front_matter("---\n---\n# Body\n")
+    assert front is not None and front.yaml_text == "" and front.body_start == len("---\n---\n")
+    assert parse_card_metadata("---\n---\n# Body\n") == {}

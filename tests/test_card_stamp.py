@@ -12,9 +12,11 @@ import copy
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from huggingface_hub import ModelCard
 
 from bnconvention.canonical import canonical_json
@@ -25,6 +27,7 @@ from bnconvention.card_stamp import (
     render_card_block,
     render_card_section,
     stamp_card_file,
+    stamp_card_refit_text,
     stamp_card_text,
 )
 from bnconvention.cli.main import main
@@ -35,7 +38,8 @@ CARDS = Path(__file__).resolve().parent / "fixtures" / "cards"
 EXPECTED = CARDS / "expected"
 STAMP = Path(__file__).resolve().parent / "fixtures" / "stamp"
 RECORD: dict = json.loads((STAMP / "record.json").read_text(encoding="utf-8"))
-GOOD = ["lf.md", "crlf.md", "no_front_matter.md", "comments.md", "unknown_keys.md", "existing_block.md"]
+GOOD = ["lf.md", "crlf.md", "no_front_matter.md", "comments.md", "unknown_keys.md", "existing_block.md",
+        "alias.md", "anchors.md", "empty_front_matter.md"]
 
 
 def card_text(name: str) -> str:
@@ -80,7 +84,8 @@ def test_the_record_reads_back_through_our_reader_and_huggingface_hub(name: str)
     assert hub.text.count(SECTION_BEGIN) == 1 and hub.text.count("## BatchNorm fitting convention") == 1
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, id=n) for n in GOOD if n != "existing_block.md"])
+@pytest.mark.parametrize("name", [pytest.param(n, id=n) for n in GOOD if n not in ("existing_block.md",
+                                                                                    "anchors.md")])
 def test_other_front_matter_is_kept_byte_for_byte(name: str) -> None:
     text = card_text(name)
     result = stamp_card_text(text, RECORD, source=name)
@@ -202,7 +207,10 @@ def test_render_card_block_round_trips_floats() -> None:
 
 BAD_CARDS = [
     pytest.param("malformed.md", "invalid YAML front matter at line 2 column 39: expected ',' or ']'", id="malformed"),
-    pytest.param("alias.md", "YAML anchor &b is not allowed", id="anchor-alias"),
+    pytest.param("alias_bomb.md", "invalid YAML front matter at line 7 column 4: YAML aliases expand this value to "
+                 "more than 8388608 characters", id="alias-bomb"),
+    pytest.param("anchor_in_block.md", "if the bnconvention block defines a YAML anchor that other keys use, move the "
+                 "anchor out of the block", id="anchor-in-the-block"),
     pytest.param("not_mapping.md", "YAML front matter is a list, expected a mapping", id="not-a-mapping"),
     pytest.param("flow_mapping.md", "the front matter is a flow-style mapping", id="flow-mapping"),
     pytest.param("handwritten_heading.md", "line 6 already has a hand-written 'BatchNorm fitting convention' heading",
@@ -315,3 +323,82 @@ def test_card_command_needs_exactly_one_source(tmp_path: Path, capsys: pytest.Ca
         main(["card", str(tmp_path / "README.md")])
     assert exit_info.value.code == 2
     assert "one of the arguments --record --from is required" in capsys.readouterr().err
+
+
+# --- issue 10: empty front matter, anchors and aliases, linear work on large cards -------------------------------
+
+
+def test_an_empty_front_matter_is_filled_not_duplicated() -> None:
+    # regression: "---" on two consecutive lines got a new front matter and stayed in the body
+    text = card_text("empty_front_matter.md")
+    result = stamp_card_text(text, RECORD, source="empty_front_matter.md")
+    assert result.startswith("---\n" + render_card_block(RECORD) + "---\n# A card whose front matter is empty\n")
+    assert result.count("---\n") == 2 + render_card_block(RECORD).count("---\n")
+    assert stamp_card_text(result, RECORD) == result
+
+
+def test_a_card_with_anchors_is_stamped_and_the_rest_survives_byte_for_byte() -> None:
+    # regression: anchors were refused (exit 2, "YAML anchor &defaults is not allowed in model cards")
+    text = card_text("anchors.md")
+    result = stamp_card_text(text, RECORD, source="anchors.md")
+    before, after = split_front_matter(text), split_front_matter(result)
+    assert before is not None and after is not None
+    old_start = before.yaml_text.index("bnconvention:")
+    old_end = before.yaml_text.index("model:")
+    new_block = render_card_block(RECORD)
+    assert after.yaml_text == before.yaml_text[:old_start] + new_block + before.yaml_text[old_end:]
+    hub = ModelCard(result).data.to_dict()
+    assert hub["model"] == {"license": "mit", "library_name": "pytorch", "tags": ["batchnorm", "vision"],
+                            "name": "convnet"}
+    assert canonical_json(hub["bnconvention"]) == canonical_json(RECORD)
+
+
+def _tag_card(count: int) -> str:
+    return "---\nlicense: mit\ntags:\n" + "".join(f"- tag{i}\n" for i in range(count)) + "---\n# Model\n"
+
+
+class TokenCounter:
+    """Counts the YAML tokens PyYAML's scanner produces: a deterministic measure of parsing work."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import yaml.scanner
+
+        self.count = 0
+        original = yaml.scanner.Scanner.fetch_more_tokens
+
+        def counted(scanner: yaml.scanner.Scanner) -> None:
+            before = len(scanner.tokens)
+            original(scanner)
+            self.count += max(0, len(scanner.tokens) - before)
+
+        monkeypatch.setattr(yaml.scanner.Scanner, "fetch_more_tokens", counted)
+
+    def of(self, run: Callable[[], object]) -> int:
+        self.count = 0
+        run()
+        return self.count
+
+
+def test_stamping_a_large_card_parses_it_twice_and_never_builds_a_model_card(monkeypatch: pytest.MonkeyPatch) -> None:
+    # regression: stamp --card took 110 s on an 80,000-tag card and hub push stalled on 350,000 tags: four or five
+    # YAML parses per stamp, and huggingface_hub.ModelCard (its _to_unique_list is quadratic in the tags) to
+    # re-check the result. Counted, not timed: a stamp may scan the card once and the stamped card once.
+    import huggingface_hub
+    import huggingface_hub.repocard_data as repocard_data
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the card was routed through huggingface_hub's ModelCard")
+
+    monkeypatch.setattr(huggingface_hub.ModelCard, "__init__", refuse)
+    monkeypatch.setattr(repocard_data, "_to_unique_list", refuse)
+    tokens = TokenCounter(monkeypatch)
+    text = _tag_card(2000)
+    card = tokens.of(lambda: load_yaml_strict(split_front_matter(text).yaml_text))  # about 6,000 tokens
+    block = tokens.of(lambda: load_yaml_strict(render_card_block(RECORD)))
+    stamped = stamp_card_text(text, RECORD, source="tags.md")
+    assert tokens.of(lambda: stamp_card_text(text, RECORD, source="tags.md")) <= 2 * card + 2 * block
+    entry = {"annotation": "bnconvention/a.json", "subject": "model.safetensors", "cells": []}
+    refit_block = tokens.of(lambda: load_yaml_strict(yaml.safe_dump({"bnconvention_refit": [entry]})))
+    refit = tokens.of(lambda: stamp_card_refit_text(stamped, entry, source="tags.md"))
+    assert refit <= 2 * (card + block) + 2 * refit_block
+    assert stamp_card_refit_text(stamped, entry, source="tags.md").count("- tag1999\n") == 1

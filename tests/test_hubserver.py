@@ -362,12 +362,16 @@ def test_model_card_parsed_from_downloaded_readme(anon: HfApi, hub: LocalHub, ca
     assert card.text.strip().splitlines()[0] == "# Demo model"
 
 
-def test_validate_yaml_rejects_alias_cards(alice: HfApi, fixtures_dir: Path) -> None:
+def test_validate_yaml_rejects_alias_bombs_and_accepts_aliases(alice: HfApi, fixtures_dir: Path) -> None:
+    # issue 10: anchors and aliases are valid YAML (huggingface_hub loads them); only their expansion is bounded
     alice.create_repo("lab/bad-card")
-    bad = (fixtures_dir / "hub" / "alias_card.md").read_bytes()
-    with pytest.raises(ValueError, match="YAML anchor &anchor is not allowed"):
+    bad = (fixtures_dir / "hub" / "alias_bomb_card.md").read_bytes()
+    with pytest.raises(ValueError, match="YAML aliases expand this value to more than"):
         alice.upload_file(path_or_fileobj=bad, path_in_repo="README.md", repo_id="lab/bad-card")
     assert [s.rfilename for s in alice.model_info("lab/bad-card").siblings] == [".gitattributes"]
+    alice.upload_file(path_or_fileobj=(fixtures_dir / "hub" / "alias_card.md").read_bytes(), path_in_repo="README.md",
+                      repo_id="lab/bad-card")
+    assert sorted(s.rfilename for s in alice.model_info("lab/bad-card").siblings) == [".gitattributes", "README.md"]
 
 
 def test_errors_map_to_client_exceptions(anon: HfApi, hub: LocalHub, tmp_path: Path) -> None:

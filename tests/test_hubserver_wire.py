@@ -444,7 +444,7 @@ def test_urls_ignore_a_malformed_host_header(hub: LocalHub) -> None:
 
 def test_unparsable_stored_card_and_weights_are_served_without_metadata(hub: LocalHub,
                                                                        fixtures_dir: Path) -> None:
-    alias_card = (fixtures_dir / "hub" / "alias_card.md").read_bytes()
+    alias_card = (fixtures_dir / "hub" / "alias_bomb_card.md").read_bytes()  # unparsable: its aliases expand to GBs
     broken_weights = (10**9).to_bytes(8, "little") + b"{}"  # header length far beyond the file
     hub.store.commit("alice/broken", files={"README.md": alias_card, "model.safetensors": broken_weights})
     response, body = request(hub, "GET", "/api/models/alice/broken")

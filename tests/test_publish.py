@@ -348,3 +348,28 @@ def test_cli_publishes_to_a_hub_with_the_real_client(release: Path, parts: dict[
     on_pr = Path(api.hf_hub_download("lab/model", "model.safetensors", revision=pr.git_reference,
                                      local_dir=tmp_path / "pr"))
     assert to_dict(read_stamped_record(on_pr)) == changed
+
+
+def test_our_temporary_files_are_never_uploaded(release: Path, parts: dict[str, Any], local_hub: Any) -> None:
+    # regression (issue 10): publish committed the 101 MB copy a killed stamp had left in the release folder
+    import fcntl
+    import os
+
+    from huggingface_hub import HfApi
+
+    stale = release / ".model.safetensors.7sl1bkq0.bnc-stamp.tmp"  # a killed stamp's copy: the stamp removes it
+    stale.write_bytes(b"half a copy")
+    live = release / ".model.safetensors.abcd1234.bnc-stamp.tmp"  # a concurrent stamp's copy: it stays, unsent
+    live.write_bytes(b"a copy in progress")
+    card_temp = release / ".README.md.q8w7e6r5.bnc-write.tmp"
+    card_temp.write_bytes(b"half a card")
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        api = HfApi(endpoint=local_hub.endpoint, token=TOKEN)
+        result = publish(release, repo_id="lab/temps", records=[parts["a"]["record"]], api=api)
+    finally:
+        os.close(fd)
+    assert result.uploaded
+    assert sorted(api.list_repo_files("lab/temps")) == [".gitattributes", "README.md", "model.safetensors"]
+    assert live.exists() and not stale.exists() and not card_temp.exists()

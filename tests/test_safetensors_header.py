@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from bnconvention.errors import SafetensorsHeaderError
-from bnconvention.safetensors_header import MAX_HEADER_BYTES, parse_header, read_header
+from bnconvention.safetensors_header import MAX_HEADER_BYTES, header_length, parse_header, read_header
 
 
 def _file(tmp_path: Path, header: bytes | dict | str, data: bytes = b"", *, length: int | None = None,
@@ -76,7 +77,8 @@ BAD_HEADERS = [
     pytest.param(json.dumps({"w": _entry(dtype="F33")}).encode(), 8, "unknown dtype 'F33'", id="bad-dtype"),
     pytest.param(json.dumps({"w": _entry(shape=[-2])}).encode(), 8, "is not a list of non-negative integers",
                  id="negative-shape"),
-    pytest.param(json.dumps({"w": {"dtype": "F32", "shape": [2]}}).encode(), 8, "expected exactly dtype",
+    pytest.param(json.dumps({"w": {"dtype": "F32", "shape": [2]}}).encode(), 8,
+                 "has no 'data_offsets' (keys: ['dtype', 'shape']); a tensor entry needs dtype, shape and data_offsets",
                  id="missing-offsets"),
     pytest.param(json.dumps({"w": _entry(offsets=[0, 12])}).encode(), 12, "holds 12 bytes but dtype F32",
                  id="wrong-byte-count"),
@@ -147,3 +149,152 @@ def test_huge_length_is_refused_before_allocating(tmp_path: Path) -> None:
 def test_unreadable_path(tmp_path: Path) -> None:
     with pytest.raises(SafetensorsHeaderError, match="cannot read"):
         read_header(tmp_path / "missing.safetensors")
+
+
+# --- issue 10: the reference parser's limits -------------------------------------------------------------------
+
+
+def test_the_header_limit_is_the_reference_implementations() -> None:
+    # regression: the limit was 100 MiB (104,857,600); safetensors refuses anything over 100,000,000 bytes
+    assert MAX_HEADER_BYTES == 100_000_000
+    prefix = struct.pack("<Q", 100_000_008)
+    with pytest.raises(SafetensorsHeaderError,
+                       match="header length 100000008 exceeds the 100000000-byte limit") as info:
+        header_length(prefix + b"{", file_size=200_000_000)
+    assert info.value.reason == "too_large"
+    assert header_length(struct.pack("<Q", 100_000_000) + b"{", file_size=200_000_000) == 100_000_000
+
+
+@pytest.mark.parametrize(("length", "too_large"), [
+    pytest.param(100_000_000, False, id="at-the-limit"),
+    pytest.param(100_000_001, True, id="one-over"),
+])
+def test_safe_open_draws_the_limit_where_we_do(tmp_path: Path, length: int, too_large: bool) -> None:
+    # Pins our constant to the library's behaviour, on a sparse file (no header bytes are written).
+    path = tmp_path / "big.safetensors"
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", length))
+        handle.truncate(8 + length + 8)
+    with pytest.raises(Exception) as info:  # noqa: PT011 - at the limit it fails as JSON, not as "too large"
+        safe_open(str(path), framework="np")
+    assert ("header too large" in str(info.value)) == too_large
+    prefix = struct.pack("<Q", length) + b"{"
+    if too_large:
+        with pytest.raises(SafetensorsHeaderError) as ours:
+            header_length(prefix, file_size=path.stat().st_size)
+        assert ours.value.reason == "too_large"
+    else:
+        assert header_length(prefix, file_size=path.stat().st_size) == length
+
+
+ACCEPTED_LIKE_SAFETENSORS = [
+    pytest.param(b'{"__metadata__": null, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', None,
+                 id="metadata-null"),
+    pytest.param(b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "note": {"any": [1, "x"]}}}', None,
+                 id="extra-tensor-key"),
+    pytest.param(b'{"__metadata__": {"a": "\\ud83d\\ude00"}, "w": {"dtype": "F32", "shape": [2], '
+                 b'"data_offsets": [0, 8]}}\n\t ', {"a": "\U0001F600"}, id="surrogate-pair-and-trailing-whitespace"),
+]
+
+
+@pytest.mark.parametrize(("header", "metadata"), ACCEPTED_LIKE_SAFETENSORS)
+def test_headers_safetensors_opens_are_read(tmp_path: Path, header: bytes, metadata: dict | None) -> None:
+    path = _file(tmp_path, header, b"\x00" * 8)
+    parsed = read_header(path)
+    assert parsed.metadata == metadata and list(parsed.tensors) == ["w"]
+    with safe_open(str(path), framework="np") as handle:
+        assert handle.metadata() == metadata and list(handle.keys()) == ["w"]
+
+
+REFUSED_LIKE_SAFETENSORS = [
+    pytest.param(b'{"__metadata__": {"a": "\\ud800"}}', 0, "lone surrogate escape \\ud800", id="lone-surrogate"),
+    pytest.param(b'{"\\udc00": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}}', 0,
+                 "lone surrogate escape \\udc00", id="lone-surrogate-in-a-name"),
+    pytest.param(b'{"w": {"dtype": "U8", "shape": [-0], "data_offsets": [0, 0]}}', 0,
+                 "shape [-0.0] is not a list of non-negative integers", id="negative-zero-is-a-float"),
+    pytest.param(b'{"w": {"dtype": "U8", "shape": [18446744073709551616, 0], "data_offsets": [0, 0]}}', 0,
+                 "is not a list of non-negative integers below 2**64", id="dimension-over-64-bits"),
+    pytest.param(b'{"w": {"dtype": "U8", "shape": [4294967296, 4294967296, 0], "data_offsets": [0, 0]}}', 0,
+                 "has more elements than a 64-bit size can count", id="element-count-overflows-before-a-zero"),
+    pytest.param(b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": NaN}}', 8, "NaN is not JSON",
+                 id="nan-in-an-extra-key"),
+    pytest.param(b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": 1e400}}', 8,
+                 "number 1e400 is out of range", id="float-out-of-range"),
+    pytest.param(b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": 1' + b"0" * 400 + b"}}", 8,
+                 "is out of range for a 64-bit float", id="integer-out-of-range"),
+    pytest.param(b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": ' + b"[" * 126 + b"]" * 126
+                 + b"}}", 8, "nested more than 127 levels", id="nested-128-deep"),
+]
+
+
+@pytest.mark.parametrize(("header", "data_size", "fragment"), REFUSED_LIKE_SAFETENSORS)
+def test_headers_safetensors_refuses_are_refused(tmp_path: Path, header: bytes, data_size: int,
+                                                 fragment: str) -> None:
+    # regression: each of these passed our reader (and bnconvention validate) while safe_open refused the file
+    path = _file(tmp_path, header, b"\x00" * data_size)
+    with pytest.raises(SafetensorsHeaderError) as info:
+        read_header(path)
+    assert fragment in str(info.value)
+    with pytest.raises(Exception):  # noqa: B017, PT011 - whatever the library raises, it does not open the file
+        safe_open(str(path), framework="np")
+
+
+def test_nesting_up_to_the_limit_is_read(tmp_path: Path) -> None:
+    header = (b'{"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": ' + b"[" * 125 + b"]" * 125
+              + b"}}")
+    assert list(read_header(_file(tmp_path, header, b"\x00" * 8)).tensors) == ["w"]
+
+
+# --- issue 10: other formats under a weights name, recognised by their magic bytes -------------------------------
+
+
+def _torch_zip(path: Path) -> None:
+    torch.save({"w": torch.ones(2)}, path)
+
+
+def _torch_legacy(path: Path) -> None:
+    torch.save({"w": torch.ones(2)}, path, _use_new_zipfile_serialization=False)
+
+
+def _pickle(path: Path) -> None:
+    import pickle
+
+    path.write_bytes(pickle.dumps({"w": [1.0, 2.0]}, protocol=4))
+
+
+def _npz(path: Path) -> None:
+    import numpy as np
+
+    with open(path, "wb") as handle:
+        np.savez(handle, w=np.ones(2))
+
+
+FOREIGN = [
+    pytest.param(_torch_zip, "is a PyTorch checkpoint (torch.save's zip archive holding a pickle), not safetensors",
+                 id="torch-zip"),
+    pytest.param(_torch_legacy, "is a PyTorch checkpoint in torch.save's legacy pickle format", id="torch-legacy"),
+    pytest.param(_pickle, "is a Python pickle (protocol 4), not safetensors", id="pickle"),
+    pytest.param(_npz, "is a zip archive (first member 'w.npy', e.g. a NumPy .npz)", id="npz"),
+]
+
+
+@pytest.mark.parametrize(("make", "fragment"), FOREIGN)
+def test_other_formats_are_named_not_misread(tmp_path: Path, make, fragment: str) -> None:
+    # regression: pytorch_model.bin was reported as "header length 578712552184433488 exceeds ..."
+    path = tmp_path / "pytorch_model.bin"
+    make(path)
+    before = _digest(path)
+    with pytest.raises(SafetensorsHeaderError) as info:
+        read_header(path)
+    assert str(info.value).startswith(f"{path}: {fragment}")
+    assert info.value.reason == "not_safetensors" and "exceeds" not in str(info.value)
+    assert _digest(path) == before
+
+
+def test_a_real_file_whose_length_looks_like_a_pickle_is_read(tmp_path: Path) -> None:
+    # A 640-byte header's length field starts with 0x80 0x02, a pickle's first two bytes: magic numbers are only
+    # consulted once the bytes have failed as safetensors.
+    name = "w" * (640 - len('{"":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'))
+    body = json.dumps({name: {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}, separators=(",", ":")).encode()
+    assert len(body) == 640 and struct.pack("<Q", 640)[:2] == b"\x80\x02"
+    assert list(read_header(_file(tmp_path, body, b"\x00")).tensors) == [name]

@@ -45,6 +45,7 @@ from bnconvention.stamp import (
     read_stamped_record,
     stamp_file,
     stamped_header_bytes,
+    stamped_header_size,
 )
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stamp"
@@ -324,7 +325,9 @@ def _tiny_bytes() -> bytes:
 
 
 BAD_FILES = [
-    pytest.param(lambda: b"PK\x03\x04 a zip archive, not a safetensors file" * 4, "exceeds", id="not-safetensors"),
+    # regression (issue 10): a zip archive was reported as "header length ... exceeds ...", not named
+    pytest.param(lambda: b"PK\x03\x04 a zip archive, not a safetensors file" * 4, "model.safetensors: is a zip archive",
+                 id="not-safetensors"),
     pytest.param(lambda: b"", "shorter than the 8-byte header length", id="empty"),
     pytest.param(lambda: _tiny_bytes()[:-10], "tensors cover 204 bytes but the data section holds 194", id="truncated"),
     pytest.param(lambda: struct.pack("<Q", 10**6) + _tiny_bytes()[8:], "exceeds the 1140 bytes after the length field", id="length-beyond-file"),
@@ -465,7 +468,7 @@ def test_a_failed_temporary_file_creation_is_a_stamp_error(weights: Path, monkey
     def refuse(*args: object, **kwargs: object) -> None:
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(stamp_module.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(stamp_module, "create_temp", refuse)
     with pytest.raises(StampError, match="Permission denied; the original file is unchanged"):
         stamp_file(weights, RECORD)
     assert weights.read_bytes() == TINY.read_bytes()
@@ -716,3 +719,106 @@ def test_the_stamp_module_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert out.stdout.strip() == "False"
+
+
+# --- issue 10: the header limit, "__metadata__": null, leftovers of killed stamps -----------------------------------
+
+
+def test_a_stamp_never_grows_a_header_past_the_formats_limit() -> None:
+    # regression: the limit was 100 MiB, so a stamp could write a header safetensors refuses to open
+    with pytest.raises(StampError, match="100003096 bytes, over the 100000000-byte limit"):
+        stamped_header_size(header_size=99_999_000, body_size=99_999_100, reserve=0)
+    assert stamped_header_size(header_size=100_000_000, body_size=5, reserve=4096) == 100_000_000
+    assert stamped_header_size(header_size=96, body_size=97, reserve=0) == 96 + 4096
+
+
+def test_a_header_with_null_metadata_is_stamped(tmp_path: Path) -> None:
+    # safetensors reads "__metadata__": null as no metadata; so do we, and the stamp fills it in where it is
+    header = raw_header(TINY)
+    header["__metadata__"] = None
+    body = json.dumps(header).encode()
+    data = TINY.read_bytes()[8 + struct.unpack("<Q", TINY.read_bytes()[:8])[0]:]
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", len(body)) + body + data)
+    assert read_header(path).metadata is None
+    stamp_file(path, RECORD)
+    with safe_open(str(path), framework="pt") as handle:
+        assert handle.metadata() == {SAFETENSORS_METADATA_KEY: canonical_json(RECORD)}
+
+
+LEFTOVER = ".model.safetensors.7sl1bkq0.bnc-stamp.tmp"  # the name from issue 10
+
+
+def test_a_stamp_removes_the_temporary_copies_killed_stamps_of_the_same_file_left(weights: Path) -> None:
+    directory = weights.parent
+    ours = directory / LEFTOVER
+    ours.write_bytes(b"half a copy")
+    kept = [".other.safetensors.7sl1bkq0.bnc-stamp.tmp",  # another file's
+            ".model.safetensors.7sl1bkq0x.bnc-stamp.tmp",  # not our random part
+            ".model.safetensors.7sl1bkq0.tmp",  # not our suffix
+            "model.safetensors.7sl1bkq0.bnc-stamp.tmp"]  # not hidden: not a name we make
+    for name in kept:
+        (directory / name).write_bytes(b"someone else's")
+    result = stamp_file(weights, RECORD)
+    assert result.method == "rewrite" and result.removed_temps == (ours,)
+    assert sorted(os.listdir(directory)) == sorted(["model.safetensors", *kept])
+
+
+def test_a_temporary_copy_locked_by_a_live_stamp_is_left_alone(weights: Path) -> None:
+    import fcntl
+
+    live = weights.parent / ".model.safetensors.abcd1234.bnc-stamp.tmp"
+    live.write_bytes(b"a copy in progress")
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # what a running stamp holds on its copy until it is renamed
+        assert stamp_file(weights, RECORD).removed_temps == ()
+        assert live.read_bytes() == b"a copy in progress"
+    finally:
+        os.close(fd)  # the writer ends (or dies): the lock goes with it
+    result = stamp_file(weights, RECORD)
+    assert (result.method, result.removed_temps) == ("unchanged", (live,)) and not live.exists()
+
+
+def test_the_copy_a_stamp_is_writing_is_locked_against_cleaners(weights: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from bnconvention.io_utils import remove_stale_temps
+
+    seen: list[tuple[str, list[Path]]] = []
+
+    def cleaner_runs_now(stage: str) -> None:  # a concurrent stamp of the same file, at every stage of this one
+        seen.append((stage, remove_stale_temps(weights, suffix=".bnc-stamp.tmp")))
+
+    monkeypatch.setattr(stamp_module, "_checkpoint", cleaner_runs_now)
+    assert stamp_file(weights, RECORD).method == "rewrite"
+    assert "temp-data-copied" in [stage for stage, _ in seen]
+    assert all(removed == [] for _, removed in seen)
+
+
+def test_a_stamp_after_a_killed_one_removes_its_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    target = work / "model.safetensors"
+    record = _crash_file(target)
+    start = target.read_bytes()
+    stages: list[str] = []
+    probe = tmp_path / "probe.safetensors"
+    probe.write_bytes(start)
+    with monkeypatch.context() as patch:
+        patch.setattr(stamp_module, "_checkpoint", stages.append)
+        stamp_file(probe, record, check_digests=False)
+    worker = CrashWorker()
+    try:
+        answer = worker.ask({"path": str(target), "record": record, "kill_after": 30.0, "pause": 0.0,
+                             "kill_at_checkpoint": stages.index("temp-data-copied") + 1, "chunk": 16384})
+    finally:
+        worker.close()
+    leftovers = [work / name for name in os.listdir(work) if name != "model.safetensors"]
+    assert answer["killed"] and target.read_bytes() == start and len(leftovers) == 1
+    record_path = tmp_path / "record.json"
+    record_path.write_text(json.dumps(record), encoding="utf-8")
+    code, out, _ = run_cli(["stamp", str(target), "--record", str(record_path), "--no-check-digests"], capsys)
+    assert code == 0 and os.listdir(work) == ["model.safetensors"]
+    assert f"{leftovers[0]}: removed (the copy an earlier, killed stamp of {target} left behind)" in out
+    assert read_stamped_record(target) is not None

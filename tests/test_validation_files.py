@@ -228,8 +228,9 @@ def test_bad_json_record(tmp_path: Path, content: bytes, code: str) -> None:
     assert report.exit_code == 2
 
 
-BOMB = ('a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
-        'b: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b, *b, *b, *b]\n')
+# Billion laughs: 9 ** 9 strings. (A small expansion is valid YAML and accepted: only the expanded size is bounded.)
+BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + "".join(
+    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi"))
 
 
 @pytest.mark.parametrize(("card", "code", "exit_code"), [
@@ -251,6 +252,17 @@ def test_bad_card(release: Path, card: bytes, code: str, exit_code: int) -> None
     assert code in codes
     assert set(codes) <= {code, "declaration.missing"}
     assert report.exit_code == exit_code
+
+
+def test_a_card_with_anchors_and_merge_keys_validates(release: Path) -> None:
+    # regression (issue 10): valid YAML anchors made the card unreadable (exit 2)
+    text = (release / "README.md").read_text(encoding="utf-8")
+    front = text.index("---\n", 3)
+    anchored = ("---\nbase: &base\n  license: mit\n  library_name: pytorch\nmodel:\n  <<: *base\n  name: x\n"
+                + text[4:front] + "copy: *base\n" + text[front:])
+    (release / "README.md").write_text(anchored, encoding="utf-8")
+    report = _validate(release)
+    assert (report.issues, report.exit_code) == ([], 0)
 
 
 def test_card_with_hand_written_exponent(release: Path) -> None:
@@ -389,3 +401,88 @@ def test_files_written_by_the_stamping_module_validate(tmp_path: Path) -> None:
     report = _validate(target)
     assert report.issues == []
     assert report.exit_code == 0
+
+
+# --- issue 10: shard indexes, one rule for validate DIR, validate INDEX and hub validate ------------------------
+
+_SHARDS = {"model-00001-of-00002.safetensors": {"a": [2]}, "model-00002-of-00002.safetensors": {"b": [3]}}
+_GOOD_INDEX = {"metadata": {"total_size": 20},
+               "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+
+
+def _sharded(folder: Path, index: bytes) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, tensors in _SHARDS.items():
+        save_file({t: torch.ones(shape) for t, shape in tensors.items()}, str(folder / name), metadata={"format": "pt"})
+    (folder / "model.safetensors.index.json").write_bytes(index)
+    return folder
+
+
+BAD_INDEXES = [
+    pytest.param(b'{"weight_map": {"a": "model-00001-of-00002.safetensors", "b": ', "not valid JSON at line 1",
+                 id="truncated-json"),
+    pytest.param(b'{"weight_map": {}}', "'weight_map' is missing or empty", id="empty-weight-map"),
+    pytest.param(b'{"weight_map": {"a": "../x.safetensors", "b": "model-00002-of-00002.safetensors"}}',
+                 "is not a plain path inside the repo", id="path-escapes"),
+    pytest.param(json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
+                                            "b": "model-00003-of-00003.safetensors"}}).encode(),
+                 "names shard 'model-00003-of-00003.safetensors', which the folder does not hold", id="missing-shard"),
+    pytest.param(json.dumps({"weight_map": {"a": "model-00002-of-00002.safetensors",
+                                            "b": "model-00002-of-00002.safetensors"}}).encode(),
+                 "maps 'a' to model-00002-of-00002.safetensors, but that shard does not hold it", id="misplaced"),
+]
+
+
+@pytest.mark.parametrize(("index", "fragment"), BAD_INDEXES)
+def test_a_bad_shard_index_is_unreadable_input_however_it_is_reached(tmp_path: Path, index: bytes,
+                                                                      fragment: str) -> None:
+    # regression: validate DIR and hub validate ignored a malformed index (exit 0, "2 files checked: 0 errors")
+    folder = _sharded(tmp_path / "release", index)
+    for target in (folder, folder / "model.safetensors.index.json"):
+        report = _validate(target)
+        bad = [i for i in report.issues if i.code == "safetensors.invalid_index"]
+        assert report.exit_code == 2 and len(bad) == 1, (target, report.issues)
+        assert bad[0].file.endswith("model.safetensors.index.json") and fragment in bad[0].message
+
+
+def test_a_good_shard_index_agrees_with_its_shards(tmp_path: Path) -> None:
+    folder = _sharded(tmp_path / "release", json.dumps(_GOOD_INDEX).encode())
+    report = _validate(folder)
+    assert (report.issues, report.exit_code) == ([], 0)
+    notes = {os.path.basename(s.file): (s.kind, s.note) for s in report.files}
+    assert notes["model.safetensors.index.json"] == (
+        "index", "index of 2 tensors in 2 shard(s); agrees with the shards' headers")
+    named = _validate(folder / "model.safetensors.index.json")
+    assert (named.issues, named.exit_code, [s.kind for s in named.files]) == ([], 0, ["index"])
+
+
+def test_hub_validate_applies_the_same_index_rule(tmp_path: Path) -> None:
+    from bnconvention.hub.client import make_client
+    from bnconvention.hub.validate import validate_hub
+    from bnconvention.hubserver import LocalHub
+
+    folder = _sharded(tmp_path / "release", BAD_INDEXES[0].values[0])
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with LocalHub(tmp_path / "hub", tokens={"hf_index_test_token": "alice"}, durable=False) as hub:
+        hub.store.commit("lab/sharded", files=files)
+        client = make_client(endpoint=hub.endpoint, token="hf_index_test_token")
+        result = validate_hub(client, "lab/sharded", work_dir=tmp_path)
+    assert result.exit_code == 2
+    assert [(i.code, i.file) for i in result.report.issues] == [
+        ("safetensors.invalid_index", "lab/sharded/model.safetensors.index.json")]
+
+
+def test_a_header_safetensors_refuses_does_not_validate(release: Path) -> None:
+    # regression (issue 10): a lone surrogate escape in a metadata value passed validate with exit 0
+    header, data = _header_parts(release / "model.safetensors")
+    metadata = {**header.pop("__metadata__"), "note": "\ud800"}
+    body = json.dumps({"__metadata__": metadata, **header}).encode()  # ensure_ascii: written as the escape \ud800
+    assert b'"\\ud800"' in body
+    (release / "model.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + data)
+    report = _validate(release / "model.safetensors")
+    assert report.exit_code == 2
+    assert [(i.code, "lone surrogate escape \\ud800" in i.message) for i in report.issues] == [
+        ("safetensors.invalid_header", True)]

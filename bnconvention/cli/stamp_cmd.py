@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
            "rewrite": "header rewritten, tensor data copied unchanged"}[result.method]
     checked = "digests match" if result.digests_checked else "digests not checked"
     print(f"{args.weights}: {how} ({checked}; header {result.header_size} bytes, {result.padding} spare)")
+    for leftover in result.removed_temps:
+        print(f"{leftover}: removed (the copy an earlier, killed stamp of {args.weights} left behind)")
     if args.card is not None:
         card = stamp_card_file(args.card, model)
         state = "created" if card.created else ("updated" if card.changed else "unchanged")

@@ -13,16 +13,20 @@ Sharded checkpoints are read through their ``*.safetensors.index.json``: the ind
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass, field
-from bnconvention.canonical import loads_strict
-from bnconvention.errors import JSONInputError, SafetensorsHeaderError, UntrustedInputError
+from bnconvention.errors import SafetensorsHeaderError, UntrustedInputError
 from bnconvention.hub.client import HubClient
 from bnconvention.safetensors_header import SafetensorsHeader, TensorInfo, header_length, parse_header
+from bnconvention.safetensors_index import (  # the index rule is shared with the offline validator
+    INDEX_SUFFIX,
+    MAX_INDEX_BYTES,
+    ShardIndex,
+    index_mismatch,
+    index_missing_shards,
+    parse_index,
+)
 
 SPECULATIVE_BYTES = 4096
-MAX_INDEX_BYTES = 16 * 1024 * 1024
-INDEX_SUFFIX = ".safetensors.index.json"
 
 
 @dataclass(frozen=True)
@@ -110,41 +114,6 @@ def read_remote_header(client: HubClient, repo_id: str, filename: str, *, revisi
                         requests=requests)
 
 
-@dataclass(frozen=True)
-class ShardIndex:
-    """A checked ``*.safetensors.index.json``: tensor name -> shard path (relative to the repo root)."""
-
-    filename: str
-    weight_map: dict[str, str]
-    size: int
-
-    @property
-    def shards(self) -> list[str]:
-        return sorted(set(self.weight_map.values()))
-
-
-def parse_index(data: bytes, *, filename: str, source: str) -> ShardIndex:
-    """Check an index file's bytes: strict JSON, ``weight_map`` of tensor names to shard files beside the index."""
-    decoded = loads_strict(data, source=source)
-    if not isinstance(decoded, dict):
-        raise JSONInputError(f"{source}: an index is a JSON object, found {type(decoded).__name__}", source=source)
-    weight_map = decoded.get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise JSONInputError(f"{source}: 'weight_map' is missing or empty; expected an object of tensor name -> "
-                             "shard file", source=source)
-    folder = posixpath.dirname(filename)
-    resolved: dict[str, str] = {}
-    for tensor, shard in weight_map.items():
-        if not isinstance(shard, str) or not shard.endswith(".safetensors"):
-            raise JSONInputError(f"{source}: weight_map[{tensor!r}] is {shard!r}, not a .safetensors file name",
-                                 source=source)
-        if shard.startswith("/") or "\\" in shard or any(part in ("", ".", "..") for part in shard.split("/")):
-            raise JSONInputError(f"{source}: weight_map[{tensor!r}] = {shard!r} is not a plain path inside the repo",
-                                 source=source)
-        resolved[tensor] = posixpath.join(folder, shard) if folder else shard
-    return ShardIndex(filename=filename, weight_map=resolved, size=len(data))
-
-
 def read_index(client: HubClient, repo_id: str, filename: str, *, revision: str) -> ShardIndex:
     source = _source(repo_id, filename)
     data = client.read_small_file(repo_id, filename, revision=revision, max_bytes=MAX_INDEX_BYTES)
@@ -165,29 +134,15 @@ def read_sharded(client: HubClient, repo_id: str, index_file: str, *, revision: 
     """The index and every shard's header; the index's tensors must be exactly the shards' tensors."""
     source = _source(repo_id, index_file)
     index = read_index(client, repo_id, index_file, revision=revision)
-    missing = [s for s in index.shards if s not in available]
+    missing = index_missing_shards(index, available)
     if missing:
-        raise UntrustedInputError(f"{source}: names shard {missing[0]!r}, which the repo does not hold"
-                                  + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""), source=source)
+        raise UntrustedInputError(f"{source}: {missing}", source=source)
     result = WeightsSet(name=index_file, kind="sharded", index_bytes=index.size)
-    seen: dict[str, str] = {}
     for shard in index.shards:
-        header = read_remote_header(client, repo_id, shard, revision=revision, speculative=speculative)
-        result.headers.append(header)
-        for tensor in header.header.tensors:
-            if tensor in seen:
-                raise SafetensorsHeaderError(f"{source}: tensor {tensor!r} is stored in both {seen[tensor]} and "
-                                             f"{shard}", source=source)
-            seen[tensor] = shard
-    misplaced = sorted(t for t, shard in index.weight_map.items() if seen.get(t) != shard)
-    unlisted = sorted(set(seen) - set(index.weight_map))
-    if misplaced or unlisted:
-        name = (misplaced or unlisted)[0]
-        where = (f"maps {name!r} to {index.weight_map[name]}, but that shard does not hold it" if misplaced
-                 else f"does not list {name!r}, stored in {seen[name]}")
-        count = len(misplaced) + len(unlisted)
-        raise SafetensorsHeaderError(f"{source}: the index and the shard headers disagree: it {where}"
-                                     + (f" ({count - 1} more differences)" if count > 1 else ""), source=source)
+        result.headers.append(read_remote_header(client, repo_id, shard, revision=revision, speculative=speculative))
+    mismatch = index_mismatch(index, {item.filename: list(item.header.tensors) for item in result.headers})
+    if mismatch:
+        raise SafetensorsHeaderError(f"{source}: {mismatch}", source=source)
     return result
 
 

@@ -2,11 +2,12 @@
 
 A path may be a record (``.json``), a weights file (``.safetensors``; only its header is parsed, its tensors are
 streamed for the digests), a model card (``.md``) or a directory. A directory is walked (hidden folders skipped);
-every folder holding ``.safetensors`` files or a ``README.md`` is a *release*, validated as a whole together with
-its ``bnconvention/*.json`` refit annotations. A weights file named on its own is cross-checked with the
-``README.md`` next to it, and a ``README.md`` with the weights next to it, because a file's declaration may live in
-its card. Other ``.json`` files met in a walk are validated as records only when they claim to be one (a JSON
-object with ``spec_version`` or ``kind``), so ``config.json`` and result files are left alone.
+every folder holding ``.safetensors`` files, a shard index or a ``README.md`` is a *release*, validated as a whole
+together with its ``bnconvention/*.json`` refit annotations. A shard index (``*.safetensors.index.json``) is checked
+by the rule the Hub census applies, whether met in a walk or named. A weights file named on its own is
+cross-checked with the ``README.md`` next to it, and a ``README.md`` with the weights next to it, because a file's
+declaration may live in its card. Other ``.json`` files met in a walk are validated as records only when they claim
+to be one (a JSON object with ``spec_version`` or ``kind``), so ``config.json`` and result files are left alone.
 
 >>> report = validate_paths(["does-not-exist.json"])
 >>> report.exit_code, report.issues[0].code
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from bnconvention.canonical import loads_strict
 from bnconvention.errors import JSONInputError
+from bnconvention.safetensors_header import PREFIX_BYTES, foreign_format
+from bnconvention.safetensors_index import INDEX_SUFFIX
 from bnconvention.validation.issues import Issue, new_issue, sort_issues
 from bnconvention.validation.records import check_record
 from bnconvention.validation.release import FileSummary, Release, describe_record, validate_release
@@ -105,6 +108,7 @@ def _walk(root: str, releases: dict[tuple[Path, str], Release], records: list[tu
     for current, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
         weights = sorted(f for f in files if f.endswith(".safetensors"))
+        indexes = sorted(f for f in files if f.endswith(INDEX_SUFFIX))
         has_card = CARD_NAME in files
         if Path(current).name != "bnconvention" or not any(
                 f.endswith(".safetensors") or f == CARD_NAME for f in os.listdir(Path(current).parent)):
@@ -112,12 +116,14 @@ def _walk(root: str, releases: dict[tuple[Path, str], Release], records: list[tu
                 if looks_like_record(Path(current) / name):
                     found = True
                     _add_unique(records, _display(os.path.join(current, name)), Path(current) / name)
-        if not weights and not has_card:
+        if not weights and not has_card and not indexes:
             continue
         found = True
         release = _release_for(releases, Path(current))
         for name in weights:
             _add_weights(release, _display(os.path.join(current, name)), Path(current) / name)
+        for name in indexes:
+            _add_unique(release.indexes, _display(os.path.join(current, name)), Path(current) / name)
         if has_card:
             _add_card(release, _display(os.path.join(current, CARD_NAME)), Path(current) / CARD_NAME, explicit=False)
         annotation_dir = Path(current) / "bnconvention"
@@ -155,6 +161,8 @@ def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path
             if card.is_file():
                 _add_card(release, _display(os.path.join(os.path.dirname(os.fspath(raw)), CARD_NAME)), card,
                           explicit=False)
+        elif path.name.endswith(INDEX_SUFFIX):  # checked as the census checks it, not as a record
+            _add_unique(_release_for(releases, path.parent).indexes, display, path)
         elif path.suffix.lower() == ".md":
             release = _release_for(releases, path.parent, card="" if path.name == CARD_NAME else path.name)
             _add_card(release, display, path, explicit=True)
@@ -165,10 +173,22 @@ def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path
         elif path.suffix == ".json":
             _add_unique(records, display, path)
         else:
-            issues.append(new_issue("input.unsupported", file=display, message=(
-                f"{display} is not a record (.json), a weights file (.safetensors), a model card (.md) or a "
-                "directory; name one of those")))
+            issues.append(_unsupported(display, path))
     return records, list(releases.values()), issues, missing
+
+
+def _unsupported(display: str, path: Path) -> Issue:
+    """The issue for a path of no kind we validate; a pickle or zip checkpoint (``.bin``, ``.pth``) is named."""
+    try:
+        with open(path, "rb") as handle:
+            what = foreign_format(handle.read(PREFIX_BYTES))
+    except OSError:
+        what = None
+    if what is not None:
+        return new_issue("safetensors.not_safetensors", file=display, message=f"{display}: is {what}")
+    return new_issue("input.unsupported", file=display, message=(
+        f"{display} is not a record (.json), a weights file (.safetensors), a model card (.md) or a directory; name "
+        "one of those"))
 
 
 def validate_file_record(display: str, path: Path) -> tuple[list[Issue], FileSummary]:

@@ -53,11 +53,19 @@ CODES: dict[str, CodeInfo] = {
     "safetensors.truncated": _code(
         "A safetensors file is shorter than its 8-byte length field or than the header length it declares.",
         unreadable=True),
-    "safetensors.header_too_large": _code("A safetensors header length exceeds the format's 100 MB limit.",
-                                          unreadable=True),
+    "safetensors.header_too_large": _code(
+        "A safetensors header length exceeds the format's 100,000,000-byte limit.", unreadable=True),
+    "safetensors.not_safetensors": _code(
+        "A weights file is another format (a PyTorch pickle or zip checkpoint, a NumPy or GGUF file, ...); the "
+        "message says which and how to convert it. Nothing is unpickled.", unreadable=True),
     "safetensors.invalid_header": _code(
-        "A safetensors header is not UTF-8 JSON, repeats keys, has non-string __metadata__ values, bad tensor "
-        "entries, or offsets that do not tile the data section.", unreadable=True),
+        "A safetensors header does not start with '{', is not UTF-8 JSON as safetensors reads it (lone surrogate "
+        "escapes, NaN, out-of-range numbers and deep nesting are refused), repeats keys, has non-string "
+        "__metadata__ values, bad tensor entries, or offsets that do not tile the data section.", unreadable=True),
+    "safetensors.invalid_index": _code(
+        "A shard index (*.safetensors.index.json) is not strict JSON with a non-empty weight_map of tensor names to "
+        ".safetensors files beside it, names a shard the folder does not hold, or disagrees with the shards' "
+        "headers (the Hub census's rule).", unreadable=True),
     "safetensors.record_not_json": _code("The stamped record in __metadata__ is not valid JSON text."),
     "safetensors.record_not_canonical": _code(
         "The stamped record is valid JSON but not in canonical form (RFC 8785), so its bytes are not reproducible.",
@@ -66,7 +74,8 @@ CODES: dict[str, CodeInfo] = {
     "card.not_utf8": _code("A model card is not valid UTF-8.", unreadable=True),
     "card.too_large": _code("A model card is larger than the 4 MiB bound.", unreadable=True),
     "card.invalid_yaml": _code(
-        "A model card's YAML front matter is malformed, uses anchors/aliases, or repeats keys.", unreadable=True),
+        "A model card's YAML front matter is malformed, repeats keys, or has aliases that expand past the size "
+        "bound (an alias bomb) or refer to themselves.", unreadable=True),
     "card.front_matter_not_mapping": _code("A model card's YAML front matter is not a mapping.", unreadable=True),
     "card.block_not_mapping": _code("The card's bnconvention block is not a mapping."),
     "card.non_json_value": _code(

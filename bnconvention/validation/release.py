@@ -8,23 +8,25 @@ refit annotations must describe a file of the release.
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.canonical import canonical_sha256
 from bnconvention.digests import DigestSet, bn_layers_from_tensor_names, file_digests
-from bnconvention.errors import BnConventionError, CanonicalJSONError
+from bnconvention.errors import BnConventionError, CanonicalJSONError, JSONInputError
 from bnconvention.locations import annotation_filename
 from bnconvention.safetensors_header import SafetensorsHeader
+from bnconvention.safetensors_index import MAX_INDEX_BYTES, index_mismatch, index_missing_shards, parse_index
 from bnconvention.standard.models import BatchNormState, Declaration, RefitAnnotation, to_dict
 from bnconvention.text import plural
 from bnconvention.validation.issues import Issue, join_pointer, make_pointer, new_issue
 from bnconvention.validation.records import check_record
 from bnconvention.validation.schema_errors import show
 from bnconvention.validation.semantics import short
-from bnconvention.validation.sources import header_record, load_card, load_header, load_json_record
+from bnconvention.validation.sources import header_record, load_card, load_header, load_json_record, read_bytes
 
 MAX_DIFF_ISSUES = 20
 
@@ -34,7 +36,7 @@ class FileSummary:
     """One line of the text report for one file: what it holds."""
 
     file: str
-    kind: str  # "weights", "card", "record"
+    kind: str  # "weights", "card", "record", "index"
     note: str
 
 
@@ -47,6 +49,7 @@ class Release:
     card: tuple[str, Path] | None = None
     card_explicit: bool = False
     annotations: list[tuple[str, Path]] = field(default_factory=list)
+    indexes: list[tuple[str, Path]] = field(default_factory=list)  # *.safetensors.index.json of sharded weights
 
 
 @dataclass
@@ -346,7 +349,47 @@ def validate_release(release: Release, *, require_declaration: bool = False) -> 
         found, summary = _check_annotation(display, path, release, weights_list)
         issues += found
         summaries.append(summary)
+    headers = {w.path.resolve(): w.header for w in weights_list}
+    for display, path in release.indexes:
+        found, summary = check_index(display, path, headers=headers)
+        issues += found
+        summaries.append(summary)
     return issues, summaries
+
+
+def check_index(display: str, path: Path, *, headers: Mapping[Path, SafetensorsHeader | None]
+                ) -> tuple[list[Issue], FileSummary]:
+    """A shard index checked by the census's rule (:mod:`bnconvention.safetensors_index`): parsed, its shards in
+    the folder, and in agreement with their headers. ``headers``: shard headers the release already read (by
+    resolved path); other shards are read here, and their problems reported."""
+    data, issues = read_bytes(path, source=display, limit=MAX_INDEX_BYTES)
+    if data is None:
+        return issues, FileSummary(display, "index", "unreadable")
+    fix = "regenerate the index with the weights (save_pretrained, or safetensors' sharding) or remove it"
+    try:
+        index = parse_index(data, filename=path.name, source=display)
+    except JSONInputError as exc:
+        return [new_issue("safetensors.invalid_index", file=display, message=f"{exc}; {fix}")], FileSummary(
+            display, "index", "unreadable")
+    present = [shard for shard in index.shards if (path.parent / shard).is_file()]
+    problems = [problem for problem in [index_missing_shards(index, present, holder="the folder")] if problem]
+    shard_tensors: dict[str, list[str]] = {}
+    for shard in present:
+        shard_path = (path.parent / shard).resolve()
+        header = headers.get(shard_path)
+        if shard_path not in headers:
+            header, found = load_header(shard_path, source=posixpath.join(posixpath.dirname(display), shard))
+            issues += found
+        if header is not None:
+            shard_tensors[shard] = list(header.tensors)
+    if not problems and len(shard_tensors) == len(index.shards):
+        problems += [problem for problem in [index_mismatch(index, shard_tensors)] if problem]
+    issues += [new_issue("safetensors.invalid_index", file=display, message=f"{display}: {problem}; {fix}")
+               for problem in problems]
+    note = (f"index of {len(index.weight_map)} tensors in {len(index.shards)} shard(s)"
+            + ("" if problems else "; agrees with the shards' headers" if len(shard_tensors) == len(index.shards)
+               else ""))
+    return issues, FileSummary(display, "index", note)
 
 
 def _check_annotation(display: str, path: Path, release: Release,

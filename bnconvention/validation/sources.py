@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import datetime
 import math
-import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from bnconvention.canonical import _DuplicateKey, canonical_json, loads_strict
 from bnconvention.card import MAX_CARD_BYTES, load_yaml_strict, split_front_matter
 from bnconvention.errors import CanonicalJSONError, CardError, JSONInputError, SafetensorsHeaderError
 from bnconvention.locations import CARD_BLOCK_KEY, SAFETENSORS_METADATA_KEY
-from bnconvention.safetensors_header import MAX_HEADER_BYTES, SafetensorsHeader, read_header
+from bnconvention.safetensors_header import SafetensorsHeader, read_header
 from bnconvention.validation.issues import Issue, make_pointer, new_issue
 from bnconvention.validation.schema_errors import show
 
@@ -67,27 +65,23 @@ def load_json_record(path: Path, *, source: str) -> tuple[Any | None, bool, list
 # --- safetensors ----------------------------------------------------------------------------------------------------
 
 
+_HEADER_CODES = {  # SafetensorsHeaderError.reason -> (code, how to fix it)
+    "unreadable": ("input.unreadable", "check the path and its permissions"),
+    "truncated": ("safetensors.truncated", "download or copy the file again"),
+    "too_large": ("safetensors.header_too_large", "no safetensors reader accepts it; re-save the weights"),
+    "not_safetensors": ("safetensors.not_safetensors", ""),  # the message says what the file is and how to convert
+    "invalid": ("safetensors.invalid_header", "re-save the weights with safetensors.torch.save_file"),
+}
+
+
 def load_header(path: Path, *, source: str) -> tuple[SafetensorsHeader | None, list[Issue]]:
     """The checked header of a safetensors file, or an issue saying why it cannot be read."""
-    try:
-        size = os.stat(path).st_size
-        with open(path, "rb") as handle:
-            prefix = handle.read(8)
-    except OSError as exc:
-        return None, [new_issue("input.unreadable", file=source, message=(
-            f"{source} cannot be read: {_reason(exc)}; check the path and its permissions"))]
     try:
         return read_header(path), []
     except SafetensorsHeaderError as exc:
         message = str(exc).replace(f"{path}: ", f"{source}: ", 1)
-        length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
-        if length is None or length > size - 8 or "ended after" in message:
-            code, fix = "safetensors.truncated", "download or copy the file again"
-        elif length > MAX_HEADER_BYTES:
-            code, fix = "safetensors.header_too_large", "no safetensors reader accepts it; re-save the weights"
-        else:
-            code, fix = "safetensors.invalid_header", "re-save the weights with safetensors.torch.save_file"
-        return None, [new_issue(code, file=source, message=f"{message}; {fix}")]
+        code, fix = _HEADER_CODES.get(exc.reason, _HEADER_CODES["invalid"])
+        return None, [new_issue(code, file=source, message=f"{message}; {fix}" if fix else message)]
 
 
 def header_record(header: SafetensorsHeader, *, source: str) -> tuple[Any | None, bool, list[Issue]]:
@@ -183,7 +177,8 @@ def load_card(path: Path, *, source: str) -> CardContent:
         meta = load_yaml_strict(front.yaml_text, source=source)
     except CardError as exc:
         return CardContent(False, False, None, [new_issue("card.invalid_yaml", file=source, message=(
-            f"{exc}; fix the YAML between the --- lines (anchors, aliases and repeated keys are refused)"))])
+            f"{exc}; fix the YAML between the --- lines (repeated keys, and aliases that expand past the size bound, "
+            "are refused)"))])
     if meta is None:
         return CardContent(True, False, None, [])
     if not isinstance(meta, dict):

@@ -454,7 +454,7 @@ def test_a_good_shard_index_agrees_with_its_shards(tmp_path: Path) -> None:
     assert (report.issues, report.exit_code) == ([], 0)
     notes = {os.path.basename(s.file): (s.kind, s.note) for s in report.files}
     assert notes["model.safetensors.index.json"] == (
-        "index", "index of 2 tensors in 2 shard(s); agrees with the shards' headers")
+        "index", "index of 2 tensors in 2 shards; agrees with the shards' headers")
     named = _validate(folder / "model.safetensors.index.json")
     assert (named.issues, named.exit_code, [s.kind for s in named.files]) == ([], 0, ["index"])
 

@@ -386,7 +386,7 @@ def check_index(display: str, path: Path, *, headers: Mapping[Path, SafetensorsH
         problems += [problem for problem in [index_mismatch(index, shard_tensors)] if problem]
     issues += [new_issue("safetensors.invalid_index", file=display, message=f"{display}: {problem}; {fix}")
                for problem in problems]
-    note = (f"index of {len(index.weight_map)} tensors in {len(index.shards)} shard(s)"
+    note = (f"index of {plural(len(index.weight_map), 'tensor')} in {plural(len(index.shards), 'shard')}"
             + ("" if problems else "; agrees with the shards' headers" if len(shard_tensors) == len(index.shards)
                else ""))
     return issues, FileSummary(display, "index", note)

@@ -146,6 +146,10 @@ def test_audit_writes_annotations_and_the_population_summary(audited) -> None:
     summary = json.loads((out / "audit.json").read_text())
     assert summary["counts"]["checkpoints"] == 12 and summary["org"] == ORG
     assert (out / "audit.md").read_text().startswith("#")
+    # regression (issue 10): the summary linked checkpoints/<name>/annotation.json, the census layout, not this one
+    links = [row["annotation"] for row in summary["checkpoints"]]
+    assert f"audits/{ORG}/bn-declared-01/model/annotation.json" in links
+    assert [link for link in links if not (out / link).is_file()] == []
 
 
 def test_audit_rerun_reuses_the_journal(audited, auditor, spec: AuditSpec) -> None:

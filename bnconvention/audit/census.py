@@ -40,7 +40,7 @@ from bnconvention.audit.checkpoint import (
     read_sidecar,
 )
 from bnconvention.audit.data import AuditData, load_audit_data
-from bnconvention.audit.outputs import write_audit_outputs, write_json
+from bnconvention.audit.outputs import ANNOTATION_FILE, write_audit_outputs, write_json
 from bnconvention.audit.report import census_markdown
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, weights_key
@@ -243,8 +243,14 @@ def _timing(results: Sequence[AuditResult], *, audits_run: int, audits_reused: i
     }
 
 
-def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec) -> dict[str, Any]:
-    """Population counts with Benjamini–Yekutieli across the census, per cell (deterministic: no timings)."""
+def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec, *,
+              annotations: Sequence[str] | None = None) -> dict[str, Any]:
+    """Population counts with Benjamini–Yekutieli across the census, per cell (deterministic: no timings).
+
+    ``annotations`` are the paths of the checkpoints' annotation files relative to the output folder (default: the
+    census layout, ``checkpoints/<name>/annotation.json``); the summary links them."""
+    if annotations is None:
+        annotations = [f"{CHECKPOINTS_DIR}/{name}/{ANNOTATION_FILE}" for name in names]
     metrics = [cell.text for cell in spec.cell_expressions()]
     criteria = [criterion.text for criterion in spec.criterion_expressions()]
     eligible = [i for i, r in enumerate(results) if r.anchored is not False]
@@ -312,7 +318,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
                 "exceeds_band": a.staleness.exceeds_band},
             "recoverability_shift_pp": None if a.recoverability is None else a.recoverability.shift_pp,
             "reporting_line": a.reporting_line,
-            "annotation": f"{CHECKPOINTS_DIR}/{name}/annotation.json",
+            "annotation": annotations[i],
         })
     return {
         "format": CENSUS_FORMAT,

@@ -296,6 +296,11 @@ def repo_out_dir(out: Path, repo_id: str) -> Path:
     return out / AUDITS_DIR / repo_id
 
 
+def _file_out_dir(out: Path, repo_id: str, filename: str) -> Path:
+    """Where one audited file's annotation, summary and plots go: ``audits/<repo>/<file stem>/``."""
+    return repo_out_dir(out, repo_id) / Path(filename).name.removesuffix(".safetensors")
+
+
 def _reusable(entry: Entry | None, *, revision: str | None, spec_sha: str) -> bool:
     """A journaled success at this commit under this spec; a failure is never reused."""
     return entry is not None and entry.matches(revision=revision, key=spec_sha) and entry.status != "failed"
@@ -317,7 +322,7 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
     from tqdm.auto import tqdm
 
     from bnconvention.audit.census import summarize
-    from bnconvention.audit.outputs import write_audit_outputs, write_json
+    from bnconvention.audit.outputs import ANNOTATION_FILE, write_audit_outputs, write_json
     from bnconvention.audit.report import census_markdown
     from bnconvention.io_utils import atomic_write_text
 
@@ -364,8 +369,8 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
         audit = RepoAudit.model_validate_json(text)
         for item in audit.files:
             if item.result is not None:
-                written = write_audit_outputs(item.result, repo_out_dir(out_dir, audit.repo_id) /
-                                              Path(item.filename).name.removesuffix(".safetensors"), plots=plots)
+                written = write_audit_outputs(item.result, _file_out_dir(out_dir, audit.repo_id, item.filename),
+                                              plots=plots)
                 run.written.extend(written.values())
         journal.record("audit", audit.repo_id, revision=audit.revision, key=spec_sha, status=audit.status,
                        payload=audit.model_dump(mode="json"), final=audit.status != "failed")
@@ -381,9 +386,11 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
         bar.close()
     run.audits = [results[key] for key in sorted(results)]
 
-    audited = [(f.result, f"{a.repo_id}/{f.filename}") for a in run.audits for f in a.files if f.result is not None]
+    audited = [(f.result, f"{a.repo_id}/{f.filename}", _file_out_dir(out_dir, a.repo_id, f.filename))
+               for a in run.audits for f in a.files if f.result is not None]
     if audited:
-        summary = summarize([r for r, _ in audited], [n for _, n in audited], spec)
+        summary = summarize([r for r, _, _ in audited], [n for _, n, _ in audited], spec,
+                            annotations=[(d / ANNOTATION_FILE).relative_to(out_dir).as_posix() for _, _, d in audited])
         summary["org"] = org
         write_json(out_dir / "audit.json", summary)
         atomic_write_text(out_dir / "audit.md", census_markdown(summary))

@@ -96,7 +96,7 @@ AUDIT_LABELS: dict[str, Callable[[int], str]] = {
     "audited": lambda n: f"{n} audited", "failed": lambda n: f"{n} failed", "skipped": lambda n: f"{n} skipped"}
 PUSH_LABELS: dict[str, Callable[[int], str]] = {
     "opened": lambda n: f"{plural(n, 'pull request')} opened", "exists": lambda n: f"{n} already proposed",
-    "merged": lambda n: f"{n} already on main", "dry-run": lambda n: f"{n} dry run", "failed": lambda n: f"{n} failed",
+    "merged": lambda n: f"{n} already on main", "dry-run": lambda n: plural(n, "dry run"), "failed": lambda n: f"{n} failed",
     "nothing": lambda n: f"{n} with nothing to push"}
 
 

@@ -10,7 +10,7 @@ bytes from the server's own counters (body bytes actually sent):
    ``classify_repo`` reads (one speculative range of 4 KiB, then exactly the missing header bytes) versus what
    ``get_safetensors_metadata`` reads (a HEAD, then ``bytes=0-100000``). The header is reported too.
 2. **A census of a ``--repos``-repo organisation** (generated: BatchNorm undeclared and declared, sharded BatchNorm,
-   GroupNorm, no weights, in equal shares; 50 repos per listing page): wall time and bytes of ``run_census`` (1 and
+   GroupNorm, no weights, in equal shares; 50 repos per listing page): wall time and bytes of ``census_org`` (1 and
    ``--workers`` threads) versus a loop of ``get_safetensors_metadata`` over the same repos (what a census built on
    the client call alone would cost; it classifies nothing beyond reading the headers). Medians of interleaved
    repeats.
@@ -43,11 +43,11 @@ def _declared(data: bytes) -> bytes:
     import torch
     from safetensors.torch import load
 
-    from bnconvention.canonical import canonical_json
-    from bnconvention.declaration import declare, make_convention, make_transform
-    from bnconvention.safetensors_header import parse_header
+    from bnconvention.authoring.declaration import declare, make_convention, make_transform
+    from bnconvention.authoring.stamp import stamped_header_bytes
+    from bnconvention.formats.canonical import canonical_json
+    from bnconvention.formats.safetensors_header import parse_header
     from bnconvention.standard.models import to_dict
-    from bnconvention.stamp import stamped_header_bytes
 
     state = load(data)
     width = state["bn.weight"].shape[0]
@@ -75,8 +75,8 @@ def seed_org(hub: Any, org: str, count: int) -> None:
     tensors = _bn_tensors(32)
     names = list(tensors)
     shard_a, shard_b = save({n: tensors[n] for n in names[:4]}), save({n: tensors[n] for n in names[4:]})
-    index = json.dumps({"weight_map": {**{n: "model-00001-of-00002.safetensors" for n in names[:4]},
-                                       **{n: "model-00002-of-00002.safetensors" for n in names[4:]}}}).encode()
+    index = json.dumps({"weight_map": {**dict.fromkeys(names[:4], "model-00001-of-00002.safetensors"),
+                                       **dict.fromkeys(names[4:], "model-00002-of-00002.safetensors")}}).encode()
     kinds = [
         {"model.safetensors": bn},
         {"model.safetensors": declared, "README.md": b"---\nlicense: mit\n---\n# declared\n"},
@@ -104,14 +104,14 @@ def big_repo_bytes(hub: Any, client: Any, repo_id: str, revision: str) -> dict[s
 
 
 def census_once(hub: Any, client: Any, org: str, workers: int) -> tuple[float, int]:
-    from bnconvention.hub.crawl import run_census
+    from bnconvention.hub.crawl import census_org
     from bnconvention.hub.journal import Journal
 
     with tempfile.TemporaryDirectory() as tmp, Journal(Path(tmp) / "j.sqlite", org=org,
                                                        endpoint=hub.endpoint) as journal:
         hub.reset_stats()
         start = time.perf_counter()
-        run = run_census(client, org, journal=journal, workers=workers)
+        run = census_org(client, org, journal=journal, workers=workers)
         seconds = time.perf_counter() - start
     if run.failed:
         raise RuntimeError(f"census failures: {run.failures[:3]}")

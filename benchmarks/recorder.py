@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from bnconvention.recorder import BNRecorder
-    from bnconvention.zoo.data import digits_arrays
+    from bnconvention.authoring.recorder import BNRecorder
+    from bnconvention.data.digits import digits_arrays
     from bnconvention.zoo.models import convnet_bn
 
     torch.set_num_threads(args.threads)

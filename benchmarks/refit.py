@@ -64,7 +64,7 @@ def variants(model: Any, pool: list[Any]) -> dict[str, Callable[[], Any]]:
     import torch
     from torch.optim.swa_utils import update_bn
 
-    from bnconvention.digests import model_digests
+    from bnconvention.formats.digests import model_digests
     from bnconvention.refit import refit
     from bnconvention.refit.exact import commit_layer_stats, run_traced
     from bnconvention.refit.moments import ChannelMoments

@@ -40,8 +40,8 @@ def make_file(path: Path, size_mib: int) -> dict[str, Any]:
     import torch
     from safetensors.torch import save_file
 
-    from bnconvention.declaration import declare, make_convention, make_transform
-    from bnconvention.digests import bn_layer_names, state_dict_digests
+    from bnconvention.authoring.declaration import declare, make_convention, make_transform
+    from bnconvention.formats.digests import bn_layer_names, state_dict_digests
     from bnconvention.standard.models import to_dict
 
     torch.manual_seed(0)
@@ -72,8 +72,8 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
 def load_and_save(src: Path, dst: Path, record: dict[str, Any]) -> None:
     from safetensors.torch import load_file, save_file
 
-    from bnconvention.canonical import canonical_json
-    from bnconvention.locations import SAFETENSORS_METADATA_KEY
+    from bnconvention.formats.canonical import canonical_json
+    from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
 
     tensors = load_file(str(src))
     save_file(tensors, str(dst), metadata={"format": "pt", SAFETENSORS_METADATA_KEY: canonical_json(record)})
@@ -86,7 +86,7 @@ def probe(op: str, src: str, dst: str, record_path: str) -> None:
     if op == "load+save":
         load_and_save(Path(src), Path(dst), record)
     else:
-        from bnconvention.stamp import stamp_file
+        from bnconvention.authoring.stamp import stamp_file
 
         stamp_file(dst, record, check_digests=op.endswith("+ digest check"))
     status = Path("/proc/self/status").read_text()
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(2)
-    from bnconvention.stamp import stamp_file
+    from bnconvention.authoring.stamp import stamp_file
 
     parent = args.dir or Path(tempfile.gettempdir())
     need = 3 * args.size_mib * 1024 * 1024 + (64 << 20)

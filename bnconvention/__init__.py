@@ -17,9 +17,7 @@ Pipelines: :func:`validate_paths` / :func:`validate_record`.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from bnconvention._lazy import lazy_exports
 from bnconvention._version import __version__
 
 # public name -> module that defines it (imported on first access)
@@ -33,19 +31,19 @@ _EXPORTS: dict[str, str] = {
     "to_dict": "bnconvention.standard.models",
     "canonical_name": "bnconvention.standard.naming",
     "generate_schema": "bnconvention.standard.schema",
-    "canonical_json": "bnconvention.canonical",
+    "canonical_json": "bnconvention.formats.canonical",
     # authors
-    "BNRecorder": "bnconvention.recorder",
-    "make_transform": "bnconvention.declaration",
-    "describe_transform": "bnconvention.transforms",
-    "make_convention": "bnconvention.declaration",
-    "declare": "bnconvention.declaration",
-    "model_digests": "bnconvention.digests",
-    "file_digests": "bnconvention.digests",
-    "stamp_file": "bnconvention.stamp",
-    "read_stamped_record": "bnconvention.stamp",
-    "stamp_card_text": "bnconvention.card_stamp",
-    "stamp_card_file": "bnconvention.card_stamp",
+    "BNRecorder": "bnconvention.authoring.recorder",
+    "make_transform": "bnconvention.authoring.declaration",
+    "describe_transform": "bnconvention.authoring.transforms",
+    "make_convention": "bnconvention.authoring.declaration",
+    "declare": "bnconvention.authoring.declaration",
+    "model_digests": "bnconvention.formats.digests",
+    "file_digests": "bnconvention.formats.digests",
+    "stamp_file": "bnconvention.authoring.stamp",
+    "read_stamped_record": "bnconvention.authoring.stamp",
+    "stamp_card_text": "bnconvention.authoring.card_stamp",
+    "stamp_card_file": "bnconvention.authoring.card_stamp",
     # pipelines
     "validate_paths": "bnconvention.validation",
     "validate_record": "bnconvention.validation",
@@ -64,14 +62,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'bnconvention' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, namespace=globals())

@@ -42,16 +42,16 @@ from safetensors.torch import save
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from bnconvention.canonical import canonical_json, canonical_sha256  # noqa: E402
-from bnconvention.card_stamp import stamp_card_text  # noqa: E402
-from bnconvention.declaration import declare, make_convention  # noqa: E402
-from bnconvention.digests import model_digests  # noqa: E402
-from bnconvention.locations import annotation_filename  # noqa: E402
-from bnconvention.safetensors_header import parse_header  # noqa: E402
-from bnconvention.stamp import stamped_header_bytes  # noqa: E402
+from bnconvention.authoring.card_stamp import stamp_card_text  # noqa: E402
+from bnconvention.authoring.declaration import declare, make_convention  # noqa: E402
+from bnconvention.authoring.stamp import stamped_header_bytes  # noqa: E402
+from bnconvention.data.digits import DIGITS_TRAIN_TRANSFORM  # noqa: E402
+from bnconvention.formats.canonical import canonical_json, canonical_sha256  # noqa: E402
+from bnconvention.formats.digests import model_digests  # noqa: E402
+from bnconvention.formats.safetensors_header import parse_header  # noqa: E402
+from bnconvention.standard.locations import annotation_filename  # noqa: E402
 from bnconvention.standard.models import Producer, to_dict  # noqa: E402
 from bnconvention.standard.naming import record_ids_sha256  # noqa: E402
-from bnconvention.zoo.data import DIGITS_TRAIN_TRANSFORM  # noqa: E402
 
 PACKAGED = "bnconvention/examples/files"  # where the examples live; examples/ is a copy (bnconvention examples write)
 PRODUCER = Producer(tool="bnconvention", version="0.1.0")  # pinned so the files do not change with releases

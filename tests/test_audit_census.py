@@ -6,9 +6,9 @@ import json
 import shutil
 
 import pytest
+from audit_support import PATTERN_SPEC, checkpoint_paths, pattern_census, pattern_spec, without_timing
 from safetensors.torch import load_file, save_file
 
-from audit_support import PATTERN_SPEC, checkpoint_paths, pattern_census, pattern_spec, without_timing
 from bnconvention.audit.census import discover_checkpoints, read_journal, run_census, summarize
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import parse_spec
@@ -58,7 +58,7 @@ def _fake_result(name: str, shifts: list[float], *, anchored: bool | None = True
                  direction: str | None = None) -> AuditResult:
     """A hand-made audit result of one cell ``df`` (for exact counting tests)."""
     from bnconvention.audit.stats import decide, sign_test
-    from bnconvention.declaration import make_convention, make_transform
+    from bnconvention.authoring.declaration import make_convention, make_transform
 
     decision = decide(shifts, margin_pp=1.2)
     sign = sign_test(shifts, margin_pp=1.2)

@@ -135,7 +135,7 @@ def test_census_refuses_bad_workers(zoo, tmp_path, capsys):
 
 
 def test_user_factory_runs_only_when_allowed_on_the_command_line(zoo, tmp_path, capsys, monkeypatch):
-    from bnconvention import factories
+    from bnconvention.architectures import factories
 
     monkeypatch.setattr(factories, "_user_allowed", {})
     spec = write_spec(tmp_path / "spec.yaml", replicates=1, recoverability=None, published_source="spec",

@@ -11,8 +11,8 @@ import pytest
 from bnconvention.audit.data import load_audit_data
 from bnconvention.audit.runner import prepare_audit, run_audit
 from bnconvention.audit.spec import load_spec, parse_spec
+from bnconvention.data.digits import digits_arrays
 from bnconvention.errors import AuditSpecError
-from bnconvention.zoo.data import digits_arrays
 
 
 @pytest.fixture()

@@ -6,14 +6,14 @@ import re
 
 import pytest
 import torch
-
 from audit_support import PATTERN_SPEC, pattern_census
+
+from bnconvention.architectures.factories import allow_user_factory
 from bnconvention.audit.decisions import reporting_line
 from bnconvention.audit.runner import prepare_audit, run_audit
 from bnconvention.audit.spec import parse_spec
-from bnconvention.digests import file_digests
 from bnconvention.errors import WeightsChangedError
-from bnconvention.factories import allow_user_factory
+from bnconvention.formats.digests import file_digests
 from bnconvention.standard.models import to_dict
 from bnconvention.standard.schema import schema_validator
 
@@ -163,7 +163,7 @@ def _mutating_model():
 def test_weights_that_change_during_the_audit_are_refused(tmp_path, monkeypatch):
     from safetensors.torch import save_file
 
-    from bnconvention import factories
+    from bnconvention.architectures import factories
 
     monkeypatch.setattr(factories, "_user_allowed", {})
     name = allow_user_factory("test_audit_runner:_mutating_model")

@@ -1,4 +1,4 @@
-"""RFC 8785 canonical JSON and strict parsing of untrusted JSON (bnconvention.canonical)."""
+"""RFC 8785 canonical JSON and strict parsing of untrusted JSON (bnconvention.formats.canonical)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ import struct
 
 import pytest
 
-from bnconvention.canonical import canonical_json, canonical_json_bytes, canonical_sha256, loads_strict, sha256_hex
 from bnconvention.errors import CanonicalJSONError, JSONInputError
+from bnconvention.formats.canonical import (
+    canonical_json,
+    canonical_json_bytes,
+    canonical_sha256,
+    loads_strict,
+    sha256_hex,
+)
 
 # RFC 8785 appendix B: IEEE 754 bit patterns and their ECMAScript serialization (checked against node's String()).
 NUMBERS = [
@@ -73,7 +79,7 @@ def test_rfc8785_example() -> None:
 def test_keys_sort_by_utf16_code_units() -> None:
     # RFC 8785 section 3.2.3: "\ud83d\ude00" (U+1F600) sorts before "\ufb33" in UTF-16, after it in code points.
     keys = ["\u20ac", "\r", "\ufb33", "1", "\U0001f600", "\u0080", "\u00f6"]
-    text = canonical_json({k: 0 for k in keys})
+    text = canonical_json(dict.fromkeys(keys, 0))
     assert list(json.loads(text)) == ["\r", "1", "\u0080", "\u00f6", "\u20ac", "\U0001f600", "\ufb33"]
 
 

@@ -1,10 +1,11 @@
-"""Reading model cards (bnconvention.card): front matter, the bnconvention block, and hostile YAML."""
+"""Reading model cards (bnconvention.formats.card): front matter, the bnconvention block, and hostile YAML."""
 
 from __future__ import annotations
 
 import pytest
 
-from bnconvention.card import (
+from bnconvention.errors import CardError
+from bnconvention.formats.card import (
     MAX_CARD_BYTES,
     REGEX_YAML_BLOCK,
     decode_card,
@@ -14,7 +15,6 @@ from bnconvention.card import (
     read_card_record,
     split_front_matter,
 )
-from bnconvention.errors import CardError
 
 CARD = "---\nlicense: mit\nbnconvention:\n  spec_version: '1.0'\n  eps: 1.0e-05\n---\n# Model\n\ntext\n"
 
@@ -113,7 +113,7 @@ def test_anchors_aliases_and_merge_keys_load_as_huggingface_hub_loads_them() -> 
 
 
 def test_expansion_is_bounded_by_size_not_by_refusing_aliases() -> None:
-    from bnconvention.card import MAX_YAML_EXPANSION
+    from bnconvention.formats.card import MAX_YAML_EXPANSION
 
     big = "x" * 1000
     fits = f"---\na: &a \"{big}\"\nb: [" + ", ".join(["*a"] * (MAX_YAML_EXPANSION // 2000)) + "]\n---\n"

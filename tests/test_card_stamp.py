@@ -1,4 +1,4 @@
-"""Stamping records into model cards (bnconvention.card_stamp and the ``card`` command).
+"""Stamping records into model cards (bnconvention.authoring.card_stamp and the ``card`` command).
 
 Input cards are in ``tests/fixtures/cards/``; the expected results in ``tests/fixtures/cards/expected/`` are golden
 files: regenerate them with ``BNC_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_card_stamp.py`` and review
@@ -19,9 +19,7 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from bnconvention.canonical import canonical_json
-from bnconvention.card import load_yaml_strict, parse_card_metadata, read_card_record, split_front_matter
-from bnconvention.card_stamp import (
+from bnconvention.authoring.card_stamp import (
     SECTION_BEGIN,
     SECTION_END,
     render_card_block,
@@ -32,6 +30,8 @@ from bnconvention.card_stamp import (
 )
 from bnconvention.cli.main import main
 from bnconvention.errors import CardError, RecordError, StampError
+from bnconvention.formats.canonical import canonical_json
+from bnconvention.formats.card import load_yaml_strict, parse_card_metadata, read_card_record, split_front_matter
 from bnconvention.standard.models import parse_record
 
 CARDS = Path(__file__).resolve().parent / "fixtures" / "cards"

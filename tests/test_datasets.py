@@ -1,4 +1,4 @@
-"""Tests of bnconvention.datasets: digits, .npz and image-folder sources, splits, transforms, malformed input."""
+"""Tests of bnconvention.data.pools: digits, .npz and image-folder sources, splits, transforms, malformed input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from bnconvention.datasets import (
+from bnconvention.authoring.declaration import make_convention
+from bnconvention.data.digits import DIGITS_TRAIN_TRANSFORM, digits_arrays, is_test_id, random_shift_batch
+from bnconvention.data.pools import (
     DatasetSpec,
     iter_batches,
     load_dataset,
@@ -18,11 +20,9 @@ from bnconvention.datasets import (
     split_by_classes,
     split_by_index_files,
 )
-from bnconvention.declaration import make_convention
 from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.standard.models import DataSplit
 from bnconvention.standard.naming import record_ids_sha256, transform_sha256
-from bnconvention.zoo.data import DIGITS_TRAIN_TRANSFORM, digits_arrays, is_test_id, random_shift_batch
 
 # Golden values: they change only if the digits preparation or the split definition changes (a breaking change).
 DIGITS_X_SHA256 = "b4cfd0a317bd58ca282d034e1c8abc0a8729b30ed54f3a343bab78b90ac8fd67"
@@ -114,7 +114,7 @@ def test_split_by_classes_rejects(digits, classes, message) -> None:
 def test_digits_transforms_describe_themselves(digits) -> None:
     train, evaluation = digits.train_transform.standard(), digits.eval_transform.standard()
     assert (train.mode, evaluation.mode) == ("train", "eval")
-    assert train.reference == "bnconvention.zoo.data:DIGITS_TRAIN_TRANSFORM"
+    assert train.reference == "bnconvention.data.digits:DIGITS_TRAIN_TRANSFORM"
     assert train.description.augmentations == ["random shift by -1, 0 or +1 pixels on each axis, zero fill"]
     assert evaluation.description.augmentations == []
     assert train.sha256 == transform_sha256(train.description) != evaluation.sha256

@@ -9,10 +9,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from bnconvention.authoring.recorder import BNRecorder
+from bnconvention.authoring.stamp import stamp_file
 from bnconvention.cli.main import main
-from bnconvention.digests import file_digests
-from bnconvention.recorder import BNRecorder
-from bnconvention.stamp import stamp_file
+from bnconvention.formats.digests import file_digests
 from bnconvention.standard.models import parse_record, to_dict
 from bnconvention.validation import validate_paths
 from bnconvention.zoo.models import convnet_bn
@@ -43,7 +43,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _transform():  # type: ignore[no-untyped-def]
-    from bnconvention.declaration import make_transform
+    from bnconvention.authoring.declaration import make_transform
 
     return make_transform(mode="train")
 

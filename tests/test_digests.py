@@ -1,4 +1,4 @@
-"""Tensor digests (bnconvention.digests): the documented algorithm, memory vs file agreement, the running split."""
+"""Tensor digests (bnconvention.formats.digests): the documented algorithm, memory vs file agreement, the running split."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from bnconvention.digests import (
+from bnconvention.errors import DigestMismatchError
+from bnconvention.formats.digests import (
     TensorSetDigest,
     bn_layer_names,
     bn_layers_from_tensor_names,
@@ -19,7 +20,6 @@ from bnconvention.digests import (
     model_digests,
     state_dict_digests,
 )
-from bnconvention.errors import DigestMismatchError
 
 
 def reference_digest(tensors: dict[str, tuple[str, list[int], bytes]]) -> str:

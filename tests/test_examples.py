@@ -82,9 +82,9 @@ def test_every_committed_tensor_is_dyadic(generator, rel: str) -> None:
 def test_annotation_binds_to_the_annotated_weights() -> None:
     # Internal consistency of the fixture: the annotation's subject digests are those of the weights beside it, and
     # its file name is its own digest (the validator checks the same; this pins the generator's intent).
-    from bnconvention.canonical import canonical_sha256
-    from bnconvention.digests import file_digests
-    from bnconvention.locations import annotation_filename
+    from bnconvention.formats.canonical import canonical_sha256
+    from bnconvention.formats.digests import file_digests
+    from bnconvention.standard.locations import annotation_filename
 
     folder = ROOT / "tests" / "fixtures" / "releases" / "annotated"
     [path] = sorted((folder / "bnconvention").glob("*.json"))
@@ -184,4 +184,4 @@ def test_demo_spec_is_read_from_the_packaged_example() -> None:
     from bnconvention.demo import DEMO_SPEC
     from bnconvention.examples import AUDIT_SPEC, read_example
 
-    assert DEMO_SPEC == yaml.safe_load(read_example(AUDIT_SPEC))
+    assert yaml.safe_load(read_example(AUDIT_SPEC)) == DEMO_SPEC

@@ -68,7 +68,7 @@ def test_pipeline_commands_run_without_torch(light_env: dict[str, str], tmp_path
     weights, card = release / "model.safetensors", release / "README.md"
     assert run(light_env, "-m", "bnconvention", "inspect", str(weights)).returncode == 0
     record = tmp_path / "record.json"
-    dumped = run(light_env, "-c", "import json, sys; from bnconvention.stamp import read_stamped_record; "
+    dumped = run(light_env, "-c", "import json, sys; from bnconvention.authoring.stamp import read_stamped_record; "
                  "from bnconvention.standard.models import to_dict; "
                  f"sys.stdout.write(json.dumps(to_dict(read_stamped_record({str(weights)!r}))))")
     assert dumped.returncode == 0, dumped.stderr

@@ -14,9 +14,9 @@ from helpers.hub_org import SeedRepo, build_org, seed
 
 from bnconvention.audit.outputs import annotation_text
 from bnconvention.audit.spec import AuditSpec, parse_spec
-from bnconvention.canonical import canonical_sha256, loads_strict
-from bnconvention.card import decode_card, read_card_record
-from bnconvention.card_stamp import REFIT_BLOCK_KEY, REFIT_SECTION_BEGIN, read_refit_entries
+from bnconvention.authoring.card_stamp import REFIT_BLOCK_KEY, REFIT_SECTION_BEGIN, read_refit_entries
+from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.card import decode_card, read_card_record
 from bnconvention.hub.audit import AuditTask, RepoAudit, audit_org, audit_repo_task
 from bnconvention.hub.client import make_client
 from bnconvention.hub.executors import ray_available, run_tasks
@@ -25,7 +25,7 @@ from bnconvention.hub.push import EVAL_DIR, marker, markers_in, push_org
 from bnconvention.hub.retry import RetryPolicy
 from bnconvention.hub.validate import validate_hub
 from bnconvention.hubserver import FaultRule, LocalHub
-from bnconvention.locations import annotation_filename
+from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
 from bnconvention.validation import validate_record
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save as save_numpy
 
-from bnconvention.canonical import canonical_json
+from bnconvention.formats.canonical import canonical_json
+from bnconvention.formats.safetensors_header import parse_header
 from bnconvention.hub.classify import check_layers, classify_checkpoint, failed_repo
 from bnconvention.hub.client import make_client
 from bnconvention.hub.headers import RemoteHeader, WeightsSet
-from bnconvention.safetensors_header import parse_header
 from bnconvention.standard.models import Declaration
 
 TOKEN = "hf_classify_secret_1618"
@@ -41,7 +41,7 @@ def record() -> dict:
     import torch
     from safetensors.torch import load
 
-    from bnconvention.declaration import declare, make_convention, make_transform
+    from bnconvention.authoring.declaration import declare, make_convention, make_transform
     from bnconvention.standard.models import to_dict
 
     model = torch.nn.Sequential()

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from bnconvention.cli.main import main
+from bnconvention.formats.safetensors_header import read_header
 from bnconvention.hubserver import LocalHub
-from bnconvention.safetensors_header import read_header
 
 ORG = "tiny"
 TOKEN = "hf_cli_secret_do_not_print_3141"
@@ -171,7 +171,7 @@ def test_library_never_imports_hub_scripts(repo_root: Path) -> None:
 @pytest.fixture
 def release(tmp_path: Path, zoo) -> tuple[Path, Path]:
     """A release folder (unstamped weights, a card without a block) and the declaration to publish."""
-    from bnconvention.declaration import declare
+    from bnconvention.authoring.declaration import declare
     from bnconvention.standard.models import FittingConvention, to_dict
 
     folder = tmp_path / "release"
@@ -376,7 +376,7 @@ def test_failed_audits_are_retried_and_redo_selects(env: list[str], hub: LocalHu
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     # regression (issue 10): a failure was journaled as final, so after fixing its cause (--allow-factory) the
     # rerun printed the old failure and "0 repos audited, 5 reused from the journal"
-    from bnconvention import factories
+    from bnconvention.architectures import factories
 
     monkeypatch.setattr(factories, "_user_allowed", {})  # --allow-factory is per process: undo it afterwards
     org, target = "retry-org", "bnconvention.zoo.models:convnet_bn"
@@ -449,7 +449,7 @@ def test_validate_and_census_never_build_card_data_from_a_large_card(hub: LocalH
     import huggingface_hub.repocard_data
 
     from bnconvention.hub.client import make_client
-    from bnconvention.hub.crawl import run_census
+    from bnconvention.hub.crawl import census_org
     from bnconvention.hub.journal import Journal
     from bnconvention.hub.retry import RetryPolicy
     from bnconvention.hub.validate import validate_hub
@@ -469,7 +469,7 @@ def test_validate_and_census_never_build_card_data_from_a_large_card(hub: LocalH
         assert (result.exit_code, result.report.issues) == (0, []), result.report.issues
         assert [repo for repo, _ in result.checked] == [f"{org}/big"]
     with Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint) as journal:
-        census = run_census(client, org, journal=journal)
+        census = census_org(client, org, journal=journal)
     assert [(r.repo_id, r.status, r.card) for r in census.repos] == [(f"{org}/big", "channel_absent", "no_block")]
 
 

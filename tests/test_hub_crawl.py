@@ -17,11 +17,11 @@ import pytest
 from helpers.hub_org import SeedRepo, build_org, seed
 
 from bnconvention.hub.client import make_client
-from bnconvention.hub.crawl import list_org_models, run_census
+from bnconvention.hub.crawl import census_org, list_org_models
 from bnconvention.hub.headers import SPECULATIVE_BYTES
 from bnconvention.hub.journal import Journal
-from bnconvention.hub.report import census_markdown, census_summary, write_census
 from bnconvention.hub.retry import RetryPolicy
+from bnconvention.hub.summaries import census_markdown, census_summary, write_census
 from bnconvention.hubserver import FaultRule, LocalHub
 
 ORG = "census-org"
@@ -58,7 +58,7 @@ def clean(hub: LocalHub, client, tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("clean") / "journal.sqlite"
     hub.reset_stats()
     with Journal(path, org=ORG, endpoint=hub.endpoint) as journal:
-        run = run_census(client, ORG, journal=journal)
+        run = census_org(client, ORG, journal=journal)
     stats = hub.stats
     return {"run": run, "summary": census_summary(ORG, run.repos, endpoint=hub.endpoint), "stats": stats,
             "journal": path}
@@ -164,7 +164,7 @@ def test_report_json_and_markdown(clean, tmp_path: Path) -> None:
 def test_rerun_reuses_every_finished_repo(clean, hub: LocalHub, client) -> None:
     hub.reset_stats()
     with Journal(clean["journal"], org=ORG, endpoint=hub.endpoint) as journal:
-        run = run_census(client, ORG, journal=journal)
+        run = census_org(client, ORG, journal=journal)
     assert (run.read, run.reused) == (0, 150)
     assert [r for r in hub.stats if "/resolve/" in r.path] == []
     assert census_summary(ORG, run.repos, endpoint=hub.endpoint) == clean["summary"]
@@ -172,7 +172,7 @@ def test_rerun_reuses_every_finished_repo(clean, hub: LocalHub, client) -> None:
 
 def test_threaded_census_gives_the_same_result(clean, hub: LocalHub, client, tmp_path: Path) -> None:
     with Journal(tmp_path / "journal.sqlite", org=ORG, endpoint=hub.endpoint) as journal:
-        run = run_census(client, ORG, journal=journal, workers=4)
+        run = census_org(client, ORG, journal=journal, workers=4)
         assert journal.count("census", final=True) == 150
     assert census_summary(ORG, run.repos, endpoint=hub.endpoint) == clean["summary"]
 
@@ -190,7 +190,7 @@ def test_injected_faults_end_with_the_same_census(clean, hub: LocalHub, client, 
     hub.reset_stats()
     try:
         with Journal(tmp_path / "journal.sqlite", org=ORG, endpoint=hub.endpoint) as journal:
-            run = run_census(client, ORG, journal=journal)
+            run = census_org(client, ORG, journal=journal)
     finally:
         for rule in rules:
             hub.faults.remove(rule)
@@ -208,7 +208,7 @@ def test_a_repo_that_keeps_failing_is_recorded_and_retried_next_time(hub: LocalH
     rule = hub.faults.add(FaultRule(kind="status", status=503, path=f"/{org}/down/resolve/"))
     journal = Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint)
     try:
-        run = run_census(client, org, journal=journal)
+        run = census_org(client, org, journal=journal)
         down = next(r for r in run.repos if r.repo_id == f"{org}/down")
         assert (run.read, run.failed) == (2, 1)
         assert down.status == "unreadable"
@@ -217,7 +217,7 @@ def test_a_repo_that_keeps_failing_is_recorded_and_retried_next_time(hub: LocalH
         assert rule.fired == FAST.attempts  # every try, then recorded; the crawl went on
     finally:
         hub.faults.remove(rule)
-    run = run_census(client, org, journal=journal)
+    run = census_org(client, org, journal=journal)
     assert (run.read, run.reused) == (1, 1)  # only the failed repo is read again
     assert next(r for r in run.repos if r.repo_id == f"{org}/down").reason.startswith(
         f"{org}/down/model.safetensors: header length")
@@ -228,9 +228,9 @@ def test_a_changed_repo_is_read_again(hub: LocalHub, client, tmp_path: Path, zoo
     org = "moving-org"
     hub.store.commit(f"{org}/m", files={"README.md": b"# nothing yet\n"})
     with Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint) as journal:
-        first = run_census(client, org, journal=journal)
+        first = census_org(client, org, journal=journal)
         hub.store.commit(f"{org}/m", files={"model.safetensors": zoo.weights_path("gn-base").read_bytes()})
-        second = run_census(client, org, journal=journal)
+        second = census_org(client, org, journal=journal)
     assert [r.status for r in first.repos] == ["no_weights"]
     assert (second.read, second.reused) == (1, 0)
     assert [r.status for r in second.repos] == ["channel_absent"]
@@ -281,7 +281,7 @@ def test_killed_crawl_resumes_without_redoing_finished_repos(clean, hub: LocalHu
         finished = {e.repo_id for e in journal.entries("census") if e.final}
         assert 30 <= len(finished) < 150
         hub.reset_stats()
-        run = run_census(client, ORG, journal=journal)
+        run = census_org(client, ORG, journal=journal)
     assert (run.reused, run.read) == (len(finished), 150 - len(finished))
     reread = {r.repo_id for r in hub.stats if "/resolve/" in r.path}
     assert reread and not reread & finished

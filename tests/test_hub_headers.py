@@ -16,6 +16,7 @@ import pytest
 from safetensors.numpy import save as save_numpy
 
 from bnconvention.errors import HubError, JSONInputError, SafetensorsHeaderError, UsageError
+from bnconvention.formats.safetensors_header import parse_header
 from bnconvention.hub.client import Secret, make_client
 from bnconvention.hub.headers import (
     SPECULATIVE_BYTES,
@@ -26,7 +27,6 @@ from bnconvention.hub.headers import (
 )
 from bnconvention.hub.retry import RetryPolicy, TransientHubError, is_retryable
 from bnconvention.hubserver import FaultRule, LocalHub
-from bnconvention.safetensors_header import parse_header
 
 ORG = "hdr"
 TOKEN = "hf_headers_test_secret_7f3a"

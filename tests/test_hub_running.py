@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from bnconvention.declaration import declare, make_convention, make_transform
+from bnconvention.authoring.declaration import declare, make_convention, make_transform
+from bnconvention.formats.safetensors_header import parse_header
 from bnconvention.hub.headers import RemoteHeader, WeightsSet
 from bnconvention.hub.running import MERGE_GAP, compare, plan_ranges
-from bnconvention.safetensors_header import parse_header
 
 
 def _model() -> torch.nn.Module:

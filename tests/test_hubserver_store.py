@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ class TickingClock:
     """One second per call from a fixed start: stable, distinct dates."""
 
     def __init__(self) -> None:
-        self.now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+        self.now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
     def __call__(self) -> datetime:
         self.now += timedelta(seconds=1)

@@ -231,7 +231,7 @@ def test_head_and_get_headers(hub: LocalHub) -> None:
     response, _ = request(hub, "HEAD", "/alice/files/resolve/main/nothing.bin")
     assert (response.status, response.getheader("X-Error-Code"), response.getheader("X-Repo-Commit")) == (
         404, "EntryNotFound", commit)
-    response, _ = request(hub, f"GET", f"/alice/files/resolve/{commit}/blob.bin")
+    response, _ = request(hub, "GET", f"/alice/files/resolve/{commit}/blob.bin")
     assert response.status == 200
 
 

@@ -10,15 +10,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bnconvention.canonical import canonical_json
-from bnconvention.card_stamp import stamp_card_file
+from bnconvention.authoring.card_stamp import stamp_card_file
+from bnconvention.authoring.declaration import make_transform
+from bnconvention.authoring.inspection import inspect_path
+from bnconvention.authoring.recorder import BNRecorder
+from bnconvention.authoring.stamp import stamp_file
 from bnconvention.cli.main import main
-from bnconvention.declaration import make_transform
-from bnconvention.digests import bn_layer_names
-from bnconvention.inspection import inspect_path
-from bnconvention.locations import SAFETENSORS_METADATA_KEY
-from bnconvention.recorder import BNRecorder
-from bnconvention.stamp import stamp_file
+from bnconvention.formats.canonical import canonical_json
+from bnconvention.formats.digests import bn_layer_names
+from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
 from bnconvention.standard.models import to_dict
 from bnconvention.zoo.models import convnet_bn, convnet_gn
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bnconvention.io_utils import (
+from bnconvention.formats.atomic import (
     STAMP_TEMP_SUFFIX,
     TEMP_GLOBS,
     WRITE_TEMP_SUFFIX,
@@ -17,8 +17,8 @@ from bnconvention.io_utils import (
     atomic_write_bytes,
     atomic_write_text,
     create_temp,
-    remove_stale_temps,
     file_sha256,
+    remove_stale_temps,
     replace_directory,
     sync_generated_file,
 )
@@ -106,7 +106,7 @@ def test_a_rewritten_file_keeps_its_mode_whatever_the_umask(tmp_path: Path, umas
 
 
 def test_a_new_card_gets_the_permissions_the_umask_gives(tmp_path: Path, umask, fixtures_dir: Path) -> None:
-    from bnconvention.card_stamp import stamp_card_file
+    from bnconvention.authoring.card_stamp import stamp_card_file
 
     umask(0o022)
     record = json.loads((fixtures_dir / "stamp" / "record.json").read_text(encoding="utf-8"))
@@ -127,7 +127,7 @@ def test_temporary_files_are_named_ours_and_locked_while_open(tmp_path: Path) ->
 
 
 def test_a_card_stamp_removes_what_a_killed_write_of_that_card_left(tmp_path: Path, fixtures_dir: Path) -> None:
-    from bnconvention.card_stamp import stamp_card_file
+    from bnconvention.authoring.card_stamp import stamp_card_file
 
     record = json.loads((fixtures_dir / "stamp" / "record.json").read_text(encoding="utf-8"))
     leftover = tmp_path / ".README.md.q8w7e6r5.bnc-write.tmp"

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bnconvention.declaration import make_transform
-from bnconvention.errors import RecordError
-from bnconvention.observation import (
+from bnconvention.authoring.declaration import make_transform
+from bnconvention.authoring.observation import (
     DECLARED_FROZEN_BUFFERS_CHANGED,
     DECLARED_MODE_MISMATCH,
     DECLARED_REFIT_NO_REFIT,
@@ -23,6 +22,7 @@ from bnconvention.observation import (
     observed_contradictions,
     with_declared,
 )
+from bnconvention.errors import RecordError
 from bnconvention.standard.models import LayerObservation, Observation
 
 TRANSFORM = make_transform(mode="train", reference="train.py:train_transform", augmentations=["hflip p=0.5"])

@@ -29,3 +29,28 @@ def test_import_and_validator_do_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_refit_is_the_function_whatever_was_imported_first() -> None:
+    # regression (issue 10): once a bnconvention.refit.* submodule was imported, `from bnconvention import refit`
+    # returned the package (Python binds subpackages on their parent), and calling it failed
+    code = (
+        "import bnconvention.refit.exact, torch\n"
+        "from bnconvention import refit\n"
+        "model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2)).eval()\n"
+        "print(type(refit(model, [torch.ones(4, 1, 5, 5)])).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "RefitReport"
+
+
+def test_hub_run_census_is_a_deprecated_alias_of_census_org() -> None:
+    import warnings
+
+    import bnconvention.hub as hub
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert hub.run_census is hub.census_org
+    assert "use bnconvention.hub.census_org" in str(caught[0].message)
+    assert "run_census" not in hub.__all__ and "census_org" in hub.__all__

@@ -12,14 +12,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from bnconvention.card import read_card_record
-from bnconvention.card_stamp import stamp_card_file
+from bnconvention.authoring.card_stamp import stamp_card_file
+from bnconvention.authoring.declaration import make_transform
+from bnconvention.authoring.publish import publish
+from bnconvention.authoring.recorder import BNRecorder
+from bnconvention.authoring.stamp import read_stamped_record, stamp_file
 from bnconvention.cli.main import main
-from bnconvention.declaration import make_transform
 from bnconvention.errors import CardError, DigestMismatchError, HubError, RecordError, UsageError
-from bnconvention.publish import publish
-from bnconvention.recorder import BNRecorder
-from bnconvention.stamp import read_stamped_record, stamp_file
+from bnconvention.formats.card import read_card_record
 from bnconvention.standard.models import to_dict
 from bnconvention.zoo.models import convnet_bn
 

@@ -7,21 +7,21 @@ import copy
 import pytest
 import torch
 
-from bnconvention.digests import model_digests
-from bnconvention.errors import RecordError, UsageError
-from bnconvention.observation import (
+from bnconvention.authoring.observation import (
     DECLARED_FROZEN_BUFFERS_CHANGED,
     DECLARED_TRAIN_NO_BUFFER_UPDATE,
     SPLIT_MISMATCH,
     UNOBSERVED_BUFFER_WRITE,
 )
-from bnconvention.recorder import BNRecorder
+from bnconvention.authoring.recorder import BNRecorder
+from bnconvention.data.digits import DIGITS_DATASET_ID, DIGITS_TRAIN_TRANSFORM, digits_arrays
+from bnconvention.errors import RecordError, UsageError
+from bnconvention.formats.digests import model_digests
 from bnconvention.refit import refit
 from bnconvention.standard.models import Observation, parse_record, to_dict
 from bnconvention.standard.schema import schema_validator
 from bnconvention.validation.records import check_record
 from bnconvention.zoo import methods
-from bnconvention.zoo.data import DIGITS_DATASET_ID, DIGITS_TRAIN_TRANSFORM, digits_arrays
 from bnconvention.zoo.models import convnet_bn, convnet_gn
 
 LAYERS = ["features.1", "features.4", "features.8", "features.11"]
@@ -144,7 +144,7 @@ def test_train_mode_distillation_is_recorded_as_train(model: torch.nn.Module,
 
 def test_exact_refit_is_recorded_as_refit_on_the_named_split(model: torch.nn.Module,
                                                               digits: dict[str, torch.Tensor]) -> None:
-    from bnconvention.declaration import make_convention
+    from bnconvention.authoring.declaration import make_convention
 
     data = make_convention(buffer_update_mode="refit", role="retain", dataset_id=DIGITS_DATASET_ID,
                            subset="retain", transform=DIGITS_TRAIN_TRANSFORM.standard(), rule="exact").data

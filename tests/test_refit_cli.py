@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from bnconvention.canonical import loads_strict
 from bnconvention.cli.main import main
-from bnconvention.digests import file_digests
-from bnconvention.locations import SAFETENSORS_METADATA_KEY
-from bnconvention.safetensors_header import read_header
+from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.digests import file_digests
+from bnconvention.formats.safetensors_header import read_header
+from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
 from bnconvention.standard.schema import schema_validator
 from bnconvention.zoo.models import convnet_bn
 

@@ -16,12 +16,12 @@ from helpers.refit_models import (
     seeded,
 )
 
-from bnconvention import _hooks
-from bnconvention.declaration import make_transform
-from bnconvention.digests import model_digests
+from bnconvention.authoring import refit_listeners
+from bnconvention.authoring.declaration import make_transform
 from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChangedError
+from bnconvention.formats.digests import model_digests
 from bnconvention.refit import refit, running_state
-from bnconvention.standard.models import DataSplit, DatasetRef, Producer, parse_record
+from bnconvention.standard.models import DatasetRef, DataSplit, Producer, parse_record
 from bnconvention.standard.schema import schema_validator
 
 RULES = ["exact", "cumulative", "ema"]
@@ -252,14 +252,14 @@ def test_listeners_hear_about_successful_refits_only() -> None:
     def listener(model, report):
         heard.append((model, report))
 
-    _hooks.add_refit_listener(listener)
+    refit_listeners.add_refit_listener(listener)
     try:
         model = seeded(SmallConvNet)
         report = refit(model, make_pool((3, 6, 6), [4]))
         with pytest.raises(RefitError):
             refit(model, [])
     finally:
-        _hooks.remove_refit_listener(listener)
+        refit_listeners.remove_refit_listener(listener)
     assert heard == [(model, report)]
 
 

@@ -21,8 +21,8 @@ from helpers.refit_models import (
     seeded,
 )
 
-from bnconvention.digests import model_digests
 from bnconvention.errors import RefitError, UnsupportedModelError
+from bnconvention.formats.digests import model_digests
 from bnconvention.refit import refit, running_state
 from bnconvention.refit.exact import Untraceable, run_traced, trace_model
 

@@ -9,8 +9,8 @@ import torch
 from helpers.refit_models import SequenceNet, SmallConvNet, make_pool, seeded
 from torch.optim.swa_utils import update_bn
 
-from bnconvention.digests import model_digests
 from bnconvention.errors import RefitError
+from bnconvention.formats.digests import model_digests
 from bnconvention.refit import refit
 
 

@@ -1,4 +1,4 @@
-"""Our header reader and ``safetensors.safe_open`` agree on which files open (bnconvention.safetensors_header).
+"""Our header reader and ``safetensors.safe_open`` agree on which files open (bnconvention.formats.safetensors_header).
 
 Regression (issue 10): a header whose metadata held a lone surrogate escape passed ``bnconvention validate`` while
 ``safe_open`` refused it. The property: every file our reader accepts opens with the real library, with the same
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 
 from bnconvention.errors import SafetensorsHeaderError
-from bnconvention.safetensors_header import DTYPE_BITS, read_header
+from bnconvention.formats.safetensors_header import DTYPE_BITS, read_header
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 

@@ -1,4 +1,4 @@
-"""Reading safetensors headers without loading tensors (bnconvention.safetensors_header): every malformed case."""
+"""Reading safetensors headers without loading tensors (bnconvention.formats.safetensors_header): every malformed case."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from bnconvention.errors import SafetensorsHeaderError
-from bnconvention.safetensors_header import MAX_HEADER_BYTES, header_length, parse_header, read_header
+from bnconvention.formats.safetensors_header import MAX_HEADER_BYTES, header_length, parse_header, read_header
 
 
 def _file(tmp_path: Path, header: bytes | dict | str, data: bytes = b"", *, length: int | None = None,

@@ -1,4 +1,4 @@
-"""Stamping records into safetensors headers (bnconvention.stamp and the ``stamp`` command).
+"""Stamping records into safetensors headers (bnconvention.authoring.stamp and the ``stamp`` command).
 
 Fixtures: ``tests/fixtures/stamp/`` (tiny real safetensors file, its record, the golden stamped file); regenerate
 with ``.venv/bin/python tests/fixtures/stamp/make_fixtures.py`` and review the diff.
@@ -24,10 +24,16 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from bnconvention import stamp as stamp_module
-from bnconvention.canonical import canonical_json
+from bnconvention.authoring import stamp as stamp_module
+from bnconvention.authoring.stamp import (
+    DEFAULT_RESERVE,
+    PAGE_SIZE,
+    read_stamped_record,
+    stamp_file,
+    stamped_header_bytes,
+    stamped_header_size,
+)
 from bnconvention.cli.main import main
-from bnconvention.digests import data_section_sha256, file_digests
 from bnconvention.errors import (
     DigestMismatchError,
     JSONInputError,
@@ -36,17 +42,11 @@ from bnconvention.errors import (
     StampError,
     UsageError,
 )
-from bnconvention.locations import SAFETENSORS_METADATA_KEY
-from bnconvention.safetensors_header import parse_header, read_header
+from bnconvention.formats.canonical import canonical_json
+from bnconvention.formats.digests import data_section_sha256, file_digests
+from bnconvention.formats.safetensors_header import parse_header, read_header
+from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
 from bnconvention.standard.models import Declaration, RefitAnnotation, parse_record
-from bnconvention.stamp import (
-    DEFAULT_RESERVE,
-    PAGE_SIZE,
-    read_stamped_record,
-    stamp_file,
-    stamped_header_bytes,
-    stamped_header_size,
-)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stamp"
 TINY = FIXTURES / "tiny.safetensors"
@@ -119,7 +119,7 @@ def test_a_header_without_metadata_gets_it_first_and_foreign_formatting_is_compa
     new = stamped_header_bytes(parse_header(old, data_size=1), "r", reserve=0)
     assert new.rstrip(b" ") == ('{"__metadata__":{"bnconvention.record":"r"},'
                                 '"b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
-                                '"ä":{"dtype":"U8","shape":[0],"data_offsets":[1,1]}}').encode("utf-8")
+                                '"ä":{"dtype":"U8","shape":[0],"data_offsets":[1,1]}}').encode()
 
 
 @pytest.mark.parametrize(("old", "new", "span"), [
@@ -714,7 +714,7 @@ def test_stamp_command_reports_a_missing_file(tmp_path: Path, record_file: Path,
 
 
 def test_the_stamp_module_does_not_import_torch() -> None:
-    code = ("import sys; import bnconvention.stamp, bnconvention.card_stamp; "
+    code = ("import sys; import bnconvention.authoring.stamp, bnconvention.authoring.card_stamp; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
@@ -782,7 +782,7 @@ def test_a_temporary_copy_locked_by_a_live_stamp_is_left_alone(weights: Path) ->
 
 def test_the_copy_a_stamp_is_writing_is_locked_against_cleaners(weights: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from bnconvention.io_utils import remove_stale_temps
+    from bnconvention.formats.atomic import remove_stale_temps
 
     seen: list[tuple[str, list[Path]]] = []
 

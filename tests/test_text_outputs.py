@@ -1,4 +1,4 @@
-"""Human-readable outputs count and sign through bnconvention.text (issue 10: `1 BatchNorm layers`, `-0.00pp`), and
+"""Human-readable outputs count and sign through bnconvention.formats.text (issue 10: `1 BatchNorm layers`, `-0.00pp`), and
 `validate` names a missing path instead of counting it as a file checked."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from bnconvention.card_stamp import render_refit_section
+from bnconvention.authoring.card_stamp import render_refit_section
 from bnconvention.cli.main import main
 from bnconvention.report_html.sections import pp
-from bnconvention.validation import render, validate_paths
+from bnconvention.validation import validate_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "bnconvention"

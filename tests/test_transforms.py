@@ -1,4 +1,4 @@
-"""Describing transforms (bnconvention.transforms): torchvision pipelines as canonical steps with a digest, what the
+"""Describing transforms (bnconvention.authoring.transforms): torchvision pipelines as canonical steps with a digest, what the
 recorder and the refit engine accept, and the clear errors for what cannot be described.
 
 Regression (issue 10): ``recorder.declaration(..., transform=train_transform)`` with a real torchvision transform
@@ -19,12 +19,12 @@ import torchvision.transforms.v2 as V
 from helpers.refit_models import SmallConvNet, make_pool, seeded
 
 from bnconvention import BNRecorder, describe_transform, make_transform
+from bnconvention.authoring.transforms import as_standard_transform
+from bnconvention.data.digits import DIGITS_TRAIN_TRANSFORM
 from bnconvention.errors import RecordError
 from bnconvention.refit import refit
 from bnconvention.standard.models import to_dict
 from bnconvention.standard.naming import transform_sha256
-from bnconvention.transforms import as_standard_transform
-from bnconvention.zoo.data import DIGITS_TRAIN_TRANSFORM
 
 ROOT = Path(__file__).resolve().parent.parent
 CROP = ('torchvision.transforms.RandomCrop(fill=0, pad_if_needed=false, padding=4, padding_mode="constant", '

@@ -1,4 +1,4 @@
-"""Report formats (bnconvention.validation.report) against golden files.
+"""Report formats (bnconvention.validation.rendering) against golden files.
 
 Regenerate the golden files after an intended change of messages or format, then review the diff:
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bnconvention.validation import render, validate_paths
+from bnconvention.validation import validate_paths
 from bnconvention.validation.issues import Issue
-from bnconvention.validation.report import format_github_issue
+from bnconvention.validation.rendering import format_github_issue
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "validation"

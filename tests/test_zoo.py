@@ -17,12 +17,12 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from bnconvention.architectures.factories import build_model
 from bnconvention.cli.main import main
-from bnconvention.datasets import iter_batches, load_dataset, split_by_classes
+from bnconvention.data.pools import iter_batches, load_dataset, split_by_classes
 from bnconvention.errors import UsageError
-from bnconvention.factories import build_model
+from bnconvention.formats.safetensors_header import read_header
 from bnconvention.refit import refit
-from bnconvention.safetensors_header import read_header
 from bnconvention.standard.models import FittingConvention
 from bnconvention.zoo import (
     DIGITS_EVAL_TRANSFORM,
@@ -35,13 +35,13 @@ from bnconvention.zoo import (
     convnet_gn,
     default_zoo_dir,
     gradient_ascent,
+    methods,
     predict,
     random_relabel,
     read_manifest,
     split_tensors,
 )
 from bnconvention.zoo import build as build_module
-from bnconvention.zoo import methods
 from bnconvention.zoo import variants as variants_module
 
 NAMES = ["bn-base", "bn-retrain", "bn-ga-train", "bn-relabel-train", "bn-finetune", "bn-badteacher-eval",

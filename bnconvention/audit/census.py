@@ -40,15 +40,15 @@ from bnconvention.audit.checkpoint import (
     read_sidecar,
 )
 from bnconvention.audit.data import AuditData, load_audit_data
+from bnconvention.audit.markdown import census_markdown
 from bnconvention.audit.outputs import ANNOTATION_FILE, write_audit_outputs, write_json
-from bnconvention.audit.report import census_markdown
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, weights_key
 from bnconvention.audit.spec import AuditSpec, parse_spec
 from bnconvention.audit.stats import by_adjust
 from bnconvention.errors import UsageError
-from bnconvention.io_utils import atomic_write_text
-from bnconvention.safetensors_header import read_header
+from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.formats.safetensors_header import read_header
 
 CENSUS_FORMAT = "bnconvention-census/1"
 JOURNAL_DIR = "journal"
@@ -100,7 +100,7 @@ def discover_checkpoints(paths: Iterable[str | Path]) -> list[Path]:
 
 def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[CensusItem]:
     """Check every checkpoint before any audit: header, architecture (allowlisted, tensors fit), published cells."""
-    from bnconvention.digests import file_digests
+    from bnconvention.formats.digests import file_digests
 
     check_data_fits(spec, data)
     shapes_by_choice: dict[str, dict[str, tuple[int, ...]]] = {}
@@ -144,7 +144,7 @@ def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: li
     """Run one audit in a spawned worker process; returns the result as JSON text."""
     import torch
 
-    from bnconvention.factories import allow_user_factory
+    from bnconvention.architectures.factories import allow_user_factory
 
     torch.set_num_threads(threads)
     for target in allowed_factories:

@@ -2,7 +2,7 @@
 
 The architecture comes from the spec's ``model`` section or, when the spec names none, from the checkpoint's sidecar
 ``<name>.json`` (as the digits zoo writes them). Either way the factory name goes through
-:func:`bnconvention.factories.resolve_factory`, so a name that is not allowlisted is refused before anything is
+:func:`bnconvention.architectures.factories.resolve_factory`, so a name that is not allowlisted is refused before anything is
 imported. Weights are read with the safetensors parser (no pickle); every tensor name and shape must match the
 model's ``state_dict`` exactly, otherwise :class:`~bnconvention.errors.CheckpointMismatchError` lists the
 differences. The header is checked first with our own strict parser, so a malformed file is an
@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.canonical import loads_strict
 from bnconvention.errors import AuditSpecError, CheckpointMismatchError, UntrustedInputError
-from bnconvention.safetensors_header import SafetensorsHeader, read_header
+from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.safetensors_header import SafetensorsHeader, read_header
 
 if TYPE_CHECKING:
     import torch
 
     from bnconvention.audit.spec import AuditSpec
-    from bnconvention.digests import DigestSet
+    from bnconvention.formats.digests import DigestSet
 
 MAX_SIDECAR_BYTES = 1_000_000
 
@@ -142,7 +142,7 @@ def _sidecar_architecture(decoded: Any) -> tuple[Any, Any]:
 
 def build_architecture(choice: ModelChoice) -> torch.nn.Module:
     """Build the allowlisted architecture (random initialisation) in eval mode."""
-    from bnconvention.factories import build_model
+    from bnconvention.architectures.factories import build_model
 
     model = build_model(choice.factory, choice.kwargs)
     model.eval()
@@ -186,7 +186,7 @@ def check_fits(path: Path, header: SafetensorsHeader, choice: ModelChoice, shape
 
 def declared_convention(header: SafetensorsHeader, *, source: str) -> tuple[str | None, list[str]]:
     """The canonical convention name stamped in the header, if any (never trusted beyond being a string)."""
-    from bnconvention.locations import record_from_header
+    from bnconvention.standard.locations import record_from_header
 
     try:
         record = record_from_header(header, source=source)
@@ -206,7 +206,7 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     import torch
     from safetensors.torch import load_file
 
-    from bnconvention.digests import file_digests
+    from bnconvention.formats.digests import file_digests
     from bnconvention.refit.files import model_dtype
 
     path = Path(path)
@@ -234,7 +234,7 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     warnings.extend(notes)
     digests = file_digests(path, header=header)
     with torch.no_grad():
-        from bnconvention.digests import model_digests
+        from bnconvention.formats.digests import model_digests
 
         in_memory = model_digests(model)
     if in_memory.trainable_sha256 != digests.trainable_sha256:

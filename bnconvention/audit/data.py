@@ -1,6 +1,6 @@
 """The data of an audit: forget, retain and test splits as tensors, and the named train/eval transforms.
 
-Reading and splitting are :mod:`bnconvention.datasets`' job (the bundled digits, an ``.npz``, an image folder;
+Reading and splitting are :mod:`bnconvention.data.pools`' job (the bundled digits, an ``.npz``, an image folder;
 splits by classes or by index files). This module applies the spec to it and turns every failure that is the
 spec's to fix into an :class:`~bnconvention.errors.AuditSpecError` naming the field: a class index out of range, an
 empty split, an unreadable or inconsistent index file, a dataset path that does not exist.
@@ -40,7 +40,7 @@ class AuditData:
     forget: Split
     retain: Split
     test: Split
-    train_transform: Any  # bnconvention.zoo.data.BatchTransform: (x, *, generator) -> x, .mode, .standard()
+    train_transform: Any  # bnconvention.data.digits.BatchTransform: (x, *, generator) -> x, .mode, .standard()
     eval_transform: Any
 
     def transform(self, mode: str) -> Any:
@@ -48,7 +48,7 @@ class AuditData:
 
 
 def _load(spec: AuditSpec) -> Any:
-    from bnconvention.datasets import load_dataset
+    from bnconvention.data.pools import load_dataset
 
     try:
         return load_dataset(spec.dataset.loader_spec())
@@ -67,7 +67,7 @@ def _split(subset: Any, *, field: str) -> Split:
 
 def load_audit_data(spec: AuditSpec) -> AuditData:
     """The spec's dataset, split as the spec defines it (every spec-related failure names its field)."""
-    from bnconvention.datasets import split_by_classes, split_by_index_files
+    from bnconvention.data.pools import split_by_classes, split_by_index_files
 
     dataset = _load(spec)
     num_classes = len(dataset.classes)

@@ -17,8 +17,8 @@ from bnconvention.audit.result import SignRecord
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stats import Decision, decide, sign_test
 from bnconvention.errors import AuditSpecError
+from bnconvention.formats.text import plural, signed
 from bnconvention.standard.models import AnchorCell, Anchoring, Cell, CellDecision, Verdict
-from bnconvention.text import plural, signed
 
 CELL_LABELS = {"df": "forget accuracy", "dr": "retain accuracy", "dt": "test accuracy"}
 

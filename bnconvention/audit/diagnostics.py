@@ -10,8 +10,8 @@ import numpy as np
 from bnconvention.audit.data import AuditData, Split
 from bnconvention.audit.evaluation import BaseCells, Refitter, data_split, forget_accuracy, stream, torch_seed
 from bnconvention.audit.spec import AuditSpec, ProvenanceSpec, RecoverabilitySpec
+from bnconvention.formats.text import plural
 from bnconvention.standard.models import ProvenanceContrast, Recoverability
-from bnconvention.text import plural
 
 
 def recoverability(refitter: Refitter, settings: RecoverabilitySpec, *, spec: AuditSpec, data: AuditData,

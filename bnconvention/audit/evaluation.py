@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bnconvention.audit.data import AuditData, Split
+from bnconvention.formats.text import plural
 from bnconvention.standard.naming import record_ids_sha256
-from bnconvention.text import plural
 
 if TYPE_CHECKING:
     import torch
@@ -102,7 +102,7 @@ def retain_split_description(*, pool_size: int, seed: int, data: AuditData) -> s
 def data_split(data: AuditData, *, role: str, subset: str, ids: Sequence[int] | None, count: int,
                seed: int | None) -> Any:
     """The standard's description of a refit pool drawn from the audit's data."""
-    from bnconvention.standard.models import DataSplit, DatasetRef
+    from bnconvention.standard.models import DatasetRef, DataSplit
 
     ids_sha256 = record_ids_sha256([int(i) for i in ids]) if ids is not None else None
     dataset = DatasetRef(id=data.dataset_id, revision=data.dataset_revision)

@@ -5,7 +5,7 @@ In the output folder:
 * ``annotation.json`` — the refit annotation of the standard (a ``refit_annotation`` record), 2-space indented JSON
   in the models' field order with a trailing newline; it passes ``bnconvention validate``. Indented rather than
   canonical because people read it; its canonical form (and sha256) is one call away
-  (:func:`bnconvention.canonical.canonical_json`), which is what the hub scripts name the pushed file by.
+  (:func:`bnconvention.formats.canonical.canonical_json`), which is what the hub scripts name the pushed file by.
 * ``summary.md`` — the Markdown summary; ``cells.png`` and ``staleness.png`` — the plots.
 * ``result.json`` — the full :class:`~bnconvention.audit.result.AuditResult` (annotation plus sign tests, reference
   band per layer, per-replicate pools and timings), the census journal's format.
@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bnconvention.audit.markdown import PLOT_FILES, audit_markdown
 from bnconvention.audit.plots import cells_figure, staleness_figure
-from bnconvention.audit.report import PLOT_FILES, audit_markdown
 from bnconvention.audit.result import AuditResult
-from bnconvention.io_utils import atomic_write_bytes, atomic_write_text
+from bnconvention.formats.atomic import atomic_write_bytes, atomic_write_text
 from bnconvention.standard.models import to_dict
 
 ANNOTATION_FILE = "annotation.json"

@@ -14,7 +14,7 @@ import io
 from typing import TYPE_CHECKING
 
 from bnconvention.audit.result import AuditResult
-from bnconvention.text import plural
+from bnconvention.formats.text import plural
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

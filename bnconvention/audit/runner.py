@@ -42,9 +42,10 @@ from bnconvention.audit.evaluation import (
 )
 from bnconvention.audit.result import AuditResult, ReplicateRecord, SignRecord
 from bnconvention.audit.spec import AuditSpec
-from bnconvention.canonical import canonical_sha256
-from bnconvention.declaration import default_producer, make_convention
+from bnconvention.authoring.declaration import default_producer, make_convention
 from bnconvention.errors import AuditSpecError, WeightsChangedError
+from bnconvention.formats.canonical import canonical_sha256
+from bnconvention.formats.text import plural
 from bnconvention.standard.models import (
     SPEC_VERSION,
     AuditedFile,
@@ -56,7 +57,6 @@ from bnconvention.standard.models import (
     StalenessBand,
 )
 from bnconvention.standard.naming import record_ids_sha256
-from bnconvention.text import plural
 
 
 @dataclass
@@ -119,7 +119,7 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
     import torch
     from tqdm.auto import tqdm
 
-    from bnconvention.digests import model_digests
+    from bnconvention.formats.digests import model_digests
     from bnconvention.refit import running_state, staleness_distance
 
     start = time.perf_counter()

@@ -3,7 +3,7 @@
 The pydantic models below are the source of truth; ``schema/v1/audit-spec.schema.json`` is generated from them
 (regenerate with ``BNC_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_audit_spec.py``, which also proves
 the committed file is up to date). A spec is untrusted data: it is read with the safe loaders
-(:func:`bnconvention.card.load_yaml_strict`, :func:`bnconvention.canonical.loads_strict`), its cells and criteria
+(:func:`bnconvention.formats.card.load_yaml_strict`, :func:`bnconvention.formats.canonical.loads_strict`), its cells and criteria
 are parsed by the whitelist of :mod:`bnconvention.audit.expressions`, and every problem is an
 :class:`~bnconvention.errors.AuditSpecError` whose ``field`` is the JSON pointer of the offending value.
 
@@ -28,8 +28,8 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
-from bnconvention.canonical import canonical_sha256, loads_strict
 from bnconvention.errors import AuditSpecError, UntrustedInputError
+from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.standard.models import AccumulationRule, TransformMode
 
 AUDIT_SPEC_VERSION = "1.0"
@@ -49,7 +49,7 @@ class _Spec(BaseModel):
 
 
 class DatasetSpec(_Spec):
-    """Where the images come from (read by :func:`bnconvention.datasets.load_dataset`). Nothing is downloaded."""
+    """Where the images come from (read by :func:`bnconvention.data.pools.load_dataset`). Nothing is downloaded."""
 
     kind: DatasetKind = Field(default="digits", description=(
         "'digits': the bundled sklearn digits prepared as in bnconvention.zoo (16x16, hash-defined test split); "
@@ -66,7 +66,7 @@ class DatasetSpec(_Spec):
     channels: Literal[1, 3] = Field(default=3, description="image_folder: 1 (grey) or 3 (RGB).")
 
     def loader_spec(self) -> dict[str, Any]:
-        """The mapping :func:`bnconvention.datasets.load_dataset` accepts."""
+        """The mapping :func:`bnconvention.data.pools.load_dataset` accepts."""
         return self.model_dump(exclude_none=True)
 
 
@@ -307,7 +307,7 @@ def _resolve_paths(spec: AuditSpec, base_dir: Path) -> AuditSpec:
 
 def load_spec(path: str | Path, *, replicates: int | None = None) -> AuditSpec:
     """Read a spec from a ``.yaml``/``.yml`` or ``.json`` file; ``replicates`` overrides the file's R."""
-    from bnconvention.card import load_yaml_strict
+    from bnconvention.formats.card import load_yaml_strict
 
     path = Path(path)
     try:

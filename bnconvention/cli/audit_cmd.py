@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.extras import needs_extra
-from bnconvention.text import plural, signed
+from bnconvention.formats.text import plural, signed
 
 EPILOG = """examples:
   bnconvention audit zoo/bn-badteacher-eval.safetensors --spec examples/audit/digits-zoo.yaml
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def allow_factories(targets: list[str]) -> None:
-    from bnconvention.factories import allow_user_factory
+    from bnconvention.architectures.factories import allow_user_factory
 
     for target in targets:
         allow_user_factory(target)

@@ -39,11 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from bnconvention.card import decode_card
-    from bnconvention.card_stamp import stamp_card_file, stamp_card_text
+    from bnconvention.authoring.card_stamp import stamp_card_file, stamp_card_text
+    from bnconvention.authoring.stamp import checked_record, read_stamped_record
     from bnconvention.cli.stamp_cmd import read_record_file
     from bnconvention.errors import RecordError
-    from bnconvention.stamp import checked_record, read_stamped_record
+    from bnconvention.formats.card import decode_card
 
     if args.record is not None:
         model, _ = checked_record(read_record_file(args.record), source=str(args.record))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bnconvention.text import plural, signed
+from bnconvention.formats.text import plural, signed
 
 EPILOG = """examples:
   bnconvention census zoo --spec examples/audit/digits-zoo.yaml --out census-zoo

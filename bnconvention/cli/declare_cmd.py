@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.extras import needs_extra
-from bnconvention.text import plural
+from bnconvention.formats.text import plural
 
 # The standard's Literal aliases, spelled out so that building the parser does not import pydantic (every command
 # would pay ~0.2 s); tests/test_declare.py proves they equal typing.get_args of bnconvention.standard.models' aliases.
@@ -119,8 +119,8 @@ def read_observation(path: Path) -> Any:
     """A recorder observation from JSON (untrusted: strict JSON, checked against the model)."""
     from pydantic import ValidationError
 
-    from bnconvention.canonical import loads_strict
     from bnconvention.errors import JSONInputError
+    from bnconvention.formats.canonical import loads_strict
     from bnconvention.standard.models import Observation
 
     size = path.stat().st_size
@@ -145,10 +145,10 @@ def load_declared_model(arch: str, kwargs_json: str, weights: Path) -> tuple[Any
     from safetensors.torch import load_file
 
     from bnconvention.audit.checkpoint import ModelChoice, build_architecture, check_fits, model_shapes
-    from bnconvention.canonical import loads_strict
-    from bnconvention.digests import bn_layer_names, file_digests
     from bnconvention.errors import UsageError
-    from bnconvention.safetensors_header import read_header
+    from bnconvention.formats.canonical import loads_strict
+    from bnconvention.formats.digests import bn_layer_names, file_digests
+    from bnconvention.formats.safetensors_header import read_header
 
     try:
         kwargs = loads_strict(kwargs_json, source="--arch-kwargs")
@@ -167,12 +167,12 @@ def load_declared_model(arch: str, kwargs_json: str, weights: Path) -> tuple[Any
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.canonical import loads_strict
-    from bnconvention.declaration import declare, make_convention, make_transform
+    from bnconvention.architectures.factories import allow_user_factory
+    from bnconvention.authoring.declaration import declare, make_convention, make_transform
+    from bnconvention.authoring.observation import convention_from_observation, with_declared
     from bnconvention.errors import RecordError, UsageError
-    from bnconvention.factories import allow_user_factory
-    from bnconvention.io_utils import atomic_write_text
-    from bnconvention.observation import convention_from_observation, with_declared
+    from bnconvention.formats.atomic import atomic_write_text
+    from bnconvention.formats.canonical import loads_strict
     from bnconvention.standard.models import to_dict
     from bnconvention.validation.records import ensure_valid_record
 

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return _serve(args)
 
     from bnconvention.demo import run_demo, summary_text
-    from bnconvention.io_utils import atomic_write_text
+    from bnconvention.formats.atomic import atomic_write_text
 
     result = run_demo(args.out, zoo_dir=args.zoo, fresh=args.fresh, progress=show_progress(args.progress),
                       stage_lines=args.progress is not False)

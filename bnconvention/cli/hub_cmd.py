@@ -228,9 +228,9 @@ def _print_json(value: Any) -> None:
 
 
 def run_census_cmd(args: argparse.Namespace) -> int:
-    from bnconvention.hub.crawl import check_org, run_census
+    from bnconvention.hub.crawl import census_org, check_org
     from bnconvention.hub.journal import Journal
-    from bnconvention.hub.report import census_run_line, census_summary, census_text, write_census
+    from bnconvention.hub.summaries import census_run_line, census_summary, census_text, write_census
 
     check_org(args.org)
     client = _client(args)
@@ -238,7 +238,7 @@ def run_census_cmd(args: argparse.Namespace) -> int:
 
     def go() -> int:
         with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
-            run = run_census(client, args.org, journal=journal, workers=args.workers,
+            run = census_org(client, args.org, journal=journal, workers=args.workers,
                              progress=show_progress(args.progress))
         summary = census_summary(args.org, run.repos, endpoint=client.endpoint,
                                  run={"read": run.read, "reused": run.reused, "failed": run.failed,
@@ -261,12 +261,12 @@ def run_audit_cmd(args: argparse.Namespace) -> int:
     from bnconvention.audit.spec import load_spec
     from bnconvention.cli.audit_cmd import allow_factories
     from bnconvention.errors import UsageError
+    from bnconvention.formats.text import plural
     from bnconvention.hub.audit import audit_org
     from bnconvention.hub.crawl import check_org
     from bnconvention.hub.executors import resolve_executor
     from bnconvention.hub.journal import Journal
-    from bnconvention.hub.report import AUDIT_LABELS, outcomes_line
-    from bnconvention.text import plural
+    from bnconvention.hub.summaries import AUDIT_LABELS, outcomes_line
 
     check_org(args.org)
     for repo_id in args.redo:
@@ -311,7 +311,7 @@ def run_push_cmd(args: argparse.Namespace) -> int:
     from bnconvention.hub.crawl import check_org
     from bnconvention.hub.journal import Journal
     from bnconvention.hub.push import push_org
-    from bnconvention.hub.report import PUSH_LABELS, outcomes_line
+    from bnconvention.hub.summaries import PUSH_LABELS, outcomes_line
 
     check_org(args.org)
     client = _client(args)
@@ -343,7 +343,6 @@ def run_push_cmd(args: argparse.Namespace) -> int:
 
 def run_validate_cmd(args: argparse.Namespace) -> int:
     from bnconvention.hub.validate import validate_hub
-    from bnconvention.validation import render
 
     client = _client(args)
 
@@ -360,8 +359,7 @@ def run_validate_cmd(args: argparse.Namespace) -> int:
 
 
 def run_publish_cmd(args: argparse.Namespace) -> int:
-    from bnconvention.hub.publish import publish_release
-    from bnconvention.validation import render
+    from bnconvention.hub.verified_publish import publish_release
 
     client = _client(args)
 

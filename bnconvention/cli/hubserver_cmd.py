@@ -10,7 +10,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from bnconvention.errors import UsageError
-from bnconvention.text import plural
+from bnconvention.formats.text import plural
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

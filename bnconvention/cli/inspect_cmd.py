@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.inspection import format_text, inspect_path
+    from bnconvention.authoring.inspection import format_text, inspect_path
     from bnconvention.validation import best_issue
 
     inspection = inspect_path(args.path)

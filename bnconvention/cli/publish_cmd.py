@@ -48,8 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
+    from bnconvention.authoring.publish import publish
     from bnconvention.errors import UsageError
-    from bnconvention.publish import publish
 
     token = None
     if args.token_env:

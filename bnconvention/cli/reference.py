@@ -94,7 +94,7 @@ def render_reference() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bnconvention.io_utils import sync_generated_file
+    from bnconvention.formats.atomic import sync_generated_file
 
     parser = argparse.ArgumentParser(prog="python -m bnconvention.cli.reference",
                                      description="Write (or check) the CLI reference generated from the parsers.")

@@ -24,7 +24,7 @@ examples:
       --arch-kwargs '{"width": 32}' --pool pool.npz --out w.refit.safetensors --report refit.json
 
 POOL is an .npz file (array --pool-key, N x C x H x W; uint8 is scaled by 1/255) or, with --split, a dataset:
-"digits", "npz:PATH" or "folder:PATH" (see bnconvention.datasets). The output keeps every tensor of the input
+"digits", "npz:PATH" or "folder:PATH" (see bnconvention.data.pools). The output keeps every tensor of the input
 byte for byte except the running statistics (the report proves it with digests), keeps the input's metadata, and
 carries the refit's declaration under __metadata__["bnconvention.record"]. The input is never overwritten unless
 --out names it. Exit status: 0 refit written, 1 refit failed (nothing written), 2 unreadable input or bad usage.
@@ -76,10 +76,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from bnconvention.canonical import canonical_json, loads_strict
+    from bnconvention.architectures.factories import allow_user_factory, build_model
     from bnconvention.errors import UntrustedInputError, UsageError
-    from bnconvention.factories import allow_user_factory, build_model
-    from bnconvention.io_utils import atomic_write_text
+    from bnconvention.formats.atomic import atomic_write_text
+    from bnconvention.formats.canonical import canonical_json, loads_strict
     from bnconvention.refit import refit
     from bnconvention.refit.files import load_weights, model_dtype, save_weights
 
@@ -121,9 +121,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _pool(args: argparse.Namespace, dtype: object) -> tuple[object, object, object]:
     """The pool's batches, its DataSplit and its Transform."""
-    from bnconvention.declaration import make_transform
+    from bnconvention.authoring.declaration import make_transform
     from bnconvention.errors import UsageError
-    from bnconvention.standard.models import DataSplit, DatasetRef
+    from bnconvention.standard.models import DatasetRef, DataSplit
 
     if args.split is None:
         from bnconvention.refit.files import read_npz_pool
@@ -136,7 +136,7 @@ def _pool(args: argparse.Namespace, dtype: object) -> tuple[object, object, obje
 
     import torch
 
-    from bnconvention.datasets import iter_batches, load_dataset, split_by_classes
+    from bnconvention.data.pools import iter_batches, load_dataset, split_by_classes
 
     dataset = load_dataset(args.pool)
     if args.forget_classes:

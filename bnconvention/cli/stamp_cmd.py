@@ -49,15 +49,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def read_record_file(path: Path) -> object:
     """The decoded JSON of a record file (untrusted: strict UTF-8 JSON, no duplicate keys)."""
-    from bnconvention.canonical import loads_strict
+    from bnconvention.formats.canonical import loads_strict
 
     return loads_strict(path.read_bytes(), source=str(path))
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.card_stamp import stamp_card_file, stamp_card_text
-    from bnconvention.card import decode_card
-    from bnconvention.stamp import DEFAULT_RESERVE, checked_record, stamp_file
+    from bnconvention.authoring.card_stamp import stamp_card_file, stamp_card_text
+    from bnconvention.authoring.stamp import DEFAULT_RESERVE, checked_record, stamp_file
+    from bnconvention.formats.card import decode_card
 
     model, _ = checked_record(read_record_file(args.record), source=str(args.record))
     if args.card is not None and args.card.exists():

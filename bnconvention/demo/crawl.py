@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bnconvention.canonical import canonical_sha256
+from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.hub.audit import AuditTask, RepoAudit, audit_repo_task, repo_out_dir
 from bnconvention.hub.classify import RepoCensus
 from bnconvention.hub.client import HubClient

@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from bnconvention.canonical import canonical_sha256, loads_strict
 from bnconvention.demo.layout import DEFAULT_OUT, DemoPaths
 from bnconvention.demo.releases import DEMO_ORG, RELEASES, release_notes
 from bnconvention.demo.spec import DEMO_SPEC
 from bnconvention.errors import UsageError
-from bnconvention.io_utils import atomic_write_text
+from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.formats.canonical import canonical_sha256, loads_strict
 
 DEMO_FORMAT = "bnconvention-demo/1"
 # The crawl journal is bound to the Hub it crawled. The demo's Hub is its store (hub/), served on a new port each
@@ -215,8 +215,8 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
 
     from bnconvention.demo.crawl import audit_channel_absent, ensure_outputs, population
     from bnconvention.demo.spec import demo_spec
-    from bnconvention.hub import Journal, audit_org, census_summary, make_client, push_org, run_census, validate_hub
-    from bnconvention.hub.report import write_census
+    from bnconvention.hub import Journal, audit_org, census_org, census_summary, make_client, push_org, validate_hub
+    from bnconvention.hub.summaries import write_census
     from bnconvention.report_html import ReportInput, write_report
 
     client = make_client(endpoint=endpoint, token=token)
@@ -224,7 +224,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
     paths.crawl.mkdir(parents=True, exist_ok=True)
     with Journal(paths.journal, org=DEMO_ORG, endpoint=JOURNAL_ENDPOINT) as journal:
         with stages.stage("census", f"list {DEMO_ORG} and classify every repo from its safetensors headers"):
-            census_run = run_census(client, DEMO_ORG, journal=journal, progress=progress)
+            census_run = census_org(client, DEMO_ORG, journal=journal, progress=progress)
             census = census_summary(DEMO_ORG, census_run.repos, endpoint=endpoint)
             write_census(census, paths.crawl)
             reused["census"] = census_run.reused

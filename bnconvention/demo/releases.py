@@ -83,9 +83,9 @@ RELEASES: tuple[Release, ...] = (
 def declaration_for(zoo: Any, variant: str) -> Any:
     """The author's declaration of ``variant``: the recorder's observation of its training, completed by what only
     the author knows (dataset, subset and transform; the split and rule of an earlier fit the run did not redo)."""
-    from bnconvention.canonical import loads_strict
-    from bnconvention.declaration import declare
-    from bnconvention.observation import convention_from_observation
+    from bnconvention.authoring.declaration import declare
+    from bnconvention.authoring.observation import convention_from_observation
+    from bnconvention.formats.canonical import loads_strict
     from bnconvention.standard.models import FittingConvention, Observation
 
     path = zoo.observation_path(variant)

@@ -11,7 +11,7 @@ from bnconvention.examples import AUDIT_SPEC, read_example
 
 
 def _spec_data() -> dict[str, Any]:
-    from bnconvention.card import load_yaml_strict
+    from bnconvention.formats.card import load_yaml_strict
 
     data = load_yaml_strict(read_example(AUDIT_SPEC).decode("utf-8"), source=f"bnconvention/examples/{AUDIT_SPEC}")
     if not isinstance(data, dict):

@@ -7,9 +7,9 @@ from typing import Any
 
 from bnconvention.demo.pipeline import DemoResult, headline
 from bnconvention.demo.spec import DEMO_SPEC
-from bnconvention.hub.report import CLASS_LABELS
+from bnconvention.formats.text import plural, signed
+from bnconvention.hub.summaries import CLASS_LABELS
 from bnconvention.report_html import flagged_repos
-from bnconvention.text import plural, signed
 
 
 def _cell(result: Any, metric: str) -> Any:

@@ -1,4 +1,4 @@
-"""The demo's zoo: the digits zoo built with :class:`~bnconvention.recorder.BNRecorder` observing each variant's
+"""The demo's zoo: the digits zoo built with :class:`~bnconvention.authoring.recorder.BNRecorder` observing each variant's
 training, so the authors' declarations are measured rather than typed.
 
 The zoo saves ``<variant>.observation.json`` (``to_dict(recorder.observation())``) next to each variant. Observing
@@ -38,7 +38,7 @@ class RecorderObserver:
 @contextlib.contextmanager
 def observe_with_recorder(name: str, model: Any) -> Iterator[RecorderObserver]:
     """The zoo's ``observe`` hook: a recorder around one variant's training (``name`` is the variant)."""
-    from bnconvention.recorder import BNRecorder
+    from bnconvention.authoring.recorder import BNRecorder
 
     recorder = BNRecorder(model, split="train")
     with recorder:

@@ -23,8 +23,8 @@ from importlib.resources.abc import Traversable
 from pathlib import Path, PurePosixPath
 
 from bnconvention.errors import UsageError
-from bnconvention.io_utils import atomic_write_bytes
-from bnconvention.text import plural
+from bnconvention.formats.atomic import atomic_write_bytes
+from bnconvention.formats.text import plural
 
 DEFAULT_DIR = "examples"
 AUDIT_SPEC = "audit/digits-zoo.yaml"

@@ -3,14 +3,13 @@ repos, annotations pushed back as pull requests, the submission-pipeline check, 
 
 The ``hub_scripts/`` entry points and ``bnconvention hub ...`` are thin wrappers over these functions:
 
->>> from bnconvention.hub import Journal, make_client, run_census  # doctest: +SKIP
+>>> from bnconvention.hub import Journal, census_org, make_client  # doctest: +SKIP
 >>> client = make_client(endpoint="http://127.0.0.1:8000", token_env="HF_TOKEN")  # doctest: +SKIP
 >>> with Journal("crawl.sqlite", org="lab", endpoint=client.endpoint) as journal:  # doctest: +SKIP
-...     census = run_census(client, "lab", journal=journal)
+...     census = census_org(client, "lab", journal=journal)
 """
 
-import importlib
-from typing import Any
+from bnconvention._lazy import lazy_exports
 
 # Lazy: ``bnconvention hub census`` must not import the audit machinery (torch, plots) it never uses.
 _EXPORTS: dict[str, str] = {
@@ -19,15 +18,16 @@ _EXPORTS: dict[str, str] = {
     "AuditRun": "bnconvention.hub.audit",
     "AuditTask": "bnconvention.hub.audit",
     "call_with_retry": "bnconvention.hub.retry",
-    "census_markdown": "bnconvention.hub.report",
-    "census_summary": "bnconvention.hub.report",
+    "census_markdown": "bnconvention.hub.summaries",
+    "census_summary": "bnconvention.hub.summaries",
     "CensusRun": "bnconvention.hub.crawl",
+    "census_org": "bnconvention.hub.crawl",
     "CheckpointReport": "bnconvention.hub.classify",
     "classify_repo": "bnconvention.hub.classify",
     "ExecutorKind": "bnconvention.hub.executors",
     "EXECUTORS": "bnconvention.hub.executors",
     "HubClient": "bnconvention.hub.client",
-    "HubPublish": "bnconvention.hub.publish",
+    "HubPublish": "bnconvention.hub.verified_publish",
     "HubValidation": "bnconvention.hub.validate",
     "is_retryable": "bnconvention.hub.retry",
     "Journal": "bnconvention.hub.journal",
@@ -35,7 +35,7 @@ _EXPORTS: dict[str, str] = {
     "ListedRepo": "bnconvention.hub.crawl",
     "make_client": "bnconvention.hub.client",
     "plan_push": "bnconvention.hub.push",
-    "publish_release": "bnconvention.hub.publish",
+    "publish_release": "bnconvention.hub.verified_publish",
     "push_org": "bnconvention.hub.push",
     "PushOutcome": "bnconvention.hub.push",
     "PushPlan": "bnconvention.hub.push",
@@ -47,20 +47,17 @@ _EXPORTS: dict[str, str] = {
     "RepoCensus": "bnconvention.hub.classify",
     "RepoClass": "bnconvention.hub.classify",
     "RetryPolicy": "bnconvention.hub.retry",
-    "run_census": "bnconvention.hub.crawl",
     "run_tasks": "bnconvention.hub.executors",
     "Secret": "bnconvention.hub.client",
     "SPECULATIVE_BYTES": "bnconvention.hub.headers",
     "validate_hub": "bnconvention.hub.validate",
-    "write_census": "bnconvention.hub.report",
+    "write_census": "bnconvention.hub.summaries",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'bnconvention.hub' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+# ``run_census`` was renamed ``census_org`` (beside ``audit_org`` and ``push_org``): ``bnconvention.run_census`` is the
+# local-population census, a different function.
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, deprecated={"run_census": "census_org"}, namespace=globals())
 
 __all__ = [
     "EXECUTORS",
@@ -89,6 +86,7 @@ __all__ = [
     "audit_repo_task",
     "call_with_retry",
     "census_markdown",
+    "census_org",
     "census_summary",
     "classify_repo",
     "is_retryable",
@@ -98,7 +96,6 @@ __all__ = [
     "publish_release",
     "push_org",
     "read_remote_header",
-    "run_census",
     "run_tasks",
     "validate_hub",
     "write_census",

@@ -37,15 +37,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import AuditSpec, ModelSpec, parse_spec
-from bnconvention.canonical import canonical_sha256, loads_strict
 from bnconvention.errors import BnConventionError, UntrustedInputError, UsageError
+from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.hub.classify import BN_CLASSES, RepoCensus
 from bnconvention.hub.client import DEFAULT_TIMEOUT_S, HubClient, Secret, make_client, quiet_hub_progress
-from bnconvention.hub.crawl import run_census
+from bnconvention.hub.crawl import census_org
 from bnconvention.hub.executors import ExecutorKind, run_tasks
 from bnconvention.hub.journal import Entry, Journal
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
-from bnconvention.locations import annotation_filename
+from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
 
 CONFIG_NAME = "config.json"
@@ -117,7 +117,7 @@ def declared_architecture(config: Any) -> tuple[str, dict[str, Any]] | None:
 def spec_for_repo(spec: AuditSpec, *, repo_id: str, config: Any) -> tuple[AuditSpec, Literal["repo", "spec"]]:
     """The spec to audit this repo with: the repo's allowlisted architecture (else the spec's model), and the
     published cells of this repo."""
-    from bnconvention.factories import available_factories
+    from bnconvention.architectures.factories import available_factories
 
     update: dict[str, Any] = {}
     declared = declared_architecture(config)
@@ -208,7 +208,7 @@ def _name(repo_id: str, filename: str) -> str:
 def audit_repo_task(task: AuditTask) -> str:
     """Audit one repo (every file of ``task.filenames``); returns a :class:`RepoAudit` as JSON. Never raises for a
     repo's own problems: they are returned as ``failed`` files, transient Hub failures marked for a retry."""
-    from bnconvention.factories import allow_user_factory
+    from bnconvention.architectures.factories import allow_user_factory
 
     for target in task.allowed_factories:
         allow_user_factory(target)
@@ -322,12 +322,12 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
     from tqdm.auto import tqdm
 
     from bnconvention.audit.census import summarize
+    from bnconvention.audit.markdown import census_markdown
     from bnconvention.audit.outputs import ANNOTATION_FILE, write_audit_outputs, write_json
-    from bnconvention.audit.report import census_markdown
-    from bnconvention.io_utils import atomic_write_text
+    from bnconvention.formats.atomic import atomic_write_text
 
     out_dir = Path(out)
-    census = run_census(client, org, journal=journal, progress=progress)
+    census = census_org(client, org, journal=journal, progress=progress)
     spec_data = spec.model_dump(mode="json")
     spec_sha = canonical_sha256(spec_data)
     run = AuditRun(org=org, audits=[], out_dir=out_dir)

@@ -27,18 +27,18 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bnconvention.canonical import canonical_sha256
-from bnconvention.card import decode_card, read_card_record
-from bnconvention.digests import bn_layers_from_tensor_names
 from bnconvention.errors import BnConventionError, CanonicalJSONError, UntrustedInputError
+from bnconvention.formats.canonical import canonical_sha256
+from bnconvention.formats.card import decode_card, read_card_record
+from bnconvention.formats.digests import bn_layers_from_tensor_names
+from bnconvention.formats.safetensors_header import TensorInfo
+from bnconvention.formats.text import plural
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.headers import WeightsSet, read_sharded, read_single, weights_files
 from bnconvention.hub.retry import describe, is_retryable
 from bnconvention.hub.running import RUNNING_CHECK_BYTES, check_running_statistics
-from bnconvention.locations import record_from_header
-from bnconvention.safetensors_header import TensorInfo
+from bnconvention.standard.locations import record_from_header
 from bnconvention.standard.models import Declaration, to_dict
-from bnconvention.text import plural
 from bnconvention.validation import best_issue, check_record
 from bnconvention.validation.release import diff_pointers
 

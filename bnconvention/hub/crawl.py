@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bnconvention.errors import UsageError
+from bnconvention.formats.text import plural
 from bnconvention.hub.classify import RepoCensus, classify_repo, failed_repo
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import call_with_retry
-from bnconvention.text import plural
 
 OnRepo = Callable[[RepoCensus, bool], None]  # (entry, reused from the journal)
 
@@ -131,7 +131,7 @@ def census_repo(client: HubClient, repo: ListedRepo, *, speculative: int | None 
         return failed_repo(repo.repo_id, repo.sha, exc, client), False
 
 
-def run_census(client: HubClient, org: str, *, journal: Journal, workers: int = 1, progress: bool = False,
+def census_org(client: HubClient, org: str, *, journal: Journal, workers: int = 1, progress: bool = False,
                on_repo: OnRepo | None = None, speculative: int | None = None) -> CensusRun:
     """List ``org`` and classify every model not already classified at its current commit (see the module doc)."""
     from tqdm.auto import tqdm
@@ -186,4 +186,4 @@ def run_census(client: HubClient, org: str, *, journal: Journal, workers: int = 
     return run
 
 
-__all__ = ["CensusRun", "ListedRepo", "census_repo", "check_org", "list_org_models", "run_census"]
+__all__ = ["CensusRun", "ListedRepo", "census_repo", "check_org", "list_org_models", "census_org"]

@@ -5,7 +5,7 @@ header that is mostly tensor bytes (100,001 bytes per shard, measured on the loc
 of :data:`SPECULATIVE_BYTES` is read first; it holds the 8-byte length and, for most headers, the whole header. When
 the header is longer, exactly the missing bytes are read with a second range. A census therefore costs at most the
 header plus :data:`SPECULATIVE_BYTES` per file. Every check of the reference parser is applied
-(:func:`bnconvention.safetensors_header.parse_header`), with the file size taken from ``Content-Range``.
+(:func:`bnconvention.formats.safetensors_header.parse_header`), with the file size taken from ``Content-Range``.
 
 Sharded checkpoints are read through their ``*.safetensors.index.json``: the index is checked (a JSON object whose
 ``weight_map`` maps tensor names to shard files next to it), then every shard's header, and the two must agree.
@@ -14,10 +14,10 @@ Sharded checkpoints are read through their ``*.safetensors.index.json``: the ind
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 from bnconvention.errors import SafetensorsHeaderError, UntrustedInputError
-from bnconvention.hub.client import HubClient
-from bnconvention.safetensors_header import SafetensorsHeader, TensorInfo, header_length, parse_header
-from bnconvention.safetensors_index import (  # the index rule is shared with the offline validator
+from bnconvention.formats.safetensors_header import SafetensorsHeader, TensorInfo, header_length, parse_header
+from bnconvention.formats.safetensors_index import (  # the index rule is shared with the offline validator
     INDEX_SUFFIX,
     MAX_INDEX_BYTES,
     ShardIndex,
@@ -25,6 +25,7 @@ from bnconvention.safetensors_index import (  # the index rule is shared with th
     index_missing_shards,
     parse_index,
 )
+from bnconvention.hub.client import HubClient
 
 SPECULATIVE_BYTES = 4096
 

@@ -1,9 +1,9 @@
 """Push audit results back: one pull request per audited repo, never a commit to ``main``.
 
 The pull request, based on the commit that was audited, adds each refit annotation as
-``bnconvention/refit-<12 hex>.json`` (:func:`bnconvention.locations.annotation_filename`, named by the sha256 of the
+``bnconvention/refit-<12 hex>.json`` (:func:`bnconvention.standard.locations.annotation_filename`, named by the sha256 of the
 annotation's canonical JSON), updates the model card (a ``bnconvention_refit`` front-matter entry and a "BatchNorm
-refit audit" section, written by :func:`bnconvention.card_stamp.stamp_card_refit_text`; the release's own
+refit audit" section, written by :func:`bnconvention.authoring.card_stamp.stamp_card_refit_text`; the release's own
 declaration block is left alone) and, only when the audit's dataset is a Hub benchmark dataset (a dataset repo with
 an ``eval.yaml``), adds an ``.eval_results/`` entry with the refit test accuracy.
 
@@ -26,15 +26,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from bnconvention.canonical import canonical_sha256
 from bnconvention.errors import BnConventionError, UsageError
+from bnconvention.formats.canonical import canonical_sha256
+from bnconvention.formats.text import plural, signed
 from bnconvention.hub.audit import RepoAudit
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import call_with_retry, describe, is_retryable
-from bnconvention.locations import ANNOTATION_DIR
+from bnconvention.standard.locations import ANNOTATION_DIR
 from bnconvention.standard.models import RefitAnnotation, to_dict
-from bnconvention.text import plural, signed
 
 CARD_NAME = "README.md"
 MARKER = "bnconvention:refit-annotation"
@@ -112,7 +112,7 @@ def find_benchmark(client: HubClient, dataset_id: str | None, *,
                    cache: dict[str, Benchmark | None]) -> Benchmark | None:
     """The benchmark an audit's dataset id names on the Hub: a dataset repo with an ``eval.yaml`` (its first task's
     id is the entry's task, ``default`` when it names none). ``None`` for anything else (e.g. ``sklearn/digits``)."""
-    from bnconvention.card import load_yaml_strict
+    from bnconvention.formats.card import load_yaml_strict
 
     if not dataset_id or dataset_id.count("/") != 1:
         return None
@@ -180,8 +180,8 @@ def plan_push(client: HubClient, audit: RepoAudit, *, eval_results: bool = True,
     """The pull request for one audited repo, built from the card at the audited revision; ``None`` when nothing
     was audited."""
     from bnconvention.audit.outputs import annotation_text
-    from bnconvention.card import decode_card
-    from bnconvention.card_stamp import refit_card_entry, stamp_card_refit_text
+    from bnconvention.authoring.card_stamp import refit_card_entry, stamp_card_refit_text
+    from bnconvention.formats.card import decode_card
 
     audited = [f for f in audit.files
                if f.status == "audited" and f.result is not None and f.annotation_path and f.annotation_sha256]
@@ -261,7 +261,7 @@ def already_on_main(client: HubClient, repo_id: str, annotations: list[RefitAnno
     someone else's, not ours to judge here, and is passed over."""
     from huggingface_hub.hf_api import RepoFile
 
-    from bnconvention.canonical import loads_strict
+    from bnconvention.formats.canonical import loads_strict
 
     def present() -> set[str]:
         entries = client.api.list_repo_tree(repo_id, revision="main", recursive=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bnconvention.digests import running_digests_from_bytes, running_names_for_layer
+from bnconvention.formats.digests import running_digests_from_bytes, running_names_for_layer
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.headers import WeightsSet
 from bnconvention.standard.models import BatchNormState, Declaration

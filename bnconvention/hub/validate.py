@@ -33,7 +33,6 @@ from bnconvention.validation.issues import new_issue
 from bnconvention.validation.release import FileSummary
 
 
-
 @dataclass
 class HubValidation:
     """The merged report of every repo checked, and which revision of each was checked."""

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from bnconvention.canonical import loads_strict
 from bnconvention.errors import HubRequestError, JSONInputError
+from bnconvention.formats.canonical import loads_strict
 from bnconvention.hubserver.auth import AccessControl, unauthorized
 from bnconvention.hubserver.routes import Route, match_route
 from bnconvention.hubserver.storage import HubStore

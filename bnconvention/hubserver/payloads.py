@@ -1,7 +1,7 @@
 """JSON shapes the Hub API returns: repo info, tree entries, commits, discussions and their events.
 
 Only what huggingface_hub 2.4.0 reads is produced, with the Hub's key names. Card metadata comes from the README's
-front matter through the safe loader (:func:`bnconvention.card.parse_card_metadata`); a card that does not parse
+front matter through the safe loader (:func:`bnconvention.formats.card.parse_card_metadata`); a card that does not parse
 simply has no ``cardData`` (as a file it is still served unchanged).
 """
 
@@ -14,14 +14,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from bnconvention.card import MAX_CARD_BYTES, decode_card, parse_card_metadata
 from bnconvention.errors import BnConventionError
+from bnconvention.formats.card import MAX_CARD_BYTES, decode_card, parse_card_metadata
+from bnconvention.formats.safetensors_header import DTYPE_BITS, read_header
 from bnconvention.hubserver.handlers import HubContext
 from bnconvention.hubserver.storage import Commit
 from bnconvention.hubserver.trees import FileEntry, folder_oid
 from bnconvention.hubserver.validation import bad_request
 from bnconvention.hubserver.wire import sha1_hex
-from bnconvention.safetensors_header import DTYPE_BITS, read_header
 
 # What the client may ask for with expand= (huggingface_hub 2.4.0's ExpandModelProperty_T, and the dataset/space
 # ones); a name outside these is refused like the Hub does. Names we cannot compute are left out of the answer.

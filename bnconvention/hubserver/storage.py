@@ -27,11 +27,12 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from bnconvention.errors import HubRequestError, UsageError
+from bnconvention.formats.atomic import atomic_write_bytes
 from bnconvention.hubserver.discussions import DiscussionsMixin
 from bnconvention.hubserver.trees import AddFile, FileEntry, Operation, Tree, apply_operations
 from bnconvention.hubserver.validation import (
@@ -45,7 +46,6 @@ from bnconvention.hubserver.validation import (
     check_repo_type,
 )
 from bnconvention.hubserver.wire import format_date, sha1_hex, utc_now
-from bnconvention.io_utils import atomic_write_bytes
 
 STORE_MARKER = "hubstore.json"
 STORE_FORMAT = "bnconvention-hubstore/1"
@@ -258,7 +258,7 @@ class HubStore(DiscussionsMixin):
         # even for commits made within the same millisecond.
         moment = self.clock()
         if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
+            moment = moment.replace(tzinfo=UTC)
         moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)  # dates carry milliseconds
         if self._last_commit_time is not None and moment <= self._last_commit_time:
             moment = self._last_commit_time + timedelta(milliseconds=1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from bnconvention.errors import HubRequestError
 
@@ -26,14 +26,14 @@ _RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$")
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def format_date(moment: datetime) -> str:
     """``YYYY-MM-DDTHH:MM:SS.fffZ`` in UTC (naive datetimes are taken as UTC)."""
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    moment = moment.astimezone(timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
     return moment.strftime(DATE_FORMAT) + f".{moment.microsecond // 1000:03d}Z"
 
 

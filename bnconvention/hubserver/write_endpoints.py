@@ -12,8 +12,8 @@ import binascii
 import json
 from typing import Any
 
-from bnconvention.card import parse_card_metadata
 from bnconvention.errors import CardError, HubRequestError
+from bnconvention.formats.card import parse_card_metadata
 from bnconvention.hubserver.auth import forbidden
 from bnconvention.hubserver.handlers import (
     HubContext,

@@ -11,8 +11,12 @@ Modules: :mod:`.engine` (``refit``, the transaction), :mod:`.graph` (fx trace cu
 :mod:`.files` (weights in/out, ``.npz`` pools; used by ``bnconvention refit``).
 """
 
+import sys
+import types
+from typing import Any
+
 from bnconvention.refit.engine import refit
-from bnconvention.refit.report import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport
+from bnconvention.refit.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport
 from bnconvention.refit.staleness import staleness_distance
 from bnconvention.refit.state import LayerRunningState, restore_running_state, running_state
 
@@ -27,3 +31,16 @@ __all__ = [
     "running_state",
     "staleness_distance",
 ]
+
+
+class _CallablePackage(types.ModuleType):
+    """``bnconvention.refit`` names both this package and its function. Python binds a loaded subpackage as an
+    attribute of its parent, so once any ``bnconvention.refit.*`` module has been imported, ``from bnconvention
+    import refit`` finds the package, not the function (the lazy export never runs). Calling the package calls the
+    function, so ``refit(model, batches)`` works whatever was imported first."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> RefitReport:
+        return refit(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

@@ -3,7 +3,7 @@
 The refit is a transaction: φ is snapshotted first and restored on any failure (a bad batch, NaN activations, an
 exception raised by the pool itself, Ctrl-C); training flags and BatchNorm momenta are restored in ``finally``;
 the digest of θ is taken before and after and a difference raises :class:`~bnconvention.errors.WeightsChangedError`
-(φ restored). After a successful refit every listener of :func:`bnconvention._hooks.notify_refit` is told.
+(φ restored). After a successful refit every listener of :func:`bnconvention.authoring.refit_listeners.notify_refit` is told.
 
 ``num_batches_tracked`` (defined per rule in docs/standard.md): the exact rule writes the number of records in the
 pool, whatever its batches or ``chunk_size``, so an exact refit of one pool is the same bytes however it is batched
@@ -21,14 +21,15 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, get_args
 
-from bnconvention._hooks import notify_refit
-from bnconvention.declaration import declare, make_convention, make_transform
-from bnconvention.digests import model_digests
+from bnconvention.authoring.declaration import declare, make_convention, make_transform
+from bnconvention.authoring.refit_listeners import notify_refit
+from bnconvention.authoring.transforms import as_standard_transform
 from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChangedError
+from bnconvention.formats.digests import model_digests
 from bnconvention.refit.exact import ExactOutcome, Untraceable, run_traced
 from bnconvention.refit.fallback import run_hooks
 from bnconvention.refit.pool import PoolReader, materialize
-from bnconvention.refit.report import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport, reporting_line
+from bnconvention.refit.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport, reporting_line
 from bnconvention.refit.staleness import staleness_distance
 from bnconvention.refit.state import (
     ModuleModes,
@@ -38,7 +39,6 @@ from bnconvention.refit.state import (
     tracked_layers,
 )
 from bnconvention.refit.train_mode import run_train_mode
-from bnconvention.transforms import as_standard_transform
 from bnconvention.standard.models import (
     AccumulationRule,
     DataSplit,

@@ -25,7 +25,7 @@ from bnconvention.errors import CheckpointMismatchError, UnsupportedModelError, 
 if TYPE_CHECKING:
     import torch
 
-    from bnconvention.safetensors_header import SafetensorsHeader
+    from bnconvention.formats.safetensors_header import SafetensorsHeader
 
 
 def _names(names: list[str]) -> str:
@@ -38,8 +38,8 @@ def load_weights(model: torch.nn.Module, path: str | os.PathLike[str], *, factor
     """Load ``path`` into ``model`` with ``strict=True`` after checking names, shapes and dtypes; returns the header."""
     from safetensors.torch import load_file
 
-    from bnconvention.digests import torch_dtype_name
-    from bnconvention.safetensors_header import read_header
+    from bnconvention.formats.digests import torch_dtype_name
+    from bnconvention.formats.safetensors_header import read_header
 
     path = Path(path)
     if not path.is_file():
@@ -78,8 +78,8 @@ def save_weights(model: torch.nn.Module, path: str | os.PathLike[str], *, record
     """Write ``model.state_dict()`` to ``path`` atomically, with the source's metadata and the record stamped."""
     from safetensors.torch import save
 
-    from bnconvention.io_utils import atomic_write_bytes
-    from bnconvention.locations import SAFETENSORS_METADATA_KEY
+    from bnconvention.formats.atomic import atomic_write_bytes
+    from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
 
     metadata = {k: v for k, v in (source_metadata or {}).items() if k != SAFETENSORS_METADATA_KEY}
     if record_text is not None:

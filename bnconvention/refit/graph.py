@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bnconvention.digests import RUNNING_SUFFIXES
 from bnconvention.errors import UnsupportedModelError
+from bnconvention.formats.digests import RUNNING_SUFFIXES
 from bnconvention.refit.state import batchnorm_modules, tracked_layers
 
 if TYPE_CHECKING:

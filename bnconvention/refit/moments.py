@@ -65,7 +65,6 @@ class ChannelMoments:
 
     def update(self, x: torch.Tensor) -> None:
         """Add every position of every sample of ``x`` (shape ``(N, C, *)``) to the per-channel moments."""
-        import torch
 
         if x.dim() < 2:
             raise ValueError(f"BatchNorm input must have shape (N, C, *); got shape {tuple(x.shape)}")

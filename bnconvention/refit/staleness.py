@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from bnconvention.standard.models import LayerStaleness, Staleness
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 StatsPair = Sequence[Any]  # (mean, var, ...): a tuple, a list or a LayerRunningState
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bnconvention.formats.text import plural, signed
 from bnconvention.hub.audit import RepoAudit
 from bnconvention.report_html.markup import CSS, badge, esc, table
 from bnconvention.report_html.model import ReportInput, checkpoint_key
 from bnconvention.report_html.sections import audit_section, class_label
-from bnconvention.text import plural, signed
-
 
 # --- sections ------------------------------------------------------------------------------------------------------
 

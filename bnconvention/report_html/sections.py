@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.audit.result import AuditResult
+from bnconvention.formats.text import plural, signed
 from bnconvention.hub.audit import FileAudit, RepoAudit
-from bnconvention.hub.report import CLASS_LABELS
+from bnconvention.hub.summaries import CLASS_LABELS
 from bnconvention.report_html.markup import badge, esc, href, table
 from bnconvention.report_html.model import ReportInput, checkpoint_key
-from bnconvention.text import plural, signed
 
 
 def class_label(status: str) -> str:

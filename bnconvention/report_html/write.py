@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from bnconvention.errors import UsageError
-from bnconvention.io_utils import atomic_write_bytes, atomic_write_text, replace_directory
+from bnconvention.formats.atomic import atomic_write_bytes, atomic_write_text, replace_directory
 from bnconvention.report_html.model import ReportInput, checkpoint_key, slug
 from bnconvention.report_html.render import render_index
 

@@ -11,7 +11,7 @@ Serialize with :func:`to_dict` (drops ``None``); parse with :func:`parse_record`
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeAlias, Union
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, TypeAdapter
 
@@ -147,7 +147,7 @@ class ExactAccumulation(_AccumulationBase):
 
 
 Accumulation = Annotated[
-    Union[EmaAccumulation, CumulativeAccumulation, ExactAccumulation], Field(discriminator="rule")
+    EmaAccumulation | CumulativeAccumulation | ExactAccumulation, Field(discriminator="rule")
 ]
 
 
@@ -197,7 +197,7 @@ class BatchNormState(_Model):
 
 
 # A union of one member in v1; later minor versions add kinds (e.g. activation quantization scales) here.
-DeployedState = Annotated[Union[BatchNormState], Field(discriminator="kind")]
+DeployedState = Annotated[BatchNormState, Field(discriminator="kind")]
 
 
 class TensorDigests(_Model):
@@ -452,7 +452,7 @@ class RefitAnnotation(_Model):
     reporting_line: NonEmptyStr = Field(description="The one sentence the annotation adds to the release.")
 
 
-Record = Annotated[Union[Declaration, RefitAnnotation], Field(discriminator="kind")]
+Record = Annotated[Declaration | RefitAnnotation, Field(discriminator="kind")]
 RECORD_ADAPTER: TypeAdapter[Declaration | RefitAnnotation] = TypeAdapter(Record)
 
 

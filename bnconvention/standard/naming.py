@@ -1,6 +1,6 @@
 """Derived values of the standard: canonical convention names and the digests of transforms and record ids.
 
->>> from bnconvention.canonical import canonical_json
+>>> from bnconvention.formats.canonical import canonical_json
 >>> transform_sha256({"augmentations": []}) == transform_sha256({"augmentations": []})
 True
 >>> record_ids_sha256([3, 1, 2]) == record_ids_sha256([1, 2, 3])
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bnconvention.canonical import canonical_json, canonical_sha256
 from bnconvention.errors import RecordError
+from bnconvention.formats.canonical import canonical_json, canonical_sha256
 from bnconvention.standard.models import FittingConvention, TransformDescription, to_dict
 
 

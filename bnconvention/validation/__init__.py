@@ -12,7 +12,7 @@ from bnconvention.validation.files import ValidationReport, validate_paths
 from bnconvention.validation.issues import CODES, CodeInfo, Issue, Severity, best_issue, sort_issues
 from bnconvention.validation.records import check_record, ensure_valid_record, validate_record
 from bnconvention.validation.release import diff_pointers
-from bnconvention.validation.report import FORMATS, ReportFormat, render
+from bnconvention.validation.rendering import FORMATS, ReportFormat, render
 
 __all__ = [
     "CODES",

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bnconvention.io_utils import sync_generated_file
+from bnconvention.formats.atomic import sync_generated_file
 from bnconvention.standard.schema import generate_schema
 from bnconvention.validation.issues import CODES
 

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bnconvention.canonical import loads_strict
 from bnconvention.errors import JSONInputError
-from bnconvention.safetensors_header import PREFIX_BYTES, foreign_format
-from bnconvention.safetensors_index import INDEX_SUFFIX
+from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.safetensors_header import PREFIX_BYTES, foreign_format
+from bnconvention.formats.safetensors_index import INDEX_SUFFIX
 from bnconvention.validation.issues import Issue, new_issue, sort_issues
 from bnconvention.validation.records import check_record
 from bnconvention.validation.release import FileSummary, Release, describe_record, validate_release

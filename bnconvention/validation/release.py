@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bnconvention.canonical import canonical_sha256
-from bnconvention.digests import DigestSet, bn_layers_from_tensor_names, file_digests
 from bnconvention.errors import BnConventionError, CanonicalJSONError, JSONInputError
-from bnconvention.locations import annotation_filename
-from bnconvention.safetensors_header import SafetensorsHeader
-from bnconvention.safetensors_index import MAX_INDEX_BYTES, index_mismatch, index_missing_shards, parse_index
+from bnconvention.formats.canonical import canonical_sha256
+from bnconvention.formats.digests import DigestSet, bn_layers_from_tensor_names, file_digests
+from bnconvention.formats.safetensors_header import SafetensorsHeader
+from bnconvention.formats.safetensors_index import MAX_INDEX_BYTES, index_mismatch, index_missing_shards, parse_index
+from bnconvention.formats.text import plural
+from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import BatchNormState, Declaration, RefitAnnotation, to_dict
-from bnconvention.text import plural
 from bnconvention.validation.issues import Issue, join_pointer, make_pointer, new_issue
 from bnconvention.validation.records import check_record
 from bnconvention.validation.schema_errors import show
@@ -359,7 +359,7 @@ def validate_release(release: Release, *, require_declaration: bool = False) -> 
 
 def check_index(display: str, path: Path, *, headers: Mapping[Path, SafetensorsHeader | None]
                 ) -> tuple[list[Issue], FileSummary]:
-    """A shard index checked by the census's rule (:mod:`bnconvention.safetensors_index`): parsed, its shards in
+    """A shard index checked by the census's rule (:mod:`bnconvention.formats.safetensors_index`): parsed, its shards in
     the folder, and in agreement with their headers. ``headers``: shard headers the release already read (by
     resolved path); other shards are read here, and their problems reported."""
     data, issues = read_bytes(path, source=display, limit=MAX_INDEX_BYTES)

@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
+from bnconvention.formats.text import plural
 from bnconvention.standard.models import (
     BatchNormState,
     Declaration,
@@ -19,7 +20,6 @@ from bnconvention.standard.models import (
     Staleness,
 )
 from bnconvention.standard.naming import canonical_name, transform_sha256
-from bnconvention.text import plural
 from bnconvention.validation.issues import Issue, join_pointer, new_issue
 from bnconvention.validation.schema_errors import show
 

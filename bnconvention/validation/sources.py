@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bnconvention.canonical import _DuplicateKey, canonical_json, loads_strict
-from bnconvention.card import MAX_CARD_BYTES, load_yaml_strict, split_front_matter
 from bnconvention.errors import CanonicalJSONError, CardError, JSONInputError, SafetensorsHeaderError
-from bnconvention.locations import CARD_BLOCK_KEY, SAFETENSORS_METADATA_KEY
-from bnconvention.safetensors_header import SafetensorsHeader, read_header
+from bnconvention.formats.canonical import _DuplicateKey, canonical_json, loads_strict
+from bnconvention.formats.card import MAX_CARD_BYTES, load_yaml_strict, split_front_matter
+from bnconvention.formats.safetensors_header import SafetensorsHeader, read_header
+from bnconvention.standard.locations import CARD_BLOCK_KEY, SAFETENSORS_METADATA_KEY
 from bnconvention.validation.issues import Issue, make_pointer, new_issue
 from bnconvention.validation.schema_errors import show
 

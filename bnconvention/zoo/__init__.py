@@ -7,8 +7,7 @@ with train-mode BN, BN misalignment with eval-mode BN).
 >>> model = zoo.load_model("bn-badteacher-eval")  # doctest: +SKIP
 """
 
-from bnconvention.zoo.build import build_zoo, default_zoo_dir
-from bnconvention.zoo.data import (
+from bnconvention.data.digits import (
     DIGITS_DATASET_ID,
     DIGITS_EVAL_TRANSFORM,
     DIGITS_TRAIN_TRANSFORM,
@@ -17,6 +16,7 @@ from bnconvention.zoo.data import (
     digits_arrays,
     digits_split_masks,
 )
+from bnconvention.zoo.build import build_zoo, default_zoo_dir
 from bnconvention.zoo.manifest import ZooManifest, code_sha256, read_manifest
 from bnconvention.zoo.methods import (
     accuracy,

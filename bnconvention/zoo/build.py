@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.errors import UsageError
-from bnconvention.io_utils import atomic_write_bytes, replace_directory
+from bnconvention.formats.atomic import atomic_write_bytes, replace_directory
 from bnconvention.zoo.manifest import (
     MANIFEST_NAME,
     ZooManifest,

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.canonical import canonical_sha256, loads_strict
 from bnconvention.errors import CheckpointMismatchError, JSONInputError, UsageError
-from bnconvention.io_utils import file_sha256
+from bnconvention.formats.atomic import file_sha256
+from bnconvention.formats.canonical import canonical_sha256, loads_strict
 
 if TYPE_CHECKING:
     from torch import nn
@@ -93,7 +93,7 @@ class ZooManifest:
         """The variant as an ``nn.Module`` in eval mode: its allowlisted factory plus its safetensors weights."""
         from safetensors.torch import load_file
 
-        from bnconvention.factories import build_model
+        from bnconvention.architectures.factories import build_model
 
         config = self.config(name)
         architecture = config["architecture"]

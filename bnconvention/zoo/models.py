@@ -3,7 +3,7 @@
 Both have the same layout and the same tensor names except for the normalization layers' buffers: the GroupNorm
 twin has the same affine ``weight``/``bias`` at the same names but no running statistics (channel absent), so a
 refit is the identity on it. They are registered as ``zoo/convnet-bn`` and ``zoo/convnet-gn`` in
-:mod:`bnconvention.factories`.
+:mod:`bnconvention.architectures.factories`.
 
 >>> model = convnet_bn()
 >>> [name for name, _ in model.named_modules() if type(_).__name__ == "BatchNorm2d"]

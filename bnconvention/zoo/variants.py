@@ -23,18 +23,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from bnconvention.declaration import make_convention
-from bnconvention.errors import UsageError
-from bnconvention.standard.models import BufferUpdateMode, SplitRole, to_dict
-from bnconvention.standard.naming import record_ids_sha256
-from bnconvention.zoo import methods
-from bnconvention.zoo.data import (
+import bnconvention.zoo.methods as methods
+from bnconvention.authoring.declaration import make_convention
+from bnconvention.data.digits import (
     DIGITS_DATASET_ID,
     DIGITS_NUM_CLASSES,
     DIGITS_TRAIN_TRANSFORM,
     digits_arrays,
     digits_split_masks,
 )
+from bnconvention.errors import UsageError
+from bnconvention.standard.models import BufferUpdateMode, SplitRole, to_dict
+from bnconvention.standard.naming import record_ids_sha256
 from bnconvention.zoo.methods import BnMode, batches_per_epoch
 from bnconvention.zoo.models import NormKind
 
@@ -143,7 +143,7 @@ def split_tensors(forget_classes: tuple[int, ...] = FORGET_CLASSES) -> SplitTens
 
 def new_model(spec: VariantSpec, *, seed: int, label: str = "init") -> nn.Module:
     """A freshly initialised model of ``spec``'s architecture, seeded without touching the global RNG."""
-    from bnconvention.factories import build_model
+    from bnconvention.architectures.factories import build_model
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derived_seed(seed, spec.key, label))

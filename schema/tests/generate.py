@@ -40,7 +40,7 @@ from vector_records import (  # noqa: E402
     layer,
 )
 
-from bnconvention.declaration import make_convention, make_transform  # noqa: E402
+from bnconvention.authoring.declaration import make_convention, make_transform  # noqa: E402
 from bnconvention.standard.models import SPEC_VERSION  # noqa: E402
 
 # --- the vectors -----------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Base records of the conformance vectors: a few valid declarations and annotations built with the production
-builder (``bnconvention.declaration``). ``generate.py`` derives every vector from these with one labelled change.
+builder (``bnconvention.authoring.declaration``). ``generate.py`` derives every vector from these with one labelled change.
 Digests here are sha256 values of fixed labels (vectors bind to no file).
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from bnconvention.canonical import sha256_hex
-from bnconvention.declaration import make_convention, make_transform
+from bnconvention.formats.canonical import sha256_hex
+from bnconvention.authoring.declaration import make_convention, make_transform
 from bnconvention.standard.models import SPEC_VERSION, to_dict
 from bnconvention.standard.naming import record_ids_sha256
 

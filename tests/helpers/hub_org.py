@@ -38,8 +38,8 @@ def split_safetensors(data: bytes) -> tuple[bytes, bytes]:
 
 def with_record_text(data: bytes, record_text: str) -> bytes:
     """The file with ``record_text`` in ``__metadata__['bnconvention.record']`` (tensor bytes untouched)."""
-    from bnconvention.safetensors_header import parse_header
-    from bnconvention.stamp import stamped_header_bytes
+    from bnconvention.authoring.stamp import stamped_header_bytes
+    from bnconvention.formats.safetensors_header import parse_header
 
     head, body = split_safetensors(data)
     header = parse_header(head[8:], data_size=len(body))
@@ -48,13 +48,13 @@ def with_record_text(data: bytes, record_text: str) -> bytes:
 
 
 def stamped(data: bytes, record: Mapping[str, Any]) -> bytes:
-    from bnconvention.canonical import canonical_json
+    from bnconvention.formats.canonical import canonical_json
 
     return with_record_text(data, canonical_json(dict(record)))
 
 
 def card(name: str, record: Mapping[str, Any] | None = None) -> bytes:
-    from bnconvention.card_stamp import stamp_card_text
+    from bnconvention.authoring.card_stamp import stamp_card_text
 
     text = CARD_BASE.format(name=name)
     if record is not None:
@@ -78,7 +78,7 @@ def shards(data: bytes, *, record: Mapping[str, Any] | None = None,
         if record is not None and number == 1:
             blob = stamped(blob, record)
         files[shard] = blob
-        weight_map.update({n: shard for n in chunk})
+        weight_map.update(dict.fromkeys(chunk, shard))
     files[f"{prefix}.safetensors.index.json"] = json.dumps(
         {"metadata": {"total_size": sum(len(b) for b in files.values())}, "weight_map": weight_map},
         indent=2).encode()
@@ -87,7 +87,7 @@ def shards(data: bytes, *, record: Mapping[str, Any] | None = None,
 
 def declaration(zoo: Any, name: str) -> dict[str, Any]:
     """The declaration of a zoo variant (its convention from the zoo config, digests from its tensors)."""
-    from bnconvention.declaration import declare
+    from bnconvention.authoring.declaration import declare
     from bnconvention.standard.models import FittingConvention, to_dict
 
     convention = FittingConvention.model_validate(zoo.config(name)["convention"])
@@ -95,7 +95,7 @@ def declaration(zoo: Any, name: str) -> dict[str, Any]:
 
 
 def channel_absent_declaration(zoo: Any, name: str) -> dict[str, Any]:
-    from bnconvention.declaration import declare, make_convention, make_transform
+    from bnconvention.authoring.declaration import declare, make_convention, make_transform
 
     convention = make_convention(buffer_update_mode="untouched", role="train", dataset_id="sklearn/digits",
                                  subset="all classes, train split",

@@ -2,7 +2,7 @@
 
 Torch-free on purpose (it reports whether torch got imported). It reads one JSON job per line on stdin:
 ``{"path": ..., "record": <record dict>, "kill_after": seconds, "pause": seconds, "chunk": bytes}``, forks a child
-that stamps ``path`` (pausing ``pause`` seconds at every stage of ``bnconvention.stamp`` and copying ``chunk`` bytes
+that stamps ``path`` (pausing ``pause`` seconds at every stage of ``bnconvention.authoring.stamp`` and copying ``chunk`` bytes
 at a time), SIGKILLs the child if it is still running after ``kill_after`` seconds (or the child SIGKILLs itself at
 its ``kill_at_checkpoint``-th stage, counting from 1), and answers one JSON line:
 ``{"killed": bool, "exit": int | null, "elapsed": seconds}``. One Python start-up serves every trial. A job
@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 
-from bnconvention import stamp
+from bnconvention.authoring import stamp
 
 
 def run_child(job: dict) -> int:

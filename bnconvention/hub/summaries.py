@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.formats.text import plural
 from bnconvention.hub.classify import REPO_CLASSES, RepoCensus
-from bnconvention.io_utils import atomic_write_text
-from bnconvention.text import plural
 
 CENSUS_FORMAT = "bnconvention-hub-census/1"
 CENSUS_JSON = "census.json"
@@ -37,7 +37,7 @@ CLASS_LABELS = {
 def census_summary(org: str, repos: Sequence[RepoCensus], *, endpoint: str,
                    run: dict[str, Any] | None = None) -> dict[str, Any]:
     """The census document of ``org`` (the token is never part of it; the endpoint is)."""
-    counts = {name: 0 for name in REPO_CLASSES}
+    counts = dict.fromkeys(REPO_CLASSES, 0)
     for repo in repos:
         counts[repo.status] += 1
     ordered = sorted(repos, key=lambda r: r.repo_id)

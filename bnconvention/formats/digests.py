@@ -25,9 +25,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.canonical import canonical_json_bytes
 from bnconvention.errors import DigestMismatchError, SafetensorsHeaderError
-from bnconvention.safetensors_header import SafetensorsHeader, read_header
+from bnconvention.formats.canonical import canonical_json_bytes
+from bnconvention.formats.safetensors_header import SafetensorsHeader, read_header
 
 if TYPE_CHECKING:
     import torch

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bnconvention.canonical import loads_strict
-from bnconvention.card import CARD_BLOCK_KEY, read_card_record
-from bnconvention.safetensors_header import SafetensorsHeader
+from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.card import CARD_BLOCK_KEY, read_card_record
+from bnconvention.formats.safetensors_header import SafetensorsHeader
 
 SAFETENSORS_METADATA_KEY = "bnconvention.record"
 CARD_SECTION_HEADING = "BatchNorm fitting convention"

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from bnconvention.digests import bn_layers_from_tensor_names
 from bnconvention.errors import BnConventionError
-from bnconvention.locations import SAFETENSORS_METADATA_KEY
-from bnconvention.safetensors_header import SafetensorsHeader
+from bnconvention.formats.digests import bn_layers_from_tensor_names
+from bnconvention.formats.safetensors_header import SafetensorsHeader
+from bnconvention.formats.text import plural
+from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
 from bnconvention.standard.models import BatchNormState, Declaration, RefitAnnotation
 from bnconvention.standard.naming import canonical_name
-from bnconvention.text import plural
 from bnconvention.validation import Issue, ValidationReport, check_record, diff_pointers, validate_paths
 from bnconvention.validation.release import normalized
 from bnconvention.validation.sources import header_record, load_card, load_header

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.result import AuditResult
 from bnconvention.audit.decisions import format_p
-from bnconvention.text import plural, signed
+from bnconvention.audit.result import AuditResult
+from bnconvention.formats.text import plural, signed
 
 PLOT_FILES = {"cells": "cells.png", "staleness": "staleness.png"}
 

@@ -1,6 +1,6 @@
 """Stamp a record into a safetensors file's header, never touching the tensor data (and never importing torch).
 
-The record goes under :data:`~bnconvention.locations.SAFETENSORS_METADATA_KEY` in ``__metadata__`` as the canonical
+The record goes under :data:`~bnconvention.standard.locations.SAFETENSORS_METADATA_KEY` in ``__metadata__`` as the canonical
 JSON of the record. Every other header entry (foreign metadata keys, ``format``, every tensor entry) keeps its value
 and its position; the data section after the header stays byte-identical.
 
@@ -24,10 +24,10 @@ How it is written is decided by :func:`stamp_file`, and is crash-safe either way
   is fsynced, renamed over the original, and the directory fsynced. The original's permission bits are kept. On any
   error the temporary file is removed and the original is untouched. (A SIGKILL can leave that temporary file,
   ``.<name>.<random>.bnc-stamp.tmp``, behind; never a changed original. The next stamp of the same file removes
-  it, unless a live stamp still holds its lock: see :func:`bnconvention.io_utils.remove_stale_temps`.)
+  it, unless a live stamp still holds its lock: see :func:`bnconvention.formats.atomic.remove_stale_temps`.)
 
 >>> import json, struct
->>> from bnconvention.safetensors_header import parse_header
+>>> from bnconvention.formats.safetensors_header import parse_header
 >>> old = json.dumps({"w": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}).encode()
 >>> new = stamped_header_bytes(parse_header(old, data_size=1), '{"kind":"declaration"}', reserve=64)
 >>> new[:40]
@@ -50,11 +50,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from bnconvention.canonical import canonical_json, canonical_sha256
 from bnconvention.errors import DigestMismatchError, RecordError, SafetensorsHeaderError, StampError, UsageError
-from bnconvention.io_utils import STAMP_TEMP_SUFFIX, create_temp, fsync_directory, remove_stale_temps
-from bnconvention.locations import SAFETENSORS_METADATA_KEY, record_from_header
-from bnconvention.safetensors_header import (
+from bnconvention.formats.atomic import STAMP_TEMP_SUFFIX, create_temp, fsync_directory, remove_stale_temps
+from bnconvention.formats.canonical import canonical_json, canonical_sha256
+from bnconvention.formats.safetensors_header import (
     MAX_HEADER_BYTES,
     METADATA_KEY,
     PREFIX_BYTES,
@@ -62,8 +61,9 @@ from bnconvention.safetensors_header import (
     header_length,
     parse_header,
 )
+from bnconvention.formats.text import plural
+from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY, record_from_header
 from bnconvention.standard.models import Declaration, RefitAnnotation
-from bnconvention.text import plural
 
 StampMethod: TypeAlias = Literal["unchanged", "in_place", "rewrite"]
 
@@ -117,7 +117,6 @@ def checked_record(record: Declaration | RefitAnnotation | Mapping[str, Any], *,
     from pydantic import BaseModel
 
     from bnconvention.standard.models import to_dict
-
     from bnconvention.validation import ensure_valid_record
 
     data = to_dict(record) if isinstance(record, BaseModel) else record
@@ -136,8 +135,8 @@ def check_record_matches_file(path: str | os.PathLike[str], record: Declaration 
     and its digests (trainable, all running statistics, per layer) must be the file's. A refit annotation's subject
     digests must be the file's. Reads every tensor once, in chunks (memory independent of the file size).
     """
-    from bnconvention.digests import file_digests
-    from bnconvention.safetensors_header import read_header
+    from bnconvention.formats.digests import file_digests
+    from bnconvention.formats.safetensors_header import read_header
 
     header = header or read_header(path)
     where = str(path)
@@ -245,7 +244,7 @@ def read_stamped_record(path: str | os.PathLike[str]) -> Declaration | RefitAnno
     Raises :class:`SafetensorsHeaderError` for a malformed file, :class:`~bnconvention.errors.JSONInputError` when
     the stamped text is not JSON, :class:`RecordError` when it is not a valid record.
     """
-    from bnconvention.safetensors_header import read_header
+    from bnconvention.formats.safetensors_header import read_header
 
     source = str(path)
     data = record_from_header(read_header(path), source=source)

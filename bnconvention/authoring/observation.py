@@ -1,13 +1,13 @@
 """From recorded BatchNorm events to a buffer-update mode, contradictions and a fitting convention (torch-free).
 
-The recorder (:mod:`bnconvention.recorder`) counts events per BatchNorm layer; this module holds the rules that turn
+The recorder (:mod:`bnconvention.authoring.recorder`) counts events per BatchNorm layer; this module holds the rules that turn
 them into the standard's words, as pure functions over plain values and models, so the rules can be tested without
 torch and reused by the validator and the ``declare`` command on an observation read from JSON.
 
 Events of one layer, in order (each stamped with a run-wide tick):
 
 - **update**: a training-mode forward of a layer that tracks running statistics (the buffers are written);
-- **refit**: the refit engine replaced the buffers (``bnconvention._hooks.notify_refit``);
+- **refit**: the refit engine replaced the buffers (``bnconvention.authoring.refit_listeners.notify_refit``);
 - **frozen step**: an eval-mode forward with autograd enabled, i.e. a training step that left the buffers as they
   were. Evaluation forwards run under ``torch.no_grad()`` / ``torch.inference_mode()`` are not steps and never
   count here; run evaluation that way (as usual) so it is not taken for training.
@@ -43,7 +43,7 @@ from __future__ import annotations
 import typing
 from collections.abc import Iterable
 
-from bnconvention.declaration import make_convention
+from bnconvention.authoring.declaration import make_convention
 from bnconvention.errors import RecordError
 from bnconvention.standard.models import (
     AccumulationRule,

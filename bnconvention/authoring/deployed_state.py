@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bnconvention.digests import DigestSet, bn_layer_names, model_digests
+from bnconvention.formats.digests import DigestSet, bn_layer_names, model_digests
 from bnconvention.standard.models import DIGEST_ALGORITHM, BatchNormLayer, BatchNormState, TensorDigests
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Write side of model cards: put a record into a README's front matter and render its human-readable section.
 
-The read side (:mod:`bnconvention.card`) is what the validator uses; this module only writes, and checks what it
+The read side (:mod:`bnconvention.formats.card`) is what the validator uses; this module only writes, and checks what it
 writes with that read side, which reads a card as ``huggingface_hub.ModelCard`` does (the Hub's front-matter regex,
 a ``yaml.SafeLoader``). ``ModelCard`` itself is not built to re-check: its tag list handling is quadratic
 (``repocard_data._to_unique_list``), and a card with 350,000 tags took minutes. Every step here is linear in the
@@ -34,8 +34,10 @@ from typing import Any
 
 import yaml
 
-from bnconvention.canonical import canonical_json
-from bnconvention.card import (
+from bnconvention.errors import CardError, StampError
+from bnconvention.formats.atomic import WRITE_TEMP_SUFFIX, atomic_write_bytes, remove_stale_temps
+from bnconvention.formats.canonical import canonical_json
+from bnconvention.formats.card import (
     CARD_BLOCK_KEY,
     FrontMatter,
     YamlDocument,
@@ -46,11 +48,9 @@ from bnconvention.card import (
     parse_card_metadata,
     split_front_matter,
 )
-from bnconvention.errors import CardError, StampError
-from bnconvention.io_utils import WRITE_TEMP_SUFFIX, atomic_write_bytes, remove_stale_temps
-from bnconvention.locations import CARD_SECTION_HEADING
+from bnconvention.formats.text import plural, signed
+from bnconvention.standard.locations import CARD_SECTION_HEADING
 from bnconvention.standard.models import Declaration, RefitAnnotation
-from bnconvention.text import plural, signed
 
 SECTION_BEGIN = "<!-- bnconvention:begin -->"
 SECTION_END = "<!-- bnconvention:end -->"
@@ -272,7 +272,7 @@ def stamp_card_text(text: str, record: Declaration | RefitAnnotation | Mapping[s
     reads back as the record.
     """
     if validate:
-        from bnconvention.stamp import checked_record
+        from bnconvention.authoring.stamp import checked_record
 
         model, data = checked_record(record, source=f"record for {source}")
     else:

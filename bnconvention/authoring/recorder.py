@@ -2,10 +2,10 @@
 
 Wrap a training or unlearning loop in :class:`BNRecorder`; it puts a cheap forward pre-hook on every BatchNorm layer
 (``torch.nn.modules.batchnorm._BatchNorm`` subclasses, SyncBatchNorm included) and listens for refits announced by
-the refit engine (:mod:`bnconvention._hooks`). It counts, per layer: training-mode forwards that update the buffers
+the refit engine (:mod:`bnconvention.authoring.refit_listeners`). It counts, per layer: training-mode forwards that update the buffers
 (with the momentum in force, the batch size and the split tag of the update), eval-mode forwards with autograd
 enabled (frozen training steps), evaluation forwards (no autograd), and refits; and it compares the digests of the
-buffers and of the trainable tensors at entry and exit. :mod:`bnconvention.observation` turns the counts into the
+buffers and of the trainable tensors at entry and exit. :mod:`bnconvention.authoring.observation` turns the counts into the
 standard's buffer-update mode and contradictions; the rules are spelled out there.
 
 >>> import torch
@@ -28,17 +28,18 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bnconvention import _hooks
-from bnconvention.declaration import declare
-from bnconvention.digests import DigestSet, model_digests
-from bnconvention.errors import RecordError, UsageError
-from bnconvention.observation import (
+from bnconvention.authoring import refit_listeners
+from bnconvention.authoring.declaration import declare
+from bnconvention.authoring.observation import (
     combine_modes,
     convention_from_observation,
     layer_mode,
     observed_contradictions,
     with_declared,
 )
+from bnconvention.authoring.transforms import as_standard_transform
+from bnconvention.errors import RecordError, UsageError
+from bnconvention.formats.digests import DigestSet, model_digests
 from bnconvention.standard.models import (
     AccumulationRule,
     BufferUpdateMode,
@@ -54,7 +55,6 @@ from bnconvention.standard.models import (
     SplitRole,
     Transform,
 )
-from bnconvention.transforms import as_standard_transform
 
 if TYPE_CHECKING:
     import torch
@@ -111,7 +111,7 @@ class BNRecorder:
                                  transform=DIGITS_TRAIN_TRANSFORM)
 
     Run evaluation under ``torch.no_grad()`` or ``torch.inference_mode()``: an eval-mode forward with autograd
-    enabled counts as a training step with frozen buffers (see :mod:`bnconvention.observation`).
+    enabled counts as a training step with frozen buffers (see :mod:`bnconvention.authoring.observation`).
     A recorder is used once; the counts stay readable after the block exits.
     """
 
@@ -154,7 +154,7 @@ class BNRecorder:
             self._handles.append(events.module.register_forward_pre_hook(self._layer_hook(events)))
         for module in self._dropouts:
             self._handles.append(module.register_forward_pre_hook(self._dropout_hook))
-        _hooks.add_refit_listener(self._on_refit)
+        refit_listeners.add_refit_listener(self._on_refit)
         self._state = "active"
         return self
 
@@ -165,7 +165,7 @@ class BNRecorder:
         self._state = "done"
 
     def _detach(self) -> None:
-        _hooks.remove_refit_listener(self._on_refit)
+        refit_listeners.remove_refit_listener(self._on_refit)
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

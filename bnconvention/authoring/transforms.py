@@ -34,9 +34,9 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.canonical import canonical_json
-from bnconvention.declaration import make_transform
+from bnconvention.authoring.declaration import make_transform
 from bnconvention.errors import RecordError
+from bnconvention.formats.canonical import canonical_json
 from bnconvention.standard.models import Normalization, Transform, TransformMode
 
 __all__ = ["as_standard_transform", "describe_transform"]

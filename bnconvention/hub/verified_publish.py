@@ -1,4 +1,4 @@
-"""Publish a release folder to the Hub and check it there: :func:`bnconvention.publish.publish` (stamp, validate
+"""Publish a release folder to the Hub and check it there: :func:`bnconvention.authoring.publish.publish` (stamp, validate
 locally, upload) through our one client, then :func:`bnconvention.hub.validate.validate_repo` on what the Hub now
 serves at the new commit (or the pull request's ``refs/pr/N``), so a release is only reported good once the copy on
 the server validates.
@@ -17,7 +17,7 @@ from bnconvention.hub.validate import HubValidation, validate_hub
 
 @dataclass
 class HubPublish:
-    result: Any  # bnconvention.publish.PublishResult
+    result: Any  # bnconvention.authoring.publish.PublishResult
     validation: HubValidation | None  # None for a dry run
 
     @property
@@ -38,7 +38,7 @@ def publish_release(client: HubClient, directory: str | os.PathLike[str], *, rep
                     records: Sequence[Any] = (), create_pr: bool = False, commit_message: str | None = None,
                     dry_run: bool = False, require_declaration: bool = True) -> HubPublish:
     """Stamp, validate, upload ``directory`` to ``repo_id`` and validate the uploaded revision on the server."""
-    from bnconvention.publish import publish
+    from bnconvention.authoring.publish import publish
 
     result = publish(directory, repo_id=repo_id, records=records, create_pr=create_pr, api=client.api,
                      commit_message=commit_message, dry_run=dry_run, token=client.token.reveal())

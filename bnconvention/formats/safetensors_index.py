@@ -2,7 +2,7 @@
 
 One rule for every reader of an index: the Hub census (:mod:`bnconvention.hub.headers`, over HTTP) and the offline
 validator (:mod:`bnconvention.validation`, on a folder, which ``hub validate`` downloads). An index is strict JSON
-(:func:`~bnconvention.canonical.loads_strict`) holding a non-empty ``weight_map`` of tensor names to shard files
+(:func:`~bnconvention.formats.canonical.loads_strict`) holding a non-empty ``weight_map`` of tensor names to shard files
 beside it; every shard it names must be there; every shard tensor must be listed, in the shard that holds it, and
 no tensor may be stored twice. Everything here is pure: bytes and names in, a checked index or a message out.
 
@@ -18,8 +18,8 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from bnconvention.canonical import loads_strict
 from bnconvention.errors import JSONInputError
+from bnconvention.formats.canonical import loads_strict
 
 INDEX_SUFFIX = ".safetensors.index.json"
 MAX_INDEX_BYTES = 16 * 1024 * 1024

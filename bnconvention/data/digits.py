@@ -128,7 +128,7 @@ class BatchTransform:
         return self.standard().description
 
     def standard(self) -> Transform:
-        from bnconvention.declaration import make_transform
+        from bnconvention.authoring.declaration import make_transform
 
         return make_transform(mode=self.mode, reference=self.reference, resize=self.resize, crop=self.crop,
                               augmentations=self.augmentations)
@@ -169,11 +169,11 @@ def random_shift_batch(x: torch.Tensor, generator: torch.Generator | None = None
 
 
 DIGITS_TRAIN_TRANSFORM = BatchTransform(
-    mode="train", reference="bnconvention.zoo.data:DIGITS_TRAIN_TRANSFORM", fn=random_shift_batch,
+    mode="train", reference="bnconvention.data.digits:DIGITS_TRAIN_TRANSFORM", fn=random_shift_batch,
     resize=DIGITS_RESIZE, augmentations=(DIGITS_SHIFT,),
 )
 DIGITS_EVAL_TRANSFORM = BatchTransform(
-    mode="eval", reference="bnconvention.zoo.data:DIGITS_EVAL_TRANSFORM", fn=identity_batch, resize=DIGITS_RESIZE,
+    mode="eval", reference="bnconvention.data.digits:DIGITS_EVAL_TRANSFORM", fn=identity_batch, resize=DIGITS_RESIZE,
 )
 
 

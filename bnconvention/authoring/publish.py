@@ -8,9 +8,9 @@ each finished before the next starts, so a failure leaves no half-done state beh
    file keeps the record stamped in it; a release with one weights file may also take the card's record. When the
    card and the header carry different records, the one that matches the tensors wins; when both do, the caller
    must choose (``records=``).
-2. **Stamp** the weights whose header lacks their record (:func:`bnconvention.stamp.stamp_file`: the tensor bytes
+2. **Stamp** the weights whose header lacks their record (:func:`bnconvention.authoring.stamp.stamp_file`: the tensor bytes
    are never rewritten, the file is always either the old or the new one) and, for a one-file release, the card
-   (:func:`bnconvention.card_stamp.stamp_card_file`; a missing ``README.md`` is created). Stamping what is already
+   (:func:`bnconvention.authoring.card_stamp.stamp_card_file`; a missing ``README.md`` is created). Stamping what is already
    stamped changes nothing, so a publish that was interrupted can simply be run again.
 3. **Validate** the folder with the validator (:func:`bnconvention.validation.validate_paths`, with
    ``require_declaration``): any error stops the publish before the upload (warnings, e.g. recorder
@@ -18,7 +18,7 @@ each finished before the next starts, so a failure leaves no half-done state beh
 4. **Upload** the folder through one ``huggingface_hub.HfApi(endpoint=..., token=...)``: ``create_repo`` (unless a
    pull request is asked for, which needs the repository to exist) and ``upload_folder``, optionally as a pull
    request. The client skips files the Hub already holds, so re-running after an interruption re-sends only what
-   is missing. Our own temporary files (:data:`bnconvention.io_utils.TEMP_GLOBS`, e.g. the copy a killed stamp
+   is missing. Our own temporary files (:data:`bnconvention.formats.atomic.TEMP_GLOBS`, e.g. the copy a killed stamp
    left behind) are never uploaded.
 
 The token is handed to ``HfApi`` and nowhere else: it is never printed, logged or put in an error message (an
@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bnconvention.canonical import canonical_sha256, loads_strict
-from bnconvention.card import decode_card, read_card_record
 from bnconvention.errors import (
     BnConventionError,
     DigestMismatchError,
@@ -42,7 +40,9 @@ from bnconvention.errors import (
     RecordError,
     UsageError,
 )
-from bnconvention.io_utils import TEMP_GLOBS
+from bnconvention.formats.atomic import TEMP_GLOBS
+from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.card import decode_card, read_card_record
 from bnconvention.standard.models import Declaration, RefitAnnotation
 from bnconvention.validation import Issue, best_issue, validate_paths
 
@@ -74,7 +74,7 @@ class _Choice:
 
 
 def _load_record(item: RecordInput, *, index: int) -> tuple[Declaration | RefitAnnotation, dict[str, Any]]:
-    from bnconvention.stamp import checked_record
+    from bnconvention.authoring.stamp import checked_record
 
     if isinstance(item, (str, os.PathLike)):
         path = Path(item)
@@ -83,7 +83,7 @@ def _load_record(item: RecordInput, *, index: int) -> tuple[Declaration | RefitA
 
 
 def _matches(weights: Path, record: Declaration | RefitAnnotation) -> bool:
-    from bnconvention.stamp import check_record_matches_file
+    from bnconvention.authoring.stamp import check_record_matches_file
 
     try:
         check_record_matches_file(weights, record)
@@ -97,7 +97,7 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def _card_record(card: Path) -> tuple[Declaration | RefitAnnotation, dict[str, Any]] | None:
-    from bnconvention.stamp import checked_record
+    from bnconvention.authoring.stamp import checked_record
 
     if not card.is_file():
         return None
@@ -108,8 +108,8 @@ def _card_record(card: Path) -> tuple[Declaration | RefitAnnotation, dict[str, A
 
 
 def _stamped_data(weights: Path) -> tuple[Declaration | RefitAnnotation, dict[str, Any]] | None:
+    from bnconvention.authoring.stamp import read_stamped_record
     from bnconvention.standard.models import to_dict
-    from bnconvention.stamp import read_stamped_record
 
     record = read_stamped_record(weights)
     return None if record is None else (record, to_dict(record))
@@ -198,15 +198,15 @@ def publish(directory: str | os.PathLike[str], *, repo_id: str, records: Sequenc
     card_path = folder / CARD_NAME
     card_data = choices[0].data if len(choices) == 1 else None
     if card_data is not None and card_path.is_file():
-        from bnconvention.card_stamp import stamp_card_text
+        from bnconvention.authoring.card_stamp import stamp_card_text
 
         # fail on a malformed card now, before any weights file is touched
         stamp_card_text(decode_card(card_path.read_bytes(), source=str(card_path)), card_data,
                         source=str(card_path))
 
     # 2. stamp
-    from bnconvention.card_stamp import stamp_card_file
-    from bnconvention.stamp import stamp_file
+    from bnconvention.authoring.card_stamp import stamp_card_file
+    from bnconvention.authoring.stamp import stamp_file
 
     result = PublishResult(directory=folder, repo_id=repo_id,
                            records={c.weights.name: c.record.convention.name for c in choices})

@@ -13,16 +13,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from bnconvention._version import __version__
-from bnconvention.deployed_state import batchnorm_state, tensor_digests
-from bnconvention.digests import DigestSet, model_digests
+from bnconvention.authoring.deployed_state import batchnorm_state, tensor_digests
 from bnconvention.errors import RecordError
+from bnconvention.formats.digests import DigestSet, model_digests
 from bnconvention.standard.models import (
     SPEC_VERSION,
     AccumulationRule,
     BufferUpdateMode,
     CumulativeAccumulation,
-    DataSplit,
     DatasetRef,
+    DataSplit,
     Declaration,
     DistributedMode,
     DropoutMode,

@@ -17,8 +17,13 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.errors import (BnConventionError, FactoryArgumentError, FactoryCallError, FactoryImportError,
-                                 FactoryNotAllowedError)
+from bnconvention.errors import (
+    BnConventionError,
+    FactoryArgumentError,
+    FactoryCallError,
+    FactoryImportError,
+    FactoryNotAllowedError,
+)
 
 if TYPE_CHECKING:
     import torch

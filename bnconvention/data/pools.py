@@ -5,7 +5,7 @@ stable integer id, so :func:`~bnconvention.standard.naming.record_ids_sha256` fi
 
 Sources (:func:`load_dataset` takes a :class:`DatasetSpec`, a mapping with its fields, or a short string):
 
-* ``"digits"`` (or ``"sklearn/digits"``): the zoo's exact preparation (:mod:`bnconvention.zoo.data`), with its
+* ``"digits"`` (or ``"sklearn/digits"``): the zoo's exact preparation (:mod:`bnconvention.data.digits`), with its
   hash-defined test split and its train (±1-pixel random shifts) and eval (identity) transforms.
 * ``"npz:PATH"``: arrays ``x`` (N×H×W or N×C×H×W; uint8 is scaled by 1/255, floats are taken as they are), ``y``
   (integer labels), optionally ``ids`` (unique integers; default 0..N-1) and a test mask (bool or 0/1; default: no
@@ -39,12 +39,7 @@ from typing import Any, Literal, TypeAlias
 import numpy as np
 import torch
 
-from bnconvention.canonical import canonical_sha256
-from bnconvention.errors import UntrustedInputError, UsageError
-from bnconvention.io_utils import file_sha256
-from bnconvention.standard.models import DataSplit, DatasetRef, SplitRole
-from bnconvention.standard.naming import record_ids_sha256
-from bnconvention.zoo.data import (
+from bnconvention.data.digits import (
     DIGITS_DATASET_ID,
     DIGITS_EVAL_TRANSFORM,
     DIGITS_TRAIN_TRANSFORM,
@@ -52,6 +47,11 @@ from bnconvention.zoo.data import (
     digits_arrays,
     identity_batch,
 )
+from bnconvention.errors import UntrustedInputError, UsageError
+from bnconvention.formats.atomic import file_sha256
+from bnconvention.formats.canonical import canonical_sha256
+from bnconvention.standard.models import DatasetRef, DataSplit, SplitRole
+from bnconvention.standard.naming import record_ids_sha256
 
 DatasetKind: TypeAlias = Literal["digits", "npz", "image_folder"]
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -176,7 +176,7 @@ class Subset:
                          ids_sha256=self.ids_sha256, sampling_seed=sampling_seed)
 
     def convention_fields(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`bnconvention.declaration.make_convention` that describe this split."""
+        """Keyword arguments of :func:`bnconvention.authoring.declaration.make_convention` that describe this split."""
         return {"role": self.role, "dataset_id": self.dataset.id, "dataset_revision": self.dataset.revision,
                 "subset": self.subset, "record_count": self.record_count, "ids_sha256": self.ids_sha256}
 
@@ -255,7 +255,7 @@ def _load_npz(spec: DatasetSpec, path: Path) -> LocalDataset:
            else np.arange(n, dtype=np.int64))
     is_test = (_mask_array(arrays[spec.test_key], n, where=f"{path}[{spec.test_key!r}]") if spec.test_key
                else np.zeros(n, dtype=bool))
-    train_transform, eval_transform = _plain_transforms("bnconvention.datasets:identity_batch", None)
+    train_transform, eval_transform = _plain_transforms("bnconvention.data.pools:identity_batch", None)
     return LocalDataset(
         dataset_id=spec.dataset_id or f"file:{path.name}", revision=file_sha256(path), x=torch.from_numpy(x),
         y=torch.from_numpy(y), ids=torch.from_numpy(ids), is_test=torch.from_numpy(is_test),
@@ -354,7 +354,7 @@ def _load_folder(spec: DatasetSpec, root: Path) -> LocalDataset:
                                   "resize them all", source=root)
     x = np.stack(images).astype(np.float32) / np.float32(255.0)
     resize = None if spec.image_size is None else f"{spec.image_size[1]}x{spec.image_size[0]} bilinear"
-    train_transform, eval_transform = _plain_transforms("bnconvention.datasets:identity_batch", resize)
+    train_transform, eval_transform = _plain_transforms("bnconvention.data.pools:identity_batch", resize)
     return LocalDataset(
         dataset_id=spec.dataset_id or f"folder:{root.name}", revision=canonical_sha256(file_digests),
         x=torch.from_numpy(x), y=torch.tensor([label for _, label, _ in records], dtype=torch.int64),

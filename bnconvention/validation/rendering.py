@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Literal, TypeAlias
 
-from bnconvention.text import plural
+from bnconvention.formats.text import plural
 from bnconvention.validation.files import ValidationReport
 from bnconvention.validation.issues import Issue
 

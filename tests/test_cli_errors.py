@@ -13,7 +13,8 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from bnconvention import errors, factories
+from bnconvention import errors
+from bnconvention.architectures import factories
 from bnconvention.cli import main as cli
 from bnconvention.cli import validate_cmd
 from bnconvention.zoo.models import convnet_bn

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers.processes import sigint_default
 
 from bnconvention.errors import HubRequestError, UsageError
 from bnconvention.hubserver import AddFile, DeleteFile, DeleteFolder, FaultRule, FileEntry, HubStore
@@ -284,7 +285,7 @@ def test_cli_serves_until_interrupted_and_never_prints_tokens(tmp_path: Path) ->
     process = subprocess.Popen(
         [sys.executable, "-m", "bnconvention", "hubserver", "--root", str(tmp_path / "hub"), "--token",
          f"alice={secret}", "--org", "lab=alice"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env, preexec_fn=sigint_default)
     try:
         first_line = process.stdout.readline().strip()
         assert first_line.startswith("endpoint: http://127.0.0.1:")

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from bnconvention.authoring.card_stamp import render_refit_section
 from bnconvention.cli.main import main
 from bnconvention.report_html.sections import pp
-from bnconvention.validation import validate_paths
+from bnconvention.validation import render, validate_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "bnconvention"

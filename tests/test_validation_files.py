@@ -135,12 +135,13 @@ def test_fixture_releases() -> None:
     ]
     notes = {os.path.relpath(s.file, FIXTURES): s.note for s in report.files}
     assert notes["card-only/model.safetensors"].endswith("card-only/README.md; digests match the tensors")
-    assert notes["annotated/bnconvention/refit-792dfa41b94c.json"].startswith("refit annotation of model.safetensors")
+    assert notes["annotated/bnconvention/refit-cf0188d529c9.json"].startswith("refit annotation of model.safetensors")
 
 
 def test_a_stale_card_record_fails_the_card_and_no_ok_line_reports_a_mismatch(tmp_path: Path) -> None:
     # regression (issue 10): "ok .../model.safetensors: ... digests do not match the tensors" when the record with
     # the wrong digest is the card's: the mismatch is the card's issue, the weights' own line must not report it
+    from bnconvention.validation import render
 
     release = tmp_path / "card-only"
     shutil.copytree(FIXTURES / "card-only", release)

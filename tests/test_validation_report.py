@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bnconvention.validation import validate_paths
+from bnconvention.validation import render, validate_paths
 from bnconvention.validation.issues import Issue
 from bnconvention.validation.rendering import format_github_issue
 

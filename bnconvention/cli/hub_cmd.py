@@ -343,6 +343,7 @@ def run_push_cmd(args: argparse.Namespace) -> int:
 
 def run_validate_cmd(args: argparse.Namespace) -> int:
     from bnconvention.hub.validate import validate_hub
+    from bnconvention.validation import render
 
     client = _client(args)
 
@@ -360,6 +361,7 @@ def run_validate_cmd(args: argparse.Namespace) -> int:
 
 def run_publish_cmd(args: argparse.Namespace) -> int:
     from bnconvention.hub.verified_publish import publish_release
+    from bnconvention.validation import render
 
     client = _client(args)
 

@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.validation import validate_paths
+    from bnconvention.validation import render, validate_paths
 
     report = validate_paths(args.paths, require_declaration=args.require_declaration)
     sys.stdout.write(render(report, args.format))

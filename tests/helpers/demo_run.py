@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers.processes import sigint_default
+
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEMO_TIMEOUT_S = 600
 
@@ -89,7 +91,8 @@ def serve_demo_cli(out: Path, home: Path, zoo: Path, *extra: str,
     """Start ``bnconvention demo --serve`` and yield it once a stdout line contains ``ready``; the process is killed
     on the way out if the test did not stop it."""
     process = subprocess.Popen(_demo_command(out, zoo, "--serve", *extra), cwd=REPO_ROOT, env=_demo_env(home),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=sigint_default)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:

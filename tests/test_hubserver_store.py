@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from helpers.processes import sigint_default
 
-from bnconvention.errors import HubRequestError, UsageError
+from bnconvention.errors import UsageError
 from bnconvention.hubserver import AddFile, DeleteFile, DeleteFolder, FaultRule, FileEntry, HubStore
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.routes import Route, match_route
 from bnconvention.hubserver.trees import apply_operations, list_folder, three_way_merge
 from bnconvention.hubserver.validation import check_file_path, check_ref_name, check_repo_id

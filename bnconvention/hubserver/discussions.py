@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.errors import HubRequestError
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.trees import Tree, check_tree, three_way_merge
 from bnconvention.hubserver.validation import bad_request
 from bnconvention.hubserver.wire import format_date, sha1_hex

@@ -1,7 +1,7 @@
 """Request and response objects of the local Hub, shared checks, and the dispatch from a route to its endpoint.
 
 Endpoints are plain functions ``(HubContext, HubRequest) -> HubResponse`` (in ``repo_endpoints``,
-``write_endpoints`` and ``discussion_endpoints``); they raise :class:`~bnconvention.errors.HubRequestError` for
+``write_endpoints`` and ``discussion_endpoints``); they raise :class:`~bnconvention.hubserver.errors.HubRequestError` for
 every refusal, which :func:`dispatch` turns into a JSON error with the ``X-Error-Code`` header the client maps to
 its typed exceptions. The HTTP plumbing (sockets, faults, counters) lives in ``server``.
 """
@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from bnconvention.errors import HubRequestError, JSONInputError
+from bnconvention.errors import JSONInputError
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.hubserver.auth import AccessControl, unauthorized
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.routes import Route, match_route
 from bnconvention.hubserver.storage import HubStore
 from bnconvention.hubserver.validation import RepoType, bad_request

@@ -7,8 +7,8 @@ import mimetypes
 from typing import Any
 from urllib.parse import parse_qs
 
-from bnconvention.errors import HubRequestError
 from bnconvention.hubserver.auth import forbidden
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import HubContext, HubRequest, HubResponse, json_response, require_user
 from bnconvention.hubserver.payloads import (
     FULL_FIELDS,

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bnconvention.errors import HubRequestError, UsageError
+from bnconvention.errors import UsageError
 from bnconvention.hubserver.auth import AccessControl
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.faults import FaultInjector, FaultRule
 from bnconvention.hubserver.handlers import (
     HubContext,

@@ -31,9 +31,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from bnconvention.errors import HubRequestError, UsageError
+from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_bytes
 from bnconvention.hubserver.discussions import DiscussionsMixin
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.trees import AddFile, FileEntry, Operation, Tree, apply_operations
 from bnconvention.hubserver.validation import (
     COMMIT_OID,

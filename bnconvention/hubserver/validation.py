@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from bnconvention.errors import HubRequestError
+from bnconvention.hubserver.errors import HubRequestError
 
 RepoType = Literal["model", "dataset", "space"]
 REPO_TYPES: tuple[RepoType, ...] = ("model", "dataset", "space")

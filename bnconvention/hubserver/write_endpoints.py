@@ -12,9 +12,10 @@ import binascii
 import json
 from typing import Any
 
-from bnconvention.errors import CardError, HubRequestError
+from bnconvention.errors import CardError
 from bnconvention.formats.card import parse_card_metadata
 from bnconvention.hubserver.auth import forbidden
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import (
     HubContext,
     HubRequest,

@@ -99,14 +99,14 @@ def test_failed_state_write_keeps_the_old_state(store: HubStore, monkeypatch: py
     store.commit("org/m", files={"a.txt": b"a"})
     state_before = store.repo_state("org/m")
     repo_json = (store.root / "repos/models/org/m/repo.json").read_bytes()
-    original_write = store._write
+    original_write = store._db.write  # the one writer of the store's files (RepoDatabase)
 
     def failing_write(path: Path, data: bytes) -> None:
         if path.name == "repo.json":
             raise OSError("disk full")
         original_write(path, data)
 
-    monkeypatch.setattr(store, "_write", failing_write)
+    monkeypatch.setattr(store._db, "write", failing_write)
     with pytest.raises(OSError, match="disk full"):
         store.commit("org/m", files={"b.txt": b"b"})
     assert store.repo_state("org/m") == state_before

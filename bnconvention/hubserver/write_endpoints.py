@@ -22,10 +22,12 @@ from bnconvention.hubserver.handlers import (
     HubResponse,
     error_response,
     json_response,
+    readable_state,
     require_user,
+    require_write,
+    resolved_commit,
 )
-from bnconvention.hubserver.repo_endpoints import readable_state, require_write, resolved_commit
-from bnconvention.hubserver.storage import PR_REF
+from bnconvention.hubserver.repos import PR_REF
 from bnconvention.hubserver.trees import AddFile, DeleteFile, DeleteFolder, Operation
 from bnconvention.hubserver.validation import (
     URL_PREFIX,

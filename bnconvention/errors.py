@@ -163,23 +163,6 @@ class HubNetworkError(HubError, ConnectionError):
         self.endpoint = endpoint
 
 
-class HubRequestError(BnConventionError, ValueError):
-    """The local Hub server (``bnconvention.hubserver``) refused a request or a seeding call.
-
-    ``status`` is the HTTP status and ``code`` the ``X-Error-Code`` the real Hub sends for the same case
-    (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``, ``BadRequest``, ...); ``headers`` are extra response
-    headers (e.g. ``X-Repo-Commit`` on a missing file).
-    """
-
-    def __init__(self, message: str, *, status: int, code: str, repo_id: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.repo_id = repo_id
-        self.headers = dict(headers or {})
-
-
 class UsageError(BnConventionError, ValueError):
     """A command was called with arguments that cannot work together."""
 
@@ -207,7 +190,6 @@ __all__ = [
     "FactoryNotAllowedError",
     "HubError",
     "HubNetworkError",
-    "HubRequestError",
     "JSONInputError",
     "MissingDependencyError",
     "RecordError",

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from helpers.processes import sigint_default
 
-from bnconvention.errors import HubRequestError, UsageError
+from bnconvention.errors import UsageError
 from bnconvention.hubserver import AddFile, DeleteFile, DeleteFolder, FaultRule, FileEntry, HubStore
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.routes import Route, match_route
 from bnconvention.hubserver.trees import apply_operations, list_folder, three_way_merge
 from bnconvention.hubserver.validation import check_file_path, check_ref_name, check_repo_id
@@ -98,14 +99,14 @@ def test_failed_state_write_keeps_the_old_state(store: HubStore, monkeypatch: py
     store.commit("org/m", files={"a.txt": b"a"})
     state_before = store.repo_state("org/m")
     repo_json = (store.root / "repos/models/org/m/repo.json").read_bytes()
-    original_write = store._write
+    original_write = store._db.write  # the one writer of the store's files (RepoDatabase)
 
     def failing_write(path: Path, data: bytes) -> None:
         if path.name == "repo.json":
             raise OSError("disk full")
         original_write(path, data)
 
-    monkeypatch.setattr(store, "_write", failing_write)
+    monkeypatch.setattr(store._db, "write", failing_write)
     with pytest.raises(OSError, match="disk full"):
         store.commit("org/m", files={"b.txt": b"b"})
     assert store.repo_state("org/m") == state_before

@@ -13,9 +13,10 @@ What it serves, the fault kinds and the counters are described in ``server``, ``
 
 from bnconvention.hubserver.auth import AccessControl
 from bnconvention.hubserver.faults import FaultDecision, FaultInjector, FaultKind, FaultRule
+from bnconvention.hubserver.repos import Commit, ResolvedRevision
 from bnconvention.hubserver.server import LocalHub
 from bnconvention.hubserver.stats import RequestRecord, RequestStats
-from bnconvention.hubserver.storage import Commit, CommitResult, HubStore, ResolvedRevision
+from bnconvention.hubserver.storage import CommitResult, HubStore
 from bnconvention.hubserver.trees import AddFile, DeleteFile, DeleteFolder, FileEntry, Operation
 
 __all__ = [

@@ -15,7 +15,7 @@ import hmac
 import threading
 from collections.abc import Iterable, Mapping
 
-from bnconvention.errors import HubRequestError
+from bnconvention.hubserver.errors import HubRequestError
 
 # huggingface_hub maps a 401 to RepositoryNotFoundError unless the message is exactly this one.
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"

@@ -7,9 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from bnconvention.hubserver.auth import forbidden
-from bnconvention.hubserver.handlers import HubContext, HubRequest, HubResponse, json_response, require_user
+from bnconvention.hubserver.handlers import (
+    HubContext,
+    HubRequest,
+    HubResponse,
+    json_response,
+    readable_state,
+    require_user,
+)
 from bnconvention.hubserver.payloads import discussion_details, discussion_summary, event_payload
-from bnconvention.hubserver.repo_endpoints import readable_state
 from bnconvention.hubserver.validation import bad_request
 
 TYPE_FILTERS = ("all", "discussion", "pull_request")
@@ -57,7 +63,7 @@ def create_discussion(context: HubContext, request: HubRequest) -> HubResponse:
     pull_request = body.get("pullRequest", False)
     if not isinstance(description, str) or not isinstance(pull_request, bool):
         raise bad_request("description must be a string and pullRequest a boolean")
-    num = context.store.create_discussion(request.repo_id, title=body.get("title"),  # type: ignore[arg-type]
+    num = context.store.create_discussion(request.repo_id, title=body.get("title"),
                                           description=description, author=user, pull_request=pull_request,
                                           repo_type=request.repo_type)
     return json_response({"num": num, "pullRequest": pull_request,

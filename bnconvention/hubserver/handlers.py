@@ -1,9 +1,10 @@
-"""Request and response objects of the local Hub, shared checks, and the dispatch from a route to its endpoint.
+"""What every endpoint shares: the request, response and context objects, and the access checks.
 
 Endpoints are plain functions ``(HubContext, HubRequest) -> HubResponse`` (in ``repo_endpoints``,
-``write_endpoints`` and ``discussion_endpoints``); they raise :class:`~bnconvention.errors.HubRequestError` for
-every refusal, which :func:`dispatch` turns into a JSON error with the ``X-Error-Code`` header the client maps to
-its typed exceptions. The HTTP plumbing (sockets, faults, counters) lives in ``server``.
+``write_endpoints`` and ``discussion_endpoints``, which import this module and never each other); they raise
+:class:`~bnconvention.hubserver.errors.HubRequestError` for every refusal, which ``dispatch`` turns into a JSON
+error with the ``X-Error-Code`` header the client maps to its typed exceptions. The HTTP plumbing (sockets,
+faults, counters) lives in ``server``.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from email.message import Message
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from bnconvention.errors import HubRequestError, JSONInputError
+from bnconvention.errors import JSONInputError
 from bnconvention.formats.canonical import loads_strict
-from bnconvention.hubserver.auth import AccessControl, unauthorized
-from bnconvention.hubserver.routes import Route, match_route
+from bnconvention.hubserver.auth import AccessControl, forbidden, unauthorized
+from bnconvention.hubserver.errors import HubRequestError
+from bnconvention.hubserver.repos import Commit
+from bnconvention.hubserver.routes import Route
 from bnconvention.hubserver.storage import HubStore
 from bnconvention.hubserver.validation import RepoType, bad_request
 
@@ -61,7 +65,7 @@ class HubRequest:
     method: str
     raw_path: str
     raw_query: str
-    headers: Mapping[str, str]
+    headers: Mapping[str, str] | Message[str, str]
     body: bytes
     base_url: str
     route: Route | None = None
@@ -174,33 +178,25 @@ def require_user(request: HubRequest) -> str:
     return request.user
 
 
-Endpoint = Callable[[HubContext, HubRequest], HubResponse]
+def readable_state(context: HubContext, request: HubRequest) -> dict[str, Any]:
+    """The route's repo state; a private repo the user may not read is reported as missing, as on the Hub."""
+    state = context.store.repo_state(request.repo_id, repo_type=request.repo_type)
+    if state["private"] and not context.access.can_write(request.user, request.repo_id.split("/")[0]):
+        raise HubRequestError(f"Repository Not Found: {request.repo_id}", status=404, code="RepoNotFound",
+                              repo_id=request.repo_id)
+    return state
 
 
-def _endpoints() -> dict[str, Endpoint]:
-    from bnconvention.hubserver import discussion_endpoints, repo_endpoints, write_endpoints
-
-    table: dict[str, Endpoint] = {}
-    for module in (repo_endpoints, write_endpoints, discussion_endpoints):
-        table.update(module.ENDPOINTS)
-    return table
-
-
-_TABLE: dict[str, Endpoint] | None = None
+def require_write(context: HubContext, request: HubRequest) -> str:
+    """The user, when they may write to the route's namespace (401 without a token, 403 otherwise)."""
+    user = require_user(request)
+    namespace = request.repo_id.split("/")[0]
+    if not context.access.can_write(user, namespace):
+        raise forbidden(f"{user} cannot write to {namespace}/: only its owner and organization members can; "
+                        "open a pull request instead (create_pr=True)", repo_id=request.repo_id)
+    return user
 
 
-def dispatch(context: HubContext, request: HubRequest) -> HubResponse:
-    """Authenticate, route and run one request; every refusal becomes a JSON error response."""
-    global _TABLE
-    if _TABLE is None:
-        _TABLE = _endpoints()
-    try:
-        request.user = context.access.user_for(request.headers.get("Authorization"))
-        request.route = match_route(request.method, request.raw_path)
-        return _TABLE[request.route.endpoint](context, request)
-    except HubRequestError as exc:
-        return error_response(exc)
-    except Exception:  # noqa: BLE001 - a server bug must not kill the connection thread; it is logged
-        logger.exception("hubserver: unhandled error on %s %s", request.method, request.raw_path)
-        return error_response(HubRequestError(
-            "Internal error in the local Hub server (see its log)", status=500, code="InternalError"))
+def resolved_commit(context: HubContext, request: HubRequest, revision: str | None = None) -> Commit:
+    return context.store.resolve(request.repo_id, revision or request.revision,
+                                 repo_type=request.repo_type).commit

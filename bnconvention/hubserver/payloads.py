@@ -18,7 +18,7 @@ from bnconvention.errors import BnConventionError
 from bnconvention.formats.card import MAX_CARD_BYTES, decode_card, parse_card_metadata
 from bnconvention.formats.safetensors_header import DTYPE_BITS, read_header
 from bnconvention.hubserver.handlers import HubContext
-from bnconvention.hubserver.storage import Commit
+from bnconvention.hubserver.repos import Commit
 from bnconvention.hubserver.trees import FileEntry, folder_oid
 from bnconvention.hubserver.validation import bad_request
 from bnconvention.hubserver.wire import sha1_hex

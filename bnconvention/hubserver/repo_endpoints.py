@@ -7,9 +7,17 @@ import mimetypes
 from typing import Any
 from urllib.parse import parse_qs
 
-from bnconvention.errors import HubRequestError
-from bnconvention.hubserver.auth import forbidden
-from bnconvention.hubserver.handlers import HubContext, HubRequest, HubResponse, json_response, require_user
+from bnconvention.hubserver.errors import HubRequestError
+from bnconvention.hubserver.handlers import (
+    HubContext,
+    HubRequest,
+    HubResponse,
+    json_response,
+    readable_state,
+    require_user,
+    require_write,
+    resolved_commit,
+)
 from bnconvention.hubserver.payloads import (
     FULL_FIELDS,
     INFO_FIELDS,
@@ -19,36 +27,12 @@ from bnconvention.hubserver.payloads import (
     repo_payload,
     tree_entry,
 )
-from bnconvention.hubserver.storage import Commit
+from bnconvention.hubserver.repos import Commit
 from bnconvention.hubserver.trees import is_folder, list_folder
 from bnconvention.hubserver.validation import bad_request, check_file_path
 from bnconvention.hubserver.wire import parse_range
 
 SORT_KEYS = ("lastModified", "createdAt", "downloads", "likes", "trendingScore", "id")
-
-
-def readable_state(context: HubContext, request: HubRequest) -> dict[str, Any]:
-    """The route's repo state; a private repo the user may not read is reported as missing, as on the Hub."""
-    state = context.store.repo_state(request.repo_id, repo_type=request.repo_type)
-    if state["private"] and not context.access.can_write(request.user, request.repo_id.split("/")[0]):
-        raise HubRequestError(f"Repository Not Found: {request.repo_id}", status=404, code="RepoNotFound",
-                              repo_id=request.repo_id)
-    return state
-
-
-def require_write(context: HubContext, request: HubRequest) -> str:
-    """The user, when they may write to the route's namespace (401 without a token, 403 otherwise)."""
-    user = require_user(request)
-    namespace = request.repo_id.split("/")[0]
-    if not context.access.can_write(user, namespace):
-        raise forbidden(f"{user} cannot write to {namespace}/: only its owner and organization members can; "
-                        "open a pull request instead (create_pr=True)", repo_id=request.repo_id)
-    return user
-
-
-def resolved_commit(context: HubContext, request: HubRequest, revision: str | None = None) -> Commit:
-    return context.store.resolve(request.repo_id, revision or request.revision,
-                                 repo_type=request.repo_type).commit
 
 
 def whoami(context: HubContext, request: HubRequest) -> HubResponse:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from bnconvention.errors import HubRequestError
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.validation import API_PLURAL, RepoType, bad_request, check_repo_id
 
 DISCUSSION_ACTIONS = ("comment", "status", "title", "merge")

@@ -1,9 +1,10 @@
 """The local Hub-compatible HTTP server: :class:`LocalHub` (start, endpoint, stop, stats, faults).
 
 Standard library only (``http.server.ThreadingHTTPServer``, HTTP/1.1 keep-alive, one thread per connection). Each
-request: fault decision (latency / status / drop / truncate / trickle / endless), body read (``Content-Length`` or chunked, bounded),
-dispatch to the endpoint, response written with exact ``Content-Length``, one :class:`RequestRecord` with the body
-bytes actually sent. Request lines are logged at DEBUG level without headers, so tokens never reach a log.
+request: fault decision (latency / status / drop / truncate / trickle / endless), body read (``Content-Length``
+or chunked, bounded), dispatch to the endpoint, response written with exact ``Content-Length``, one
+:class:`RequestRecord` with the body bytes actually sent. Request lines are logged at DEBUG level without headers,
+so tokens never reach a log.
 
 >>> from huggingface_hub import HfApi  # doctest: +SKIP
 >>> with LocalHub(tokens={"tok": "alice"}) as hub:  # doctest: +SKIP
@@ -27,14 +28,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bnconvention.errors import HubRequestError, UsageError
+from bnconvention.errors import UsageError
 from bnconvention.hubserver.auth import AccessControl
+from bnconvention.hubserver.dispatch import dispatch
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.faults import FaultInjector, FaultRule
 from bnconvention.hubserver.handlers import (
     HubContext,
     HubRequest,
     HubResponse,
-    dispatch,
     error_response,
     header_safe,
     logger,

@@ -20,7 +20,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from bnconvention.errors import HubRequestError
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.validation import bad_request, check_file_path, check_folder_path
 from bnconvention.hubserver.wire import git_blob_sha1, sha1_hex, sha256_hex
 

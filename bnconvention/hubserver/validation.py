@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from bnconvention.errors import HubRequestError
+from bnconvention.hubserver.errors import HubRequestError
 
 RepoType = Literal["model", "dataset", "space"]
 REPO_TYPES: tuple[RepoType, ...] = ("model", "dataset", "space")
@@ -41,7 +41,7 @@ def check_repo_type(repo_type: str | None) -> RepoType:
         return "model"
     if repo_type not in REPO_TYPES:
         raise bad_request(f"repo type {repo_type!r} is not one of {', '.join(REPO_TYPES)}")
-    return repo_type  # type: ignore[return-value]
+    return repo_type
 
 
 def check_name(name: object, *, what: str) -> str:

@@ -17,7 +17,7 @@ import hashlib
 import re
 from datetime import UTC, datetime
 
-from bnconvention.errors import HubRequestError
+from bnconvention.hubserver.errors import HubRequestError
 
 # The Hub's date format; huggingface_hub's parse_datetime accepts exactly this shape (milliseconds optional).
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%S"

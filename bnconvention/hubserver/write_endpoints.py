@@ -12,19 +12,22 @@ import binascii
 import json
 from typing import Any
 
-from bnconvention.errors import CardError, HubRequestError
+from bnconvention.errors import CardError
 from bnconvention.formats.card import parse_card_metadata
 from bnconvention.hubserver.auth import forbidden
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import (
     HubContext,
     HubRequest,
     HubResponse,
     error_response,
     json_response,
+    readable_state,
     require_user,
+    require_write,
+    resolved_commit,
 )
-from bnconvention.hubserver.repo_endpoints import readable_state, require_write, resolved_commit
-from bnconvention.hubserver.storage import PR_REF
+from bnconvention.hubserver.repos import PR_REF
 from bnconvention.hubserver.trees import AddFile, DeleteFile, DeleteFolder, Operation
 from bnconvention.hubserver.validation import (
     URL_PREFIX,

@@ -11,7 +11,7 @@ This package never imports torch: digests are computed by streaming the safetens
 from bnconvention.validation.files import ValidationReport, validate_paths
 from bnconvention.validation.issues import CODES, CodeInfo, Issue, Severity, best_issue, sort_issues
 from bnconvention.validation.records import check_record, ensure_valid_record, validate_record
-from bnconvention.validation.release import diff_pointers
+from bnconvention.validation.consistency import diff_pointers
 from bnconvention.validation.rendering import FORMATS, ReportFormat, render
 
 __all__ = [

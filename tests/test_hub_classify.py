@@ -7,14 +7,25 @@ import json
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from safetensors.numpy import save as save_numpy
 
 from bnconvention.formats.canonical import canonical_json
 from bnconvention.formats.safetensors_header import parse_header
-from bnconvention.hub.classify import check_layers, classify_checkpoint, failed_repo
+from bnconvention.hub.classify import (
+    CheckpointReport,
+    bound_checkpoint,
+    check_layers,
+    classify_checkpoint,
+    declared_verdict,
+    failed_repo,
+    stamped_records,
+    undeclared_verdict,
+)
 from bnconvention.hub.client import make_client
 from bnconvention.hub.headers import RemoteHeader, WeightsSet
 from bnconvention.standard.models import Declaration
+from bnconvention.validation import Issue
 
 TOKEN = "hf_classify_secret_1618"
 
@@ -115,3 +126,65 @@ def test_failed_repo_keeps_the_token_out_of_the_reason() -> None:
     entry = failed_repo("org/m", "abc", ConnectionError(f"refused while sending Bearer {TOKEN}"), client)
     assert entry.status == "unreadable"
     assert entry.reason == "the Hub failed while reading it: ConnectionError: refused while sending Bearer ***"
+
+
+# --- the stages of the classification and its findings (issue 11: the validator's issues, no Finding type) --------
+
+
+def test_the_shards_of_a_checkpoint_must_carry_one_record(record: dict) -> None:
+    stamped = {"bnconvention.record": canonical_json(record)}
+    other = {"bnconvention.record": canonical_json({**record, "reporting_line": "other"})}
+    headers = [(name, _weights(_bn_file(md), name).headers[0].header)
+               for name, md in (("a.safetensors", stamped), ("b.safetensors", other))]
+    found, verdict = stamped_records(headers, source="org/m")
+    assert found == [] and verdict is not None
+    assert (verdict.status, verdict.reason) == ("declared_inconsistent", "the shards carry different records")
+    same, none = stamped_records([headers[0], ("c.safetensors", headers[0][1])], source="org/m")
+    assert none is None and [name for name, _ in same] == ["a.safetensors", "c.safetensors"]
+
+
+def test_a_stamped_record_that_is_not_json() -> None:
+    header = _weights(_bn_file({"bnconvention.record": "{not json"})).headers[0].header
+    _, verdict = stamped_records([("model.safetensors", header)], source="org/m")
+    assert verdict is not None and verdict.reason == "model.safetensors: the stamped record is not valid JSON"
+    assert [i.code for i in verdict.findings] == ["safetensors.record_not_json"]
+
+
+def test_declared_verdict_maps_issue_codes_to_classes(record: dict) -> None:
+    shapes = {name: info.shape for name, info in _weights(_bn_file()).tensors().items()}
+    verdict, name = declared_verdict(("model.safetensors", record), None, shapes=shapes, bn=["bn"], source="org/m")
+    assert (verdict.status, verdict.findings, name) == ("declared_consistent", [], record["convention"]["name"])
+    renamed = copy.deepcopy(record)
+    renamed["deployed_state"][0]["layers"][0]["name"] = "other"
+    verdict, _ = declared_verdict(None, renamed, shapes=shapes, bn=["bn"], source="org/m")
+    assert verdict.status == "declared_inconsistent"
+    assert verdict.reason.startswith("the declaration does not match the header's running buffers: "
+                                     "layers.missing_in_file: layer \"other\" is declared with running statistics "
+                                     "but the header has no other.running_mean")
+    assert all(isinstance(issue, Issue) and issue.file == "README.md" for issue in verdict.findings)
+    assert undeclared_verdict([]).status == "channel_absent" and undeclared_verdict(["bn"]).status == "undeclared"
+
+
+def test_findings_are_stored_as_code_path_message_and_read_back_as_issues(record: dict) -> None:
+    other = copy.deepcopy(record)
+    other["reporting_line"] = "something else"
+    report = _classify(_bn_file({"bnconvention.record": canonical_json(record)}), card=other)
+    stored = report.model_dump(mode="json")["findings"]
+    assert [sorted(f) for f in stored] == [["code", "message", "path"]]
+    again = CheckpointReport.model_validate_json(report.model_dump_json())
+    assert again.findings == [Issue(code="release.card_header_mismatch", severity="error", file="",
+                                    path="/reporting_line", message=report.findings[0].message)]
+    # a census journal written before findings were issues reads back the same way
+    old = {**report.model_dump(mode="json"), "findings": [{"code": "digests.running_mismatch", "message": "stale"}]}
+    assert CheckpointReport.model_validate(old).findings[0].path == ""
+    with pytest.raises(ValidationError):
+        CheckpointReport.model_validate({**old, "findings": [{"code": "x", "message": "m", "extra": 1}]})
+
+
+def test_the_card_binds_to_the_only_checkpoint_or_to_the_one_carrying_its_record(record: dict) -> None:
+    stamped = _weights(_bn_file({"bnconvention.record": canonical_json(record)}), "a.safetensors")
+    plain = _weights(_bn_file(), "b.safetensors")
+    assert bound_checkpoint([plain], None) is plain
+    assert bound_checkpoint([plain, stamped], record) is stamped
+    assert bound_checkpoint([plain, stamped], None) is None
+    assert bound_checkpoint([plain, stamped], {**record, "reporting_line": "other"}) is None

@@ -14,13 +14,26 @@ from safetensors.torch import save_file
 
 from bnconvention.authoring.card_stamp import stamp_card_file
 from bnconvention.authoring.declaration import make_transform
-from bnconvention.authoring.publish import publish
+from bnconvention.authoring.publish import (
+    PublishResult,
+    assign_records,
+    check_release,
+    choose_record,
+    plan_card,
+    plan_records,
+    publish,
+    record_matches,
+    release_weights,
+    stamp_release,
+    upload_release,
+)
 from bnconvention.authoring.recorder import BNRecorder
 from bnconvention.authoring.stamp import read_stamped_record, stamp_file
 from bnconvention.cli.main import main
 from bnconvention.errors import CardError, DigestMismatchError, HubError, RecordError, UsageError
+from bnconvention.formats.atomic import TEMP_GLOBS
 from bnconvention.formats.card import read_card_record
-from bnconvention.standard.models import to_dict
+from bnconvention.standard.models import parse_record, to_dict
 from bnconvention.zoo.models import convnet_bn
 
 TOKEN = "hf_secretTOKENvalue1234567890"
@@ -234,7 +247,83 @@ def test_a_hub_failure_never_shows_the_token(release: Path, parts: dict[str, Any
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
-# --- the command line ---------------------------------------------------------------------------------------------------
+# --- the stages, each on its own (issue 11) ---------------------------------------------------------------------------
+
+
+def test_release_weights_lists_the_top_level_files(release: Path, parts: dict[str, Any]) -> None:
+    (release / "nested").mkdir()
+    shutil.copyfile(parts["b"]["weights"], release / "nested" / "deeper.safetensors")
+    shutil.copyfile(parts["b"]["weights"], release / "second.safetensors")
+    folder, weights = release_weights(str(release), repo_id="org/model")
+    assert (folder, [p.name for p in weights]) == (release, ["model.safetensors", "second.safetensors"])
+
+
+def test_record_matches_by_the_consistency_rule(release: Path, parts: dict[str, Any]) -> None:
+    own, other = (parse_record(parts[name]["record"]) for name in ("a", "b"))
+    assert record_matches(release / "model.safetensors", own)
+    assert not record_matches(release / "model.safetensors", other)
+
+
+def test_assign_records_takes_each_file_once(release: Path, parts: dict[str, Any]) -> None:
+    shutil.copyfile(parts["a"]["weights"], release / "copy.safetensors")  # the same tensors twice
+    weights = sorted(release.glob("*.safetensors"))
+    loaded = [(parse_record(parts["a"]["record"]), parts["a"]["record"])] * 2
+    assert assign_records(release, weights, loaded) == {weights[0]: 0, weights[1]: 1}
+    with pytest.raises(DigestMismatchError, match="record #3"):
+        assign_records(release, weights, [*loaded, loaded[0]])
+
+
+def test_choose_record_prefers_what_fits_the_tensors(release: Path, parts: dict[str, Any]) -> None:
+    own = (parse_record(parts["a"]["record"]), parts["a"]["record"])
+    other = (parse_record(parts["b"]["record"]), parts["b"]["record"])
+    path = release / "model.safetensors"
+    assert choose_record(path, stamped=other, card=own, single=True) == own
+    assert choose_record(path, stamped=own, card=own, single=True) == own  # the same record in both counts once
+    with pytest.raises(DigestMismatchError, match="the record in its header describes other tensors"):
+        choose_record(path, stamped=other, card=None, single=True)
+    with pytest.raises(RecordError, match="each needs its own"):
+        choose_record(path, stamped=None, card=None, single=False)
+
+
+def test_plan_card_is_for_a_one_file_release_and_checks_the_card_first(release: Path, parts: dict[str, Any],
+                                                                       fixtures_dir: Path) -> None:
+    choices = plan_records(release, [release / "model.safetensors"], [parts["a"]["record"]])
+    assert plan_card(release, choices) == parts["a"]["record"]
+    assert plan_card(release, choices * 2) is None
+    shutil.copyfile(fixtures_dir / "inspect" / "malformed_card" / "README.md", release / "README.md")
+    with pytest.raises(CardError, match="invalid YAML front matter"):
+        plan_card(release, choices)
+
+
+def test_stamp_release_then_again_changes_nothing(release: Path, parts: dict[str, Any]) -> None:
+    choices = plan_records(release, [release / "model.safetensors"], [parts["a"]["record"]])
+    first = stamp_release(release, choices, card_data=parts["a"]["record"], repo_id="org/model")
+    assert (first.stamped, first.card) == (["model.safetensors", "README.md"], "created")
+    again = plan_records(release, [release / "model.safetensors"], [])
+    assert [c.stamped for c in again] == [True]
+    second = stamp_release(release, again, card_data=parts["a"]["record"], repo_id="org/model")
+    assert (second.stamped, second.card) == ([], "unchanged")
+
+
+def test_check_release_returns_warnings_or_raises_with_the_errors(release: Path, parts: dict[str, Any]) -> None:
+    with pytest.raises(RecordError) as caught:
+        check_release(release)  # nothing declared yet, and publish requires a declaration
+    assert [i.code for i in caught.value.issues] == ["declaration.missing"]
+    stamp_file(release / "model.safetensors", parts["a"]["record"])
+    stamp_card_file(release / "README.md", parts["a"]["record"])
+    assert check_release(release) == []  # valid, and nothing to warn about
+
+
+def test_upload_release_fills_in_the_result(release: Path) -> None:
+    api = FakeApi()
+    result = PublishResult(directory=release, repo_id="org/model", records={"model.safetensors": "x"})
+    upload_release(result, api=api, create_pr=False, commit_message=None, token=None)
+    assert (result.uploaded, result.commit_url) == (True, "https://hub.test/org/model/commit/abc123")
+    assert api.calls[1][1]["commit_message"] == "Publish with bnconvention declaration x"
+    assert api.calls[1][1]["ignore_patterns"] == list(TEMP_GLOBS)
+
+
+# --- the command line -------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture

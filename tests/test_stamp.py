@@ -28,6 +28,7 @@ from bnconvention.authoring import stamp as stamp_module
 from bnconvention.authoring.stamp import (
     DEFAULT_RESERVE,
     PAGE_SIZE,
+    ensure_writable,
     read_stamped_record,
     stamp_file,
     stamped_header_bytes,
@@ -448,6 +449,19 @@ def test_a_read_only_file_is_refused(weights: Path, record_file: Path, capsys: p
     code, _, err = run_cli(["stamp", str(weights), "--record", str(record_file)], capsys)
     assert code == 1 and "read-only" in err
     assert weights.read_bytes() == TINY.read_bytes() and weights.stat().st_mode & 0o777 == 0o444
+
+
+def test_one_read_only_rule_for_weights_and_cards(tmp_path: Path) -> None:
+    """Issue 11: the card and the weights share ensure_writable; a file without write bits is read-only even for
+    root, whom os.access lets write anything."""
+    path = tmp_path / "README.md"
+    path.write_text("# card\n", "utf-8")
+    ensure_writable(path, os.stat(path))  # writable: nothing raised, nothing else to check
+    os.chmod(path, 0o444)
+    with pytest.raises(StampError) as caught:
+        ensure_writable(path, os.stat(path), what="card", shown="shown/README.md")
+    assert str(caught.value) == ("shown/README.md: card is read-only (mode -r--r--r--); make it writable "
+                                 "(chmod u+w shown/README.md) to stamp it; nothing was changed")
 
 
 def test_a_read_only_directory_refuses_the_rewrite_but_not_an_in_place_update(weights: Path, tmp_path: Path) -> None:

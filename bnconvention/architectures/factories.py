@@ -24,6 +24,7 @@ from bnconvention.errors import (
     FactoryImportError,
     FactoryNotAllowedError,
 )
+from bnconvention.formats.text import one_line
 
 if TYPE_CHECKING:
     import torch
@@ -97,7 +98,7 @@ def _load(target: str) -> FactoryFn:
     except Exception as exc:  # noqa: BLE001 - the user's module may raise anything while it is imported
         raise FactoryImportError(
             f"module {module_name!r} of factory {target!r} raised {type(exc).__name__} while being imported: "
-            f"{' '.join(str(exc).split())}; fix the module (rerun with --traceback to see where)",
+            f"{one_line(exc)}; fix the module (rerun with --traceback to see where)",
             target=target) from exc
     function = getattr(module, attribute, None)
     if function is None:
@@ -152,7 +153,7 @@ def build_model(name: str, kwargs: Mapping[str, Any] | None = None) -> torch.nn.
         raise
     except Exception as exc:  # noqa: BLE001 - a factory is other people's code: one line, chained for --traceback
         raise FactoryCallError(f"model factory {name!r} raised {type(exc).__name__}: "
-                               f"{' '.join(str(exc).split())}") from exc
+                               f"{one_line(exc)}") from exc
     import torch
 
     if not isinstance(model, torch.nn.Module):

@@ -1,8 +1,8 @@
 """Stamp a record into a safetensors file's header, never touching the tensor data (and never importing torch).
 
-The record goes under :data:`~bnconvention.standard.locations.SAFETENSORS_METADATA_KEY` in ``__metadata__`` as the canonical
-JSON of the record. Every other header entry (foreign metadata keys, ``format``, every tensor entry) keeps its value
-and its position; the data section after the header stays byte-identical.
+The record goes under :data:`~bnconvention.standard.locations.SAFETENSORS_METADATA_KEY` in ``__metadata__`` as the
+canonical JSON of the record. Every other header entry (foreign metadata keys, ``format``, every tensor entry) keeps
+its value and its position; the data section after the header stays byte-identical.
 
 What the new file holds is decided by the pure :func:`stamped_header_bytes`:
 
@@ -38,6 +38,7 @@ b'{"__metadata__":{"bnconvention.record":"'
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import mmap
@@ -80,6 +81,7 @@ __all__ = [
     "StampResult",
     "check_record_matches_file",
     "checked_record",
+    "ensure_writable",
     "read_stamped_record",
     "stamp_file",
     "stamped_header_bytes",
@@ -145,7 +147,7 @@ def check_record_matches_file(path: str | os.PathLike[str], record: Declaration 
         found.check_against(trainable_sha256=record.subject.trainable_sha256,
                             running_sha256=record.subject.running_sha256, where=where)
         return
-    from bnconvention.validation.release import layer_issues
+    from bnconvention.validation.consistency import layer_issues
 
     layers = [layer for state in record.deployed_state for layer in state.layers]
     shapes = {name: info.shape for name, info in header.tensors.items()}
@@ -253,11 +255,17 @@ def read_stamped_record(path: str | os.PathLike[str]) -> Declaration | RefitAnno
     return checked_record(data, source=f"{source} __metadata__[{SAFETENSORS_METADATA_KEY!r}]")[0]
 
 
-def _ensure_writable(path: Path, st: os.stat_result) -> None:
-    # Root passes os.access whatever the mode; a file without write bits was still made read-only on purpose.
+def ensure_writable(path: Path, st: os.stat_result, *, what: str = "file", shown: str | None = None) -> None:
+    """:class:`StampError` unless the file at ``path`` (``st``: its stat) may be stamped: the one read-only rule of
+    weights files and cards. ``shown``: the name the message uses (default ``path``).
+
+    Root passes ``os.access`` whatever the mode; a file without write bits was still made read-only on purpose, so
+    the mode is checked too.
+    """
     if not st.st_mode & 0o222 or not os.access(path, os.W_OK):
-        raise StampError(f"{path}: file is read-only (mode {stat.filemode(st.st_mode)}); make it writable "
-                         f"(chmod u+w {path}) to stamp it; nothing was changed")
+        name = str(path) if shown is None else shown
+        raise StampError(f"{name}: {what} is read-only (mode {stat.filemode(st.st_mode)}); make it writable "
+                         f"(chmod u+w {name}) to stamp it; nothing was changed")
 
 
 def _ensure_directory_writable(directory: Path, needed: int) -> None:
@@ -302,11 +310,12 @@ def stamp_file(path: str | os.PathLike[str], record: Declaration | RefitAnnotati
     new = stamped_header_bytes(header, record_text, reserve=reserve)
     parse_header(new, data_size=header.data_size, source=f"{source} (stamped header)")  # never write what we can't read
     removed = tuple(remove_stale_temps(target, suffix=STAMP_TEMP_SUFFIX))  # a killed stamp's copy is garbage
-    result = StampResult(path=target, method="unchanged", header_size=len(new), padding=len(new) - len(new.rstrip(b" ")),
-                         record_sha256=canonical_sha256(data), digests_checked=check_digests, removed_temps=removed)
+    result = StampResult(path=target, method="unchanged", header_size=len(new),
+                         padding=len(new) - len(new.rstrip(b" ")), record_sha256=canonical_sha256(data),
+                         digests_checked=check_digests, removed_temps=removed)
     if new == old:
         return result
-    _ensure_writable(target, st)
+    ensure_writable(target, st)
     span = _changed_span(old, new) if len(new) == len(old) else None
     if allow_in_place and span is not None and (8 + span[0]) // PAGE_SIZE == (8 + span[1] - 1) // PAGE_SIZE:
         _write_in_place(target, old, new, span, source=source)
@@ -388,10 +397,8 @@ def _rewrite(target: Path, header: SafetensorsHeader, new: bytes, *, mode: int, 
                          "unchanged and the temporary copy was removed") from exc
     finally:
         if tmp is not None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-            except FileNotFoundError:
-                pass
 
 
 def _copy_range(src: Any, dst: Any, *, src_offset: int, dst_offset: int, count: int, progress: bool,

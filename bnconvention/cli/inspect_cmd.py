@@ -36,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run(args: argparse.Namespace) -> int:
     from bnconvention.authoring.inspection import format_text, inspect_path
+    from bnconvention.formats.text import one_line
     from bnconvention.validation import best_issue
 
     inspection = inspect_path(args.path)
@@ -49,5 +50,5 @@ def run(args: argparse.Namespace) -> int:
         best = best_issue(errors)
         label = "unreadable input" if code == 2 else "inspection found errors"
         if best is not None:
-            print(f"bnconvention: {label}: {best.code}: {' '.join(best.message.split())}", file=sys.stderr)
+            print(f"bnconvention: {label}: {best.code}: {one_line(best.message)}", file=sys.stderr)
     return code

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from bnconvention import errors
 from bnconvention._version import __version__
 from bnconvention.extras import missing_dependency
+from bnconvention.formats.text import one_line
 
 # Order is the order of ``bnconvention --help``.
 COMMAND_MODULES: list[str] = [
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _classify(exc: BaseException) -> tuple[int, str, str]:
     """``(exit code, kind, message)`` of the one line that reports ``exc``."""
-    message = " ".join(str(exc).split())
+    message = one_line(exc)
     for exc_type, code, label in ERROR_TABLE:
         if isinstance(exc, exc_type):
             return code, label, message or type(exc).__name__

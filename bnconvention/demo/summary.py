@@ -7,7 +7,7 @@ from typing import Any
 
 from bnconvention.demo.pipeline import DemoResult, headline
 from bnconvention.demo.spec import DEMO_SPEC
-from bnconvention.formats.text import plural, signed
+from bnconvention.formats.text import one_line, plural, signed
 from bnconvention.hub.summaries import CLASS_LABELS
 from bnconvention.report_html import flagged_repos
 
@@ -34,7 +34,7 @@ def _decision(cell: Any) -> str:
 
 
 def _shorten(text: str, limit: int = 110) -> str:
-    text = " ".join(str(text).split())
+    text = one_line(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

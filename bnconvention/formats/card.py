@@ -31,7 +31,8 @@ REGEX_YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)
 # An empty front matter: the closing fence right after the opening one (REGEX_YAML_BLOCK wants a line between).
 _EMPTY_YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))(---[ \t]*(?:\r\n|\n|$))")
 CARD_BLOCK_KEY = "bnconvention"
-MAX_CARD_BYTES = 4 * 1024 * 1024
+CARD_NAME = "README.md"  # the model card of a release folder or a Hub repo, where the Hub looks for it
+MAX_CARD_BYTES = 4 * 1024 * 1024  # the one bound for a card, whoever reads it (validator, census, stamping)
 MAX_YAML_EXPANSION = 2 * MAX_CARD_BYTES  # characters of scalars plus one per node, aliases expanded
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -69,7 +70,7 @@ def split_front_matter(text: str) -> FrontMatter | None:
 class _StrictSafeLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate mapping keys (keys brought in by a ``<<:`` merge may be overridden)."""
 
-    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:

@@ -1,4 +1,4 @@
-"""Small text helpers shared by every human-readable output: counted nouns and signed shifts.
+"""Small text helpers shared by every human-readable output: counted nouns, signed shifts, one-line text.
 
 >>> plural(1, "repo"), plural(3, "repo"), plural(2, "BatchNorm layer")
 ('1 repo', '3 repos', '2 BatchNorm layers')
@@ -8,6 +8,10 @@
 ('+0.00', '+0.00', '+2.47')
 >>> signed(-0.006)
 '-0.01'
+>>> one_line(ValueError("bad\\n  value\\tat 3"))
+'bad value at 3'
+>>> table_cell("a | <b>\\nc")
+'a \\\\| &lt;b&gt; c'
 """
 
 from __future__ import annotations
@@ -23,3 +27,15 @@ def signed(value: float, digits: int = 2) -> str:
     ``-0.00`` (a shift of -0.001 pp is no shift in the reported precision)."""
     text = f"{value:+.{digits}f}"
     return "+" + text[1:] if text.startswith("-") and float(text) == 0.0 else text
+
+
+def one_line(value: object) -> str:
+    """``str(value)`` with every run of whitespace (line breaks included) made one space: an error message or a
+    value from untrusted input fits the one line a report, a census reason or the CLI gives it."""
+    return " ".join(str(value).split())
+
+
+def table_cell(value: object) -> str:
+    """:func:`one_line` made safe for a Markdown table cell: no pipes, no HTML (a value from a card or a header
+    must not be able to end the table, or a generated section's comment markers)."""
+    return one_line(value).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")

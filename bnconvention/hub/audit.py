@@ -39,6 +39,7 @@ from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import AuditSpec, ModelSpec, parse_spec
 from bnconvention.errors import BnConventionError, UntrustedInputError, UsageError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.text import one_line
 from bnconvention.hub.classify import BN_CLASSES, RepoCensus
 from bnconvention.hub.client import DEFAULT_TIMEOUT_S, HubClient, Secret, make_client, quiet_hub_progress
 from bnconvention.hub.crawl import census_org
@@ -235,7 +236,7 @@ def audit_repo_task(task: AuditTask) -> str:
                     files.append(_audit_file(client, task, spec, config_bytes, filename, folder))
                 except Exception as exc:  # noqa: BLE001 - one file's failure is its result; the crawl goes on
                     transient = transient or is_retryable(exc)
-                    text = describe(exc) if not isinstance(exc, BnConventionError) else " ".join(str(exc).split())
+                    text = describe(exc) if not isinstance(exc, BnConventionError) else one_line(exc)
                     files.append(FileAudit(filename=filename, status="failed", reason=client.scrub(text)))
     files.sort(key=lambda f: f.filename)
     statuses = {f.status for f in files}

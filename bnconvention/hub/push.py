@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from bnconvention.errors import BnConventionError, UsageError
 from bnconvention.formats.canonical import canonical_sha256
+from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
 from bnconvention.formats.text import plural, signed
 from bnconvention.hub.audit import RepoAudit
 from bnconvention.hub.client import HubClient
@@ -36,7 +37,6 @@ from bnconvention.hub.retry import call_with_retry, describe, is_retryable
 from bnconvention.standard.locations import ANNOTATION_DIR
 from bnconvention.standard.models import RefitAnnotation, to_dict
 
-CARD_NAME = "README.md"
 MARKER = "bnconvention:refit-annotation"
 _MARKER_RE = re.compile(r"<!-- bnconvention:refit-annotation sha256=([0-9a-f]{64}) -->")
 EVAL_DIR = ".eval_results"
@@ -188,7 +188,7 @@ def plan_push(client: HubClient, audit: RepoAudit, *, eval_results: bool = True,
     if not audited:
         return None
     benchmarks = {} if benchmarks is None else benchmarks
-    raw = client.read_small_file(audit.repo_id, CARD_NAME, revision=audit.revision, max_bytes=4 * 1024 * 1024)
+    raw = client.read_small_file(audit.repo_id, CARD_NAME, revision=audit.revision, max_bytes=MAX_CARD_BYTES)
     before = decode_card(raw, source=f"{audit.repo_id}/{CARD_NAME}") if raw is not None else None
     card = before or ""
     files: dict[str, bytes] = {}

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from bnconvention.errors import HubNetworkError, TransientHubError
+from bnconvention.formats.text import one_line
 
 logger = logging.getLogger("bnconvention.hub")
 
@@ -155,7 +156,7 @@ def network_error(exc: BaseException, *, endpoint: str, scrub: Callable[[str], s
     cause = network_cause(exc)
     if cause is None:
         return None
-    detail = " ".join(str(cause).split()) or type(cause).__name__
+    detail = one_line(cause) or type(cause).__name__
     request = what or next(filter(None, (_request_of(item) for item in _chain(exc))), "")
     request = request.replace(f" {endpoint.rstrip('/')}/", " /", 1)
     during = f"{request}: " if request else ""
@@ -182,7 +183,7 @@ def describe(exc: BaseException, *, brief: bool = False) -> str:
     ``brief``: with the server's own message only (when it sent one), not huggingface_hub's whole text."""
     status = _status(exc)
     server_message = getattr(exc, "server_message", None)
-    text = " ".join(str(server_message if brief and status is not None and server_message else exc).split())
+    text = one_line(server_message if brief and status is not None and server_message else exc)
     if len(text) > 300:
         text = text[:297] + "..."
     prefix = f"HTTP {status}" if status is not None else type(exc).__name__

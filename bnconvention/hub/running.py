@@ -18,6 +18,7 @@ from bnconvention.formats.digests import running_digests_from_bytes, running_nam
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.headers import WeightsSet
 from bnconvention.standard.models import BatchNormState, Declaration
+from bnconvention.validation.consistency import RunningDigests, digest_issues
 
 RUNNING_CHECK_BYTES = 16 * 1024  # running buffers read per checkpoint at most: "the header plus a few KB"
 MERGE_GAP = 512  # ranges closer than this are read as one (a few wasted bytes beat another round trip)
@@ -72,19 +73,21 @@ def plan_ranges(weights: WeightsSet, names: list[str]) -> list[ByteRange]:
 
 
 def compare(record: Declaration, tensors: Mapping[str, tuple[str, tuple[int, ...], bytes]]) -> tuple[str, str] | None:
-    """The first declared running digest that the bytes contradict, as (JSON pointer, message); None if all agree."""
+    """The first declared running digest that the bytes contradict, as (JSON pointer, message); None if all agree.
+
+    The comparison is the validator's (:func:`~bnconvention.validation.consistency.digest_issues`, without the
+    trainable digest, which needs every weight); a stale layer is named before the combined digest."""
     layers = declared_layers(record)
     combined, per_layer = running_digests_from_bytes(tensors, [name for name, _ in layers])
-    for state_index, state in enumerate(record.deployed_state):
-        if not isinstance(state, BatchNormState):
-            continue
-        for j, layer in enumerate(state.layers):
-            if layer.track_running_stats and layer.running_sha256 is not None \
-                    and per_layer.get(layer.name) != layer.running_sha256:
-                return (f"/deployed_state/{state_index}/layers/{j}/running_sha256",
-                        f"the running buffers of layer {layer.name!r} do not match the declared digest: they changed "
-                        "after the declaration was written (stale declaration)")
-    if record.digests.running_sha256 != combined:
+    issues = digest_issues(record, RunningDigests(running_sha256=combined, layer_running_sha256=per_layer),
+                           display="the running buffers", source="")
+    stale = next((i for i in issues if i.code == "digests.layer_mismatch"), None)
+    if stale is not None:
+        state, layer = int(stale.pointer_tokens[1]), int(stale.pointer_tokens[3])  # /deployed_state/i/layers/j/...
+        name = record.deployed_state[state].layers[layer].name
+        return (stale.path, f"the running buffers of layer {name!r} do not match the declared digest: they changed "
+                            "after the declaration was written (stale declaration)")
+    if any(i.code == "digests.running_mismatch" for i in issues):
         return ("/digests/running_sha256", "the running buffers do not match the declared digest: they changed "
                                            "after the declaration was written (stale declaration)")
     return None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.formats.atomic import atomic_write_text
-from bnconvention.formats.text import plural
+from bnconvention.formats.text import plural, table_cell
 from bnconvention.hub.classify import REPO_CLASSES, RepoCensus
 
 CENSUS_FORMAT = "bnconvention-hub-census/1"
@@ -57,7 +57,7 @@ def census_summary(org: str, repos: Sequence[RepoCensus], *, endpoint: str,
 
 
 def _cell(text: Any) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    return table_cell(text)
 
 
 def census_markdown(summary: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlencode
 
 from bnconvention.errors import JSONInputError
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.text import one_line
 from bnconvention.hubserver.auth import AccessControl, forbidden, unauthorized
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.repos import Commit
@@ -162,7 +163,7 @@ def json_response(value: Any, *, status: int = 200, headers: Mapping[str, str] |
 
 def header_safe(text: str, *, limit: int = 400) -> str:
     """One line of latin-1 text, fit for a header value."""
-    flat = " ".join(str(text).split())[:limit]
+    flat = one_line(text)[:limit]
     return flat.encode("latin-1", "replace").decode("latin-1")
 
 

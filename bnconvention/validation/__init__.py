@@ -5,13 +5,16 @@ Entry points: :func:`validate_paths` (files and folders, the ``bnconvention vali
 :func:`best_issue` for a one-line answer. Every issue has a stable code (:data:`CODES`), a severity, the file, a
 JSON-pointer path into the record and a message saying what is wrong, what was found and how to fix it.
 
+Whether a declaration is consistent with a checkpoint (card and header, layers, digests) is one pure rule,
+:func:`bnconvention.validation.consistency.check_consistency`, which the Hub census and ``publish`` call too.
+
 This package never imports torch: digests are computed by streaming the safetensors file.
 """
 
+from bnconvention.validation.consistency import diff_pointers
 from bnconvention.validation.files import ValidationReport, validate_paths
 from bnconvention.validation.issues import CODES, CodeInfo, Issue, Severity, best_issue, sort_issues
 from bnconvention.validation.records import check_record, ensure_valid_record, validate_record
-from bnconvention.validation.release import diff_pointers
 from bnconvention.validation.rendering import FORMATS, ReportFormat, render
 
 __all__ = [

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.formats.atomic import sync_generated_file
+from bnconvention.formats.text import table_cell
 from bnconvention.standard.schema import generate_schema
 from bnconvention.validation.issues import CODES
 
@@ -88,7 +89,7 @@ def _description(schema: dict[str, Any]) -> str:
 
 def _markdown(text: str) -> str:
     """Plain description text made safe for a markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    return table_cell(text)
 
 
 def field_tables() -> str:

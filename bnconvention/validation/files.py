@@ -16,6 +16,7 @@ to be one (a JSON object with ``spec_version`` or ``kind``), so ``config.json`` 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from bnconvention.errors import JSONInputError
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.card import CARD_NAME
 from bnconvention.formats.safetensors_header import PREFIX_BYTES, foreign_format
 from bnconvention.formats.safetensors_index import INDEX_SUFFIX
 from bnconvention.validation.issues import Issue, new_issue, sort_issues
@@ -31,7 +33,6 @@ from bnconvention.validation.release import FileSummary, Release, describe_recor
 from bnconvention.validation.sources import MAX_RECORD_BYTES, load_json_record
 
 SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
-CARD_NAME = "README.md"
 
 
 @dataclass
@@ -219,10 +220,10 @@ def validate_paths(paths: Sequence[str | os.PathLike[str]], *, require_declarati
     records, releases, issues, missing = _plan(paths)
     summaries: list[FileSummary] = []
     for display, path in records:
-        _guarded(display, lambda d=display, p=path: validate_file_record(d, p), issues, summaries)
+        _guarded(display, functools.partial(validate_file_record, display, path), issues, summaries)
     for release in releases:
         display = _display(release.directory)
-        _guarded(display, lambda r=release: validate_release(r, require_declaration=require_declaration),
+        _guarded(display, functools.partial(validate_release, release, require_declaration=require_declaration),
                  issues, summaries)
     summaries.sort(key=lambda s: s.file)
     return ValidationReport(issues=sort_issues(issues), files=summaries, missing=sorted(set(missing)))

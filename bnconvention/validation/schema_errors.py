@@ -146,7 +146,7 @@ def _union(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
 
 def _leaf(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
     keyword = str(error.validator)
-    value = error.validator_value
+    value: Any = error.validator_value  # the schema keyword's own value (jsonschema types it loosely)
     instance = error.instance
     pointer = _pointer(error, base)
     where = _where(pointer)

@@ -58,7 +58,7 @@ def convention_issues(convention: FittingConvention, *, source: str, base: str) 
 
 def batchnorm_state_issues(record: Declaration, *, source: str) -> Iterator[Issue]:
     """Deployed-state rules: one entry per kind, unique layer names, per-layer and combined digests agree."""
-    kinds = Counter()
+    kinds: Counter[str] = Counter()
     for index, state in enumerate(record.deployed_state):
         kinds[state.kind] += 1
         if kinds[state.kind] > 1:

@@ -3,11 +3,11 @@ constrained field types, and the strict base model every record part derives fro
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
-SPEC_VERSION = "1.0"
+SPEC_VERSION: Final = "1.0"
 SCHEMA_ID = "https://bnconvention.github.io/schema/v1/bnconvention.schema.json"
 DIGEST_ALGORITHM = "bnconvention-tensors/1"
 

@@ -9,7 +9,18 @@ import pytest
 from audit_support import PATTERN_SPEC, checkpoint_paths, pattern_census, pattern_spec, without_timing
 from safetensors.torch import load_file, save_file
 
-from bnconvention.audit.census import discover_checkpoints, read_journal, run_census, summarize
+from bnconvention.audit.census import (
+    adjusted_p_values,
+    cell_counts,
+    checkpoint_row,
+    discover_checkpoints,
+    largest_shift,
+    population_counts,
+    read_journal,
+    run_census,
+    summarize,
+    verdict_tally,
+)
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import parse_spec
 from bnconvention.errors import CheckpointMismatchError, FactoryNotAllowedError, UsageError
@@ -204,3 +215,54 @@ def test_checkpoint_with_foreign_tensor_names_is_a_mismatch(zoo, tmp_path):
     shutil.copy(zoo.root / "bn-retrain.json", tmp_path / "bn-retrain.json")
     with pytest.raises(CheckpointMismatchError, match="not in the model: 'extra.weight'"):
         run_census([tmp_path / "bn-retrain.safetensors"], pattern_spec(), tmp_path / "out")
+
+
+# --- the stages of summarize(), each on its own ---------------------------------------------------------------------
+
+
+def test_adjusted_p_values_are_keyed_by_census_position_over_the_eligible_only():
+    results = [_fake_result(f"c{i}", [2.0] * 5) for i in range(3)]
+    adjusted = adjusted_p_values(results, [0, 2], "df")
+    assert list(adjusted) == [0, 2]
+    assert adjusted[0] == adjusted[2] == pytest.approx(0.5 ** 5 * 2 * 1.5 / 2)  # BY with m = 2: c(2) = 1.5
+
+
+def test_cell_counts_apply_the_fdr_threshold_to_displaced_cells_only():
+    moved, still = _fake_result("moved", [2.0] * 5), _fake_result("still", [0.0] * 5)
+    counts = cell_counts([moved, moved, still], "df", [0.01, 0.2, 0.01], fdr_q=0.05)
+    assert counts == {"displaced": 2, "displaced_by": 1, "equivalent": 1, "undetermined": 0}
+
+
+def test_verdict_tally_counts_directions_and_flips_on_every_replicate():
+    up = _fake_result("up", [2.0] * 4, direction="fail_to_pass")  # refit passes on all 4 replicates
+    down = _fake_result("down", [2.0] * 4, direction="pass_to_fail")  # and fails on all 4
+    partial = down.model_copy(update={"annotation": down.annotation.model_copy(update={"verdicts": [
+        down.annotation.verdicts[0].model_copy(update={"refit_pass_replicates": 1})]})})
+    still = _fake_result("still", [0.0] * 4)
+    assert verdict_tally([up, down, partial, still], "df <= 0.05") == {
+        "flips": 3, "pass_to_fail": 2, "fail_to_pass": 1, "flips_on_every_replicate": 2}
+
+
+def test_largest_shift_is_by_absolute_value_and_the_first_on_a_tie():
+    results = [("a", _fake_result("a", [1.0, 1.0])), ("b", _fake_result("b", [-3.0, -3.0])),
+               ("c", _fake_result("c", [3.0, 3.0]))]
+    assert largest_shift(results, ["df"]) == {"checkpoint": "b", "cell": "df", "shift_pp": -3.0}
+    assert largest_shift([], ["df"]) is None
+
+
+def test_checkpoint_row_marks_displaced_by_only_with_an_adjusted_p_value_under_q():
+    moved = _fake_result("moved", [2.0] * 5)
+    row = checkpoint_row(moved, "moved", "checkpoints/moved/annotation.json", ["df"], by_p_values={"df": 0.01},
+                         fdr_q=0.05)
+    assert (row["checkpoint"], row["annotation"], row["cells"]["df"]["displaced_by"]) == (
+        "moved", "checkpoints/moved/annotation.json", True)
+    assert (row["cells"]["df"]["min_shift_pp"], row["cells"]["df"]["sign_beyond"]) == (2.0, 5)
+    unadjusted = checkpoint_row(moved, "moved", "a.json", ["df"], by_p_values={"df": None}, fdr_q=0.05)
+    assert unadjusted["cells"]["df"]["by_p_value"] is None and unadjusted["cells"]["df"]["displaced_by"] is False
+
+
+def test_population_counts():
+    results = [_fake_result("a", [0.0]), _fake_result("b", [0.0], anchored=False), _fake_result("c", [0.0],
+                                                                                               anchored=None)]
+    assert population_counts(results, [0, 2]) == {"checkpoints": 3, "anchoring_checked": 2, "anchored": 1,
+                                                  "eligible": 2, "channel_absent": 0, "staleness_exceeds_band": 0}

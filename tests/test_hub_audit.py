@@ -373,3 +373,77 @@ def test_ray_tasks_give_the_same_annotations(audited, auditor) -> None:
               on_result=lambda i, text: results.__setitem__(i, text))
     expected = [_audit(audited["run"], repo).files[0].annotation_sha256 for repo in repos]
     assert _digests(results) == expected
+
+
+# --- the stages of audit_org, each on its own (no Hub needed) -------------------------------------------------------
+
+
+def _census_repo(name: str, *, kind: str = "single", status: str = "undeclared", sha: str = "c0"):
+    from bnconvention.hub.classify import CheckpointReport, RepoCensus
+
+    file = "model.safetensors" if kind == "single" else "model.safetensors.index.json"
+    return RepoCensus(repo_id=f"{ORG}/{name}", sha=sha, status=status, reason="", checkpoints=[
+        CheckpointReport(name=file, kind=kind, status=status, reason="", bn_layers=0 if status == "no_weights" else 3)])
+
+
+@pytest.fixture()
+def plan_setup(tmp_path: Path):
+    from bnconvention.hub.audit import plan_audits
+
+    client = make_client(endpoint="http://127.0.0.1:9", token=AUDITOR_TOKEN, retry=FAST)
+    spec_data = parse_spec(SPEC).model_dump(mode="json")
+    with Journal(tmp_path / "journal.sqlite", org=ORG, endpoint=client.endpoint) as journal:
+        def plan(repos, **options):
+            return plan_audits(client, ORG, repos, spec_data=spec_data, journal=journal, **options)
+        yield plan, journal, canonical_sha256(spec_data)
+
+
+def test_plan_audits_makes_tasks_records_sharded_skips_and_ignores_repos_without_bn(plan_setup) -> None:
+    plan, journal, spec_sha = plan_setup
+    repos = [_census_repo("single"), _census_repo("sharded", kind="sharded"), _census_repo("gn", status="no_weights")]
+    result = plan(repos, threads=3, allowed_factories=["mine:build"])
+    assert [(t.repo_id, t.filenames, t.revision, t.threads, t.allowed_factories) for t in result.tasks] == [
+        (f"{ORG}/single", ("model.safetensors",), "c0", 3, ("mine:build",))]
+    skipped = result.results[f"{ORG}/sharded"]
+    assert (skipped.status, skipped.files[0].status) == ("skipped", "skipped")
+    assert skipped.reason.startswith("model.safetensors.index.json: sharded checkpoint")
+    entry = journal.get("audit", f"{ORG}/sharded")
+    assert (entry.status, entry.key, entry.revision) == ("skipped", spec_sha, "c0")
+    assert (list(result.results), result.reused_ids, result.left) == ([f"{ORG}/sharded"], set(), 0)
+
+
+def test_plan_audits_reuses_successes_at_the_same_commit_and_reruns_failures(plan_setup) -> None:
+    plan, journal, spec_sha = plan_setup
+    done = RepoAudit(repo_id=f"{ORG}/done", revision="c0", spec_sha256=spec_sha, status="audited")
+    journal.record("audit", done.repo_id, revision="c0", key=spec_sha, status="audited",
+                   payload=done.model_dump(mode="json"))
+    journal.record("audit", f"{ORG}/failed", revision="c0", key=spec_sha, status="failed", payload={}, final=False)
+    heard: list[tuple[str, bool]] = []
+    repos = [_census_repo("done"), _census_repo("failed"), _census_repo("moved", sha="c1")]
+    journal.record("audit", f"{ORG}/moved", revision="c0", key=spec_sha, status="audited",
+                   payload=done.model_dump(mode="json"))
+    result = plan(repos, on_audit=lambda audit, reused: heard.append((audit.repo_id, reused)))
+    assert result.results == {done.repo_id: done} and result.reused_ids == {done.repo_id}
+    assert heard == [(done.repo_id, True)]
+    assert [t.repo_id for t in result.tasks] == [f"{ORG}/failed", f"{ORG}/moved"]
+    selective = plan(repos, redo_failed=True)  # only the failed one runs; the never-audited moved one waits
+    assert [t.repo_id for t in selective.tasks] == [f"{ORG}/failed"]
+    assert (selective.left, selective.reused_ids) == (1, {done.repo_id})
+    again = plan(repos, redo=[done.repo_id])
+    assert [t.repo_id for t in again.tasks] == [done.repo_id] and again.left == 2
+
+
+def test_plan_audits_refuses_a_redo_outside_the_census(plan_setup) -> None:
+    from bnconvention.errors import UsageError
+
+    plan, _, _ = plan_setup
+    with pytest.raises(UsageError, match=f"--redo {ORG}/other: not a BatchNorm repo of the census of {ORG}"):
+        plan([_census_repo("single")], redo=[f"{ORG}/other"])
+
+
+def test_population_summary_is_not_written_without_audited_files(tmp_path: Path, spec: AuditSpec) -> None:
+    from bnconvention.hub.audit import write_population_summary
+
+    skipped = RepoAudit(repo_id=f"{ORG}/x", revision="c0", spec_sha256="s", status="skipped")
+    assert write_population_summary([skipped], spec, tmp_path, org=ORG) is None
+    assert list(tmp_path.iterdir()) == []

@@ -492,3 +492,75 @@ def test_push_passes_over_foreign_files_under_bnconvention_one_rule(env: list[st
     capsys.readouterr()
     assert main(["hub", "push", org, *env, *out]) == 0
     assert capsys.readouterr().out.strip().splitlines() == [f"{org}/m: opened #1", "1 repo: 1 pull request opened"]
+
+
+# --- the one skeleton of the journaled commands (census, audit, push), on its own ----------------------------------
+
+
+def _hub_args(tmp_path: Path, command: str, *extra: str):
+    import argparse
+
+    from bnconvention.cli import hub_cmd
+
+    parser = argparse.ArgumentParser()
+    hub_cmd.register(parser.add_subparsers())
+    return parser.parse_args(["hub", command, *extra, "--endpoint", "http://127.0.0.1:9", "--out",
+                              str(tmp_path / "out"), "--no-progress"])
+
+
+def test_run_journaled_checks_prepares_works_with_the_journal_open_then_reports(tmp_path: Path) -> None:
+    from bnconvention.cli.hub_cmd import _run_journaled
+
+    calls: list[str] = []
+
+    def work(args, prepared, client, journal, out):
+        calls.append(f"work {prepared} {out.name}")
+        journal.record("census", f"{ORG}/x", revision="c", status="read", payload={})
+        return journal
+
+    def report(args, journal, client, out):
+        calls.append("report")
+        with pytest.raises(Exception, match="closed"):  # the journal is closed before the report
+            journal.get("census", f"{ORG}/x")
+        return 7
+
+    args = _hub_args(tmp_path, "census", ORG)
+    assert _run_journaled(args, prepare=lambda a: calls.append("prepare") or "opts", work=work, report=report) == 7
+    assert calls == ["prepare", "work opts out", "report"]
+    assert (tmp_path / "out" / "journal.sqlite").is_file()
+
+
+def test_run_journaled_refuses_a_bad_org_before_the_options_and_bad_options_before_the_client(
+        tmp_path: Path) -> None:
+    from bnconvention.cli.hub_cmd import _run_journaled
+    from bnconvention.errors import UsageError
+
+    def refuse(args):
+        raise UsageError("options refused")
+
+    def never(*args):
+        raise AssertionError("must not run")
+
+    with pytest.raises(UsageError, match="is not an organisation"):
+        _run_journaled(_hub_args(tmp_path, "census", "a/b"), prepare=refuse, work=never, report=never)
+    bad_retries = _hub_args(tmp_path, "census", ORG, "--retries", "0")
+    with pytest.raises(UsageError, match="options refused"):
+        _run_journaled(bad_retries, prepare=refuse, work=never, report=never)
+    with pytest.raises(UsageError, match="--retries must be at least 1"):
+        _run_journaled(bad_retries, prepare=lambda a: None, work=never, report=never)
+    assert not (tmp_path / "out").exists()  # nothing opened, nothing written
+
+
+def test_run_journaled_turns_a_hub_failure_into_one_scrubbed_error(tmp_path: Path, monkeypatch) -> None:
+    from bnconvention.cli.hub_cmd import _run_journaled
+    from bnconvention.errors import HubError
+
+    monkeypatch.setenv("BNC_TEST_HUB_TOKEN", TOKEN)
+    args = _hub_args(tmp_path, "push", ORG, "--token-env", "BNC_TEST_HUB_TOKEN")
+
+    def work(args, prepared, client, journal, out):
+        raise OSError(f"403 Forbidden for token {TOKEN}")
+
+    with pytest.raises(HubError) as caught:
+        _run_journaled(args, prepare=lambda a: None, work=work, report=lambda *a: 0)
+    assert TOKEN not in str(caught.value) and "403 Forbidden" in str(caught.value)

@@ -21,6 +21,15 @@ from bnconvention.authoring.declaration import make_transform
 from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChangedError
 from bnconvention.formats.digests import model_digests
 from bnconvention.refit import refit, running_state
+from bnconvention.refit.engine import (
+    PassOutcome,
+    build_report,
+    check_theta_unchanged,
+    inspect_model,
+    pool_warnings,
+    run_pass,
+)
+from bnconvention.refit.pool import PoolReader
 from bnconvention.standard.models import DatasetRef, DataSplit, Producer, parse_record
 from bnconvention.standard.schema import schema_validator
 
@@ -267,3 +276,83 @@ def test_progress_bar_goes_to_stderr(capsys) -> None:
     refit(seeded(SmallConvNet), make_pool((3, 6, 6), [4, 4]), progress=True)
     captured = capsys.readouterr()
     assert captured.out == "" and "exact refit (layer-major)" in captured.err
+
+
+# --- the stages of refit(), each on its own -------------------------------------------------------------------------
+
+
+def test_inspect_model_reads_layers_and_momentum_without_touching_the_model() -> None:
+    model = seeded(SmallConvNet)  # bn1 and bn3 with momentum 0.1, bn2 with None
+    before, shipped = model_digests(model), running_state(model)
+    setup = inspect_model(model, rule="ema")
+    assert (list(setup.layers), setup.momentum, setup.dtype, setup.device) == (
+        ["bn1", "bn2", "bn3"], 0.1, torch.float32, torch.device("cpu"))
+    assert setup.warnings == ["BatchNorm layers ['bn2'] have a momentum other than 0.1; each layer used its own, "
+                              "the record names the most common one"]
+    assert inspect_model(model, rule="exact").momentum is None
+    assert model_digests(model) == before
+    assert all(torch.equal(running_state(model)[k].mean, v.mean) for k, v in shipped.items())
+
+
+def test_inspect_model_names_untracked_layers() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3, track_running_stats=False))
+    setup = inspect_model(model, rule="exact")
+    assert setup.layers == {}
+    assert len(setup.warnings) == 1
+    assert setup.warnings[0].startswith("BatchNorm layers ['1'] have track_running_stats=False: they store no")
+
+
+@pytest.mark.parametrize(("model_cls", "rule", "expected"), [
+    pytest.param(SmallConvNet, "exact", ("traced", 1, ["bn1", "bn2", "bn3"]), id="exact"),
+    pytest.param(SmallConvNet, "cumulative", ("train-mode", 1, ["bn1", "bn2", "bn3"]), id="train-mode"),
+    pytest.param(GroupNormNet, "exact", ("none", 0, []), id="channel-absent"),
+])
+def test_run_pass_takes_the_path_the_model_and_rule_call_for(model_cls, rule, expected) -> None:
+    model = seeded(model_cls)
+    setup = inspect_model(model, rule=rule)
+    reader = PoolReader(make_pool((3, 6, 6) if model_cls is SmallConvNet else (3, 5, 5), [4, 4]),
+                        dtype=torch.float32, min_batch_size=1 if rule == "exact" else 2)
+    outcome = run_pass(model, reader, setup, rule=rule, chunk_size=None, method="auto", memory_budget=None,
+                       progress=False, shipped=running_state(model))
+    assert (outcome.path, outcome.passes, outcome.refit_names) == expected
+    assert reader.batch_sizes == [4, 4]
+    assert any(w.startswith("channel absent") for w in setup.warnings) == (expected[0] == "none")
+
+
+def test_run_pass_on_an_absent_channel_still_rejects_an_empty_pool() -> None:
+    model = seeded(GroupNormNet)
+    with pytest.raises(RefitError, match="the pool yielded no batches"):
+        run_pass(model, PoolReader([], dtype=torch.float32), inspect_model(model, rule="exact"), rule="exact",
+                 chunk_size=None, method="auto", memory_budget=None, progress=False, shipped={})
+
+
+def test_check_theta_unchanged_is_the_digest_comparison() -> None:
+    check_theta_unchanged("a" * 64, "a" * 64)
+    with pytest.raises(WeightsChangedError, match=f"digest {'a' * 64} became {'b' * 64}"):
+        check_theta_unchanged("a" * 64, "b" * 64)
+
+
+def test_pool_warnings_describe_the_pool_as_seen() -> None:
+    assert pool_warnings(rule="exact", sizes=[4, 4, 3], samples=11, data=None) == []
+    unequal = pool_warnings(rule="ema", sizes=[4, 4, 3], samples=11, data=None)
+    assert len(unequal) == 1 and unequal[0].startswith("batches of unequal size (2 x 4, 1 x 3): the ema rule")
+    data = DataSplit(role="retain", dataset=DatasetRef(id="d"), subset="s", record_count=12)
+    assert pool_warnings(rule="exact", sizes=[4, 4, 3], samples=11, data=data) == [
+        "data.record_count is 12 but the pool yielded 11 samples"]
+
+
+def test_build_report_measures_staleness_on_the_layers_the_pass_refit() -> None:
+    model = seeded(SmallConvNet)
+    setup = inspect_model(model, rule="exact")
+    reader = PoolReader(make_pool((3, 6, 6), [4, 4]), dtype=torch.float32)
+    shipped = running_state(model)
+    before = model_digests(model)
+    outcome = run_pass(model, reader, setup, rule="exact", chunk_size=None, method="auto", memory_budget=None,
+                       progress=False, shipped=shipped)
+    partial = PassOutcome(path=outcome.path, passes=outcome.passes, refit_names=["bn1", "bn3"])
+    report = build_report(model, setup, partial, rule="exact", data=None, transform=None, producer=None,
+                          shipped=shipped, before=before, after=model_digests(model), reader=reader, started=0.0)
+    assert [layer.name for layer in report.staleness.layers] == ["bn1", "bn3"]
+    assert (report.channel, report.path, report.forward_passes) == ("present", "traced", 1)
+    assert report.declaration.digests.running_sha256 == model_digests(model).running_sha256
+    assert schema_errors(report.to_dict()) == []

@@ -2,9 +2,9 @@
 
 The architecture comes from the spec's ``model`` section or, when the spec names none, from the checkpoint's sidecar
 ``<name>.json`` (as the digits zoo writes them). Either way the factory name goes through
-:func:`bnconvention.architectures.factories.resolve_factory`, so a name that is not allowlisted is refused before anything is
-imported. Weights are read with the safetensors parser (no pickle); every tensor name and shape must match the
-model's ``state_dict`` exactly, otherwise :class:`~bnconvention.errors.CheckpointMismatchError` lists the
+:func:`bnconvention.architectures.factories.resolve_factory`, so a name that is not allowlisted is refused before
+anything is imported. Weights are read with the safetensors parser (no pickle); every tensor name and shape must
+match the model's ``state_dict`` exactly, otherwise :class:`~bnconvention.errors.CheckpointMismatchError` lists the
 differences. The header is checked first with our own strict parser, so a malformed file is an
 :class:`~bnconvention.errors.UntrustedInputError` naming the file.
 """

@@ -33,7 +33,7 @@ def recoverability(refitter: Refitter, settings: RecoverabilitySpec, *, spec: Au
                                        count=settings.images, seed=spec.seed))
     after = forget_accuracy(refitter.model, data, batch_size=batch_size)
     refitter.restore()
-    return Recoverability(images=settings.images, source=settings.source, rule=rule,  # type: ignore[arg-type]
+    return Recoverability(images=settings.images, source=settings.source, rule=rule,
                           forget_accuracy_shipped=shipped["df"], forget_accuracy_after=after,
                           shift_pp=100.0 * (after - shipped["df"]))
 

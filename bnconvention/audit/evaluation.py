@@ -7,7 +7,7 @@ and checkpoint, in one process or in several.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -99,7 +99,7 @@ def retain_split_description(*, pool_size: int, seed: int, data: AuditData) -> s
             f"SeedSequence({seed}, spawn_key=(0, r))")
 
 
-def data_split(data: AuditData, *, role: str, subset: str, ids: Sequence[int] | None, count: int,
+def data_split(data: AuditData, *, role: str, subset: str, ids: Iterable[int] | None, count: int,
                seed: int | None) -> Any:
     """The standard's description of a refit pool drawn from the audit's data."""
     from bnconvention.standard.models import DatasetRef, DataSplit

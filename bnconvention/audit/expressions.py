@@ -27,7 +27,7 @@ import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from bnconvention.errors import AuditSpecError
 
@@ -154,7 +154,7 @@ class _Checker:
 
 def _number(node: ast.expr, values: Mapping[str, float]) -> float:
     if isinstance(node, ast.Constant):
-        return float(node.value)
+        return float(cast("float", node.value))  # the parser admits numeric constants only
     if isinstance(node, ast.Name):
         return float(values[node.id])
     if isinstance(node, ast.BinOp):
@@ -174,7 +174,7 @@ def _number(node: ast.expr, values: Mapping[str, float]) -> float:
 def _boolean(node: ast.expr, operands: Callable[[ast.expr], float]) -> bool:
     if isinstance(node, ast.Compare):
         left = operands(node.left)
-        for op, comparator in zip(node.ops, node.comparators):
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
             right = operands(comparator)
             if not _COMPARE[type(op)](left, right):
                 return False

@@ -11,7 +11,7 @@ Each function returns PNG bytes, so callers write them atomically.
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bnconvention.audit.result import AuditResult
 from bnconvention.formats.text import plural
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def _figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, list]:  # type: ignore[type-arg]
+def _figure(width: float, height: float, ncols: int = 1) -> tuple[Figure, list[Any]]:
     from matplotlib.figure import Figure  # the object API needs no pyplot state and no backend switch
 
     figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
@@ -44,7 +44,7 @@ def cells_figure(result: AuditResult) -> bytes:
     cells = a.cells
     figure, (values_ax, shifts_ax) = _figure(max(6.0, 1.6 * len(cells) + 3), 4.0, ncols=2)
     positions = list(range(len(cells)))
-    for x, cell in zip(positions, cells):
+    for x, cell in zip(positions, cells, strict=True):
         n = len(cell.replicate_values)
         offsets = [(-0.15 + 0.3 * i / max(n - 1, 1)) for i in range(n)]
         values_ax.scatter([x + o for o in offsets], cell.replicate_values, s=14, color="tab:orange", alpha=0.8,

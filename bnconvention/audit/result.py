@@ -8,13 +8,13 @@ a census, the per-layer reference band for the staleness plot, per-replicate poo
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from bnconvention.standard.models import LayerStaleness, RefitAnnotation
 
-RESULT_FORMAT = "bnconvention-audit-result/1"
+RESULT_FORMAT: Final = "bnconvention-audit-result/1"
 
 
 class _Result(BaseModel):

@@ -3,8 +3,8 @@
 The pydantic models below are the source of truth; ``schema/v1/audit-spec.schema.json`` is generated from them
 (regenerate with ``BNC_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_audit_spec.py``, which also proves
 the committed file is up to date). A spec is untrusted data: it is read with the safe loaders
-(:func:`bnconvention.formats.card.load_yaml_strict`, :func:`bnconvention.formats.canonical.loads_strict`), its cells and criteria
-are parsed by the whitelist of :mod:`bnconvention.audit.expressions`, and every problem is an
+(:func:`bnconvention.formats.card.load_yaml_strict`, :func:`bnconvention.formats.canonical.loads_strict`), its cells
+and criteria are parsed by the whitelist of :mod:`bnconvention.audit.expressions`, and every problem is an
 :class:`~bnconvention.errors.AuditSpecError` whose ``field`` is the JSON pointer of the offending value.
 
 A minimal spec (everything else has the papers' defaults: margin 1.2 pp, R = 10 replicates, anchor tolerance 0.02,
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic_core import ErrorDetails
 
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
 from bnconvention.errors import AuditSpecError, UntrustedInputError
@@ -277,7 +278,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", base_dir: Path | None = Non
     return spec
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: ErrorDetails) -> str:
     found = error.get("input")
     text = error["msg"]
     if error["type"] == "missing":
@@ -334,9 +335,8 @@ def load_spec(path: str | Path, *, replicates: int | None = None) -> AuditSpec:
         # the YAML loader is shared with model cards; its messages speak of "front matter"
         message = str(exc).replace("invalid YAML front matter", "invalid YAML").replace("YAML front matter", "YAML")
         raise AuditSpecError(f"audit spec is unreadable: {message}", field="") from exc
-    if replicates is not None:
-        if isinstance(decoded, dict):
-            decoded = {**decoded, "replicates": replicates}
+    if replicates is not None and isinstance(decoded, dict):
+        decoded = {**decoded, "replicates": replicates}
     return parse_spec(decoded, source=str(path), base_dir=path.resolve().parent)
 
 

@@ -9,11 +9,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.extras import needs_extra
+
+if TYPE_CHECKING:
+    from bnconvention.audit.spec import AuditSpec
+    from bnconvention.hub.audit import AuditRun
+    from bnconvention.hub.client import HubClient
+    from bnconvention.hub.crawl import CensusRun
+    from bnconvention.hub.executors import ExecutorKind
+    from bnconvention.hub.journal import Journal
+    from bnconvention.hub.push import PushRun
+
+P = TypeVar("P")  # what a journaled command's own options check returns
+R = TypeVar("R")  # what its work returns
 
 EPILOG = """examples:
   bnconvention hub census my-org --endpoint http://127.0.0.1:8000 --out hub-my-org
@@ -50,7 +63,7 @@ def _common(parser: argparse.ArgumentParser, *, journal: bool = True) -> None:
                             help="crawl journal (default: OUT/journal.sqlite); a rerun resumes from it")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "hub", help="crawl a Hub organisation: census, audit, push annotations, validate, publish",
         description="Drive the Hugging Face Hub (or a compatible server) with huggingface_hub: a header-only "
@@ -59,7 +72,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="hub_command", metavar="COMMAND")
     parser.set_defaults(func=lambda args: _usage(parser))
+    for add in (_add_census, _add_audit, _add_push, _add_validate, _add_publish):
+        add(commands)
 
+
+def _add_census(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     census = commands.add_parser(
         "census", help="classify every model of an organisation from its safetensors headers",
         description="List ORG's models and classify each from its safetensors header(s) and card alone: no "
@@ -77,6 +94,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="what to print: a summary (text) or the census document (json)")
     census.set_defaults(func=run_census_cmd)
 
+
+def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     audit = commands.add_parser(
         "audit", help="audit the BatchNorm repos of an organisation and write annotations locally",
         description="Run the census (reusing the journal), then download every BatchNorm repo at the commit the "
@@ -115,6 +134,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     needs_extra(audit, "audit")
     audit.set_defaults(func=run_audit_cmd)
 
+
+def _add_push(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     push = commands.add_parser(
         "push", help="open one pull request per audited repo with its refit annotation",
         description="For each repo audited into the journal, open a pull request (never a commit to main) that "
@@ -138,6 +159,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     needs_extra(push, "audit")
     push.set_defaults(func=run_push_cmd)
 
+
+def _add_validate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     validate = commands.add_parser(
         "validate", help="validate an organisation's models, or one repo at a revision (e.g. a pull request)",
         description="Download each repo's weights, card and annotations at the revision and validate them with "
@@ -153,6 +176,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     validate.add_argument("--format", choices=("text", "json", "github"), default="text")
     validate.set_defaults(func=run_validate_cmd)
 
+
+def _add_publish(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     publish = commands.add_parser(
         "publish", help="stamp, validate and upload a release folder, then validate it on the Hub",
         description="bnconvention publish through the hub client, then the server-side check: the uploaded "
@@ -179,7 +204,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 # --- shared plumbing ------------------------------------------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace) -> Any:
+def _client(args: argparse.Namespace) -> HubClient:
     from bnconvention.errors import UsageError
     from bnconvention.hub.client import make_client
     from bnconvention.hub.retry import RetryPolicy, show_retries
@@ -200,7 +225,7 @@ def _paths(args: argparse.Namespace, org: str) -> tuple[Path, Path]:
     return out, args.journal or out / "journal.sqlite"
 
 
-def _guarded(client: Any, fn: Any) -> int:
+def _guarded(client: HubClient, fn: Callable[[], int]) -> int:
     """Run ``fn``; a failure of the Hub client becomes one error whose message is scrubbed of the token: a network
     failure (refused, dropped, cut short, timed out: httpx2's transport errors are not ``OSError``s) one
     :class:`HubNetworkError` naming the endpoint, an HTTP failure one :class:`HubError`."""
@@ -224,51 +249,75 @@ def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
-# --- commands -------------------------------------------------------------------------------------------------------
-
-
-def run_census_cmd(args: argparse.Namespace) -> int:
-    from bnconvention.hub.crawl import census_org, check_org
+def _run_journaled(args: argparse.Namespace, *, prepare: Callable[[argparse.Namespace], P],
+                   work: Callable[[argparse.Namespace, P, HubClient, Journal, Path], R],
+                   report: Callable[[argparse.Namespace, R, HubClient, Path], int]) -> int:
+    """The skeleton the census, audit and push commands share: check ORG, ``prepare`` the command's own options
+    (before any Hub client exists), make the client and the output and journal paths, run ``work`` with the journal
+    open, then ``report`` the outcome once the journal is closed; its return value is the exit code. Hub failures
+    in ``work`` and ``report`` become one scrubbed error (:func:`_guarded`)."""
+    from bnconvention.hub.crawl import check_org
     from bnconvention.hub.journal import Journal
-    from bnconvention.hub.summaries import census_run_line, census_summary, census_text, write_census
 
     check_org(args.org)
+    prepared = prepare(args)
     client = _client(args)
     out, journal_path = _paths(args, args.org)
 
     def go() -> int:
         with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
-            run = census_org(client, args.org, journal=journal, workers=args.workers,
-                             progress=show_progress(args.progress))
-        summary = census_summary(args.org, run.repos, endpoint=client.endpoint,
-                                 run={"read": run.read, "reused": run.reused, "failed": run.failed,
-                                      "seconds": round(run.seconds, 3)})
-        written = write_census(summary, out)
-        if args.format == "json":
-            _print_json(summary)
-        else:
-            sys.stdout.write(census_text(summary))
-            print(f"{census_run_line(read=run.read, reused=run.reused, failed=run.failed)}; wrote "
-                  f"{written['json']} and {written['markdown']}")
-        for failure in run.failures:
-            print(f"failed: {failure} (rerun to retry)", file=sys.stderr)
-        return 1 if run.failed else 0
+            outcome = work(args, prepared, client, journal, out)
+        return report(args, outcome, client, out)
 
     return _guarded(client, go)
 
 
+def _no_options(args: argparse.Namespace) -> None:
+    """Census and push have no options to check beyond the shared ones (checked when the client is made)."""
+
+
+# --- commands -------------------------------------------------------------------------------------------------------
+
+
+def run_census_cmd(args: argparse.Namespace) -> int:
+    return _run_journaled(args, prepare=_no_options, work=_census_work, report=_census_report)
+
+
+def _census_work(args: argparse.Namespace, _: None, client: HubClient, journal: Journal, out: Path) -> CensusRun:
+    from bnconvention.hub.crawl import census_org
+
+    return census_org(client, args.org, journal=journal, workers=args.workers, progress=show_progress(args.progress))
+
+
+def _census_report(args: argparse.Namespace, run: CensusRun, client: HubClient, out: Path) -> int:
+    from bnconvention.hub.summaries import census_run_line, census_summary, census_text, write_census
+
+    summary = census_summary(args.org, run.repos, endpoint=client.endpoint,
+                             run={"read": run.read, "reused": run.reused, "failed": run.failed,
+                                  "seconds": round(run.seconds, 3)})
+    written = write_census(summary, out)
+    if args.format == "json":
+        _print_json(summary)
+    else:
+        sys.stdout.write(census_text(summary))
+        print(f"{census_run_line(read=run.read, reused=run.reused, failed=run.failed)}; wrote "
+              f"{written['json']} and {written['markdown']}")
+    for failure in run.failures:
+        print(f"failed: {failure} (rerun to retry)", file=sys.stderr)
+    return 1 if run.failed else 0
+
+
 def run_audit_cmd(args: argparse.Namespace) -> int:
+    return _run_journaled(args, prepare=_audit_options, work=_audit_work, report=_audit_report)
+
+
+def _audit_options(args: argparse.Namespace) -> tuple[AuditSpec, ExecutorKind]:
+    """``--redo``, ``--executor``/``--workers``, ``--threads``, ``--allow-factory`` and the spec, checked in order."""
     from bnconvention.audit.spec import load_spec
     from bnconvention.cli.audit_cmd import allow_factories
     from bnconvention.errors import UsageError
-    from bnconvention.formats.text import plural
-    from bnconvention.hub.audit import audit_org
-    from bnconvention.hub.crawl import check_org
     from bnconvention.hub.executors import resolve_executor
-    from bnconvention.hub.journal import Journal
-    from bnconvention.hub.summaries import AUDIT_LABELS, outcomes_line
 
-    check_org(args.org)
     for repo_id in args.redo:
         if repo_id.split("/")[0] != args.org or repo_id.count("/") != 1:
             raise UsageError(f"--redo {repo_id!r} is not a repo of {args.org} (ORG/NAME)")
@@ -276,69 +325,71 @@ def run_audit_cmd(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise UsageError(f"--threads must be at least 1, got {args.threads}")
     allow_factories(args.allow_factory)
-    spec = load_spec(args.spec, replicates=args.replicates)
-    client = _client(args)
-    out, journal_path = _paths(args, args.org)
+    return load_spec(args.spec, replicates=args.replicates), executor
 
-    def go() -> int:
-        with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
-            run = audit_org(client, args.org, spec, journal=journal, out=out, executor=executor,
-                            workers=args.workers, allowed_factories=args.allow_factory, threads=args.threads,
-                            plots=not args.no_plots, progress=show_progress(args.progress), redo=args.redo,
-                            redo_failed=args.redo_failed)
-        if args.format == "json":
-            _print_json({"org": args.org, "audits": [a.model_dump(mode="json", exclude={"files": {"__all__": {
-                "result"}}}) for a in run.audits], "summary": run.summary})
-        else:
-            for audit in run.audits:
-                for item in audit.files:
-                    line = (item.result.annotation.reporting_line if item.result is not None else item.reason)
-                    print(f"{audit.repo_id} {item.filename}: {item.status}: {line}")
-            print(outcomes_line("BatchNorm repo", labels=AUDIT_LABELS, left=run.left,
-                                now=[a.status for a in run.audits if a.repo_id not in run.reused_ids],
-                                reused=[a.status for a in run.audits if a.repo_id in run.reused_ids])
-                  + f"; outputs in {out}")
-        failed = run.counts()["failed"]
-        if failed:
-            print(f"{plural(failed, 'audit')} failed: rerun to retry (after fixing the cause); --redo-failed retries "
-                  "only those", file=sys.stderr)
-        return 1 if failed else 0
 
-    return _guarded(client, go)
+def _audit_work(args: argparse.Namespace, options: tuple[AuditSpec, ExecutorKind], client: HubClient,
+                journal: Journal, out: Path) -> AuditRun:
+    from bnconvention.hub.audit import audit_org
+
+    spec, executor = options
+    return audit_org(client, args.org, spec, journal=journal, out=out, executor=executor, workers=args.workers,
+                     allowed_factories=args.allow_factory, threads=args.threads, plots=not args.no_plots,
+                     progress=show_progress(args.progress), redo=args.redo, redo_failed=args.redo_failed)
+
+
+def _audit_report(args: argparse.Namespace, run: AuditRun, client: HubClient, out: Path) -> int:
+    from bnconvention.formats.text import plural
+    from bnconvention.hub.summaries import AUDIT_LABELS, outcomes_line
+
+    if args.format == "json":
+        _print_json({"org": args.org, "audits": [a.model_dump(mode="json", exclude={"files": {"__all__": {
+            "result"}}}) for a in run.audits], "summary": run.summary})
+    else:
+        for audit in run.audits:
+            for item in audit.files:
+                line = (item.result.annotation.reporting_line if item.result is not None else item.reason)
+                print(f"{audit.repo_id} {item.filename}: {item.status}: {line}")
+        print(outcomes_line("BatchNorm repo", labels=AUDIT_LABELS, left=run.left,
+                            now=[a.status for a in run.audits if a.repo_id not in run.reused_ids],
+                            reused=[a.status for a in run.audits if a.repo_id in run.reused_ids])
+              + f"; outputs in {out}")
+    failed = run.counts()["failed"]
+    if failed:
+        print(f"{plural(failed, 'audit')} failed: rerun to retry (after fixing the cause); --redo-failed retries "
+              "only those", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def run_push_cmd(args: argparse.Namespace) -> int:
-    from bnconvention.hub.crawl import check_org
-    from bnconvention.hub.journal import Journal
+    return _run_journaled(args, prepare=_no_options, work=_push_work, report=_push_report)
+
+
+def _push_work(args: argparse.Namespace, _: None, client: HubClient, journal: Journal, out: Path) -> PushRun:
     from bnconvention.hub.push import push_org
+
+    return push_org(client, args.org, journal=journal, dry_run=args.dry_run, eval_results=not args.no_eval_results,
+                    progress=show_progress(args.progress), repos=args.repo)
+
+
+def _push_report(args: argparse.Namespace, run: PushRun, client: HubClient, out: Path) -> int:
     from bnconvention.hub.summaries import PUSH_LABELS, outcomes_line
 
-    check_org(args.org)
-    client = _client(args)
-    _, journal_path = _paths(args, args.org)
-
-    def go() -> int:
-        with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
-            run = push_org(client, args.org, journal=journal, dry_run=args.dry_run,
-                           eval_results=not args.no_eval_results, progress=show_progress(args.progress),
-                           repos=args.repo)
-        if args.format == "json":
-            _print_json([o.model_dump(mode="json") for o in run.outcomes])
-        else:
-            if args.dry_run:
-                for plan in run.plans:
-                    sys.stdout.write(plan.describe())
-            for outcome in run.outcomes:
-                where = f" #{outcome.pr_num}" if outcome.pr_num is not None else ""
-                note = f": {outcome.reason}" if outcome.reason else ""
-                earlier = " (by an earlier run, per the journal)" if outcome.repo_id in run.reused_ids else ""
-                print(f"{outcome.repo_id}: {outcome.status}{where}{earlier}{note}")
-            print(outcomes_line("repo", labels=PUSH_LABELS,
-                                now=[o.status for o in run.outcomes if o.repo_id not in run.reused_ids],
-                                reused=[o.status for o in run.outcomes if o.repo_id in run.reused_ids]))
-        return 1 if any(o.status == "failed" for o in run.outcomes) else 0
-
-    return _guarded(client, go)
+    if args.format == "json":
+        _print_json([o.model_dump(mode="json") for o in run.outcomes])
+    else:
+        if args.dry_run:
+            for plan in run.plans:
+                sys.stdout.write(plan.describe())
+        for outcome in run.outcomes:
+            where = f" #{outcome.pr_num}" if outcome.pr_num is not None else ""
+            note = f": {outcome.reason}" if outcome.reason else ""
+            earlier = " (by an earlier run, per the journal)" if outcome.repo_id in run.reused_ids else ""
+            print(f"{outcome.repo_id}: {outcome.status}{where}{earlier}{note}")
+        print(outcomes_line("repo", labels=PUSH_LABELS,
+                            now=[o.status for o in run.outcomes if o.repo_id not in run.reused_ids],
+                            reused=[o.status for o in run.outcomes if o.repo_id in run.reused_ids]))
+    return 1 if any(o.status == "failed" for o in run.outcomes) else 0
 
 
 def run_validate_cmd(args: argparse.Namespace) -> int:

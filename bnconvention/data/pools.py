@@ -20,6 +20,8 @@ Splits: :func:`split_by_classes` (``forget classes [3]``: forget = train records
 records, test = the test split) or :func:`split_by_index_files` (text files of record ids, one per line, ``#``
 comments allowed).
 
+Reading and checking the user's files (``.npz`` arrays, image folders) is :mod:`bnconvention.data.readers`.
+
 >>> dataset = load_dataset("digits")
 >>> splits = split_by_classes(dataset, forget_classes=[3])
 >>> splits.forget.record_count, splits.retain.record_count, splits.test.record_count
@@ -30,7 +32,6 @@ comments allowed).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -47,6 +48,7 @@ from bnconvention.data.digits import (
     digits_arrays,
     identity_batch,
 )
+from bnconvention.data.readers import IMAGE_SUFFIXES, read_image_folder, read_npz_records
 from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.formats.atomic import file_sha256
 from bnconvention.formats.canonical import canonical_sha256
@@ -54,7 +56,6 @@ from bnconvention.standard.models import DatasetRef, DataSplit, SplitRole
 from bnconvention.standard.naming import record_ids_sha256
 
 DatasetKind: TypeAlias = Literal["digits", "npz", "image_folder"]
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 __all__ = [
     "IMAGE_SUFFIXES", "DIGITS_EVAL_TRANSFORM", "DIGITS_TRAIN_TRANSFORM", "BatchTransform", "DatasetKind",
@@ -193,7 +194,7 @@ class Splits:
     def __getitem__(self, role: str) -> Subset:
         if role not in ("train", "retain", "forget", "test"):
             raise UsageError(f"no split {role!r}; splits are train, retain, forget and test")
-        return getattr(self, role)  # type: ignore[no-any-return]
+        return getattr(self, role)
 
 
 # --- loading ------------------------------------------------------------------------------------------------------
@@ -225,142 +226,29 @@ def _plain_transforms(reference: str, resize: str | None) -> tuple[BatchTransfor
             BatchTransform(mode="eval", reference=reference, fn=identity_batch, resize=resize))
 
 
-def _read_npz(path: Path, wanted: Sequence[str]) -> dict[str, np.ndarray]:
-    """The arrays ``wanted`` from an ``.npz`` file, never unpickling anything."""
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except Exception as exc:  # not a zip, pickled content, truncated: numpy, zipfile and zlib raise many types
-        raise UntrustedInputError(f"{path}: not a readable .npz of plain arrays ({exc})", source=path) from exc
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
-        raise UntrustedInputError(f"{path}: a single .npy array, not an .npz archive of named arrays", source=path)
-    with loaded:
-        missing = [k for k in wanted if k not in loaded.files]
-        if missing:
-            raise UntrustedInputError(
-                f"{path}: no array named {', '.join(map(repr, missing))}; it has {sorted(loaded.files)}; "
-                "set x_key/y_key/ids_key/test_key to the names used in the file", source=path)
-        try:
-            return {k: loaded[k] for k in wanted}
-        except Exception as exc:  # object arrays (pickle) or a corrupt member
-            raise UntrustedInputError(f"{path}: cannot read its arrays ({exc})", source=path) from exc
-
-
 def _load_npz(spec: DatasetSpec, path: Path) -> LocalDataset:
-    wanted = [k for k in (spec.x_key, spec.y_key, spec.ids_key, spec.test_key) if k is not None]
-    arrays = _read_npz(path, wanted)
-    x = _images_array(arrays[spec.x_key], where=f"{path}[{spec.x_key!r}]")
-    n = len(x)
-    y = _label_array(arrays[spec.y_key], n, where=f"{path}[{spec.y_key!r}]")
-    ids = (_id_array(arrays[spec.ids_key], n, where=f"{path}[{spec.ids_key!r}]") if spec.ids_key
-           else np.arange(n, dtype=np.int64))
-    is_test = (_mask_array(arrays[spec.test_key], n, where=f"{path}[{spec.test_key!r}]") if spec.test_key
-               else np.zeros(n, dtype=bool))
+    records = read_npz_records(path, x_key=spec.x_key, y_key=spec.y_key, ids_key=spec.ids_key,
+                               test_key=spec.test_key)
+    n = len(records.x)
     train_transform, eval_transform = _plain_transforms("bnconvention.data.pools:identity_batch", None)
     return LocalDataset(
-        dataset_id=spec.dataset_id or f"file:{path.name}", revision=file_sha256(path), x=torch.from_numpy(x),
-        y=torch.from_numpy(y), ids=torch.from_numpy(ids), is_test=torch.from_numpy(is_test),
-        classes=tuple(str(i) for i in range(int(y.max()) + 1)) if n else (),
+        dataset_id=spec.dataset_id or f"file:{path.name}", revision=file_sha256(path),
+        x=torch.from_numpy(records.x), y=torch.from_numpy(records.y), ids=torch.from_numpy(records.ids),
+        is_test=torch.from_numpy(records.is_test),
+        classes=tuple(str(i) for i in range(int(records.y.max()) + 1)) if n else (),
         train_transform=train_transform, eval_transform=eval_transform,
     )
 
 
-def _images_array(array: np.ndarray, *, where: str) -> np.ndarray:
-    if array.ndim == 3:
-        array = array[:, None]
-    if array.ndim != 4 or array.shape[0] == 0:
-        raise UntrustedInputError(f"{where}: images must be a non-empty N×H×W or N×C×H×W array, "
-                                  f"found shape {array.shape}", source=where)
-    if array.dtype == np.uint8:
-        return np.ascontiguousarray(array, dtype=np.float32) / np.float32(255.0)
-    if array.dtype.kind != "f":
-        raise UntrustedInputError(f"{where}: images must be uint8 or floating point, found dtype {array.dtype}",
-                                  source=where)
-    out = np.ascontiguousarray(array, dtype=np.float32)
-    if not np.isfinite(out).all():
-        raise UntrustedInputError(f"{where}: images contain NaN or infinite values", source=where)
-    return out
-
-
-def _label_array(array: np.ndarray, n: int, *, where: str) -> np.ndarray:
-    if array.ndim != 1 or len(array) != n or array.dtype.kind not in "iu":
-        raise UntrustedInputError(f"{where}: labels must be {n} integers in a 1-d array, found dtype "
-                                  f"{array.dtype} and shape {array.shape}", source=where)
-    if (array < 0).any():
-        raise UntrustedInputError(f"{where}: labels must be non-negative, found {int(array.min())}", source=where)
-    return array.astype(np.int64)
-
-
-def _id_array(array: np.ndarray, n: int, *, where: str) -> np.ndarray:
-    if array.ndim != 1 or len(array) != n or array.dtype.kind not in "iu":
-        raise UntrustedInputError(f"{where}: record ids must be {n} integers in a 1-d array, found dtype "
-                                  f"{array.dtype} and shape {array.shape}", source=where)
-    ids = array.astype(np.int64)
-    if len(np.unique(ids)) != n:
-        raise UntrustedInputError(f"{where}: record ids must be unique; {n - len(np.unique(ids))} are repeated",
-                                  source=where)
-    return ids
-
-
-def _mask_array(array: np.ndarray, n: int, *, where: str) -> np.ndarray:
-    if array.ndim != 1 or len(array) != n or not (array.dtype == np.bool_ or (
-            array.dtype.kind in "iu" and np.isin(array, (0, 1)).all())):
-        raise UntrustedInputError(f"{where}: the test mask must be {n} booleans (or 0/1) in a 1-d array, found "
-                                  f"dtype {array.dtype} and shape {array.shape}", source=where)
-    return array.astype(bool)
-
-
 def _load_folder(spec: DatasetSpec, root: Path) -> LocalDataset:
-    from PIL import Image
-
-    if not root.is_dir():
-        raise UsageError(f"image folder {root} is not a directory")
-    split_layout = (root / "train").is_dir()
-    sources = [("train", root / "train"), ("test", root / "test")] if split_layout else [("train", root)]
-    class_names = sorted({d.name for _, base in sources if base.is_dir() for d in base.iterdir()
-                          if d.is_dir() and not d.name.startswith(".")})
-    if not class_names:
-        raise UntrustedInputError(f"{root}: no class folders found; expected {root}/<class>/<image> or "
-                                  f"{root}/train/<class>/<image>", source=root)
-    records: list[tuple[str, int, Path]] = []
-    for split, base in sources:
-        if not base.is_dir():
-            continue
-        for label, name in enumerate(class_names):
-            folder = base / name
-            if folder.is_dir():
-                records += [(split, label, p) for p in sorted(folder.iterdir()) if p.is_file()
-                            and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES]
-    if not records:
-        raise UntrustedInputError(f"{root}: no PNG or JPEG images in the class folders", source=root)
-    mode = "L" if spec.channels == 1 else "RGB"
-    images, file_digests = [], {}
-    for _, _, path in records:
-        data = path.read_bytes()
-        file_digests[path.relative_to(root).as_posix()] = hashlib.sha256(data).hexdigest()
-        try:
-            with Image.open(path) as image:
-                image = image.convert(mode)
-                if spec.image_size is not None:
-                    height, width = spec.image_size
-                    image = image.resize((width, height), Image.Resampling.BILINEAR)
-                pixels = np.asarray(image, dtype=np.uint8)
-        except Exception as exc:  # Pillow raises many types (UnidentifiedImageError, DecompressionBombError, ...)
-            raise UntrustedInputError(f"{path}: not a readable image ({type(exc).__name__}: {exc})",
-                                      source=path) from exc
-        images.append(pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1))
-    shapes = {im.shape for im in images}
-    if len(shapes) > 1:
-        raise UntrustedInputError(f"{root}: images differ in size ({sorted(shapes)[:3]}...); set image_size to "
-                                  "resize them all", source=root)
-    x = np.stack(images).astype(np.float32) / np.float32(255.0)
+    images = read_image_folder(root, channels=spec.channels, image_size=spec.image_size)
     resize = None if spec.image_size is None else f"{spec.image_size[1]}x{spec.image_size[0]} bilinear"
     train_transform, eval_transform = _plain_transforms("bnconvention.data.pools:identity_batch", resize)
     return LocalDataset(
-        dataset_id=spec.dataset_id or f"folder:{root.name}", revision=canonical_sha256(file_digests),
-        x=torch.from_numpy(x), y=torch.tensor([label for _, label, _ in records], dtype=torch.int64),
-        ids=torch.arange(len(records), dtype=torch.int64),
-        is_test=torch.tensor([split == "test" for split, _, _ in records]), classes=tuple(class_names),
-        train_transform=train_transform, eval_transform=eval_transform,
+        dataset_id=spec.dataset_id or f"folder:{root.name}", revision=canonical_sha256(images.file_digests),
+        x=torch.from_numpy(images.x), y=torch.tensor(images.labels, dtype=torch.int64),
+        ids=torch.arange(len(images.labels), dtype=torch.int64), is_test=torch.tensor(images.is_test),
+        classes=images.classes, train_transform=train_transform, eval_transform=eval_transform,
     )
 
 

@@ -10,6 +10,7 @@ its error (class ``unreadable``) and the crawl goes on.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -59,11 +60,11 @@ def list_org_models(client: HubClient, org: str) -> list[ListedRepo]:
     while url is not None:
         if pages >= client.max_pages:
             raise client.error(f"the model listing of {org} at {client.endpoint} did not end after {pages} pages "
-                               f"(the --max-pages bound, {client.max_pages}; {plural(len(repos), 'model')} so far): the "
-                               "server keeps sending rel=\"next\" links; raise --max-pages for a larger "
+                               f"(the --max-pages bound, {client.max_pages}; {plural(len(repos), 'model')} so far): "
+                               "the server keeps sending rel=\"next\" links; raise --max-pages for a larger "
                                "organisation")
         current, current_params = url, params
-        items, url = call_with_retry(lambda: _page(client, current, current_params), policy=client.retry,
+        items, url = call_with_retry(functools.partial(_page, client, current, current_params), policy=client.retry,
                                      what=f"list models of {org} (page {pages + 1})")
         seen.add(current)
         if url is not None and url in seen:

@@ -1,11 +1,11 @@
 """Push audit results back: one pull request per audited repo, never a commit to ``main``.
 
 The pull request, based on the commit that was audited, adds each refit annotation as
-``bnconvention/refit-<12 hex>.json`` (:func:`bnconvention.standard.locations.annotation_filename`, named by the sha256 of the
-annotation's canonical JSON), updates the model card (a ``bnconvention_refit`` front-matter entry and a "BatchNorm
-refit audit" section, written by :func:`bnconvention.authoring.card_stamp.stamp_card_refit_text`; the release's own
-declaration block is left alone) and, only when the audit's dataset is a Hub benchmark dataset (a dataset repo with
-an ``eval.yaml``), adds an ``.eval_results/`` entry with the refit test accuracy.
+``bnconvention/refit-<12 hex>.json`` (:func:`bnconvention.standard.locations.annotation_filename`, named by the
+sha256 of the annotation's canonical JSON), updates the model card (a ``bnconvention_refit`` front-matter entry and a
+"BatchNorm refit audit" section, written by :func:`bnconvention.authoring.card_stamp.stamp_card_refit_text`; the
+release's own declaration block is left alone) and, only when the audit's dataset is a Hub benchmark dataset (a
+dataset repo with an ``eval.yaml``), adds an ``.eval_results/`` entry with the refit test accuracy.
 
 Idempotent: the description carries a marker per annotation (``<!-- bnconvention:refit-annotation sha256=... -->``).
 Before opening a pull request, and again before retrying a failed attempt, the repo's pull requests by the same
@@ -335,7 +335,7 @@ def push_repo(client: HubClient, audit: RepoAudit, *, user: str, dry_run: bool =
     if plan is None:
         return PushOutcome(repo_id=audit.repo_id, revision=audit.revision, status="nothing", annotations=[],
                            reason="no audited file"), None
-    base = {"repo_id": audit.repo_id, "revision": audit.revision, "annotations": plan.annotations}
+    base: dict[str, Any] = {"repo_id": audit.repo_id, "revision": audit.revision, "annotations": plan.annotations}
     found = find_pull_request(client, audit.repo_id, plan.annotations, user=user)
     if found is not None:
         return PushOutcome(**base, status="exists", pr_num=found[0],

@@ -96,8 +96,8 @@ AUDIT_LABELS: dict[str, Callable[[int], str]] = {
     "audited": lambda n: f"{n} audited", "failed": lambda n: f"{n} failed", "skipped": lambda n: f"{n} skipped"}
 PUSH_LABELS: dict[str, Callable[[int], str]] = {
     "opened": lambda n: f"{plural(n, 'pull request')} opened", "exists": lambda n: f"{n} already proposed",
-    "merged": lambda n: f"{n} already on main", "dry-run": lambda n: plural(n, "dry run"), "failed": lambda n: f"{n} failed",
-    "nothing": lambda n: f"{n} with nothing to push"}
+    "merged": lambda n: f"{n} already on main", "dry-run": lambda n: plural(n, "dry run"),
+    "failed": lambda n: f"{n} failed", "nothing": lambda n: f"{n} with nothing to push"}
 
 
 def tally(statuses: Iterable[str], labels: Mapping[str, Callable[[int], str]]) -> str:

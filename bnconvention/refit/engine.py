@@ -3,7 +3,12 @@
 The refit is a transaction: φ is snapshotted first and restored on any failure (a bad batch, NaN activations, an
 exception raised by the pool itself, Ctrl-C); training flags and BatchNorm momenta are restored in ``finally``;
 the digest of θ is taken before and after and a difference raises :class:`~bnconvention.errors.WeightsChangedError`
-(φ restored). After a successful refit every listener of :func:`bnconvention.authoring.refit_listeners.notify_refit` is told.
+(φ restored). After a successful refit every listener of
+:func:`bnconvention.authoring.refit_listeners.notify_refit` is told.
+
+:func:`refit` is the transaction around named stages, each a function of its own: :func:`inspect_model` (dtype,
+device, layers, momentum), :func:`run_pass` (the traced/hooks exact pass, the train-mode forwards, or nothing when the
+channel is absent), :func:`check_theta_unchanged`, :func:`pool_warnings` and :func:`build_report`.
 
 ``num_batches_tracked`` (defined per rule in docs/standard.md): the exact rule writes the number of records in the
 pool, whatever its batches or ``chunk_size``, so an exact refit of one pool is the same bytes however it is batched
@@ -19,13 +24,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args
 
 from bnconvention.authoring.declaration import declare, make_convention, make_transform
 from bnconvention.authoring.refit_listeners import notify_refit
 from bnconvention.authoring.transforms import as_standard_transform
 from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChangedError
-from bnconvention.formats.digests import model_digests
+from bnconvention.formats.digests import DigestSet, model_digests
 from bnconvention.refit.exact import ExactOutcome, Untraceable, run_traced
 from bnconvention.refit.fallback import run_hooks
 from bnconvention.refit.pool import PoolReader, materialize
@@ -38,9 +44,10 @@ from bnconvention.refit.state import (
     running_state,
     tracked_layers,
 )
-from bnconvention.refit.train_mode import run_train_mode
+from bnconvention.refit.train_mode import TrainRule, run_train_mode
 from bnconvention.standard.models import (
     AccumulationRule,
+    Channel,
     DataSplit,
     DropoutMode,
     FittingConvention,
@@ -81,6 +88,57 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
         transform = as_standard_transform(transform)
     _check_arguments(model, rule=rule, data=data, transform=transform, chunk_size=chunk_size, method=method,
                      memory_budget=memory_budget, producer=producer)
+    setup = inspect_model(model, rule=rule)
+    reader = PoolReader(pool, dtype=setup.dtype, input_key=input_key, device=setup.device,
+                        min_batch_size=1 if rule == "exact" else 2)
+    # the transaction: θ digested before and after, φ restored on any failure, flags and momenta always
+    before = model_digests(model)
+    shipped = running_state(model)
+    modes = ModuleModes.capture(model)
+    try:
+        outcome = run_pass(model, reader, setup, rule=rule, chunk_size=chunk_size, method=method,
+                           memory_budget=memory_budget, progress=progress, shipped=shipped)
+        after = model_digests(model)
+        check_theta_unchanged(before.trainable_sha256, after.trainable_sha256)
+    except BaseException:
+        restore_running_state(model, shipped)
+        raise
+    finally:
+        modes.restore()
+    setup.warnings.extend(pool_warnings(rule=rule, sizes=reader.batch_sizes, samples=reader.samples, data=data))
+    report = build_report(model, setup, outcome, rule=rule, data=data, transform=transform, producer=producer,
+                          shipped=shipped, before=before, after=after, reader=reader, started=start)
+    notify_refit(model, report)
+    return report
+
+
+# --- stages ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RefitSetup:
+    """What a refit reads from the model before touching it: dtype and device of the pool, the BatchNorm layers that
+    hold running statistics, the momentum the record names (ema), and the warnings raised so far."""
+
+    dtype: torch.dtype
+    device: torch.device | None
+    layers: dict[str, Any]
+    momentum: float | None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """What one computation of φ did: which path ran, how many passes over the pool, which layers it refit."""
+
+    path: RefitPath
+    passes: int
+    refit_names: list[str]
+    peak_bytes: int | None = None
+
+
+def inspect_model(model: torch.nn.Module, *, rule: AccumulationRule) -> RefitSetup:
+    """Dtype/device checks, the tracked BatchNorm layers (untracked ones warned about) and the ema momentum."""
     dtype, device = _model_dtype_device(model)
     all_layers = batchnorm_modules(model)
     layers = tracked_layers(model)
@@ -91,83 +149,108 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
                         "statistics (nothing to refit) and normalize every batch by its own statistics, also at "
                         "inference")
     momentum = _ema_momentum(layers, warnings) if rule == "ema" else None
-    before = model_digests(model)
-    shipped = running_state(model)
-    modes = ModuleModes.capture(model)
-    reader = PoolReader(pool, dtype=dtype, input_key=input_key, device=device,
-                        min_batch_size=1 if rule == "exact" else 2)
-    path: RefitPath
-    peak: int | None = None
-    try:
-        if not layers:
-            for _ in reader:  # channel absent: nothing to compute, but the pool is still checked and counted
-                pass
-            if not reader.batch_sizes:
-                raise RefitError("the pool yielded no batches; pass at least one batch of inputs")
-            path, passes, refit_names = "none", 0, []
-            warnings.append("channel absent: the model has no BatchNorm running statistics, so the refit is the "
-                            "identity and every shift is exactly 0.00")
-        elif rule == "exact":
-            model.eval()
-            chunks = materialize(reader, chunk_size=chunk_size)
-            outcome = _run_exact(model, chunks, num_batches_tracked=reader.samples, method=method,
-                                 memory_budget=memory_budget, progress=progress, shipped=shipped, warnings=warnings)
-            del chunks
-            path, passes, peak = outcome.path, outcome.passes, outcome.peak_bytes
-            refit_names = [name for name in layers if name in outcome.order]
-            skipped = [name for name in layers if name not in outcome.order]
-            if skipped:
-                warnings.append(f"BatchNorm layers {skipped} were not called by the forward; their running "
-                                "statistics were left unchanged")
-        else:
-            never_called = run_train_mode(model, reader, rule=rule, progress=progress)  # type: ignore[arg-type]
-            path, passes = "train-mode", 1
-            refit_names = [name for name in layers if name not in never_called]
-            if never_called:
-                warnings.append(f"BatchNorm layers {never_called} were not called by the forward; as in update_bn "
-                                "their statistics were reset (mean 0, variance 1)")
-        after = model_digests(model)
-        if after.trainable_sha256 != before.trainable_sha256:
-            raise WeightsChangedError(
-                f"the trainable tensors changed during the refit (digest {before.trainable_sha256} became "
-                f"{after.trainable_sha256}); the model's forward writes to its own parameters or non-BatchNorm "
-                "buffers. Running statistics were restored; this refit cannot be trusted for this model")
-    except BaseException:
-        restore_running_state(model, shipped)
-        raise
-    finally:
-        modes.restore()
+    return RefitSetup(dtype=dtype, device=device, layers=layers, momentum=momentum, warnings=warnings)
 
-    sizes = reader.batch_sizes
+
+def run_pass(model: torch.nn.Module, reader: PoolReader, setup: RefitSetup, *, rule: AccumulationRule,
+             chunk_size: int | None, method: ExactMethod, memory_budget: int | None, progress: bool,
+             shipped: dict[str, Any]) -> PassOutcome:
+    """Compute φ by the path the model and the rule call for (runs inside the refit's transaction)."""
+    if not setup.layers:
+        return _pass_absent(reader, setup.warnings)
+    if rule == "exact":
+        return _pass_exact(model, reader, setup, chunk_size=chunk_size, method=method, memory_budget=memory_budget,
+                           progress=progress, shipped=shipped)
+    return _pass_train_mode(model, reader, setup, rule=rule, progress=progress)
+
+
+def _pass_absent(reader: PoolReader, warnings: list[str]) -> PassOutcome:
+    for _ in reader:  # channel absent: nothing to compute, but the pool is still checked and counted
+        pass
+    if not reader.batch_sizes:
+        raise RefitError("the pool yielded no batches; pass at least one batch of inputs")
+    warnings.append("channel absent: the model has no BatchNorm running statistics, so the refit is the "
+                    "identity and every shift is exactly 0.00")
+    return PassOutcome(path="none", passes=0, refit_names=[])
+
+
+def _pass_exact(model: torch.nn.Module, reader: PoolReader, setup: RefitSetup, *, chunk_size: int | None,
+                method: ExactMethod, memory_budget: int | None, progress: bool,
+                shipped: dict[str, Any]) -> PassOutcome:
+    model.eval()
+    chunks = materialize(reader, chunk_size=chunk_size)
+    outcome = _run_exact(model, chunks, num_batches_tracked=reader.samples, method=method,
+                         memory_budget=memory_budget, progress=progress, shipped=shipped, warnings=setup.warnings)
+    del chunks
+    skipped = [name for name in setup.layers if name not in outcome.order]
+    if skipped:
+        setup.warnings.append(f"BatchNorm layers {skipped} were not called by the forward; their running "
+                              "statistics were left unchanged")
+    return PassOutcome(path=outcome.path, passes=outcome.passes, peak_bytes=outcome.peak_bytes,
+                       refit_names=[name for name in setup.layers if name in outcome.order])
+
+
+def _pass_train_mode(model: torch.nn.Module, reader: PoolReader, setup: RefitSetup, *, rule: TrainRule,
+                     progress: bool) -> PassOutcome:
+    never_called = run_train_mode(model, reader, rule=rule, progress=progress)
+    if never_called:
+        setup.warnings.append(f"BatchNorm layers {never_called} were not called by the forward; as in update_bn "
+                              "their statistics were reset (mean 0, variance 1)")
+    return PassOutcome(path="train-mode", passes=1,
+                       refit_names=[name for name in setup.layers if name not in never_called])
+
+
+def check_theta_unchanged(before: str, after: str) -> None:
+    """The refit's proof that θ is bit-identical: the trainable digests before and after must be equal."""
+    if after != before:
+        raise WeightsChangedError(
+            f"the trainable tensors changed during the refit (digest {before} became {after}); the model's forward "
+            "writes to its own parameters or non-BatchNorm buffers. Running statistics were restored; this refit "
+            "cannot be trusted for this model")
+
+
+def pool_warnings(*, rule: AccumulationRule, sizes: list[int], samples: int, data: DataSplit | None) -> list[str]:
+    """What the pool as seen says about the record: unequal batches under a train-mode rule, a record count that
+    disagrees with the samples the pool yielded."""
+    warnings = []
     if rule != "exact" and len(set(sizes)) > 1:
         counts = ", ".join(f"{count} x {size}" for size, count in sorted(Counter(sizes).items(), reverse=True))
         warnings.append(f"batches of unequal size ({counts}): the {rule} rule weights every batch by its count, not "
                         "its size, so short batches are over-weighted (as in update_bn); drop the short batch "
                         "(DataLoader(drop_last=True)) or use rule='exact'")
-    if data is not None and data.record_count is not None and data.record_count != reader.samples:
-        warnings.append(f"data.record_count is {data.record_count} but the pool yielded {reader.samples} samples")
+    if data is not None and data.record_count is not None and data.record_count != samples:
+        warnings.append(f"data.record_count is {data.record_count} but the pool yielded {samples} samples")
+    return warnings
+
+
+def build_report(model: torch.nn.Module, setup: RefitSetup, outcome: PassOutcome, *, rule: AccumulationRule,
+                 data: DataSplit | None, transform: Transform | None, producer: Producer | None,
+                 shipped: dict[str, Any], before: DigestSet, after: DigestSet, reader: PoolReader,
+                 started: float) -> RefitReport:
+    """The declaration of the model after the refit (convention, digests, refit details) and the report around it;
+    the record's seconds run from ``started`` (a ``time.perf_counter()`` value) to the end of the staleness."""
     refit_state = running_state(model)
-    staleness = staleness_distance({name: shipped[name] for name in refit_names},
-                                   {name: refit_state[name] for name in refit_names}, warnings=warnings)
-    convention = _convention(model, rule=rule, data=data, transform=transform, momentum=momentum, dtype=dtype,
-                             sizes=sizes)
+    names = outcome.refit_names
+    staleness = staleness_distance({name: shipped[name] for name in names},
+                                   {name: refit_state[name] for name in names}, warnings=setup.warnings)
+    convention = _convention(model, rule=rule, data=data, transform=transform, momentum=setup.momentum,
+                             dtype=setup.dtype, sizes=reader.batch_sizes)
     details = RefitDetails(
         trainable_sha256_before=before.trainable_sha256,
         trainable_sha256_after=after.trainable_sha256,
         running_sha256_before=before.running_sha256,
         running_sha256_after=after.running_sha256,
         staleness=staleness,
-        seconds=time.perf_counter() - start,
-        forward_passes=passes,
-        warnings=warnings,
+        seconds=time.perf_counter() - started,
+        forward_passes=outcome.passes,
+        warnings=setup.warnings,
     )
-    channel = "present" if layers else "absent"
+    channel: Channel = "present" if setup.layers else "absent"
     declaration = declare(model, convention, digests=after, producer=producer, refit=details,
-                          reporting_line=reporting_line(convention.name, channel=channel, path=path,
+                          reporting_line=reporting_line(convention.name, channel=channel, path=outcome.path,
                                                         samples=reader.samples, staleness=staleness))
-    report = RefitReport(declaration=declaration, channel=channel, path=path, peak_activation_bytes=peak)
-    notify_refit(model, report)
-    return report
+    return RefitReport(declaration=declaration, channel=channel, path=outcome.path,
+                       peak_activation_bytes=outcome.peak_bytes)
 
 
 def _convention(model: torch.nn.Module, *, rule: AccumulationRule, data: DataSplit | None,

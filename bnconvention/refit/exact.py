@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from bnconvention.errors import RefitError, UnsupportedModelError
 from bnconvention.refit.graph import Untraceable, make_plan, trace_model
 from bnconvention.refit.moments import ChannelMoments
+from bnconvention.refit.state import running_buffers
 
 if TYPE_CHECKING:
     import torch
@@ -68,17 +69,19 @@ def commit_layer_stats(name: str, module: torch.nn.Module, moments: ChannelMomen
     except ValueError:
         raise RefitError(f"BatchNorm layer {name!r} saw {moments.count} value per channel over the whole pool; the "
                          "unbiased variance needs at least 2: refit on a larger pool") from None
-    buffer_dtype = module.running_mean.dtype  # type: ignore[union-attr]
+    running_mean, running_var = running_buffers(module)
+    buffer_dtype = running_mean.dtype
     mean_out, var_out = mean.to(buffer_dtype), var.to(buffer_dtype)
     if not (bool(torch.isfinite(mean_out).all()) and bool(torch.isfinite(var_out).all())):
         raise RefitError(f"non-finite activations (NaN or inf) reached BatchNorm layer {name!r}: its mean or "
                          f"variance over the pool is not finite in {buffer_dtype}; check the pool for NaN/inf "
                          "inputs and the model for overflow. Running statistics and weights are unchanged")
     with torch.no_grad():
-        module.running_mean.copy_(mean_out)  # type: ignore[union-attr]
-        module.running_var.copy_(var_out)  # type: ignore[union-attr]
-        if module.num_batches_tracked is not None:  # type: ignore[union-attr]
-            module.num_batches_tracked.fill_(num_batches_tracked)  # type: ignore[union-attr]
+        running_mean.copy_(mean_out)
+        running_var.copy_(var_out)
+        tracked = cast("torch.Tensor | None", module.num_batches_tracked)
+        if tracked is not None:
+            tracked.fill_(num_batches_tracked)
 
 
 def _tensors(value: Any) -> Iterable[torch.Tensor]:
@@ -216,7 +219,8 @@ def run_traced(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batche
     consts: dict[torch.fx.Node, Any] = {}
     stages: list[tuple[list[_Step], list[_Step]]] = []  # per stage: constant steps, per-chunk steps
     for stage in plan.stages:
-        const_steps, chunk_steps = [], []
+        const_steps: list[_Step] = []
+        chunk_steps: list[_Step] = []
         for index in stage:
             node = plan.nodes[index]
             if node in plan.bn_nodes and node not in plan.last_use:

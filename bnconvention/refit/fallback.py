@@ -51,7 +51,7 @@ def run_hooks(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches
     from tqdm import tqdm
 
     layers = tracked_layers(model)
-    names = {module: name for name, module in layers.items()}
+    names: dict[torch.nn.Module, str] = {module: name for name, module in layers.items()}
     calls: list[str] = []
     state: dict[str, Any] = {"target": None, "moments": None, "finalized": set(), "discovering": True}
 

@@ -137,9 +137,10 @@ def run_forward(model: Any, x: torch.Tensor, *, where: str,
                 passthrough: tuple[type[BaseException], ...] = ()) -> None:
     """``model(x)``, with a failure of the model's own forward reported as a :class:`RefitError` naming ``where``
     (e.g. "pool batch 3"). Our own errors and the ``passthrough`` exception types propagate unchanged."""
+    propagate: tuple[type[BaseException], ...] = (RefitError, UnsupportedModelError, *passthrough)
     try:
         model(x)
-    except (RefitError, UnsupportedModelError, *passthrough):
+    except propagate:
         raise
     except Exception as exc:  # noqa: BLE001 - the model's own forward failed on this input
         raise RefitError(f"the model's forward failed on {where} (input {tuple(x.shape)}, {x.dtype}): "

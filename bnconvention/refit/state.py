@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from bnconvention.errors import RefitError
 
@@ -49,19 +49,24 @@ def tracked_layers(model: torch.nn.Module) -> dict[str, torch.nn.modules.batchno
     return {name: module for name, module in batchnorm_modules(model).items() if has_running_stats(module)}
 
 
+def running_buffers(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(running_mean, running_var)`` of a layer that tracks running statistics, typed as the tensors they are
+    (to mypy a module attribute is tensor-or-module, and BatchNorm's buffers are optional)."""
+    return cast("torch.Tensor", module.running_mean), cast("torch.Tensor", module.running_var)
+
+
 def running_state(model: torch.nn.Module) -> dict[str, LayerRunningState]:
     """Cloned running buffers of every BatchNorm layer that tracks them, by layer name, in module order."""
     import torch
 
+    states = {}
     with torch.no_grad():
-        return {
-            name: LayerRunningState(
-                module.running_mean.detach().clone(),  # type: ignore[union-attr]
-                module.running_var.detach().clone(),  # type: ignore[union-attr]
-                None if module.num_batches_tracked is None else module.num_batches_tracked.detach().clone(),
-            )
-            for name, module in tracked_layers(model).items()
-        }
+        for name, module in tracked_layers(model).items():
+            mean, var = running_buffers(module)
+            tracked = module.num_batches_tracked
+            states[name] = LayerRunningState(mean.detach().clone(), var.detach().clone(),
+                                             None if tracked is None else tracked.detach().clone())
+    return states
 
 
 def restore_running_state(model: torch.nn.Module, state: Mapping[str, LayerRunningState]) -> None:
@@ -76,8 +81,9 @@ def restore_running_state(model: torch.nn.Module, state: Mapping[str, LayerRunni
     with torch.no_grad():
         for name, saved in state.items():
             module = layers[name]
-            module.running_mean.copy_(saved.mean)  # type: ignore[union-attr]
-            module.running_var.copy_(saved.var)  # type: ignore[union-attr]
+            mean, var = running_buffers(module)
+            mean.copy_(saved.mean)
+            var.copy_(saved.var)
             if saved.num_batches_tracked is not None and module.num_batches_tracked is not None:
                 module.num_batches_tracked.copy_(saved.num_batches_tracked)
 
@@ -87,7 +93,7 @@ class ModuleModes:
     """Every module's ``training`` flag and every BatchNorm layer's momentum, to restore after a refit."""
 
     training: dict[torch.nn.Module, bool]
-    momenta: dict[torch.nn.Module, float | None]
+    momenta: dict[torch.nn.modules.batchnorm._BatchNorm, float | None]
 
     @classmethod
     def capture(cls, model: torch.nn.Module) -> ModuleModes:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from bnconvention.errors import RefitError
 from bnconvention.refit.pool import PoolReader, run_forward
-from bnconvention.refit.state import batchnorm_modules, tracked_layers
+from bnconvention.refit.state import batchnorm_modules, running_buffers, tracked_layers
 
 if TYPE_CHECKING:
     import torch
@@ -49,7 +49,8 @@ def run_train_mode(model: torch.nn.Module, reader: PoolReader, *, rule: TrainRul
         raise RefitError("the pool yielded no batches; pass at least one batch of inputs")
     never_called = []
     for name, module in tracked_layers(model).items():
-        finite = bool(torch.isfinite(module.running_mean).all()) and bool(torch.isfinite(module.running_var).all())
+        mean, var = running_buffers(module)
+        finite = bool(torch.isfinite(mean).all()) and bool(torch.isfinite(var).all())
         if not finite:
             raise RefitError(f"non-finite activations (NaN or inf) reached BatchNorm layer {name!r}: its running "
                              "statistics became NaN/inf; check the pool for NaN/inf inputs and the model for "

@@ -59,5 +59,6 @@ def record_ids_sha256(ids: Iterable[int | str]) -> str:
     id_list = list(ids)
     kinds = {type(i) for i in id_list}
     if kinds - {int, str} or len(kinds) > 1:
-        raise RecordError(f"record ids must be all integers or all strings, found types {sorted(k.__name__ for k in kinds)}")
+        found = sorted(k.__name__ for k in kinds)
+        raise RecordError(f"record ids must be all integers or all strings, found types {found}")
     return canonical_sha256(sorted(id_list))

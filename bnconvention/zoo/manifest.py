@@ -25,7 +25,8 @@ MANIFEST_NAME = "manifest.json"
 # Source files whose content decides the zoo's bytes (the zoo package, the record builder and the standard).
 _CODE_FILES = ("zoo/__init__.py", "data/digits.py", "zoo/models.py", "zoo/methods.py", "zoo/variants.py",
                "zoo/manifest.py", "zoo/build.py", "authoring/declaration.py", "formats/canonical.py",
-               "standard/models.py", "standard/naming.py", "architectures/factories.py")
+               "standard/models.py", "standard/fields.py", "standard/convention.py", "standard/deployed.py",
+               "standard/evidence.py", "standard/annotation.py", "standard/naming.py", "architectures/factories.py")
 
 
 def code_sha256() -> str:

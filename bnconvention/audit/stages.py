@@ -1,0 +1,308 @@
+"""The stages of one checkpoint's audit, each a function from typed inputs to a typed output.
+
+:func:`bnconvention.audit.runner.run_audit` composes them in order: :func:`evaluate_shipped` (cells and anchoring as
+shipped) → :func:`run_replicates` (R refits on redrawn retained pools, φ restored after each) → :func:`decide_cells`
+(decisions and verdicts, from numbers alone) → :func:`staleness_with_band` (seed 003, Eq. 15, against the reference
+band) → :func:`run_diagnostics` (recoverability, provenance contrast) → :func:`check_theta_unchanged` →
+:func:`build_annotation`. The model-free stages (decisions, staleness, annotation) run on any numbers given to them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bnconvention.audit.checkpoint import LoadedCheckpoint
+from bnconvention.audit.data import AuditData
+from bnconvention.audit.decisions import anchoring, decide_cell, evaluate_cell, reporting_line, verdict
+from bnconvention.audit.diagnostics import provenance_contrast, recoverability
+from bnconvention.audit.evaluation import (
+    BaseCells,
+    Refitter,
+    base_cells,
+    data_split,
+    retain_split_description,
+    stream,
+    torch_seed,
+)
+from bnconvention.audit.result import ReplicateRecord, SignRecord
+from bnconvention.audit.spec import AuditSpec
+from bnconvention.authoring.declaration import default_producer, make_convention
+from bnconvention.errors import WeightsChangedError
+from bnconvention.standard.models import (
+    SPEC_VERSION,
+    Anchoring,
+    AuditedFile,
+    Cell,
+    Channel,
+    FittingConvention,
+    LayerStaleness,
+    ProvenanceContrast,
+    Recoverability,
+    RefitAnnotation,
+    Staleness,
+    StalenessBand,
+    Verdict,
+)
+from bnconvention.standard.naming import record_ids_sha256
+
+if TYPE_CHECKING:
+    from bnconvention.refit.result import RefitReport
+    from bnconvention.refit.state import LayerRunningState
+
+RunningState = dict[str, "LayerRunningState"]
+
+
+@dataclass
+class PreparedAudit:
+    """A spec, its data and one loaded checkpoint, all checked: running it cannot fail on bad input any more."""
+
+    spec: AuditSpec
+    data: AuditData
+    checkpoint: LoadedCheckpoint
+
+
+# --- shipped ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShippedCells:
+    """The checkpoint as shipped: df/dr/dt, each spec cell, and anchoring against the published cells (if any)."""
+
+    base: BaseCells
+    cells: dict[str, float]
+    anchoring: Anchoring | None
+    seconds: float  # the shipped evaluation alone
+
+    @property
+    def anchored(self) -> bool:
+        """Whether decisions may be made: no published cells to anchor to counts as anchored."""
+        return self.anchoring.anchored if self.anchoring is not None else True
+
+
+def evaluate_shipped(prepared: PreparedAudit) -> ShippedCells:
+    """One evaluation of the shipped state (eval transform, full splits), then the cells and anchoring from it."""
+    spec, checkpoint = prepared.spec, prepared.checkpoint
+    start = time.perf_counter()
+    base = base_cells(checkpoint.model, prepared.data, batch_size=spec.eval_batch_size)
+    seconds = time.perf_counter() - start
+    cells = {c.text: evaluate_cell(c, base, field=f"/cells/{i}") for i, c in enumerate(spec.cell_expressions())}
+    anchors = anchoring(spec, published=checkpoint.published, shipped_cells=cells, shipped_base=base)
+    return ShippedCells(base=base, cells=cells, anchoring=anchors, seconds=seconds)
+
+
+# --- replicates -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Replicates:
+    """R refits on independently redrawn retained pools, each evaluated; φ is back to the shipped state after."""
+
+    records: list[ReplicateRecord]
+    base: list[BaseCells]
+    kept_states: list[RunningState]  # the refit φ of replicates 0 and 1 when the spec asks for staleness
+    first_report: RefitReport
+    channel: Channel
+    transform_mode: str  # of the refit transform: "train" or "eval"
+    warnings: list[str] = field(default_factory=list)  # replicate 0's refit warnings, prefixed "refit: "
+
+
+def run_replicates(prepared: PreparedAudit, refitter: Refitter, *, progress: bool = False,
+                   on_replicate: Callable[[int], None] | None = None) -> Replicates:
+    """Replicate ``r`` draws its pool and augmentation seed from ``SeedSequence(seed, spawn_key=(0, r))``, refits,
+    evaluates and restores; φ is restored also when a replicate fails."""
+    from tqdm.auto import tqdm
+
+    spec, data = prepared.spec, prepared.data
+    describe_pool = retain_split_description(pool_size=spec.refit.pool_size, seed=spec.seed, data=data)
+    transform = data.transform(spec.refit.transform)
+    records: list[ReplicateRecord] = []
+    base: list[BaseCells] = []
+    kept: list[RunningState] = []
+    reports: list[RefitReport] = []
+    bar = tqdm(range(spec.replicates), desc=f"audit {prepared.checkpoint.name}", unit="replicate",
+               disable=not progress, leave=False)
+    try:
+        for r in bar:
+            record, cells, report, state = _replicate(prepared, refitter, r, transform=transform,
+                                                      describe_pool=describe_pool, keep_state=r < 2 and spec.staleness)
+            records.append(record)
+            base.append(cells)
+            reports.append(report)
+            if state is not None:
+                kept.append(state)
+            if on_replicate is not None:
+                on_replicate(r)
+    finally:
+        bar.close()
+        refitter.restore()
+    first = reports[0]
+    return Replicates(records=records, base=base, kept_states=kept, first_report=first, channel=reports[-1].channel,
+                      transform_mode=transform.mode, warnings=[f"refit: {w}" for w in first.warnings])
+
+
+def _replicate(prepared: PreparedAudit, refitter: Refitter, r: int, *, transform: Any, describe_pool: str,
+               keep_state: bool) -> tuple[ReplicateRecord, BaseCells, RefitReport, RunningState | None]:
+    """One replicate: draw, refit, keep φ if asked, evaluate, restore."""
+    import torch
+
+    from bnconvention.refit import running_state
+
+    spec, data = prepared.spec, prepared.data
+    start = time.perf_counter()
+    rng = stream(spec.seed, 0, r)
+    chosen = np.sort(rng.choice(len(data.retain.ids), size=spec.refit.pool_size, replace=False))
+    augmentation_seed = torch_seed(rng)
+    ids = data.retain.ids[chosen]
+    report = refitter.run(
+        data.retain.x[torch.from_numpy(chosen)], rule=spec.refit.rule, transform=transform,
+        seed=augmentation_seed, batch_size=spec.refit.batch_size,
+        data_split=data_split(data, role="retain", subset=describe_pool, ids=ids, count=spec.refit.pool_size,
+                              seed=spec.seed))
+    state = running_state(refitter.model) if keep_state else None
+    cells = base_cells(refitter.model, data, batch_size=spec.eval_batch_size)
+    refitter.restore()
+    record = ReplicateRecord(index=r, pool_ids_sha256=record_ids_sha256([int(i) for i in ids]),
+                             augmentation_seed=augmentation_seed, base_cells=cells,
+                             seconds=time.perf_counter() - start)
+    return record, cells, report, state
+
+
+# --- decisions ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """Per cell its record and sign test (for Benjamini–Yekutieli across a census), and the criteria's verdicts."""
+
+    cells: list[Cell]
+    signs: dict[str, SignRecord]
+    verdicts: list[Verdict]
+
+
+def decide_cells(spec: AuditSpec, shipped: ShippedCells, replicates: Sequence[BaseCells], *, channel: Channel,
+                 published: Mapping[str, float] | None) -> Decisions:
+    """Each spec cell over the replicates against its shipped value; each criterion on shipped and refit cells."""
+    cells: list[Cell] = []
+    signs: dict[str, SignRecord] = {}
+    published = published or {}
+    for i, cell in enumerate(spec.cell_expressions()):
+        values = [evaluate_cell(cell, b, field=f"/cells/{i}") for b in replicates]
+        record, sign = decide_cell(cell, shipped.cells[cell.text], values, spec=spec, anchored=shipped.anchored,
+                                   channel=channel, published=published.get(cell.text))
+        cells.append(record)
+        signs[cell.text] = sign
+    verdicts = [verdict(c, shipped.base, list(replicates), field=f"/criteria/{i}")
+                for i, c in enumerate(spec.criterion_expressions())]
+    return Decisions(cells=cells, signs=signs, verdicts=verdicts)
+
+
+# --- staleness ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StalenessOutcome:
+    """The annotation's staleness (None when the spec skips it), the band per layer, and why a band is missing."""
+
+    staleness: Staleness | None
+    band_layers: list[LayerStaleness] | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def staleness_with_band(spec: AuditSpec, shipped_vs_first: Staleness,
+                        kept_states: Sequence[RunningState]) -> StalenessOutcome:
+    """Shipped φ against replicate 0's refit (``shipped_vs_first``, the refit's own staleness), and the reference
+    band: replicate 1's refit against replicate 0's. ``exceeds_band`` when both averaged distances exceed it."""
+    from bnconvention.refit import staleness_distance
+
+    if not spec.staleness:
+        return StalenessOutcome(staleness=None, band_layers=None)
+    if len(kept_states) < 2:
+        return StalenessOutcome(staleness=shipped_vs_first, band_layers=None,
+                                warnings=["reference band not computed: it needs two replicates (R >= 2)"])
+    band = staleness_distance(kept_states[1], kept_states[0])
+    exceeds = (shipped_vs_first.mean_distance > band.mean_distance
+               and shipped_vs_first.var_distance > band.var_distance)
+    staleness = shipped_vs_first.model_copy(update={
+        "reference_band": StalenessBand(mean_distance=band.mean_distance, var_distance=band.var_distance),
+        "exceeds_band": exceeds})
+    return StalenessOutcome(staleness=staleness, band_layers=list(band.layers))
+
+
+# --- diagnostics and the θ check ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    recoverability: Recoverability | None
+    provenance: ProvenanceContrast | None
+
+
+def run_diagnostics(prepared: PreparedAudit, refitter: Refitter, shipped: ShippedCells) -> Diagnostics:
+    """Recoverability (one refit) and the provenance contrast (two), each when the spec asks for it."""
+    spec, data, batch = prepared.spec, prepared.data, prepared.spec.eval_batch_size
+    recovery = provenance = None
+    if spec.recoverability is not None:
+        recovery = recoverability(refitter, spec.recoverability, spec=spec, data=data, shipped=shipped.base,
+                                  batch_size=batch)
+    if spec.provenance is not None:
+        provenance = provenance_contrast(refitter, spec.provenance, spec=spec, data=data, batch_size=batch)
+    return Diagnostics(recoverability=recovery, provenance=provenance)
+
+
+def check_theta_unchanged(path: Path, *, before: str, after: str) -> None:
+    """The audit's proof that θ did not move: the trainable digests before and after the whole audit."""
+    if after != before:
+        raise WeightsChangedError(f"{path}: the trainable tensors changed during the audit (digest "
+                                  f"{before} became {after}); this is a bug, please report it")
+
+
+# --- annotation -----------------------------------------------------------------------------------------------------
+
+
+def build_annotation(prepared: PreparedAudit, shipped: ShippedCells, replicates: Replicates, decisions: Decisions,
+                     staleness: StalenessOutcome, diagnostics: Diagnostics) -> RefitAnnotation:
+    """The record of the standard the audit writes back, bound to the file by its digests."""
+    spec, checkpoint = prepared.spec, prepared.checkpoint
+    digests = checkpoint.file_digests
+    return RefitAnnotation(
+        spec_version=SPEC_VERSION,
+        kind="refit_annotation",
+        subject=AuditedFile(filename=checkpoint.path.name, trainable_sha256=digests.trainable_sha256,
+                            running_sha256=digests.running_sha256,
+                            declared_convention=checkpoint.declared_convention),
+        convention=annotation_convention(replicates.first_report.declaration.convention, spec, prepared.data),
+        channel=replicates.channel,
+        replicates=spec.replicates,
+        margin_pp=spec.margin_pp,
+        anchoring=shipped.anchoring,
+        cells=decisions.cells,
+        verdicts=decisions.verdicts,
+        staleness=staleness.staleness,
+        provenance=diagnostics.provenance,
+        recoverability=diagnostics.recoverability,
+        producer=default_producer(),
+        reporting_line=reporting_line(spec=spec, cells=decisions.cells, signs=decisions.signs,
+                                      channel=replicates.channel, transform_mode=replicates.transform_mode),
+    )
+
+
+def annotation_convention(replicate_convention: FittingConvention, spec: AuditSpec, data: AuditData
+                          ) -> FittingConvention:
+    """Replicate 0's convention, with the data split describing the redrawn pools rather than one of them."""
+    accumulation = replicate_convention.accumulation
+    return make_convention(
+        buffer_update_mode="refit", role="retain", dataset_id=data.dataset_id,
+        subset=retain_split_description(pool_size=spec.refit.pool_size, seed=spec.seed, data=data),
+        transform=replicate_convention.transform, dataset_revision=data.dataset_revision,
+        rule=accumulation.rule, momentum=getattr(accumulation, "momentum", None),
+        batch_size=accumulation.batch_size, num_batches=accumulation.num_batches,
+        variance_estimator=accumulation.variance_estimator, precision=accumulation.precision,
+        dropout=replicate_convention.other_modules.dropout, distributed=replicate_convention.distributed,
+        record_count=spec.refit.pool_size, sampling_seed=spec.seed,
+    )

@@ -1,0 +1,241 @@
+"""One repo's audit as a self-contained task: download each single-file checkpoint at the commit the census read,
+build its model, run the audit of :mod:`bnconvention.audit`, and return the result as JSON.
+
+Which architecture: the repo's own declaration in ``config.json`` — an ``architecture`` entry ``{"factory": ...,
+"kwargs": {...}}``, the shape the digits zoo writes — when that factory is on the allowlist; otherwise the spec's
+``model``. A factory named by a repo is never imported unless it is allowlisted. Published cells: with
+``published_source: sidecar`` they come from ``config.json`` (``published`` or the zoo's ``shipped_accuracy``);
+with ``published_by_checkpoint`` the key is the repo id.
+
+:func:`audit_repo_task` does everything from its arguments (download at the pinned revision into a temporary folder,
+audit, return the result), so the same task runs in this process, in a spawned worker or as a Ray task with the same
+result: every computation is seeded from the spec, and each task runs torch with the same number of threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bnconvention.audit.result import AuditResult
+from bnconvention.audit.spec import AuditSpec, ModelSpec, parse_spec
+from bnconvention.errors import BnConventionError, UntrustedInputError, UsageError
+from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.text import one_line
+from bnconvention.hub.client import DEFAULT_TIMEOUT_S, HubClient, Secret, make_client, quiet_hub_progress
+from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
+from bnconvention.standard.locations import annotation_filename
+from bnconvention.standard.models import to_dict
+
+CONFIG_NAME = "config.json"
+MAX_CONFIG_BYTES = 1_000_000
+
+
+class FileAudit(BaseModel):
+    """The audit of one weights file of a repo."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    filename: str
+    status: Literal["audited", "failed", "skipped"]
+    reason: str = ""
+    factory: str | None = None
+    architecture_source: Literal["repo", "spec"] | None = None
+    annotation_sha256: str | None = None
+    annotation_path: str | None = None
+    result: AuditResult | None = None
+
+
+class RepoAudit(BaseModel):
+    """The audit of one repo at one commit under one spec (the journal's ``audit`` entry)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo_id: str
+    revision: str
+    spec_sha256: str
+    status: Literal["audited", "failed", "skipped"]
+    reason: str = ""
+    transient: bool = False
+    files: list[FileAudit] = []
+
+
+@dataclass(frozen=True)
+class AuditTask:
+    """Everything one repo's audit needs; picklable, with the token kept in a :class:`Secret`."""
+
+    endpoint: str
+    token: Secret
+    repo_id: str
+    revision: str
+    filenames: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]  # (checkpoint, reason) reported without auditing
+    spec: dict[str, Any]
+    allowed_factories: tuple[str, ...] = ()
+    threads: int = 1
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    work_dir: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+# --- choosing the model ------------------------------------------------------------------------------------------
+
+
+def declared_architecture(config: Any) -> tuple[str, dict[str, Any]] | None:
+    """``(factory, kwargs)`` from a repo's ``config.json`` (``architecture: {factory, kwargs}``), if it names one."""
+    if not isinstance(config, dict):
+        return None
+    arch = config.get("architecture")
+    if isinstance(arch, dict) and isinstance(arch.get("factory"), str):
+        kwargs = arch.get("kwargs", {})
+        return arch["factory"], kwargs if isinstance(kwargs, dict) else {}
+    return None
+
+
+def spec_for_repo(spec: AuditSpec, *, repo_id: str, config: Any) -> tuple[AuditSpec, Literal["repo", "spec"]]:
+    """The spec to audit this repo with: the repo's allowlisted architecture (else the spec's model), and the
+    published cells of this repo."""
+    from bnconvention.architectures.factories import available_factories
+
+    update: dict[str, Any] = {}
+    declared = declared_architecture(config)
+    source: Literal["repo", "spec"]
+    if declared is not None and declared[0] in available_factories():
+        try:
+            update["model"] = ModelSpec.model_validate({"factory": declared[0], "kwargs": declared[1]})
+            source = "repo"
+        except ValidationError as exc:
+            if spec.model is None:
+                raise UntrustedInputError(f"{repo_id}/{CONFIG_NAME}: the architecture's kwargs are not plain JSON "
+                                          f"values ({exc.errors()[0]['msg']}); name the model in the spec",
+                                          source=f"{repo_id}/{CONFIG_NAME}") from None
+            source = "spec"
+    elif spec.model is not None:
+        source = "spec"
+    else:
+        named = f"names {declared[0]!r}, which is not allowlisted" if declared else "names no architecture"
+        raise UsageError(f"{repo_id}: its {CONFIG_NAME} {named}, and the spec has no model section; add model: "
+                         "{factory: ...} to the spec (or --allow-factory for your own)")
+    if spec.published_by_checkpoint and repo_id in spec.published_by_checkpoint:
+        update["published"] = spec.published_by_checkpoint[repo_id]
+        update["published_by_checkpoint"] = None
+    return (spec.model_copy(update=update) if update else spec), source
+
+
+# --- one task -----------------------------------------------------------------------------------------------------
+
+_DATA_CACHE: dict[str, Any] = {}
+
+
+def _audit_data(spec: AuditSpec) -> Any:
+    """The spec's data, loaded once per process (it depends on the dataset and splits only)."""
+    from bnconvention.audit.data import load_audit_data
+
+    key = canonical_sha256({"dataset": spec.dataset.model_dump(mode="json"),
+                            "splits": spec.splits.model_dump(mode="json")})
+    if key not in _DATA_CACHE:
+        _DATA_CACHE[key] = load_audit_data(spec)
+    return _DATA_CACHE[key]
+
+
+@contextlib.contextmanager
+def _torch_threads(count: int) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _download(client: HubClient, repo_id: str, filename: str, *, revision: str, folder: Path) -> Path:
+    local = call_with_retry(
+        lambda: client.api.hf_hub_download(repo_id, filename, revision=revision, local_dir=folder / "repo",
+                                           cache_dir=folder / "cache"),
+        policy=client.retry, what=f"download {repo_id}/{filename}")
+    return Path(local)
+
+
+def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, config_bytes: bytes | None, filename: str,
+                folder: Path) -> FileAudit:
+    from bnconvention.audit.runner import audit_checkpoint
+
+    config = loads_strict(config_bytes, source=f"{task.repo_id}/{CONFIG_NAME}") if config_bytes else None
+    repo_spec, source = spec_for_repo(spec, repo_id=task.repo_id, config=config)
+    weights = _download(client, task.repo_id, filename, revision=task.revision, folder=folder)
+    if config_bytes is not None:
+        # the audit reads architecture and published cells from the checkpoint's sidecar <name>.json
+        weights.with_name(weights.name[: -len(".safetensors")] + ".json").write_bytes(config_bytes)
+    result = audit_checkpoint(weights, repo_spec, data=_audit_data(repo_spec))
+    subject = result.annotation.subject.model_copy(update={"filename": filename, "repo": task.repo_id,
+                                                           "revision": task.revision})
+    annotation = result.annotation.model_copy(update={"subject": subject})
+    result = result.model_copy(update={"annotation": annotation, "weights_path": f"{task.repo_id}/{filename}",
+                                       "checkpoint": _name(task.repo_id, filename)})
+    digest = canonical_sha256(to_dict(annotation))
+    return FileAudit(filename=filename, status="audited", factory=result.factory, architecture_source=source,
+                     annotation_sha256=digest, annotation_path=annotation_filename(digest), result=result)
+
+
+def _name(repo_id: str, filename: str) -> str:
+    return repo_id if filename == "model.safetensors" else f"{repo_id}:{filename}"
+
+
+def audit_repo_task(task: AuditTask) -> str:
+    """Audit one repo (every file of ``task.filenames``); returns a :class:`RepoAudit` as JSON. Never raises for a
+    repo's own problems: they are returned as ``failed`` files, transient Hub failures marked for a retry."""
+    from bnconvention.architectures.factories import allow_user_factory
+
+    for target in task.allowed_factories:
+        allow_user_factory(target)
+    client = make_client(endpoint=task.endpoint, token=task.token, retry=task.retry, timeout_s=task.timeout_s)
+    spec = parse_spec(task.spec)
+    files: list[FileAudit] = [FileAudit(filename=name, status="skipped", reason=reason)
+                              for name, reason in task.skipped]
+    transient = False
+    with tempfile.TemporaryDirectory(prefix="bnc-hub-audit-", dir=task.work_dir) as tmp, \
+            _torch_threads(task.threads), quiet_hub_progress():
+        try:
+            config_bytes = client.read_small_file(task.repo_id, CONFIG_NAME, revision=task.revision,
+                                                  max_bytes=MAX_CONFIG_BYTES)
+        except Exception as exc:  # noqa: BLE001 - recorded for every file of the repo
+            transient = is_retryable(exc)
+            reason = client.scrub(describe(exc))
+            files += [FileAudit(filename=name, status="failed", reason=f"reading {CONFIG_NAME}: {reason}")
+                      for name in task.filenames]
+        else:
+            for index, filename in enumerate(task.filenames):
+                folder = Path(tmp) / str(index)
+                folder.mkdir()
+                try:
+                    files.append(_audit_file(client, task, spec, config_bytes, filename, folder))
+                except Exception as exc:  # noqa: BLE001 - one file's failure is its result; the crawl goes on
+                    transient = transient or is_retryable(exc)
+                    text = describe(exc) if not isinstance(exc, BnConventionError) else one_line(exc)
+                    files.append(FileAudit(filename=filename, status="failed", reason=client.scrub(text)))
+    files.sort(key=lambda f: f.filename)
+    statuses = {f.status for f in files}
+    status: Literal["audited", "failed", "skipped"] = (
+        "failed" if "failed" in statuses else "audited" if "audited" in statuses else "skipped")
+    reason = next((f"{f.filename}: {f.reason}" for f in files if f.status == status and f.reason), "")
+    return RepoAudit(repo_id=task.repo_id, revision=task.revision, spec_sha256=canonical_sha256(task.spec),
+                     status=status, reason=reason, transient=transient, files=files).model_dump_json()
+
+
+__all__ = [
+    "CONFIG_NAME",
+    "AuditTask",
+    "FileAudit",
+    "RepoAudit",
+    "audit_repo_task",
+    "declared_architecture",
+    "spec_for_repo",
+]

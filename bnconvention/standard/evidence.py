@@ -1,0 +1,130 @@
+"""Measured evidence a declaration can carry: the recorder's observation of a run, and a refit's details with the
+staleness of the statistics it replaced (seed 003, Eq. 15)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from bnconvention.standard.fields import (
+    AccumulationRule,
+    BufferUpdateMode,
+    Count,
+    DropoutMode,
+    NonEmptyStr,
+    Precision,
+    Sha256Hex,
+    StrictModel,
+)
+
+# --- recorder evidence ------------------------------------------------------------------------------------------
+
+
+class LayerObservation(StrictModel):
+    name: NonEmptyStr
+    train_forwards: Count = Field(description="Forwards in training mode.")
+    eval_forwards: Count = Field(description="Forwards in eval mode (evaluation and frozen steps).")
+    buffer_updates: Count = Field(description="Forwards that updated the running buffers.")
+    momenta: list[Annotated[float, Field(gt=0, le=1)] | None] = Field(
+        default_factory=list, description="Distinct momenta in force during updates (null = cumulative)."
+    )
+    buffers_changed: bool = Field(description="Whether the buffers differ between start and end of the run.")
+    frozen_forwards: Count | None = Field(
+        default=None,
+        description="Eval-mode forwards with autograd enabled: training steps that left the buffers frozen.",
+    )
+    refits: Count | None = Field(default=None, description="Refits that replaced this layer's buffers.")
+    mode: BufferUpdateMode | None = Field(
+        default=None,
+        description="How this layer's buffers were last written, derived from the events; absent for a layer "
+                    "that tracks no running statistics.",
+    )
+
+
+class Contradiction(StrictModel):
+    code: NonEmptyStr = Field(description="Stable code, e.g. 'declared-frozen-buffers-changed'.")
+    message: NonEmptyStr
+    layers: list[NonEmptyStr] = Field(default_factory=list, description="BatchNorm layers concerned, if any.")
+
+
+class Observation(StrictModel):
+    train_forwards: Count
+    eval_forwards: Count
+    buffer_updates: Count
+    buffers_changed: bool
+    batch_size_min: Count | None = None
+    batch_size_max: Count | None = None
+    split_tags: list[NonEmptyStr] = Field(
+        default_factory=list, description="Split tags seen during buffer updates, in order of first appearance."
+    )
+    last_update_split: NonEmptyStr | None = Field(default=None, description="Split tag of the last buffer update.")
+    layers: list[LayerObservation] = Field(default_factory=list)
+    contradictions: list[Contradiction] = Field(default_factory=list)
+    mode: BufferUpdateMode | None = Field(
+        default=None, description="Buffer-update mode derived from the events (the recorder's rules)."
+    )
+    last_write: Literal["update", "refit"] | None = Field(
+        default=None, description="What wrote the buffers last: a training-mode 'update' or a 'refit'."
+    )
+    rule: AccumulationRule | None = Field(
+        default=None, description="Accumulation rule of the last buffer write: ema, cumulative, or the refit's."
+    )
+    momentum: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        default=None, description="Momentum of the last buffer write when the rule is ema."
+    )
+    frozen_forwards: Count | None = Field(
+        default=None, description="Eval-mode forwards with autograd enabled (frozen training steps)."
+    )
+    refits: Count | None = Field(default=None, description="Refits observed during the run.")
+    trainable_changed: bool | None = Field(
+        default=None, description="Whether the trainable tensors differ between start and end of the run."
+    )
+    dropout: DropoutMode | None = Field(
+        default=None, description="Dropout during the buffer updates: on, off, or absent from the model."
+    )
+    precision: Precision | None = Field(default=None, description="Dtype of the running buffers.")
+
+
+# --- staleness and refit details ------------------------------------------------------------------------------------
+
+
+class LayerStaleness(StrictModel):
+    """Staleness distances of one BatchNorm layer."""
+
+    name: NonEmptyStr = Field(description="BatchNorm layer name.")
+    mean_distance: Annotated[float, Field(ge=0)] = Field(description="||mu - mu_hat||_2 / ||sigma_hat||_2.")
+    var_distance: Annotated[float, Field(ge=0)] = Field(description="||var - var_hat||_2 / ||var_hat||_2.")
+
+
+class StalenessBand(StrictModel):
+    """The reference band: the same distances between two independent retain refits."""
+
+    mean_distance: Annotated[float, Field(ge=0)] = Field(description="Layer-averaged mean distance of the two refits.")
+    var_distance: Annotated[float, Field(ge=0)] = Field(description="Layer-averaged variance distance of the refits.")
+
+
+class Staleness(StrictModel):
+    """How far the previous (shipped) statistics are from refit ones (seed 003, Eq. 15)."""
+
+    mean_distance: Annotated[float, Field(ge=0)] = Field(description="Layer average of the mean distance.")
+    var_distance: Annotated[float, Field(ge=0)] = Field(description="Layer average of the variance distance.")
+    layers: list[LayerStaleness] = Field(description="Per-layer distances, in module order.")
+    reference_band: StalenessBand | None = Field(
+        default=None, description="Same distances between two independent retain refits."
+    )
+    exceeds_band: bool | None = Field(default=None, description="Whether the distances exceed the reference band.")
+
+
+class RefitDetails(StrictModel):
+    """What a refit did: digests before and after (the weights must not change), staleness, cost."""
+
+    trainable_sha256_before: Sha256Hex = Field(description="Trainable digest before the refit.")
+    trainable_sha256_after: Sha256Hex = Field(description="Trainable digest after the refit: equals the one before.")
+    running_sha256_before: Sha256Hex | None = Field(default=None, description="Running digest before the refit.")
+    running_sha256_after: Sha256Hex | None = Field(default=None, description="Running digest after the refit.")
+    staleness: Staleness = Field(description="Distance of the previous statistics from the refit ones.")
+    seconds: Annotated[float, Field(ge=0)] = Field(description="Wall-clock seconds the refit took.")
+    forward_passes: Count | None = Field(default=None, description="Passes over the pool the rule needed.")
+    warnings: list[NonEmptyStr] = Field(default_factory=list, description="Warnings the refit raised, if any.")
+

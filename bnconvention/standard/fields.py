@@ -1,0 +1,53 @@
+"""Building blocks of the standard's models: version constants, the closed vocabularies (``Literal`` aliases),
+constrained field types, and the strict base model every record part derives from."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal, TypeAlias
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+
+SPEC_VERSION: Final = "1.0"
+SCHEMA_ID = "https://bnconvention.github.io/schema/v1/bnconvention.schema.json"
+DIGEST_ALGORITHM = "bnconvention-tensors/1"
+
+# Literal aliases double as CLI choices (``typing.get_args``).
+SplitRole: TypeAlias = Literal["train", "retain", "forget", "test", "proxy", "other"]
+TransformMode: TypeAlias = Literal["train", "eval"]
+AccumulationRule: TypeAlias = Literal["ema", "cumulative", "exact"]
+BufferUpdateMode: TypeAlias = Literal["train", "frozen", "mixed", "refit", "untouched", "unknown"]
+DistributedMode: TypeAlias = Literal["none", "sync_batchnorm", "all_reduce", "rank0_broadcast"]
+VarianceEstimator: TypeAlias = Literal["unbiased", "biased"]
+Precision: TypeAlias = Literal["float16", "bfloat16", "float32", "float64"]
+DropoutMode: TypeAlias = Literal["off", "on", "absent"]
+DecisionOutcome: TypeAlias = Literal["displaced", "equivalent", "undetermined"]
+Channel: TypeAlias = Literal["present", "absent"]
+FlipDirection: TypeAlias = Literal["pass_to_fail", "fail_to_pass"]
+
+# The length bounds are not redundant with the pattern: Python's ``re`` (which jsonschema uses) lets ``$`` match
+# before a trailing newline, pydantic's regex engine does not; with the lengths both reject "<64 hex>\n".
+Sha256Hex = Annotated[
+    str, StringConstraints(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$"),
+    Field(description="Lowercase hexadecimal sha256 digest (64 characters)."),
+]
+NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
+
+
+def _integral_float_to_int(value: Any) -> Any:
+    # JSON Schema counts 16.0 as an integer (and RFC 8785 writes it as 16); strict pydantic would refuse it.
+    # Converting integral floats, and only those, keeps the models and the schema in agreement.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# The bound sits inside the validator so that it is checked on the converted value and reaches the JSON Schema
+# as ``minimum`` (outside, pydantic would leak a non-standard ``ge`` keyword into the schema).
+Int = Annotated[int, BeforeValidator(_integral_float_to_int)]
+Count = Annotated[Annotated[int, Field(ge=0)], BeforeValidator(_integral_float_to_int)]
+PositiveInt = Annotated[Annotated[int, Field(ge=1)], BeforeValidator(_integral_float_to_int)]
+
+
+class StrictModel(BaseModel):
+    # strict: no silent coercion ("1" is not 1), so the models accept what the JSON Schema accepts.
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)

@@ -14,7 +14,7 @@ from bnconvention.formats.safetensors_header import parse_header
 from bnconvention.hub.classify import check_layers, classify_checkpoint, failed_repo
 from bnconvention.hub.client import make_client
 from bnconvention.hub.headers import RemoteHeader, WeightsSet
-from bnconvention.standard.models import Declaration
+from bnconvention.standard.models import Declaration, to_dict
 
 TOKEN = "hf_classify_secret_1618"
 
@@ -42,7 +42,6 @@ def record() -> dict:
     from safetensors.torch import load
 
     from bnconvention.authoring.declaration import declare, make_convention, make_transform
-    from bnconvention.standard.models import to_dict
 
     model = torch.nn.Sequential()
     model.add_module("conv", torch.nn.Conv2d(1, 4, 3, bias=False))

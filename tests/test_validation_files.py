@@ -22,7 +22,7 @@ from bnconvention.formats.canonical import canonical_json
 from bnconvention.formats.card import read_card_record
 from bnconvention.formats.safetensors_header import MAX_HEADER_BYTES
 from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
-from bnconvention.validation import ValidationReport, validate_paths
+from bnconvention.validation import ValidationReport, render, validate_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -141,13 +141,9 @@ def test_fixture_releases() -> None:
 def test_a_stale_card_record_fails_the_card_and_no_ok_line_reports_a_mismatch(tmp_path: Path) -> None:
     # regression (issue 10): "ok .../model.safetensors: ... digests do not match the tensors" when the record with
     # the wrong digest is the card's: the mismatch is the card's issue, the weights' own line must not report it
-    from bnconvention.validation import render
-
     release = tmp_path / "card-only"
     shutil.copytree(FIXTURES / "card-only", release)
     card = release / "README.md"
-    from bnconvention.formats.card import read_card_record
-
     stale = read_card_record(card.read_text(), source=str(card))["deployed_state"][0]["layers"][0]["running_sha256"]
     card.write_text(card.read_text().replace(stale, "ab" * 32))
     report = _validate(release)

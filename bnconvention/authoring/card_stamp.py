@@ -50,7 +50,7 @@ from bnconvention.formats.card import (
 )
 from bnconvention.formats.text import plural, signed
 from bnconvention.standard.locations import CARD_SECTION_HEADING
-from bnconvention.standard.models import Declaration, RefitAnnotation
+from bnconvention.standard.models import Declaration, RefitAnnotation, to_dict
 
 SECTION_BEGIN = "<!-- bnconvention:begin -->"
 SECTION_END = "<!-- bnconvention:end -->"
@@ -276,8 +276,6 @@ def stamp_card_text(text: str, record: Declaration | RefitAnnotation | Mapping[s
 
         model, data = checked_record(record, source=f"record for {source}")
     else:
-        from bnconvention.standard.models import to_dict
-
         model, data = None, (dict(record) if isinstance(record, Mapping) else to_dict(record))
     parsed = _parse(text, source=source)  # malformed YAML raises here, before anything is built
     section = render_card_section(model) if model is not None else None

@@ -31,7 +31,7 @@ from bnconvention.standard.models import BatchNormState, Declaration, RefitAnnot
 from bnconvention.standard.naming import canonical_name
 from bnconvention.validation import Issue, ValidationReport, check_record, diff_pointers, validate_paths
 from bnconvention.validation.release import normalized
-from bnconvention.validation.sources import header_record, load_card, load_header
+from bnconvention.validation.sources import header_record, load_card, load_header, load_json_record
 
 DigestStatus: TypeAlias = Literal["match", "mismatch", "not-checked"]
 _DIGEST_FAILURES = ("digests.", "layers.missing_in_file", "release.card_unbound")
@@ -175,8 +175,6 @@ def _card_view(display: str, path: Path) -> FileView:
 
 
 def _record_file_view(display: str, path: Path) -> FileView:
-    from bnconvention.validation.sources import load_json_record
-
     view = FileView(file=display, kind="record")
     data, readable, _ = load_json_record(path, source=display)
     view.readable = readable

@@ -43,7 +43,7 @@ from bnconvention.errors import (
 from bnconvention.formats.atomic import TEMP_GLOBS
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.formats.card import decode_card, read_card_record
-from bnconvention.standard.models import Declaration, RefitAnnotation
+from bnconvention.standard.models import Declaration, RefitAnnotation, to_dict
 from bnconvention.validation import Issue, best_issue, validate_paths
 
 CARD_NAME = "README.md"
@@ -109,7 +109,6 @@ def _card_record(card: Path) -> tuple[Declaration | RefitAnnotation, dict[str, A
 
 def _stamped_data(weights: Path) -> tuple[Declaration | RefitAnnotation, dict[str, Any]] | None:
     from bnconvention.authoring.stamp import read_stamped_record
-    from bnconvention.standard.models import to_dict
 
     record = read_stamped_record(weights)
     return None if record is None else (record, to_dict(record))

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bnconvention.demo.layout import DEFAULT_OUT, DemoPaths
-from bnconvention.demo.releases import DEMO_ORG, RELEASES, release_notes
-from bnconvention.demo.spec import DEMO_SPEC
+from bnconvention.demo.releases import DEMO_ORG, RELEASES, publish_org, release_notes
+from bnconvention.demo.spec import DEMO_SPEC, demo_spec
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
@@ -192,7 +192,6 @@ def publish_demo_org(hub: Any, zoo: Any, releases_dir: Path, token: str, *, prog
     the ``Published`` record of each. ``demo`` and ``demo --serve`` publish with this one function."""
     from tqdm.auto import tqdm
 
-    from bnconvention.demo.releases import publish_org
     from bnconvention.hub import make_client
 
     author = make_client(endpoint=hub.endpoint, token=token)
@@ -214,7 +213,6 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
     import json
 
     from bnconvention.demo.crawl import audit_channel_absent, ensure_outputs, population
-    from bnconvention.demo.spec import demo_spec
     from bnconvention.hub import Journal, audit_org, census_org, census_summary, make_client, push_org, validate_hub
     from bnconvention.hub.summaries import write_census
     from bnconvention.report_html import ReportInput, write_report

@@ -40,7 +40,7 @@ from bnconvention.hub.running import RUNNING_CHECK_BYTES, check_running_statisti
 from bnconvention.standard.locations import record_from_header
 from bnconvention.standard.models import Declaration, to_dict
 from bnconvention.validation import best_issue, check_record
-from bnconvention.validation.release import diff_pointers
+from bnconvention.validation.release import diff_pointers, layer_issues
 
 RepoClass: TypeAlias = Literal["no_weights", "channel_absent", "declared_consistent", "declared_inconsistent",
                                "undeclared", "unreadable"]
@@ -128,8 +128,6 @@ def check_layers(record: Declaration, tensors: Mapping[str, TensorInfo]) -> list
     The validator's own header-only check (``layer_issues``, codes ``layers.*``); the digest checks that follow it
     in ``bnconvention validate`` need the tensor bytes and are left to ``hub validate``.
     """
-    from bnconvention.validation.release import layer_issues
-
     shapes = {name: info.shape for name, info in tensors.items()}
     issues, _ = layer_issues(record, shapes, display="the header", source="")
     return [Finding(code=issue.code, path=issue.path, message=issue.message) for issue in issues]

@@ -233,6 +233,7 @@ def _check(scratch: Path, body: bytes, data: bytes) -> None:
 _OK = b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}'
 
 
+@pytest.mark.slow  # 600 generated files
 @settings(max_examples=600, derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=safetensors_file())

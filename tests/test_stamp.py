@@ -577,6 +577,7 @@ def _crash_file(path: Path) -> dict:
 NEW_FROM = {"rewrite": "renamed", "in_place": "in-place-written"}
 
 
+@pytest.mark.slow
 def test_a_killed_stamp_leaves_the_complete_old_or_the_complete_new_file(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     source = tmp_path / "source.safetensors"

@@ -345,6 +345,7 @@ def test_ten_unlabeled_images_recover_forget_accuracy(zoo, splits) -> None:
     assert twin_after == twin_shipped
 
 
+@pytest.mark.slow
 def test_rebuild_is_byte_identical(zoo, tmp_path: Path) -> None:
     rebuilt = build_zoo(tmp_path / "zoo", seed=0, progress=False, variants=["bn-badteacher-eval"])
     assert rebuilt.variants == ("bn-base", "bn-badteacher-eval")

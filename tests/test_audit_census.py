@@ -26,6 +26,7 @@ from bnconvention.standard.models import (
 RESUME_SET = ("gn-badteacher-eval", "bn-retrain", "bn-relabel-train")
 
 
+# The pattern census (audit_support.py) takes about 40 s on 2 cores: the tests that use it are marked slow.
 @pytest.fixture(scope="module")
 def pattern(zoo, tmp_path_factory):
     return pattern_census(zoo.root, tmp_path_factory)

@@ -30,6 +30,7 @@ comments allowed).
 
 from __future__ import annotations
 
+# PIL is imported only where an image folder is read.
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields

@@ -69,7 +69,7 @@ def split_front_matter(text: str) -> FrontMatter | None:
 class _StrictSafeLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate mapping keys (keys brought in by a ``<<:`` merge may be overridden)."""
 
-    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:

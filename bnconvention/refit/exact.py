@@ -28,6 +28,7 @@ from bnconvention.errors import RefitError, UnsupportedModelError
 from bnconvention.refit.graph import Untraceable, make_plan, trace_model
 from bnconvention.refit.moments import ChannelMoments
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
     import torch.fx

@@ -11,13 +11,13 @@ Serialize with :func:`to_dict` (drops ``None``); parse with :func:`parse_record`
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, TypeAdapter
 
-SPEC_VERSION = "1.0"
+SPEC_VERSION: Final = "1.0"  # Final: typed as the Literal the records declare
 SCHEMA_ID = "https://bnconvention.github.io/schema/v1/bnconvention.schema.json"
-DIGEST_ALGORITHM = "bnconvention-tensors/1"
+DIGEST_ALGORITHM: Final = "bnconvention-tensors/1"
 
 # Literal aliases double as CLI choices (``typing.get_args``).
 SplitRole: TypeAlias = Literal["train", "retain", "forget", "test", "proxy", "other"]

@@ -55,7 +55,7 @@ def test_crlf_card() -> None:
 
 
 BOMB = "---\na: &a [" + ", ".join(['"lol"'] * 9) + "]\n" + "".join(
-    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "---\n"
+    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)) + "---\n"
 
 
 @pytest.mark.parametrize(("text", "fragment"), [

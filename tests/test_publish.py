@@ -234,7 +234,7 @@ def test_a_hub_failure_never_shows_the_token(release: Path, parts: dict[str, Any
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
-# --- the command line ---------------------------------------------------------------------------------------------------
+# --- the command line -----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture

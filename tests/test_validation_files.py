@@ -226,7 +226,7 @@ def test_bad_json_record(tmp_path: Path, content: bytes, code: str) -> None:
 
 # Billion laughs: 9 ** 9 strings. (A small expansion is valid YAML and accepted: only the expanded size is bounded.)
 BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + "".join(
-    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
 
 
 @pytest.mark.parametrize(("card", "code", "exit_code"), [
@@ -386,7 +386,8 @@ def test_annotation_of_an_earlier_running_state(tmp_path: Path) -> None:
 
 
 def test_files_written_by_the_stamping_module_validate(tmp_path: Path) -> None:
-    stamp = pytest.importorskip("bnconvention.authoring.stamp", reason="the stamping module (issue 4) is not in this checkout")
+    stamp = pytest.importorskip("bnconvention.authoring.stamp",
+                                reason="the stamping module (issue 4) is not in this checkout")
     card_stamp = pytest.importorskip("bnconvention.authoring.card_stamp", reason="card stamping (issue 4) is not here")
     target = tmp_path / "stamped"
     shutil.copytree(EXAMPLES / "broken" / "undeclared", target)  # same tensors as convnet-bn, nothing declared

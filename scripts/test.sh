@@ -26,12 +26,12 @@ run_gate() {
     local lint_paths=(bnconvention tests hub_scripts benchmarks examples scripts)
     echo "[gate] ruff check ${lint_paths[*]}"
     if ! "$BNC_VENV_PYTHON" -m ruff check --quiet "${lint_paths[@]}"; then
-        echo "[gate] ruff found the problems above (ruff check --fix mends some); tests not run" >&2
+        echo "[gate] ruff check failed (above; ruff check --fix mends some problems); tests not run" >&2
         exit 1
     fi
     echo "[gate] mypy (files and options from pyproject.toml)"
     if ! "$BNC_VENV_PYTHON" -m mypy; then
-        echo "[gate] mypy found the type errors above; tests not run" >&2
+        echo "[gate] mypy failed (above); tests not run" >&2
         exit 1
     fi
 }

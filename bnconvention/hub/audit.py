@@ -25,8 +25,7 @@ failed; every other repo is reused from the journal or left for a later run.
 
 from __future__ import annotations
 
-# torch and the audit's runner are imported inside the functions that audit: importing this module does not import
-# torch, and `bnconvention hub census` (which never imports it) stays free of the audit machinery.
+# torch is imported inside the functions that audit: importing this module does not import torch.
 import contextlib
 import os
 import tempfile

@@ -9,6 +9,8 @@ string literals naming an existing module (the lazy-export tables and the CLI's 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +190,23 @@ def test_data_never_imports_the_zoo(all_imports: list[Import]) -> None:
 def test_library_never_imports_checkout_folders(all_imports: list[Import]) -> None:
     # hub_scripts/, tests/, benchmarks/ are not installed: the library runs without them.
     assert [str(item) for item in all_imports if item.target.split(".")[0] in CHECKOUT_ONLY] == []
+
+
+TORCH_FREE_CLAIM = "does not import torch"
+
+
+def test_modules_that_say_they_do_not_import_torch_do_not(package_dir: Path, repo_root: Path) -> None:
+    # A deferred import says why once per module; where the reason is "importing this module does not import
+    # torch", it must stay true. One fresh interpreter imports them in turn and names the first that loads torch.
+    files = package_files(package_dir)
+    claimed = sorted(module_name(path) for path, source in files.items() if TORCH_FREE_CLAIM in source)
+    assert len(claimed) >= 20  # the refit engine, the audit, digests, the recorder, the data layer, ...
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+            "    if 'torch' in sys.modules:\n        print(name)\n        break\n")
+    done = subprocess.run([sys.executable, "-c", code, *claimed], cwd=repo_root, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "", f"{done.stdout.strip()} says it does not import torch, but importing it does"
 
 
 def test_docs_name_every_layer_entry(repo_root: Path) -> None:

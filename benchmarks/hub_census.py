@@ -19,6 +19,7 @@ bytes from the server's own counters (body bytes actually sent):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -124,10 +125,8 @@ def metadata_loop_once(hub: Any, client: Any, org: str) -> tuple[float, int]:
     hub.reset_stats()
     start = time.perf_counter()
     for model in client.api.list_models(author=org):
-        try:
+        with contextlib.suppress(NotASafetensorsRepoError):
             client.api.get_safetensors_metadata(model.id)
-        except NotASafetensorsRepoError:
-            pass
     return time.perf_counter() - start, hub.bytes_sent()
 
 

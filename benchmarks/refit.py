@@ -147,7 +147,7 @@ def measure(name: str, *, runs: int, images: int, batch_size: int, skip: set[str
     for key in fns:
         row: dict[str, Any] = {}
         for clock, measured in times.items():
-            ratios = [t / e for t, e in zip(measured[key], eval_of[clock][key])]
+            ratios = [t / e for t, e in zip(measured[key], eval_of[clock][key], strict=True)]
             row[clock] = {"ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
                           "ratio_max": max(ratios), "seconds_median": statistics.median(measured[key]),
                           "ratio_of_fastest": min(measured[key]) / min(eval_of[clock][key])}
@@ -155,7 +155,7 @@ def measure(name: str, *, runs: int, images: int, batch_size: int, skip: set[str
     if "update_bn" in fns and "exact-pass" in fns:
         rows["exact-pass/update_bn"] = {}
         for clock, measured in times.items():
-            paired = [a / b for a, b in zip(measured["exact-pass"], measured["update_bn"])]
+            paired = [a / b for a, b in zip(measured["exact-pass"], measured["update_bn"], strict=True)]
             rows["exact-pass/update_bn"][clock] = {
                 "ratio_median": statistics.median(paired), "ratio_min": min(paired), "ratio_max": max(paired),
                 "seconds_median": None,

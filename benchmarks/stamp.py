@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         median = {k: statistics.median(v) for k, v in times.items()}
         memory = {args.small_mib: measure_memory(work, args.small_mib),
                   args.size_mib: measure_memory(work, args.size_mib)}
-        filesystem = subprocess.run(["stat", "-f", "-c", "%T", str(work)], capture_output=True, text=True).stdout.strip()
+        filesystem = subprocess.run(["stat", "-f", "-c", "%T", str(work)], capture_output=True,
+                                    text=True).stdout.strip()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -37,11 +37,13 @@ from bnconvention.standard.models import (
 RESUME_SET = ("gn-badteacher-eval", "bn-retrain", "bn-relabel-train")
 
 
+# The pattern census (audit_support.py) takes about 40 s on 2 cores: the tests that use it are marked slow.
 @pytest.fixture(scope="module")
 def pattern(zoo, tmp_path_factory):
     return pattern_census(zoo.root, tmp_path_factory)
 
 
+@pytest.mark.slow
 def test_census_counts_on_the_zoo_sample(pattern):
     summary = pattern.summary
     counts = dict(summary["counts"])
@@ -117,6 +119,7 @@ def test_benjamini_yekutieli_across_the_census(replicates, displaced_by):
     assert summary["checkpoints"][-1]["cells"]["df"]["by_p_value"] is None  # not anchored: not in the family
 
 
+@pytest.mark.slow
 def test_interrupted_census_resumes_without_redoing_work_and_matches(pattern, zoo, tmp_path):
     out = tmp_path / "census"
     paths = checkpoint_paths(zoo.root, RESUME_SET)
@@ -145,6 +148,7 @@ def test_interrupted_census_resumes_without_redoing_work_and_matches(pattern, zo
     assert (again.audits_run, again.audits_reused) == (0, 3)
 
 
+@pytest.mark.slow
 def test_journal_entries_are_bound_to_weights_and_spec(pattern):
     entry = next((pattern.out_dir / "journal").iterdir())
     result = AuditResult.model_validate_json(entry.read_bytes())

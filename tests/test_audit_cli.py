@@ -25,6 +25,7 @@ def write_spec(path, **changes):
     return path
 
 
+@pytest.mark.slow
 def test_audit_end_to_end_writes_a_valid_annotation(zoo, tmp_path, capsys):
     spec = write_spec(tmp_path / "spec.yaml")
     out = tmp_path / "out"
@@ -46,6 +47,7 @@ def test_audit_end_to_end_writes_a_valid_annotation(zoo, tmp_path, capsys):
     assert "![cells](cells.png)" in summary
 
 
+@pytest.mark.slow
 def test_census_end_to_end(zoo, tmp_path, capsys):
     population = tmp_path / "zoo"
     population.mkdir()
@@ -134,6 +136,7 @@ def test_census_refuses_bad_workers(zoo, tmp_path, capsys):
              tmp_path / "out", code=2, message="--workers must be at least 1")
 
 
+@pytest.mark.slow
 def test_user_factory_runs_only_when_allowed_on_the_command_line(zoo, tmp_path, capsys, monkeypatch):
     from bnconvention.architectures import factories
 

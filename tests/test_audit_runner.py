@@ -18,6 +18,7 @@ from bnconvention.standard.models import to_dict
 from bnconvention.standard.schema import schema_validator
 
 
+# The pattern census (audit_support.py) takes about 40 s on 2 cores: the tests that use it are marked slow.
 @pytest.fixture(scope="module")
 def results(zoo, tmp_path_factory):
     outcome = pattern_census(zoo.root, tmp_path_factory)
@@ -28,6 +29,7 @@ def cell(result, metric):
     return next(c for c in result.annotation.cells if c.metric == metric)
 
 
+@pytest.mark.slow
 def test_eval_mode_distillation_forget_accuracy_rebounds_on_every_replicate(results):
     df = cell(results["bn-badteacher-eval"], "df")
     assert df.shipped <= 0.05  # near 0 as shipped
@@ -36,6 +38,7 @@ def test_eval_mode_distillation_forget_accuracy_rebounds_on_every_replicate(resu
     assert (df.decision.outcome, df.decision.method, df.decision.p_value) == ("displaced", "exact-sign-test", 0.125)
 
 
+@pytest.mark.slow
 def test_ten_unlabeled_images_recover_most_of_it(results):
     result = results["bn-badteacher-eval"]
     recovery = result.annotation.recoverability
@@ -45,18 +48,21 @@ def test_ten_unlabeled_images_recover_most_of_it(results):
     assert recovery.forget_accuracy_after - df.shipped >= 0.5 * (df.refit - df.shipped)
 
 
+@pytest.mark.slow
 def test_train_mode_methods_move_less(results):
     eval_mode = cell(results["bn-badteacher-eval"], "df").shift_pp
     for name in ("bn-relabel-train", "bn-ga-train"):
         assert cell(results[name], "df").shift_pp < eval_mode, name
 
 
+@pytest.mark.slow
 def test_retrain_reference_is_not_displaced(results):
     df = cell(results["bn-retrain"], "df")
     assert df.decision.outcome != "displaced"
     assert abs(df.shift_pp) < 1.2
 
 
+@pytest.mark.slow
 def test_groupnorm_twin_is_channel_absent_with_exactly_zero_shifts(results):
     result = results["gn-badteacher-eval"]
     a = result.annotation
@@ -71,12 +77,14 @@ def test_groupnorm_twin_is_channel_absent_with_exactly_zero_shifts(results):
     assert a.recoverability.shift_pp == 0.0 and a.provenance.forget_shift_pp == 0.0
 
 
+@pytest.mark.slow
 def test_reporting_line_names_the_convention_and_the_evidence(results):
     line = results["bn-badteacher-eval"].annotation.reporting_line
     assert re.fullmatch(r"deployed state as shipped; refit on the retained split under the training transform "
                         r"\(exact rule\), forget accuracy moves \+\d+\.\d\dpp \(3/3 replicates, p = 0\.12\)", line)
 
 
+@pytest.mark.slow
 def test_verdicts_flip_with_direction_and_replicate_count(results):
     verdicts = {v.criterion: v for v in results["bn-badteacher-eval"].annotation.verdicts}
     forget = verdicts["df <= 0.05"]
@@ -86,6 +94,7 @@ def test_verdicts_flip_with_direction_and_replicate_count(results):
     assert not retrain["df <= 0.05"].flipped and retrain["df <= 0.05"].direction is None
 
 
+@pytest.mark.slow
 def test_shipped_cells_anchor_to_the_published_ones(results):
     for result in results.values():
         anchoring = result.annotation.anchoring
@@ -94,6 +103,7 @@ def test_shipped_cells_anchor_to_the_published_ones(results):
         assert all(c.abs_diff <= 1e-9 for c in anchoring.cells)
 
 
+@pytest.mark.slow
 def test_staleness_of_corrupted_buffers_exceeds_the_reference_band(results):
     staleness = results["bn-relabel-train"].annotation.staleness
     band = staleness.reference_band
@@ -103,6 +113,7 @@ def test_staleness_of_corrupted_buffers_exceeds_the_reference_band(results):
     assert [layer.name for layer in staleness.layers] == [layer.name for layer in band_layers]
 
 
+@pytest.mark.slow
 def test_provenance_contrast_is_small_next_to_the_shipped_state_distance(results):
     # seed 001, appendix P: exchanging kept for removed records barely moves the fitted state
     result = results["bn-relabel-train"]
@@ -111,6 +122,7 @@ def test_provenance_contrast_is_small_next_to_the_shipped_state_distance(results
     assert provenance.mean_distance < result.annotation.staleness.mean_distance
 
 
+@pytest.mark.slow
 def test_costs_are_as_designed(results):
     for result in results.values():
         # R replicate refits + recoverability + two provenance pools; shipped cells evaluated once
@@ -119,6 +131,7 @@ def test_costs_are_as_designed(results):
         assert len({r.pool_ids_sha256 for r in result.replicate_records}) == 3  # independently redrawn pools
 
 
+@pytest.mark.slow
 def test_annotations_are_valid_records_bound_to_the_file(results, zoo):
     for name, result in results.items():
         document = to_dict(result.annotation)
@@ -175,6 +188,7 @@ def test_weights_that_change_during_the_audit_are_refused(tmp_path, monkeypatch)
         run_audit(prepare_audit(weights, spec))
 
 
+@pytest.mark.slow
 def test_reporting_line_for_undetermined_and_equivalent_cells(results):
     spec = parse_spec(PATTERN_SPEC)
     result = results["bn-retrain"]

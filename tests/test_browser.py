@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers.demo_run import DemoRun, shared_demo_run
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # the demo run it opens takes about a minute
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -7,6 +7,7 @@ import pytest
 from bnconvention.errors import CardError
 from bnconvention.formats.card import (
     MAX_CARD_BYTES,
+    MAX_YAML_EXPANSION,
     REGEX_YAML_BLOCK,
     decode_card,
     detect_newline,
@@ -54,7 +55,7 @@ def test_crlf_card() -> None:
 
 
 BOMB = "---\na: &a [" + ", ".join(['"lol"'] * 9) + "]\n" + "".join(
-    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "---\n"
+    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)) + "---\n"
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
@@ -113,8 +114,6 @@ def test_anchors_aliases_and_merge_keys_load_as_huggingface_hub_loads_them() -> 
 
 
 def test_expansion_is_bounded_by_size_not_by_refusing_aliases() -> None:
-    from bnconvention.formats.card import MAX_YAML_EXPANSION
-
     big = "x" * 1000
     fits = f"---\na: &a \"{big}\"\nb: [" + ", ".join(["*a"] * (MAX_YAML_EXPANSION // 2000)) + "]\n---\n"
     assert len(parse_card_metadata(fits)["b"]) == MAX_YAML_EXPANSION // 2000

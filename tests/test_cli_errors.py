@@ -15,8 +15,8 @@ from safetensors.torch import save_file
 
 from bnconvention import errors
 from bnconvention.architectures import factories
+from bnconvention.cli import audit_cmd, validate_cmd
 from bnconvention.cli import main as cli
-from bnconvention.cli import validate_cmd
 from bnconvention.zoo.models import convnet_bn
 
 # Each case is the source of a user's factory module and the start of the one line it must give.
@@ -164,8 +164,6 @@ def test_unknown_exception_is_one_line_internal_error(monkeypatch: pytest.Monkey
 
 def test_missing_optional_dependency_names_the_commands_extra(monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    from bnconvention.cli import audit_cmd
-
     def fail(args: argparse.Namespace) -> int:
         raise ModuleNotFoundError("No module named 'torch'", name="torch")
 

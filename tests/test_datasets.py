@@ -201,6 +201,12 @@ def test_missing_path_is_file_not_found(tmp_path: Path) -> None:
 # --- npz --------------------------------------------------------------------------------------------------------------
 
 
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    """A single ``.npy`` array under the given name (``np.save`` on a path would append ``.npy``)."""
+    with open(path, "wb") as handle:
+        np.save(handle, array)
+
+
 def _save_npz(path: Path, **arrays: np.ndarray) -> Path:
     with open(path, "wb") as handle:
         np.savez(handle, **arrays)
@@ -245,7 +251,7 @@ class _Boom:
     pytest.param(lambda p: p.write_bytes(b"PK\x03\x04 truncated zip"), "not a readable .npz", id="bad-zip"),
     pytest.param(lambda p: p.write_bytes(b""), "not a readable .npz", id="empty-file"),
     pytest.param(lambda p: p.write_bytes(pickle.dumps(_Boom())), "not a readable .npz", id="pickle-file"),
-    pytest.param(lambda p: np.save(open(p, "wb"), np.zeros(3)), "single .npy array", id="npy-not-npz"),
+    pytest.param(lambda p: _save_npy(p, np.zeros(3)), "single .npy array", id="npy-not-npz"),
     pytest.param(lambda p: _save_npz(p, x=np.array([_Boom()], dtype=object), y=np.zeros(1, np.int64)),
                  "cannot read its arrays", id="object-array"),
     pytest.param(lambda p: _save_npz(p, images=np.zeros((2, 2, 2))), "no array named 'x'", id="missing-key"),

@@ -138,7 +138,8 @@ def test_record_goes_to_stdout_without_output(recorded: dict[str, Path], capsys:
     pytest.param(["--mode", "frozen", "--role", "train", "--rule", "ema"], 1,
                  "the ema rule needs a momentum", id="ema-without-momentum"),
     pytest.param(["--mode", "frozen", "--role", "train", "--rule", "ema", "--momentum", "0"], 2,
-                 "a flag value is not valid in a record: --momentum 0.0: Input should be greater than 0", id="momentum-zero"),
+                 "a flag value is not valid in a record: --momentum 0.0: Input should be greater than 0",
+                 id="momentum-zero"),
     pytest.param(["--mode", "frozen", "--role", "train", "--rule", "exact", "--batch-size", "0"], 2,
                  "--batch-size 0: Input should be greater than or equal to 1", id="batch-size-zero"),
     pytest.param(["--mode", "frozen", "--role", "train", "--rule", "exact", "--ids-sha256", "abc"], 2,
@@ -169,7 +170,8 @@ def test_weights_that_do_not_fit_the_architecture_are_refused(recorded: dict[str
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    pytest.param(b'{"train_forwards": 1, "train_forwards": 2}', "duplicate object key 'train_forwards'", id="duplicate-key"),
+    pytest.param(b'{"train_forwards": 1, "train_forwards": 2}', "duplicate object key 'train_forwards'",
+                 id="duplicate-key"),
     pytest.param(b"\xff\xfe", "UTF-8", id="not-utf8"),
     pytest.param(b'{"train_forwards": -1}', "not a recorder observation: at train_forwards", id="not-an-observation"),
     pytest.param(b"[1, 2]", "not a recorder observation", id="a-list"),

@@ -49,6 +49,7 @@ def _cell(annotation: dict, metric: str) -> dict:
     return next(c for c in annotation["cells"] if c["metric"] == metric)
 
 
+@pytest.mark.slow
 def test_census_classifies_every_release(demo: DemoRun) -> None:
     census = json.loads((demo.out / "crawl" / "census.json").read_text("utf-8"))
     found = {r["repo_id"].split("/", 1)[1]: r["status"] for r in census["repos"]}
@@ -59,6 +60,7 @@ def test_census_classifies_every_release(demo: DemoRun) -> None:
     assert stale["reason"].startswith("the declaration is stale: the running buffers of layer ")
 
 
+@pytest.mark.slow
 def test_eval_mode_distillation_is_displaced_with_a_verdict_flip(demo: DemoRun) -> None:
     annotation = _annotation(demo, "unlearn-badteacher-eval")
     df = _cell(annotation, "df")
@@ -73,6 +75,7 @@ def test_eval_mode_distillation_is_displaced_with_a_verdict_flip(demo: DemoRun) 
     assert "headline: digits-lab/unlearn-badteacher-eval ships df" in demo.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", GROUPNORM)
 def test_groupnorm_twins_are_channel_absent_at_exactly_zero(demo: DemoRun, name: str) -> None:
     annotation = _annotation(demo, name)
@@ -85,6 +88,7 @@ def test_groupnorm_twins_are_channel_absent_at_exactly_zero(demo: DemoRun, name:
     assert not any(v["flipped"] for v in annotation["verdicts"])
 
 
+@pytest.mark.slow
 def test_undeclared_and_inconsistent_releases_are_flagged(demo: DemoRun) -> None:
     issues = json.loads((demo.out / "crawl" / "validation.json").read_text("utf-8"))
     errors = {(i["file"], i["code"]) for i in issues if i["severity"] == "error"}
@@ -102,6 +106,7 @@ def test_undeclared_and_inconsistent_releases_are_flagged(demo: DemoRun) -> None
     assert all("census: undeclared" in line for line in lines[1:])
 
 
+@pytest.mark.slow
 def test_the_stale_release_is_not_anchored(demo: DemoRun) -> None:
     # its weights changed after the accuracies in config.json were published: the audit says so and leaves it out
     annotation = _annotation(demo, "unlearn-finetune")
@@ -112,6 +117,7 @@ def test_the_stale_release_is_not_anchored(demo: DemoRun) -> None:
     assert population["counts"]["channel_absent"] == len(GROUPNORM)
 
 
+@pytest.mark.slow
 def test_pull_requests_carry_the_annotations(demo: DemoRun) -> None:
     from huggingface_hub import HfApi
 
@@ -130,6 +136,7 @@ def test_pull_requests_carry_the_annotations(demo: DemoRun) -> None:
     assert f"{ORG}/unlearn-badteacher-eval pull request #1 (refs/pr/1) validates: exit 0" in demo.stdout
 
 
+@pytest.mark.slow
 def test_report_annotations_validate(demo: DemoRun) -> None:
     from bnconvention.validation import validate_paths
 
@@ -139,10 +146,12 @@ def test_report_annotations_validate(demo: DemoRun) -> None:
     assert report.exit_code == 0, [i.to_dict() for i in report.issues]
 
 
+@pytest.mark.slow
 def test_huggingface_hub_writes_only_inside_the_demo_output(demo: DemoRun) -> None:
     assert not (demo.home / ".cache" / "huggingface").exists()
 
 
+@pytest.mark.slow
 def test_observed_zoo_has_the_shared_zoo_bytes(demo: DemoRun, zoo) -> None:  # noqa: ANN001 - session fixture
     # observing training with the recorder changes nothing: the weights are the shared fixture's, byte for byte
     from bnconvention.zoo import read_manifest
@@ -153,6 +162,7 @@ def test_observed_zoo_has_the_shared_zoo_bytes(demo: DemoRun, zoo) -> None:  # n
         assert observed.observation_path(name) is not None
 
 
+@pytest.mark.slow
 def test_rerun_reuses_everything(demo: DemoRun) -> None:
     done = run_demo_cli(demo.out, demo.home, demo.zoo)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -181,6 +191,7 @@ def _exports(stdout: str) -> list[tuple[str, str, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_serve_keeps_the_published_organisation_up_until_ctrl_c(tmp_path: Path, repo_root: Path) -> None:
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
@@ -214,6 +225,7 @@ def test_serve_keeps_the_published_organisation_up_until_ctrl_c(tmp_path: Path, 
     assert missing_output(shown[0].removeprefix("text\n"), serving.stdout) == []
 
 
+@pytest.mark.slow
 def test_serve_starts_over_from_the_published_state(tmp_path: Path) -> None:
     # what one session published (a new repo) is gone at the next start; a full demo's crawl is not touched
     from huggingface_hub import HfApi

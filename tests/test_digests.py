@@ -1,4 +1,5 @@
-"""Tensor digests (bnconvention.formats.digests): the documented algorithm, memory vs file agreement, the running split."""
+"""Tensor digests (bnconvention.formats.digests): the documented algorithm, memory vs file agreement, the running
+split."""
 
 from __future__ import annotations
 

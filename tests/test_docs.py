@@ -239,6 +239,7 @@ def _run_block(block: Block, work: Path, env: dict[str, str]) -> subprocess.Comp
                           timeout=BLOCK_TIMEOUT_S, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUN_DOCS)
 def test_doc_commands_run(name: str, served, zoo,  # type: ignore[no-untyped-def]  # noqa: ANN001
                           tmp_path: Path) -> None:

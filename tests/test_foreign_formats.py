@@ -2,8 +2,8 @@
 
 Regression (issue 10): ``pytorch_model.bin`` given to ``stamp``, ``refit``, ``audit`` or ``declare`` was reported as
 ``header length 578712552184433488 exceeds ...``. The recognition lives once, in the header reader
-(:func:`bnconvention.formats.safetensors_header.header_length`), so every command that reads a header says the same. Each
-file here is a pickle whose unpickling would create a marker folder: the marker must never appear.
+(:func:`bnconvention.formats.safetensors_header.header_length`), so every command that reads a header says the same.
+Each file here is a pickle whose unpickling would create a marker folder: the marker must never appear.
 """
 
 from __future__ import annotations

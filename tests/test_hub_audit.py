@@ -355,6 +355,7 @@ def _digests(texts: dict[int, str]) -> list[str]:
     return [RepoAudit.model_validate_json(texts[i]).files[0].annotation_sha256 for i in sorted(texts)]
 
 
+@pytest.mark.slow
 def test_process_workers_give_the_same_annotations(audited, auditor) -> None:
     repos = ["bn-declared-03", "bn-undeclared-01"]
     results: dict[int, str] = {}
@@ -364,6 +365,7 @@ def test_process_workers_give_the_same_annotations(audited, auditor) -> None:
     assert _digests(results) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'bnconvention[ray]')")
 def test_ray_tasks_give_the_same_annotations(audited, auditor) -> None:

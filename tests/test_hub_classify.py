@@ -24,7 +24,7 @@ from bnconvention.hub.classify import (
 )
 from bnconvention.hub.client import make_client
 from bnconvention.hub.headers import RemoteHeader, WeightsSet
-from bnconvention.standard.models import Declaration
+from bnconvention.standard.models import Declaration, to_dict
 from bnconvention.validation import Issue
 
 TOKEN = "hf_classify_secret_1618"
@@ -53,8 +53,6 @@ def record() -> dict:
     from safetensors.torch import load
 
     from bnconvention.authoring.declaration import declare, make_convention, make_transform
-    from bnconvention.standard.models import to_dict
-
     model = torch.nn.Sequential()
     model.add_module("conv", torch.nn.Conv2d(1, 4, 3, bias=False))
     model.add_module("bn", torch.nn.BatchNorm2d(4))

@@ -13,7 +13,7 @@ import yaml
 
 from bnconvention.cli.main import main
 from bnconvention.formats.safetensors_header import read_header
-from bnconvention.hubserver import LocalHub
+from bnconvention.hubserver import FaultRule, LocalHub
 
 ORG = "tiny"
 TOKEN = "hf_cli_secret_do_not_print_3141"
@@ -250,8 +250,6 @@ def test_every_hub_command_reports_a_network_failure_in_one_line(
         command: str, failure: str, hub: LocalHub, tmp_path: Path, release: tuple[Path, Path],
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # regression (issue 10): httpx2 transport errors are not OSErrors, so they ended in a 90-line traceback
-    from bnconvention.hubserver import FaultRule
-
     monkeypatch.setenv("BNC_TEST_HUB_TOKEN", TOKEN)
     endpoint = hub.endpoint if failure == "drop" else f"http://127.0.0.1:{_closed_port()}"
     rule = hub.faults.add(FaultRule(kind="drop")) if failure == "drop" else None
@@ -285,8 +283,6 @@ def test_an_organisation_without_models_is_an_error(env: list[str], tmp_path: Pa
 def test_retries_are_said_on_stderr(env: list[str], hub: LocalHub, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     # regression (issue 10): retries went to a logger without a handler, so a slow census said nothing
-    from bnconvention.hubserver import FaultRule
-
     rule = hub.faults.add(FaultRule(kind="status", status=503, retry_after=0, path="^/api/models$", count=2))
     try:
         assert main(["hub", "census", ORG, *env, "--out", str(tmp_path / "out")]) == 0
@@ -302,8 +298,6 @@ def test_a_trickled_header_is_bounded_by_the_request_timeout(env: list[str], hub
     # regression (issue 10): --timeout bounded the gaps between bytes only; a header range trickled at 2 bytes/s
     # kept a census busy for 15 s on 30 bytes
     import time
-
-    from bnconvention.hubserver import FaultRule
 
     rule = hub.faults.add(FaultRule(kind="trickle", rate_bps=20.0, path=f"^/{ORG}/bn/resolve/"))
     started = time.monotonic()
@@ -325,8 +319,6 @@ def test_a_trickled_header_is_bounded_by_the_request_timeout(env: list[str], hub
 def test_an_endless_listing_stops_at_max_pages(env: list[str], hub: LocalHub, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     # regression (issue 10): a listing whose rel="next" never ends was followed forever
-    from bnconvention.hubserver import FaultRule
-
     rule = hub.faults.add(FaultRule(kind="endless", path="^/api/models$"))
     hub.reset_stats()
     try:

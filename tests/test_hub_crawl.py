@@ -242,6 +242,7 @@ def test_listing_never_leaves_the_organisation(hub: LocalHub, client) -> None:
     assert len(repos) == 150 and all(r.repo_id.startswith(f"{ORG}/") for r in repos)
 
 
+@pytest.mark.slow
 def test_killed_crawl_resumes_without_redoing_finished_repos(clean, hub: LocalHub, client, tmp_path: Path,
                                                              repo_root: Path) -> None:
     """A real SIGKILL of ``python hub_scripts/census.py`` mid-way; the rerun reads only the unfinished repos."""

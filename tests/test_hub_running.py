@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
@@ -64,7 +65,7 @@ def test_ranges_cover_exactly_the_running_tensors_and_merge_neighbours() -> None
                        for n in byte_range.tensors)
         assert (byte_range.start, byte_range.end) == (spans[0][0], max(end for _, end in spans))
         # members of one range are never further apart than the merge gap
-        assert all(b[0] - a[1] - 1 <= MERGE_GAP for a, b in zip(spans, spans[1:]))
+        assert all(b[0] - a[1] - 1 <= MERGE_GAP for a, b in itertools.pairwise(spans))
     total = sum(r.end - r.start + 1 for r in ranges)
     assert total < 512  # a few hundred bytes for two layers, not the weights
 

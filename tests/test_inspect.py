@@ -182,7 +182,8 @@ def test_names_that_disagree_with_the_fields_are_shown(copy_of: Path, capsys: py
 
 
 @pytest.mark.parametrize(("name", "code", "message"), [
-    pytest.param("not_safetensors.safetensors", "safetensors.truncated", "not a safetensors file", id="not-safetensors"),
+    pytest.param("not_safetensors.safetensors", "safetensors.truncated", "not a safetensors file",
+                 id="not-safetensors"),
     pytest.param("truncated.safetensors", "safetensors.truncated",
                  "header length 1000 exceeds the 35 bytes after the length field", id="truncated"),
     pytest.param("header_not_json.safetensors", "safetensors.invalid_header", "header is not valid JSON",

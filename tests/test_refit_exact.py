@@ -207,6 +207,7 @@ def test_weights_bit_identical_and_dropout_off() -> None:
     assert_matches_reference(model, reference)
 
 
+@pytest.mark.slow
 def test_resnet18_traced_and_fallback_agree() -> None:
     import torchvision
 

@@ -105,7 +105,7 @@ def test_moments_blocks_within_a_chunk_merge_exactly(monkeypatch) -> None:
     assert len(blocked._counts) == 7 and len(whole._counts) == 1
     # measured on this data and 200 other seeds (OMP_NUM_THREADS=1/2, ATEN_CPU_CAPABILITY=default): blocked vs whole
     # 3.9e-16 (mean) and 4.4e-16 (variance), against torch.var 1.5e-15, relative
-    for got, expected in zip(blocked.mean_and_unbiased_var(), whole.mean_and_unbiased_var()):
+    for got, expected in zip(blocked.mean_and_unbiased_var(), whole.mean_and_unbiased_var(), strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-13, atol=0.0)
     columns = data.transpose(0, 1).reshape(4, -1)
     torch.testing.assert_close(blocked.mean_and_unbiased_var()[1], columns.var(dim=1), rtol=1e-13, atol=0.0)

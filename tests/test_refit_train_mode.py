@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from helpers.refit_models import SequenceNet, SmallConvNet, make_pool, seeded
+from helpers.refit_models import SequenceNet, SmallConvNet, UnusedBatchNormNet, make_pool, seeded
 from torch.optim.swa_utils import update_bn
 
 from bnconvention.errors import RefitError
@@ -106,8 +106,6 @@ def test_chunk_size_is_refused_for_train_mode_rules() -> None:
 
 
 def test_layer_never_called_is_reset_like_update_bn() -> None:
-    from helpers.refit_models import UnusedBatchNormNet
-
     model = seeded(UnusedBatchNormNet)
     with torch.no_grad():
         model.unused.running_mean.fill_(7.0)

@@ -177,7 +177,7 @@ def library_view(path: Path) -> tuple[dict[str, tuple[str, list[int]]], dict[str
     try:
         with safe_open(str(path), framework="np") as handle:
             tensors = {name: (handle.get_slice(name).get_dtype(), list(handle.get_slice(name).get_shape()))
-                       for name in handle.keys()}
+                       for name in handle.keys()}  # noqa: SIM118 - safe_open is not a dict: keys() is its API
             return tensors, handle.metadata()
     except Exception as exc:  # noqa: BLE001 - any refusal of the library is the outcome we compare
         return f"{type(exc).__name__}: {exc}"
@@ -233,6 +233,7 @@ def _check(scratch: Path, body: bytes, data: bytes) -> None:
 _OK = b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}'
 
 
+@pytest.mark.slow  # 600 generated files
 @settings(max_examples=600, derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=safetensors_file())

@@ -1,4 +1,5 @@
-"""Reading safetensors headers without loading tensors (bnconvention.formats.safetensors_header): every malformed case."""
+"""Reading safetensors headers without loading tensors (bnconvention.formats.safetensors_header): every malformed
+case."""
 
 from __future__ import annotations
 

@@ -94,7 +94,8 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 # --- the pure header function ---------------------------------------------------------------------------------------
 
-SMALL = b'{"__metadata__":{"a":"1","bnconvention.record":"old","z":"2"},"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+SMALL = (b'{"__metadata__":{"a":"1","bnconvention.record":"old","z":"2"},'
+         b'"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}')
 
 
 def test_existing_record_is_replaced_in_its_position_and_padded_to_the_old_length() -> None:
@@ -331,8 +332,10 @@ BAD_FILES = [
                  id="not-safetensors"),
     pytest.param(lambda: b"", "shorter than the 8-byte header length", id="empty"),
     pytest.param(lambda: _tiny_bytes()[:-10], "tensors cover 204 bytes but the data section holds 194", id="truncated"),
-    pytest.param(lambda: struct.pack("<Q", 10**6) + _tiny_bytes()[8:], "exceeds the 1140 bytes after the length field", id="length-beyond-file"),
-    pytest.param(lambda: struct.pack("<Q", 16) + b"{not json at all" + b"\0" * 8, "not valid JSON", id="header-not-json"),
+    pytest.param(lambda: struct.pack("<Q", 10**6) + _tiny_bytes()[8:], "exceeds the 1140 bytes after the length field",
+                 id="length-beyond-file"),
+    pytest.param(lambda: struct.pack("<Q", 16) + b"{not json at all" + b"\0" * 8, "not valid JSON",
+                 id="header-not-json"),
     pytest.param(lambda: struct.pack("<Q", 8) + b"{\xff\xfe}    " + b"", "not valid UTF-8", id="header-not-utf8"),
 ]
 
@@ -591,6 +594,7 @@ def _crash_file(path: Path) -> dict:
 NEW_FROM = {"rewrite": "renamed", "in_place": "in-place-written"}
 
 
+@pytest.mark.slow
 def test_a_killed_stamp_leaves_the_complete_old_or_the_complete_new_file(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     source = tmp_path / "source.safetensors"

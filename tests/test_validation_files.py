@@ -22,7 +22,7 @@ from bnconvention.formats.canonical import canonical_json
 from bnconvention.formats.card import read_card_record
 from bnconvention.formats.safetensors_header import MAX_HEADER_BYTES
 from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
-from bnconvention.validation import ValidationReport, validate_paths
+from bnconvention.validation import ValidationReport, render, validate_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -141,13 +141,9 @@ def test_fixture_releases() -> None:
 def test_a_stale_card_record_fails_the_card_and_no_ok_line_reports_a_mismatch(tmp_path: Path) -> None:
     # regression (issue 10): "ok .../model.safetensors: ... digests do not match the tensors" when the record with
     # the wrong digest is the card's: the mismatch is the card's issue, the weights' own line must not report it
-    from bnconvention.validation import render
-
     release = tmp_path / "card-only"
     shutil.copytree(FIXTURES / "card-only", release)
     card = release / "README.md"
-    from bnconvention.formats.card import read_card_record
-
     stale = read_card_record(card.read_text(), source=str(card))["deployed_state"][0]["layers"][0]["running_sha256"]
     card.write_text(card.read_text().replace(stale, "ab" * 32))
     report = _validate(release)
@@ -230,7 +226,7 @@ def test_bad_json_record(tmp_path: Path, content: bytes, code: str) -> None:
 
 # Billion laughs: 9 ** 9 strings. (A small expansion is valid YAML and accepted: only the expanded size is bounded.)
 BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + "".join(
-    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
 
 
 @pytest.mark.parametrize(("card", "code", "exit_code"), [
@@ -390,7 +386,8 @@ def test_annotation_of_an_earlier_running_state(tmp_path: Path) -> None:
 
 
 def test_files_written_by_the_stamping_module_validate(tmp_path: Path) -> None:
-    stamp = pytest.importorskip("bnconvention.authoring.stamp", reason="the stamping module (issue 4) is not in this checkout")
+    stamp = pytest.importorskip("bnconvention.authoring.stamp",
+                                reason="the stamping module (issue 4) is not in this checkout")
     card_stamp = pytest.importorskip("bnconvention.authoring.card_stamp", reason="card stamping (issue 4) is not here")
     target = tmp_path / "stamped"
     shutil.copytree(EXAMPLES / "broken" / "undeclared", target)  # same tensors as convnet-bn, nothing declared

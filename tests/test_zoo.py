@@ -345,6 +345,7 @@ def test_ten_unlabeled_images_recover_forget_accuracy(zoo, splits) -> None:
     assert twin_after == twin_shipped
 
 
+@pytest.mark.slow
 def test_rebuild_is_byte_identical(tmp_path: Path) -> None:
     # Two builds in this process, not one against the session's cached zoo: training reduces in float32, so a zoo
     # cached by an earlier run under other CPU kernels (ATEN_CPU_CAPABILITY, another machine's .cache) holds other,

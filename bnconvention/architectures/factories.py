@@ -24,7 +24,10 @@ from bnconvention.errors import (
     FactoryImportError,
     FactoryNotAllowedError,
 )
+from bnconvention.extras import missing_dependency
 from bnconvention.formats.text import one_line
+
+# torch is imported inside the functions that use it: importing this module does not import torch.
 
 if TYPE_CHECKING:
     import torch
@@ -80,8 +83,6 @@ def resolve_factory(name: str) -> FactoryFn:
 def _load(target: str) -> FactoryFn:
     """Import ``module:attribute``; every way that can fail is one :class:`FactoryImportError` naming the target
     and the fix (the original exception is chained for ``--traceback``)."""
-    from bnconvention.extras import missing_dependency
-
     module_name, _, attribute = target.partition(":")
     try:
         module = importlib.import_module(module_name)

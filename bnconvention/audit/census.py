@@ -20,6 +20,7 @@ results are collected in discovery order.
 
 from __future__ import annotations
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence

@@ -20,6 +20,8 @@ from bnconvention.errors import AuditSpecError, CheckpointMismatchError, Untrust
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.safetensors_header import SafetensorsHeader, read_header
 
+# torch and safetensors.torch are imported inside the functions that use them: importing this module does not
+# import torch.
 if TYPE_CHECKING:
     import torch
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from bnconvention.errors import AuditSpecError, UntrustedInputError, UsageError
 
+# bnconvention.data.pools (torch) is imported where a dataset is loaded: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

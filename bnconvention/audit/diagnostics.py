@@ -5,6 +5,7 @@ Both use the audit's :class:`~bnconvention.audit.evaluation.Refitter`, so φ is 
 
 from __future__ import annotations
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 import numpy as np
 
 from bnconvention.audit.data import AuditData, Split

@@ -16,6 +16,7 @@ from bnconvention.audit.data import AuditData, Split
 from bnconvention.formats.text import plural
 from bnconvention.standard.naming import record_ids_sha256
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

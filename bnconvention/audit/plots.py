@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from bnconvention.audit.result import AuditResult
 from bnconvention.formats.text import plural
 
+# matplotlib is imported inside the functions that draw: importing the audit does not load it.
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 

@@ -48,7 +48,7 @@ from bnconvention.formats.canonical import canonical_json
 from bnconvention.formats.card import CARD_BLOCK_KEY, CARD_NAME, decode_card
 from bnconvention.formats.text import plural, table_cell
 from bnconvention.standard.locations import CARD_SECTION_HEADING
-from bnconvention.standard.models import Declaration, RefitAnnotation
+from bnconvention.standard.models import Declaration, RefitAnnotation, to_dict
 
 SECTION_BEGIN = "<!-- bnconvention:begin -->"
 SECTION_END = "<!-- bnconvention:end -->"
@@ -160,8 +160,6 @@ def stamp_card_text(text: str, record: Declaration | RefitAnnotation | Mapping[s
 
         model, data = checked_record(record, source=f"record for {source}")
     else:
-        from bnconvention.standard.models import to_dict
-
         model, data = None, (dict(record) if isinstance(record, Mapping) else to_dict(record))
     parsed = parse_for_edit(text, source=source)  # malformed YAML raises here, before anything is built
     section = render_card_section(model) if model is not None else None

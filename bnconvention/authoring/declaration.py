@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from bnconvention._version import __version__
 from bnconvention.authoring.deployed_state import batchnorm_state, tensor_digests
@@ -45,6 +45,15 @@ from bnconvention.standard.naming import canonical_name, transform_sha256
 
 if TYPE_CHECKING:
     import torch
+
+
+class _AccumulationFields(TypedDict):
+    """The fields every accumulation rule has (a typed ``**`` for the three models)."""
+
+    batch_size: int | None
+    num_batches: int | None
+    variance_estimator: VarianceEstimator
+    precision: Precision
 
 
 def default_producer() -> Producer:
@@ -87,7 +96,7 @@ def make_convention(*, buffer_update_mode: BufferUpdateMode, role: SplitRole, da
 
     ``precision`` defaults to float64 for ``exact`` (our accumulator) and float32 for the train-mode rules.
     """
-    common = {
+    common: _AccumulationFields = {
         "batch_size": batch_size,
         "num_batches": num_batches,
         "variance_estimator": variance_estimator,
@@ -108,21 +117,15 @@ def make_convention(*, buffer_update_mode: BufferUpdateMode, role: SplitRole, da
         raise RecordError(f"unknown accumulation rule {rule!r}; expected ema, cumulative or exact")
     data = DataSplit(role=role, dataset=DatasetRef(id=dataset_id, revision=dataset_revision), subset=subset,
                      record_count=record_count, ids_sha256=ids_sha256, sampling_seed=sampling_seed)
-    fields = {
-        "data": data,
-        "transform": transform,
-        "accumulation": accumulation,
-        "buffer_update_mode": buffer_update_mode,
-        "other_modules": OtherModules(dropout=dropout),
-        "distributed": distributed,
-    }
     name = canonical_name({
         "buffer_update_mode": buffer_update_mode,
         "data": {"role": role},
         "transform": {"mode": transform.mode},
         "accumulation": accumulation.model_dump(),
     })
-    return FittingConvention(name=name, **fields)
+    return FittingConvention(name=name, data=data, transform=transform, accumulation=accumulation,
+                             buffer_update_mode=buffer_update_mode, other_modules=OtherModules(dropout=dropout),
+                             distributed=distributed)
 
 
 def declare(model: torch.nn.Module, convention: FittingConvention, *, reporting_line: str | None = None,

@@ -31,7 +31,7 @@ from bnconvention.standard.models import BatchNormState, Declaration, RefitAnnot
 from bnconvention.standard.naming import canonical_name
 from bnconvention.validation import Issue, ValidationReport, check_record, diff_pointers, validate_paths
 from bnconvention.validation.release import normalized
-from bnconvention.validation.sources import header_record, load_card, load_header
+from bnconvention.validation.sources import header_record, load_card, load_header, load_json_record
 
 DigestStatus: TypeAlias = Literal["match", "mismatch", "not-checked"]
 _DIGEST_FAILURES = ("digests.", "layers.missing_in_file", "release.card_unbound")
@@ -175,8 +175,6 @@ def _card_view(display: str, path: Path) -> FileView:
 
 
 def _record_file_view(display: str, path: Path) -> FileView:
-    from bnconvention.validation.sources import load_json_record
-
     view = FileView(file=display, kind="record")
     data, readable, _ = load_json_record(path, source=display)
     view.readable = readable
@@ -263,7 +261,8 @@ def format_text(inspection: Inspection) -> str:
         lines.append(f"{view.file} ({view.kind})")
         if not view.readable:
             lines.append("  unreadable")
-        if view.kind == "weights" and view.readable:
+        if view.kind == "weights" and view.tensors is not None and view.data_bytes is not None \
+                and view.header_bytes is not None:  # all three come from the header, when it could be read
             lines.append(f"  {plural(view.tensors, 'tensor')}, {plural(view.data_bytes, 'data byte')}, header "
                          f"{plural(view.header_bytes, 'byte')} "
                          f"({view.padding} spare)")
@@ -284,7 +283,7 @@ def format_text(inspection: Inspection) -> str:
             same = "" if record.convention == record.canonical_name else (
                 f" (its fields give {record.canonical_name!r})")
             lines.append(f"  record: {record.kind}, convention {record.convention}{same}")
-            if record.kind == "declaration":
+            if record.kind == "declaration" and record.layers is not None:
                 lines.append(f"  buffer-update mode {record.buffer_update_mode}, split {record.role}, rule "
                              f"{record.rule}, {plural(record.layers, 'BatchNorm layer')} declared")
                 if record.contradictions:

@@ -1,8 +1,8 @@
 """From recorded BatchNorm events to a buffer-update mode, contradictions and a fitting convention (torch-free).
 
-The recorder (:mod:`bnconvention.authoring.recorder`) counts events per BatchNorm layer; this module holds the rules that turn
-them into the standard's words, as pure functions over plain values and models, so the rules can be tested without
-torch and reused by the validator and the ``declare`` command on an observation read from JSON.
+The recorder (:mod:`bnconvention.authoring.recorder`) counts events per BatchNorm layer; this module holds the rules
+that turn them into the standard's words, as pure functions over plain values and models, so the rules can be tested
+without torch and reused by the validator and the ``declare`` command on an observation read from JSON.
 
 Events of one layer, in order (each stamped with a run-wide tick):
 

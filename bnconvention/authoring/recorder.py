@@ -2,11 +2,11 @@
 
 Wrap a training or unlearning loop in :class:`BNRecorder`; it puts a cheap forward pre-hook on every BatchNorm layer
 (``torch.nn.modules.batchnorm._BatchNorm`` subclasses, SyncBatchNorm included) and listens for refits announced by
-the refit engine (:mod:`bnconvention.authoring.refit_listeners`). It counts, per layer: training-mode forwards that update the buffers
-(with the momentum in force, the batch size and the split tag of the update), eval-mode forwards with autograd
-enabled (frozen training steps), evaluation forwards (no autograd), and refits; and it compares the digests of the
-buffers and of the trainable tensors at entry and exit. :mod:`bnconvention.authoring.observation` turns the counts into the
-standard's buffer-update mode and contradictions; the rules are spelled out there.
+the refit engine (:mod:`bnconvention.authoring.refit_listeners`). It counts, per layer: training-mode forwards that
+update the buffers (with the momentum in force, the batch size and the split tag of the update), eval-mode forwards
+with autograd enabled (frozen training steps), evaluation forwards (no autograd), and refits; and it compares the
+digests of the buffers and of the trainable tensors at entry and exit. :mod:`bnconvention.authoring.observation`
+turns the counts into the standard's buffer-update mode and contradictions; the rules are spelled out there.
 
 >>> import torch
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,8 +56,10 @@ from bnconvention.standard.models import (
     Transform,
 )
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
+    from torch.nn.modules.batchnorm import _BatchNorm
 
 __all__ = ["BNRecorder", "MOMENTUM_OUT_OF_RANGE"]
 
@@ -80,7 +82,7 @@ class _LayerEvents:
     __slots__ = ("name", "module", "train_forwards", "eval_forwards", "frozen_forwards", "updates", "refits",
                  "momenta", "last_momentum", "last_update_tick", "last_refit_tick", "last_frozen_tick")
 
-    def __init__(self, name: str, module: torch.nn.Module) -> None:
+    def __init__(self, name: str, module: _BatchNorm) -> None:
         self.name = name
         self.module = module
         self.train_forwards = 0
@@ -194,7 +196,7 @@ class BNRecorder:
 
     # --- hooks (hot path: keep them short) ---------------------------------------------------------------------
 
-    def _layer_hook(self, events: _LayerEvents):  # type: ignore[no-untyped-def]
+    def _layer_hook(self, events: _LayerEvents) -> Callable[[Any, tuple[Any, ...]], None]:
         import torch
 
         is_grad_enabled = torch.is_grad_enabled

@@ -47,7 +47,7 @@ import shutil
 import stat
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
@@ -61,10 +61,11 @@ from bnconvention.formats.safetensors_header import (
     SafetensorsHeader,
     header_length,
     parse_header,
+    read_header,
 )
 from bnconvention.formats.text import plural
 from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY, record_from_header
-from bnconvention.standard.models import Declaration, RefitAnnotation
+from bnconvention.standard.models import Declaration, RefitAnnotation, to_dict
 
 StampMethod: TypeAlias = Literal["unchanged", "in_place", "rewrite"]
 
@@ -118,7 +119,6 @@ def checked_record(record: Declaration | RefitAnnotation | Mapping[str, Any], *,
     """The record parsed and as a JSON dict, or :class:`RecordError` if the validator finds an error in it."""
     from pydantic import BaseModel
 
-    from bnconvention.standard.models import to_dict
     from bnconvention.validation import ensure_valid_record
 
     data = to_dict(record) if isinstance(record, BaseModel) else record
@@ -138,7 +138,6 @@ def check_record_matches_file(path: str | os.PathLike[str], record: Declaration 
     digests must be the file's. Reads every tensor once, in chunks (memory independent of the file size).
     """
     from bnconvention.formats.digests import file_digests
-    from bnconvention.formats.safetensors_header import read_header
 
     header = header or read_header(path)
     where = str(path)
@@ -246,8 +245,6 @@ def read_stamped_record(path: str | os.PathLike[str]) -> Declaration | RefitAnno
     Raises :class:`SafetensorsHeaderError` for a malformed file, :class:`~bnconvention.errors.JSONInputError` when
     the stamped text is not JSON, :class:`RecordError` when it is not a valid record.
     """
-    from bnconvention.formats.safetensors_header import read_header
-
     source = str(path)
     data = record_from_header(read_header(path), source=source)
     if data is None:
@@ -325,8 +322,6 @@ def stamp_file(path: str | os.PathLike[str], record: Declaration | RefitAnnotati
 
 
 def _replace(result: StampResult, *, method: StampMethod) -> StampResult:
-    from dataclasses import replace
-
     return replace(result, method=method)
 
 

@@ -26,6 +26,7 @@ canonical JSON form.
 
 from __future__ import annotations
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 import enum
 import importlib
 import inspect

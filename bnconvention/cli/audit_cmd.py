@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
 from pathlib import Path
 
@@ -34,7 +36,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     needs_extra(parser, "audit")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "audit",
         help="refit a checkpoint's BatchNorm statistics on R replicates and report every cell shipped vs refit",

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
+import sys
 from pathlib import Path
+
+from bnconvention.cli.stamp_cmd import read_record_file
+from bnconvention.errors import RecordError
 
 EPILOG = """\
 examples:
@@ -17,7 +23,7 @@ their order, comments, line endings) is kept as it is. A missing card is created
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "card",
         help="add or update the bnconvention block and section of a model card",
@@ -37,21 +43,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     from bnconvention.authoring.card_stamp import stamp_card_file, stamp_card_text
     from bnconvention.authoring.stamp import checked_record, read_stamped_record
-    from bnconvention.cli.stamp_cmd import read_record_file
-    from bnconvention.errors import RecordError
     from bnconvention.formats.card import decode_card
 
     if args.record is not None:
         model, _ = checked_record(read_record_file(args.record), source=str(args.record))
     else:
-        model = read_stamped_record(args.weights)
-        if model is None:
+        stamped = read_stamped_record(args.weights)
+        if stamped is None:
             raise RecordError(f"{args.weights}: has no bnconvention record in its header; stamp one first "
                               "(bnconvention stamp) or pass --record", source=str(args.weights))
+        model = stamped
     if args.check:
         text = decode_card(args.card.read_bytes(), source=str(args.card)) if args.card.exists() else ""
         if args.card.exists() and stamp_card_text(text, model, source=str(args.card)) == text:

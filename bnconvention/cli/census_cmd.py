@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
 from pathlib import Path
 
+from bnconvention.cli.audit_cmd import add_common_options, allow_factories
+from bnconvention.cli.progress import show_progress
+from bnconvention.errors import UsageError
 from bnconvention.formats.text import plural, signed
 
 EPILOG = """examples:
@@ -21,9 +26,7 @@ missing checkpoint, a factory that cannot be loaded, or bad usage, 130 interrupt
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from bnconvention.cli.audit_cmd import add_common_options
-
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "census",
         help="audit many checkpoints and count displaced cells and verdict flips (Benjamini-Yekutieli)",
@@ -43,9 +46,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     from bnconvention.audit.census import run_census
     from bnconvention.audit.spec import load_spec
-    from bnconvention.cli.audit_cmd import allow_factories
-    from bnconvention.cli.progress import show_progress
-    from bnconvention.errors import UsageError
 
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")

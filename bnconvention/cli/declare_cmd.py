@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from bnconvention.errors import JSONInputError, RecordError, UsageError
 from bnconvention.extras import needs_extra
+from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.text import plural
 
 # The standard's Literal aliases, spelled out so that building the parser does not import pydantic (every command
@@ -48,7 +53,7 @@ def _choices(alias: str) -> list[str]:
     return list(CHOICES[alias])
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "declare",
         help="build a declaration record for a weights file",
@@ -119,8 +124,6 @@ def read_observation(path: Path) -> Any:
     """A recorder observation from JSON (untrusted: strict JSON, checked against the model)."""
     from pydantic import ValidationError
 
-    from bnconvention.errors import JSONInputError
-    from bnconvention.formats.canonical import loads_strict
     from bnconvention.standard.models import Observation
 
     size = path.stat().st_size
@@ -145,8 +148,6 @@ def load_declared_model(arch: str, kwargs_json: str, weights: Path) -> tuple[Any
     from safetensors.torch import load_file
 
     from bnconvention.audit.checkpoint import ModelChoice, build_architecture, check_fits, model_shapes
-    from bnconvention.errors import UsageError
-    from bnconvention.formats.canonical import loads_strict
     from bnconvention.formats.digests import bn_layer_names, file_digests
     from bnconvention.formats.safetensors_header import read_header
 
@@ -170,9 +171,6 @@ def run(args: argparse.Namespace) -> int:
     from bnconvention.architectures.factories import allow_user_factory
     from bnconvention.authoring.declaration import declare, make_convention, make_transform
     from bnconvention.authoring.observation import convention_from_observation, with_declared
-    from bnconvention.errors import RecordError, UsageError
-    from bnconvention.formats.atomic import atomic_write_text
-    from bnconvention.formats.canonical import loads_strict
     from bnconvention.standard.models import to_dict
     from bnconvention.validation.records import ensure_valid_record
 

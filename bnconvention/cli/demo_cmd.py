@@ -3,12 +3,17 @@ organisation as published, on a local Hub that stays up for the quickstarts."""
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
+import os
 import sys
 
+from bnconvention.cli.hubserver_cmd import wait_until_stopped
 from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.errors import UsageError
 from bnconvention.extras import needs_extra
+from bnconvention.formats.atomic import atomic_write_text
 
 EPILOG = """examples:
   bnconvention demo                          # into ./demo-output, reusing what an earlier run built
@@ -33,7 +38,7 @@ serves until Ctrl-C or SIGTERM: exit 0 then; 130 when interrupted before the Hub
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo", help="the whole story offline: zoo, local Hub organisation, census, audits, pull requests, report",
         description="Build the digits zoo, publish it as a Hub organisation on a local server, crawl it as an "
@@ -56,8 +61,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     from bnconvention.demo.layout import DemoPaths
 
     if args.port is not None and not args.serve:
@@ -72,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
         return _serve(args)
 
     from bnconvention.demo import run_demo, summary_text
-    from bnconvention.formats.atomic import atomic_write_text
 
     result = run_demo(args.out, zoo_dir=args.zoo, fresh=args.fresh, progress=show_progress(args.progress),
                       stage_lines=args.progress is not False)
@@ -83,7 +85,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from bnconvention.cli.hubserver_cmd import wait_until_stopped
     from bnconvention.demo.serve import serve_demo, serve_text
 
     with serve_demo(args.out, zoo_dir=args.zoo, port=args.port or 0, fresh=args.fresh,

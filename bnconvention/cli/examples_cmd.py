@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
 import os
 
 from bnconvention.errors import UsageError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "examples",
         help="write the examples the docs use: the digits-zoo audit spec, good and broken releases",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -13,7 +16,7 @@ from bnconvention.errors import UsageError
 from bnconvention.formats.text import plural
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "hubserver",
         help="serve a local Hugging Face Hub-compatible API from a directory",
@@ -29,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "  bnconvention hubserver --root ./hub --port 8900 --fault kind=status,status=503,path=/resolve/,"
             "probability=0.2\n"
             "  HF_ENDPOINT=http://127.0.0.1:8900 python my_pipeline.py\n\n"
-            "Exit codes: 0 stopped by Ctrl-C or SIGTERM, 1 the server could not start (e.g. the port is in use), 2 bad\n"
+            "Exit codes: 0 stopped by Ctrl-C or SIGTERM, 1 the server could not start (e.g. the port is in use), "
+            "2 bad\n"
             "usage (a malformed --token, --org or --fault; a --root that is neither empty nor a hub store)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -67,8 +71,6 @@ def _pairs(values: list[str], *, option: str) -> list[tuple[str, str]]:
 def _log_to_stderr() -> Callable[[], None]:
     """Show the server's log lines (a client that hung up, an unhandled error) on stderr while it serves; returns
     the function that stops it."""
-    import logging
-
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.INFO)
     handler.setFormatter(logging.Formatter("%(message)s"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
 import json
 import sys
@@ -19,7 +21,7 @@ cross-checked with the README.md next to it. Exit codes (the validator's): 0 not
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "inspect",
         help="show what a weights file, card or release declares",

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
 import os
 import sys
 from pathlib import Path
+
+from bnconvention.errors import UsageError
 
 EPILOG = """\
 examples:
@@ -25,7 +29,7 @@ naming an unset variable), 130 interrupted (run it again to resume).
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "publish",
         help="stamp, validate and upload a release folder to the Hub",
@@ -49,7 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run(args: argparse.Namespace) -> int:
     from bnconvention.authoring.publish import publish
-    from bnconvention.errors import UsageError
 
     token = None
     if args.token_env:

@@ -15,6 +15,9 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from bnconvention.cli.main import build_parser
+from bnconvention.formats.atomic import sync_generated_file
+
 WIDTH = 100
 INTRO = """# CLI reference
 
@@ -79,8 +82,6 @@ def _anchor(words: Sequence[str]) -> str:
 
 def render_reference() -> str:
     """The whole of ``docs/cli.md``."""
-    from bnconvention.cli.main import build_parser
-
     with _fixed_width(WIDTH):
         parser = build_parser()
         top = parser.format_help()
@@ -94,8 +95,6 @@ def render_reference() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from bnconvention.formats.atomic import sync_generated_file
-
     parser = argparse.ArgumentParser(prog="python -m bnconvention.cli.reference",
                                      description="Write (or check) the CLI reference generated from the parsers.")
     parser.add_argument("path", type=Path, help="the Markdown file, e.g. docs/cli.md")

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bnconvention.cli.progress import add_progress_option, show_progress
+from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.extras import needs_extra
+from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.formats.canonical import canonical_json, loads_strict
+
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
+if TYPE_CHECKING:
+    import torch
+
+    from bnconvention.standard.models import DataSplit, Transform
 
 EPILOG = """\
 examples:
@@ -34,7 +46,7 @@ RULES = ("exact", "cumulative", "ema")
 ROLES = ("train", "retain", "forget", "test", "proxy", "other")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "refit",
         help="refit a weights file's BatchNorm running statistics on a pool",
@@ -74,12 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
     from bnconvention.architectures.factories import allow_user_factory, build_model
-    from bnconvention.errors import UntrustedInputError, UsageError
-    from bnconvention.formats.atomic import atomic_write_text
-    from bnconvention.formats.canonical import canonical_json, loads_strict
     from bnconvention.refit import refit
     from bnconvention.refit.files import load_weights, model_dtype, save_weights
 
@@ -119,16 +126,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pool(args: argparse.Namespace, dtype: object) -> tuple[object, object, object]:
+def _pool(args: argparse.Namespace, dtype: torch.dtype) -> tuple[list[Any], DataSplit, Transform]:
     """The pool's batches, its DataSplit and its Transform."""
     from bnconvention.authoring.declaration import make_transform
-    from bnconvention.errors import UsageError
     from bnconvention.standard.models import DatasetRef, DataSplit
 
     if args.split is None:
         from bnconvention.refit.files import read_npz_pool
 
-        npz = read_npz_pool(args.pool, key=args.pool_key, dtype=dtype)  # type: ignore[arg-type]
+        npz = read_npz_pool(args.pool, key=args.pool_key, dtype=dtype)
         data = DataSplit(role=args.role or "other", dataset=DatasetRef(id=f"npz:{npz.path.name}",
                                                                          revision=f"sha256:{npz.file_sha256}"),
                          subset=f"array {npz.key!r} of {npz.path.name}", record_count=npz.record_count)
@@ -148,7 +154,7 @@ def _pool(args: argparse.Namespace, dtype: object) -> tuple[object, object, obje
         raise UsageError(f"--split {args.split} needs --forget-classes to say which records are forgotten")
     chosen = dataset.train_transform if args.transform == "train" else dataset.eval_transform
     generator = torch.Generator().manual_seed(args.seed)
-    x = subset.x.to(dtype)  # type: ignore[arg-type]
+    x = subset.x.to(dtype)
     pool = list(iter_batches(x, batch_size=args.batch_size, transform=chosen, generator=generator))
     seed = args.seed if args.transform == "train" else None
     return pool, subset.data_split(sampling_seed=seed), chosen.standard()

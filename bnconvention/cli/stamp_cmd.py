@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
 from pathlib import Path
+from typing import Any
 
 from bnconvention.cli.progress import add_progress_option, show_progress
+from bnconvention.formats.canonical import loads_strict
 
 EPILOG = """\
 examples:
@@ -24,7 +28,7 @@ usage, 130 interrupted (the file is intact).
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "stamp",
         help="stamp a record into a safetensors header (and a model card)",
@@ -47,10 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=run)
 
 
-def read_record_file(path: Path) -> object:
-    """The decoded JSON of a record file (untrusted: strict UTF-8 JSON, no duplicate keys)."""
-    from bnconvention.formats.canonical import loads_strict
-
+def read_record_file(path: Path) -> Any:
+    """The decoded JSON of a record file (untrusted: strict UTF-8 JSON, no duplicate keys); any JSON value, which
+    ``checked_record`` refuses unless it is a valid record."""
     return loads_strict(path.read_bytes(), source=str(path))
 
 

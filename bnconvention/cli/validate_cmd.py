@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
 import sys
 
@@ -17,7 +19,7 @@ Issue codes and their meaning: docs/standard.md ("Validation issue codes").
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "validate",
         help="check records, weights files, model cards and releases offline",

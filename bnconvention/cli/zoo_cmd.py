@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
+# and every other command stays light (cli/main.py).
 import argparse
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from bnconvention.extras import needs_extra
 DEFAULT_OUT = "zoo"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "zoo",
         help="build the digits model zoo (BN and GroupNorm ConvNets, trained and unlearned)",
@@ -45,14 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_progress_option(build)
     needs_extra(build, "refit")
     build.set_defaults(func=run)
-    parser.set_defaults(func=_missing_action(parser))
+    parser.set_defaults(func=_run_missing)
 
 
-def _missing_action(parser: argparse.ArgumentParser):  # type: ignore[no-untyped-def]
-    def run_missing(args: argparse.Namespace) -> int:
-        raise UsageError("bnconvention zoo needs an action: bnconvention zoo build [--out DIR] [--seed N]")
-
-    return run_missing
+def _run_missing(args: argparse.Namespace) -> int:
+    """``bnconvention zoo`` without an action."""
+    raise UsageError("bnconvention zoo needs an action: bnconvention zoo build [--out DIR] [--seed N]")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -36,6 +36,7 @@ import numpy as np
 
 from bnconvention.standard.models import Transform, TransformDescription, TransformMode
 
+# torch and sklearn are imported inside the functions that use them: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

@@ -12,10 +12,11 @@ import errno
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 from bnconvention.demo.releases import AUDITOR, AUTHOR, DEMO_ORG
 from bnconvention.errors import UsageError
+from bnconvention.hubserver import LocalHub
 
 Role: TypeAlias = Literal["author", "auditor"]
 
@@ -40,11 +41,9 @@ class DemoAccess:
 ORGS: dict[str, list[str]] = {DEMO_ORG: [AUTHOR]}
 
 
-def demo_hub(store: Path, access: DemoAccess, *, port: int = 0) -> Any:
+def demo_hub(store: Path, access: DemoAccess, *, port: int = 0) -> LocalHub:
     """The local Hub over ``store`` on 127.0.0.1 (``port`` 0: a free one), started; a port in use is a usage
     error that says so."""
-    from bnconvention.hubserver import LocalHub
-
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise UsageError(f"--port must be a port number from 0 to 65535 (0: a free port), got {port!r}")
     hub = LocalHub(store, port=port, tokens=access.tokens(), orgs=ORGS, durable=False)

@@ -15,6 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
+from bnconvention.audit.census import summarize
+from bnconvention.audit.outputs import write_audit_outputs
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.hub.audit import AuditTask, RepoAudit, audit_repo_task, repo_out_dir
 from bnconvention.hub.classify import RepoCensus
@@ -34,8 +38,6 @@ def output_dir(out: Path, repo_id: str, filename: str) -> Path:
 def ensure_outputs(audits: Sequence[RepoAudit], out: Path) -> dict[tuple[str, str], AuditFiles]:
     """The annotation and plots of every audited checkpoint on disk, rewritten where missing (an audit reused from
     the journal whose output folder was deleted)."""
-    from bnconvention.audit.outputs import write_audit_outputs
-
     files: dict[tuple[str, str], AuditFiles] = {}
     for audit in audits:
         for item in audit.files:
@@ -65,10 +67,6 @@ def channel_absent_targets(repos: Sequence[RepoCensus]) -> list[tuple[RepoCensus
 def audit_channel_absent(client: HubClient, repos: Sequence[RepoCensus], spec: Any, *, journal: Journal,
                          out: Path, progress: bool) -> tuple[list[RepoAudit], int]:
     """Audit the repos without running statistics (journaled like ``hub audit``); ``(audits, reused)``."""
-    from tqdm.auto import tqdm
-
-    from bnconvention.audit.outputs import write_audit_outputs
-
     spec_data = spec.model_dump(mode="json")
     spec_sha = canonical_sha256(spec_data)
     audits: list[RepoAudit] = []
@@ -98,8 +96,6 @@ def audit_channel_absent(client: HubClient, repos: Sequence[RepoCensus], spec: A
 
 def population(audits: Sequence[RepoAudit], spec: Any) -> dict[str, Any] | None:
     """Counts across every audited checkpoint (Benjamini–Yekutieli per cell), as ``bnconvention census`` makes."""
-    from bnconvention.audit.census import summarize
-
     pairs = sorted(((f"{a.repo_id}/{f.filename}", f.result) for a in audits for f in a.files if f.result is not None),
                    key=lambda pair: pair[0])
     if not pairs:

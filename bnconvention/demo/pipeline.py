@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import sys
 import time
@@ -28,12 +29,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from filelock import FileLock, Timeout
+from tqdm.auto import tqdm
+
+import bnconvention.demo.releases as release_plan
+from bnconvention._version import __version__
+from bnconvention.demo.access import DemoAccess, demo_hub
+from bnconvention.demo.crawl import audit_channel_absent, ensure_outputs, population
 from bnconvention.demo.layout import DEFAULT_OUT, DemoPaths
-from bnconvention.demo.releases import DEMO_ORG, RELEASES, release_notes
-from bnconvention.demo.spec import DEMO_SPEC
+from bnconvention.demo.releases import DEMO_ORG, RELEASES, publish_org, release_notes
+from bnconvention.demo.spec import DEMO_SPEC, demo_spec
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.hub import Journal, audit_org, census_org, census_summary, make_client, push_org, validate_hub
+from bnconvention.hub.summaries import write_census
+from bnconvention.report_html import ReportInput, write_report
 
 DEMO_FORMAT = "bnconvention-demo/1"
 # The crawl journal is bound to the Hub it crawled. The demo's Hub is its store (hub/), served on a new port each
@@ -107,9 +118,7 @@ def hub_environment(hf_home: Path) -> Iterator[None]:
 def plan_sha256(zoo: Any) -> str:
     """What the published organisation depends on: the release plan, the code that publishes it, and the zoo's
     exact files."""
-    from bnconvention.demo import releases
-
-    code = hashlib.sha256(Path(releases.__file__).read_bytes()).hexdigest()
+    code = hashlib.sha256(Path(release_plan.__file__).read_bytes()).hexdigest()
     return canonical_sha256({"format": DEMO_FORMAT, "releases": [asdict(r) for r in RELEASES], "code": code,
                              "zoo_code": zoo.code_sha256, "zoo_files": dict(zoo.files)})
 
@@ -131,8 +140,6 @@ def demo_folder(out: str | os.PathLike[str], *, zoo_dir: str | os.PathLike[str] 
                 fresh: bool) -> Iterator[DemoPaths]:
     """The demo's output folder, claimed and locked for one run: a folder the demo did not create, or one another
     demo (or ``demo --serve``) is using, is refused (UsageError); ``fresh`` empties it first."""
-    from filelock import FileLock, Timeout
-
     paths = DemoPaths.under(out, zoo=zoo_dir)
     paths.claim()
     lock = FileLock(str(paths.lock), blocking=False)
@@ -165,8 +172,7 @@ def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.Pat
 
 
 def _run(paths: DemoPaths, stages: Stages, *, progress: bool) -> DemoResult:
-    from bnconvention.demo.access import DemoAccess, demo_hub
-    from bnconvention.demo.zoo_stage import prepare_zoo
+    from bnconvention.demo.zoo_stage import prepare_zoo  # torch: imported when a demo runs, not with the package
 
     reused: dict[str, Any] = {}
     with stages.stage("zoo", f"digits zoo with the recorder observing training ({paths.zoo})"):
@@ -190,19 +196,12 @@ def _run(paths: DemoPaths, stages: Stages, *, progress: bool) -> DemoResult:
 def publish_demo_org(hub: Any, zoo: Any, releases_dir: Path, token: str, *, progress: bool) -> list[Any]:
     """Publish every release of the organisation to ``hub`` as its author (``token``), through huggingface_hub;
     the ``Published`` record of each. ``demo`` and ``demo --serve`` publish with this one function."""
-    from tqdm.auto import tqdm
-
-    from bnconvention.demo.releases import publish_org
-    from bnconvention.hub import make_client
-
     author = make_client(endpoint=hub.endpoint, token=token)
     with tqdm(total=len(RELEASES), desc=f"publish {DEMO_ORG}", unit="repo", disable=not progress) as bar:
         return publish_org(author, zoo, releases_dir, on_release=lambda release: bar.update(1))
 
 
 def _publish(paths: DemoPaths, hub: Any, zoo: Any, token: str, plan: str, *, progress: bool) -> None:
-    import json
-
     published = publish_demo_org(hub, zoo, paths.releases, token, progress=progress)
     state = {"format": DEMO_FORMAT, "plan_sha256": plan, "org": DEMO_ORG,
              "repos": [{"repo_id": p.repo_id, "how": p.how, "commits": p.commits} for p in published]}
@@ -211,14 +210,6 @@ def _publish(paths: DemoPaths, hub: Any, zoo: Any, token: str, plan: str, *, pro
 
 def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: dict[str, Any], *,
            progress: bool) -> DemoResult:
-    import json
-
-    from bnconvention.demo.crawl import audit_channel_absent, ensure_outputs, population
-    from bnconvention.demo.spec import demo_spec
-    from bnconvention.hub import Journal, audit_org, census_org, census_summary, make_client, push_org, validate_hub
-    from bnconvention.hub.summaries import write_census
-    from bnconvention.report_html import ReportInput, write_report
-
     client = make_client(endpoint=endpoint, token=token)
     spec = demo_spec()
     paths.crawl.mkdir(parents=True, exist_ok=True)
@@ -280,8 +271,6 @@ def headline(audits: list[Any]) -> tuple[str, Any] | None:
 
 def _check_headline_pr(client: Any, audits: list[Any], pushes: list[Any]) -> tuple[str, int, int] | None:
     """Validate the headline repo's pull request revision (what a submission pipeline would check)."""
-    from bnconvention.hub import validate_hub
-
     top = headline(audits)
     if top is None:
         return None
@@ -293,8 +282,6 @@ def _check_headline_pr(client: Any, audits: list[Any], pushes: list[Any]) -> tup
 
 
 def _generator() -> str:
-    from bnconvention._version import __version__
-
     return f"bnconvention {__version__} (bnconvention demo)"
 
 

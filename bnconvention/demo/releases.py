@@ -18,6 +18,7 @@ which the audit anchors against) and ``README.md``.
 
 from __future__ import annotations
 
+# torch and the zoo are imported inside one_more_epoch: importing the demo package does not import torch.
 import json
 import shutil
 from collections.abc import Callable
@@ -25,7 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from safetensors import safe_open
+
+from bnconvention.authoring.declaration import declare
+from bnconvention.authoring.observation import convention_from_observation
 from bnconvention.errors import BnConventionError, RecordError
+from bnconvention.formats.canonical import loads_strict
+from bnconvention.hub import publish_release
+from bnconvention.hub.client import quiet_hub_progress
+from bnconvention.standard.models import FittingConvention, Observation
 
 DEMO_ORG = "digits-lab"
 AUTHOR = "lab-author"
@@ -83,11 +92,6 @@ RELEASES: tuple[Release, ...] = (
 def declaration_for(zoo: Any, variant: str) -> Any:
     """The author's declaration of ``variant``: the recorder's observation of its training, completed by what only
     the author knows (dataset, subset and transform; the split and rule of an earlier fit the run did not redo)."""
-    from bnconvention.authoring.declaration import declare
-    from bnconvention.authoring.observation import convention_from_observation
-    from bnconvention.formats.canonical import loads_strict
-    from bnconvention.standard.models import FittingConvention, Observation
-
     path = zoo.observation_path(variant)
     if path is None:
         raise RecordError(f"the zoo in {zoo.root} has no recorder observation of {variant}; rebuild it with the "
@@ -141,7 +145,6 @@ def one_more_epoch(zoo: Any, variant: str, weights: Path) -> None:
     """The later step of a ``stale`` release: one more fine-tuning epoch on the retained data (train-mode BN),
     saved over ``weights`` with the file's old ``__metadata__``, so the header keeps the now stale record."""
     import torch
-    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     from bnconvention.zoo import DIGITS_TRAIN_TRANSFORM, FORGET_CLASSES, finetune, split_tensors
@@ -178,11 +181,8 @@ class Published:
 
 
 def publish_org(author: Any, zoo: Any, releases_dir: Path, *,
-                on_release: Callable[[Release], None] | None = None) -> list[Published]:
+                on_release: Callable[[Release], object] | None = None) -> list[Published]:
     """Publish every release of :data:`RELEASES` as the organisation's author (``author``: a HubClient)."""
-    from bnconvention.hub import publish_release
-    from bnconvention.hub.client import quiet_hub_progress
-
     done: list[Published] = []
     with quiet_hub_progress():
         for release in RELEASES:

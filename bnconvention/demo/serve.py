@@ -17,6 +17,7 @@ start publishes the organisation again (about two seconds), so restarting is sta
 
 from __future__ import annotations
 
+# The zoo stage (torch) is imported when the demo is served: importing the demo package does not import torch.
 import contextlib
 import os
 import sys

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from bnconvention.audit.spec import AuditSpec, parse_spec
 from bnconvention.examples import AUDIT_SPEC, read_example
+from bnconvention.formats.card import load_yaml_strict
 
 
 def _spec_data() -> dict[str, Any]:
-    from bnconvention.formats.card import load_yaml_strict
-
     data = load_yaml_strict(read_example(AUDIT_SPEC).decode("utf-8"), source=f"bnconvention/examples/{AUDIT_SPEC}")
     if not isinstance(data, dict):
         raise TypeError(f"the packaged {AUDIT_SPEC} is not a mapping")
@@ -22,10 +22,8 @@ def _spec_data() -> dict[str, Any]:
 DEMO_SPEC: dict[str, Any] = _spec_data()
 
 
-def demo_spec() -> Any:
-    """The parsed spec (:class:`bnconvention.audit.AuditSpec`)."""
-    from bnconvention.audit.spec import parse_spec
-
+def demo_spec() -> AuditSpec:
+    """The parsed spec."""
     return parse_spec(DEMO_SPEC)
 
 

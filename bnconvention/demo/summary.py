@@ -71,12 +71,12 @@ def summary_text(result: DemoResult) -> str:
     if top is not None:
         repo_id, audit = top
         cell = _cell(audit, metric)
-        flips = [v for v in audit.annotation.verdicts if v.flipped]
+        flipped = [v for v in audit.annotation.verdicts if v.flipped]
         lines += ["", f"headline: {repo_id} ships {metric} = {cell.shipped:.4f}; a retain refit at bit-identical "
                       f"weights gives {cell.refit:.4f} ({signed(cell.shift_pp)}pp, {cell.decision.outcome} on "
                       f"{len(cell.replicate_shifts_pp)}/{plural(len(cell.replicate_shifts_pp), 'replicate')}, p = "
-                      f"{_p(cell.decision.p_value)}); verdict \"{flips[0].criterion}\" flips "
-                      f"{(flips[0].direction or '').replace('_', ' ')}",
+                      f"{_p(cell.decision.p_value)}); verdict \"{flipped[0].criterion}\" flips "
+                      f"{(flipped[0].direction or '').replace('_', ' ')}",
                   f"  reporting line: {audit.annotation.reporting_line}"]
         if audit.annotation.recoverability is not None:
             r = audit.annotation.recoverability

@@ -1,5 +1,5 @@
-"""The demo's zoo: the digits zoo built with :class:`~bnconvention.authoring.recorder.BNRecorder` observing each variant's
-training, so the authors' declarations are measured rather than typed.
+"""The demo's zoo: the digits zoo built with :class:`~bnconvention.authoring.recorder.BNRecorder` observing each
+variant's training, so the authors' declarations are measured rather than typed.
 
 The zoo saves ``<variant>.observation.json`` (``to_dict(recorder.observation())``) next to each variant. Observing
 changes nothing in training: the weights are byte-identical to an unobserved build with the same seed. A zoo that
@@ -13,7 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
+from bnconvention.authoring.recorder import BNRecorder
 from bnconvention.errors import JSONInputError
+from bnconvention.standard.models import to_dict
 from bnconvention.zoo import VARIANTS, ZooManifest, build_zoo, code_sha256, read_manifest
 from bnconvention.zoo.variants import ZOO_FORMAT
 
@@ -30,16 +34,12 @@ class RecorderObserver:
         self.recorder.set_split(split)
 
     def to_dict(self) -> dict[str, Any]:
-        from bnconvention.standard.models import to_dict
-
         return to_dict(self.recorder.observation())
 
 
 @contextlib.contextmanager
 def observe_with_recorder(name: str, model: Any) -> Iterator[RecorderObserver]:
     """The zoo's ``observe`` hook: a recorder around one variant's training (``name`` is the variant)."""
-    from bnconvention.authoring.recorder import BNRecorder
-
     recorder = BNRecorder(model, split="train")
     with recorder:
         yield RecorderObserver(recorder)
@@ -69,8 +69,6 @@ def prepare_zoo(zoo_dir: Path, *, progress: bool) -> tuple[ZooManifest, bool]:
     Two demos sharing a zoo folder (parallel test sessions) check and build under one lock, so the second one finds
     the first one's build instead of replacing it while the first one reads it.
     """
-    from filelock import FileLock
-
     found = observed_zoo(zoo_dir)
     if found is not None:
         return found, True

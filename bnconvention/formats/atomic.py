@@ -22,7 +22,7 @@ import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 try:
     import fcntl
@@ -130,7 +130,7 @@ def fsync_directory(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_output(path: Path, *, mode: str = "wb", keep_mode_of: Path | None = None) -> Iterator[IO]:  # type: ignore[type-arg]
+def atomic_output(path: Path, *, mode: str = "wb", keep_mode_of: Path | None = None) -> Iterator[IO[Any]]:
     """Yield a file object whose content replaces ``path`` atomically when the block exits without error.
 
     The temporary file (:func:`create_temp`) lives in the target's directory (same filesystem, so ``os.replace``

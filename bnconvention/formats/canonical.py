@@ -111,7 +111,8 @@ def _write(value: Any, out: list[str]) -> None:
         out.append("]")
     else:
         raise CanonicalJSONError(
-            f"{type(value).__name__} value {value!r} cannot be written as canonical JSON; convert it to a JSON type first"
+            f"{type(value).__name__} value {value!r} cannot be written as canonical JSON; "
+            "convert it to a JSON type first"
         )
 
 

@@ -21,18 +21,22 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from bnconvention.errors import DigestMismatchError, SafetensorsHeaderError
 from bnconvention.formats.canonical import canonical_json_bytes
 from bnconvention.formats.safetensors_header import SafetensorsHeader, read_header
 
+# torch is imported inside the functions that take tensors or modules: digests of files, and the validator that
+# checks them, do not import torch.
 if TYPE_CHECKING:
     import torch
 
 RUNNING_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
+# One tensor for TensorSetDigest.add: name, safetensors dtype, shape, its bytes (one buffer or chunks), byte count.
+_Entry: TypeAlias = tuple[str, str, tuple[int, ...], bytes | memoryview | Iterable[bytes | memoryview], int]
 _CHUNK = 8 * 1024 * 1024
 
 
@@ -137,14 +141,14 @@ def _split(names: Iterable[str], bn_layers: Iterable[str]) -> tuple[list[str], d
     return trainable, per_layer
 
 
-def _digest(entries: Iterator[tuple[str, str, tuple[int, ...], Any, int]]) -> tuple[str, int]:
+def _digest(entries: Iterator[_Entry]) -> tuple[str, int]:
     digest = TensorSetDigest()
     for name, dtype, shape, data, nbytes in entries:
         digest.add(name, dtype, shape, data, nbytes)
     return digest.hexdigest(), digest.count
 
 
-def _digest_set(names: list[str], bn_layers: Iterable[str], entry) -> DigestSet:  # type: ignore[no-untyped-def]
+def _digest_set(names: list[str], bn_layers: Iterable[str], entry: Callable[[str], _Entry]) -> DigestSet:
     trainable, per_layer = _split(names, bn_layers)
     trainable_hex, trainable_count = _digest(entry(n) for n in canonical_order(trainable))
     running_all = canonical_order(n for group in per_layer.values() for n in group)
@@ -185,12 +189,12 @@ def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
     flat = tensor.detach().to("cpu").contiguous().reshape(-1)
     if flat.numel() == 0:
         return memoryview(b"")
-    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+    return flat.view(torch.uint8).numpy().data.cast("B")
 
 
 def state_dict_digests(state: Mapping[str, torch.Tensor], bn_layers: Iterable[str]) -> DigestSet:
     """Digests of a ``state_dict`` (or any name → tensor mapping) given the names of its BN layers."""
-    def entry(name: str):  # type: ignore[no-untyped-def]
+    def entry(name: str) -> _Entry:
         tensor = state[name]
         data = _tensor_bytes(tensor)
         return name, torch_dtype_name(tensor.dtype), tuple(tensor.shape), data, data.nbytes
@@ -217,7 +221,7 @@ def running_digests_from_bytes(tensors: Mapping[str, tuple[str, tuple[int, ...],
     For checks that read only the running buffers' bytes (e.g. ranged reads over HTTP): ``tensors`` must hold every
     running tensor of ``bn_layers`` (other names are ignored).
     """
-    def entry(name: str):  # type: ignore[no-untyped-def]
+    def entry(name: str) -> _Entry:
         dtype, shape, data = tensors[name]
         return name, dtype, shape, data, len(data)
 
@@ -251,7 +255,7 @@ def file_digests(path: str | os.PathLike[str], *, bn_layers: Iterable[str] | Non
                 remaining -= len(chunk)
                 yield chunk
 
-        def entry(name: str):  # type: ignore[no-untyped-def]
+        def entry(name: str) -> _Entry:
             info = header.tensors[name]
             return name, info.dtype, info.shape, chunks(info.begin, info.end), info.nbytes
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from bnconvention.errors import BnConventionError, UsageError
-from bnconvention.formats.canonical import canonical_sha256
+from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
 from bnconvention.formats.text import plural, signed
 from bnconvention.hub.audit import RepoAudit
@@ -260,8 +260,6 @@ def already_on_main(client: HubClient, repo_id: str, annotations: list[RefitAnno
     (over :data:`MAX_ANNOTATION_BYTES`, which the tree listing says without downloading it, or not strict JSON) is
     someone else's, not ours to judge here, and is passed over."""
     from huggingface_hub.hf_api import RepoFile
-
-    from bnconvention.formats.canonical import loads_strict
 
     def present() -> set[str]:
         entries = client.api.list_repo_tree(repo_id, revision="main", recursive=True)

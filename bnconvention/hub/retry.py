@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from bnconvention.errors import HubNetworkError, TransientHubError
+from bnconvention.errors import HubNetworkError, TransientHubError, UsageError
 from bnconvention.formats.text import one_line
 
 logger = logging.getLogger("bnconvention.hub")
@@ -63,8 +63,6 @@ class RetryPolicy:
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        from bnconvention.errors import UsageError
-
         if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or self.attempts < 1:
             raise UsageError(f"retry attempts must be a positive integer, got {self.attempts!r}")
         if self.base_delay < 0 or self.max_delay < 0:

@@ -57,6 +57,7 @@ from bnconvention.standard.models import (
     Transform,
 )
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

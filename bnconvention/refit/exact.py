@@ -29,6 +29,7 @@ from bnconvention.refit.graph import Untraceable, make_plan, trace_model
 from bnconvention.refit.moments import ChannelMoments
 from bnconvention.refit.state import running_buffers
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
     import torch.fx

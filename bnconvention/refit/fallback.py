@@ -22,6 +22,7 @@ from bnconvention.refit.moments import ChannelMoments
 from bnconvention.refit.pool import run_forward
 from bnconvention.refit.state import tracked_layers
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

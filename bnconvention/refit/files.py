@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from bnconvention.errors import CheckpointMismatchError, UnsupportedModelError, UntrustedInputError
 
+# torch, numpy and safetensors.torch are imported inside the functions that use them: importing this module does
+# not import torch.
 if TYPE_CHECKING:
     import torch
 

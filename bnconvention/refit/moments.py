@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from bnconvention.errors import RefitError, UnsupportedModelError
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from bnconvention.standard.models import LayerStaleness, Staleness
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     pass
 

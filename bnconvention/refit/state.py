@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 from bnconvention.errors import RefitError
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

@@ -21,6 +21,7 @@ from bnconvention.errors import RefitError
 from bnconvention.refit.pool import PoolReader, run_forward
 from bnconvention.refit.state import batchnorm_modules, running_buffers, tracked_layers
 
+# torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

@@ -35,6 +35,11 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+import torch
+from filelock import FileLock
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_bytes, replace_directory
 from bnconvention.zoo.manifest import (
@@ -45,6 +50,7 @@ from bnconvention.zoo.manifest import (
     manifest_bytes,
     read_manifest,
 )
+from bnconvention.zoo.methods import accuracy
 from bnconvention.zoo.variants import (
     FORGET_CLASSES,
     VARIANTS,
@@ -101,8 +107,6 @@ def build_zoo(out_dir: Path | str, *, seed: int = 0, progress: bool = True, obse
     ``variants`` restricts the build to those names and their parents (default: all 14). ``force`` rebuilds even
     when a matching build exists.
     """
-    from filelock import FileLock
-
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UsageError(f"the zoo seed must be a non-negative integer, got {seed!r}")
     out_dir = Path(out_dir).resolve()  # "." or ".." have no usable name for the partial folder and the lock
@@ -161,9 +165,6 @@ def _done(partial: Path, name: str) -> bool:
 
 def _build_into(partial: Path, *, seed: int, names: Sequence[str], progress: bool,
                 observe: ObserveHook | None) -> None:
-    import torch
-    from tqdm import tqdm
-
     data = split_tensors(FORGET_CLASSES)
     specs = [variant(name) for name in names]
     threads = torch.get_num_threads()
@@ -183,10 +184,6 @@ def _build_into(partial: Path, *, seed: int, names: Sequence[str], progress: boo
 
 def _build_variant(partial: Path, spec: VariantSpec, data: SplitTensors, *, seed: int,
                    observe: ObserveHook | None, tick: Callable[[int], Any]) -> None:
-    from safetensors.torch import load_file, save_file
-
-    from bnconvention.zoo.methods import accuracy
-
     model = new_model(spec, seed=seed)
     parent_state = None
     if spec.parent is not None:

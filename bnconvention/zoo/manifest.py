@@ -11,14 +11,18 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy
+import safetensors
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from bnconvention.architectures.factories import build_model
 from bnconvention.errors import CheckpointMismatchError, JSONInputError, UsageError
 from bnconvention.formats.atomic import file_sha256
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
-
-if TYPE_CHECKING:
-    from torch import nn
 
 MANIFEST_NAME = "manifest.json"
 
@@ -31,10 +35,7 @@ _CODE_FILES = ("zoo/__init__.py", "data/digits.py", "zoo/models.py", "zoo/method
 
 def code_sha256() -> str:
     """sha256 over the zoo's source files and the library versions that decide its bytes (torch, numpy, sklearn)."""
-    import numpy
-    import safetensors
-    import sklearn
-    import torch
+    import sklearn  # only for its version: reading a zoo does not load sklearn (and scipy)
 
     package = Path(__file__).resolve().parent.parent
     files = {name: hashlib.sha256((package / name).read_bytes()).hexdigest() for name in _CODE_FILES}
@@ -84,7 +85,7 @@ class ZooManifest:
     def config(self, name: str) -> dict[str, Any]:
         """The variant's JSON config (architecture, data split, method, buffer-update mode, shipped accuracy)."""
         path = self.config_path(name)
-        return loads_strict(path.read_bytes(), source=str(path))  # type: ignore[no-any-return]
+        return loads_strict(path.read_bytes(), source=str(path))
 
     def names(self, *, arch: str | None = None) -> list[str]:
         """Variant names in build order, optionally only ``"bn"`` or ``"gn"`` ones."""
@@ -92,10 +93,6 @@ class ZooManifest:
 
     def load_model(self, name: str) -> nn.Module:
         """The variant as an ``nn.Module`` in eval mode: its allowlisted factory plus its safetensors weights."""
-        from safetensors.torch import load_file
-
-        from bnconvention.architectures.factories import build_model
-
         config = self.config(name)
         architecture = config["architecture"]
         model = build_model(architecture["factory"], architecture["kwargs"])

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 import bnconvention.zoo.methods as methods
+from bnconvention.architectures.factories import build_model
 from bnconvention.authoring.declaration import make_convention
 from bnconvention.data.digits import (
     DIGITS_DATASET_ID,
@@ -143,8 +144,6 @@ def split_tensors(forget_classes: tuple[int, ...] = FORGET_CLASSES) -> SplitTens
 
 def new_model(spec: VariantSpec, *, seed: int, label: str = "init") -> nn.Module:
     """A freshly initialised model of ``spec``'s architecture, seeded without touching the global RNG."""
-    from bnconvention.architectures.factories import build_model
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derived_seed(seed, spec.key, label))
         return build_model(spec.factory, MODEL_KWARGS)

@@ -216,7 +216,7 @@ def reference_exact(model: nn.Module, pool: list[torch.Tensor]) -> dict[str, tup
     for name in forward_order(model, pool[0]):
         layer = modules[name]
         captured: list[torch.Tensor] = []
-        hook = layer.register_forward_pre_hook(lambda mod, args: captured.append(args[0].detach().double()))
+        hook = layer.register_forward_pre_hook(lambda mod, args, into=captured: into.append(args[0].detach().double()))
         with torch.no_grad():
             for x in pool:
                 model(x)

@@ -2,9 +2,9 @@
 
 Torch-free on purpose (it reports whether torch got imported). It reads one JSON job per line on stdin:
 ``{"path": ..., "record": <record dict>, "kill_after": seconds, "pause": seconds, "chunk": bytes}``, forks a child
-that stamps ``path`` (pausing ``pause`` seconds at every stage of ``bnconvention.authoring.stamp`` and copying ``chunk`` bytes
-at a time), SIGKILLs the child if it is still running after ``kill_after`` seconds (or the child SIGKILLs itself at
-its ``kill_at_checkpoint``-th stage, counting from 1), and answers one JSON line:
+that stamps ``path`` (pausing ``pause`` seconds at every stage of ``bnconvention.authoring.stamp`` and copying
+``chunk`` bytes at a time), SIGKILLs the child if it is still running after ``kill_after`` seconds (or the child
+SIGKILLs itself at its ``kill_at_checkpoint``-th stage, counting from 1), and answers one JSON line:
 ``{"killed": bool, "exit": int | null, "elapsed": seconds}``. One Python start-up serves every trial. A job
 ``{"probe": path, "record": ...}`` stamps in the worker itself (digests checked) and answers whether torch is loaded.
 """

@@ -1,0 +1,250 @@
+"""The layer order of ``bnconvention/`` (docs/architecture.md): imports only go down the layers, or sideways inside
+one, so a module's folder says what it may depend on.
+
+Every import counts: module-level and function-level ``import``/``from ... import`` (``TYPE_CHECKING`` blocks
+included), relative ones resolved, ``from bnconvention import X`` as an import of ``X`` when ``X`` is a module, and
+string literals naming an existing module (the lazy-export tables and the CLI's command table import by name).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "bnconvention"
+# The package's data files: written out by ``bnconvention examples write``, never imported.
+DATA_FOLDERS = ("examples/files",)
+
+# Lowest first. Each top-level entry of bnconvention/ (module or package) is in exactly one layer; a new entry
+# goes here and in docs/architecture.md.
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("formats", frozenset({"formats", "errors", "extras", "_version", "_lazy"})),
+    ("standard", frozenset({"standard"})),
+    ("validation", frozenset({"validation"})),
+    ("authoring/refit", frozenset({"authoring", "refit", "data", "architectures"})),
+    ("audit", frozenset({"audit"})),
+    ("hub", frozenset({"hub"})),
+    ("report/cli/demo", frozenset({"report_html", "cli", "demo", "zoo", "hubserver", "examples"})),
+    ("package root", frozenset({"__init__", "__main__"})),
+)
+LAYER_OF: dict[str, int] = {entry: rank for rank, (_, entries) in enumerate(LAYERS) for entry in entries}
+# Applications at the top: imported only by the entry points (the CLI, and the demo that drives the others).
+APPLICATIONS = frozenset({"zoo", "demo", "hubserver", "examples"})
+ENTRY_POINTS = frozenset({"cli", "demo", "__main__"})
+# Folders of the checkout that are not part of the installed library.
+CHECKOUT_ONLY = frozenset({"hub_scripts", "tests", "benchmarks", "scripts"})
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import in one file: ``target`` is the dotted module name as written (resolved when relative)."""
+
+    path: str  # relative to the package's parent, e.g. "bnconvention/data/pools.py"
+    line: int
+    target: str
+
+    @property
+    def source_entry(self) -> str:
+        return top_level_entry(self.path)
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line} imports {self.target}"
+
+
+def top_level_entry(path: str) -> str:
+    """``bnconvention/data/pools.py`` -> ``data``; ``bnconvention/errors.py`` -> ``errors``."""
+    parts = path.split("/")
+    return parts[1].removesuffix(".py")
+
+
+def module_name(path: str) -> str:
+    """``bnconvention/data/__init__.py`` -> ``bnconvention.data``; ``bnconvention/errors.py`` ->
+    ``bnconvention.errors``."""
+    parts = path.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve_relative(path: str, level: int, module: str | None) -> str:
+    package = module_name(path).split(".")
+    if not path.endswith("/__init__.py"):
+        package = package[:-1]
+    base = package[: len(package) - level + 1]
+    return ".".join([*base, module] if module else base)
+
+
+def imports_in(path: str, source: str, *, modules: frozenset[str]) -> Iterator[Import]:
+    """Every import of ``source`` (the text of ``path``) that names a module of this package or a checkout folder;
+    ``modules`` is the set of the package's dotted module names (to tell a submodule from a name, and a module
+    named in a string from any other string)."""
+    for node in ast.walk(ast.parse(source, filename=path)):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve_relative(path, node.level, node.module) if node.level else node.module or ""
+            submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in modules]
+            targets = submodules or [base]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value \
+                and node.value in modules:  # a bare "bnconvention" is the tool's name, not an import
+            targets = [node.value]
+        else:
+            continue
+        for target in targets:
+            if target.split(".")[0] in {PACKAGE, *CHECKOUT_ONLY}:
+                yield Import(path, node.lineno, target)
+
+
+def target_entry(target: str) -> str:
+    """The top-level entry an import lands in; a bare ``bnconvention`` is the package root (``__init__``)."""
+    parts = target.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_violations(found: Iterable[Import]) -> list[str]:
+    """Imports that go up the layers."""
+    problems = []
+    for item in found:
+        if item.target.split(".")[0] != PACKAGE:
+            continue
+        source, target = item.source_entry, target_entry(item.target)
+        if source in LAYER_OF and target in LAYER_OF and LAYER_OF[target] > LAYER_OF[source]:
+            problems.append(f"{item} (layer {LAYERS[LAYER_OF[source]][0]} may not import layer "
+                            f"{LAYERS[LAYER_OF[target]][0]})")
+    return problems
+
+
+def application_violations(found: Iterable[Import]) -> list[str]:
+    """Imports of zoo, demo, hubserver or examples from anything but the entry points (or themselves)."""
+    problems = []
+    for item in found:
+        source, target = item.source_entry, target_entry(item.target)
+        if item.target.startswith(f"{PACKAGE}.") and target in APPLICATIONS and source != target \
+                and source not in ENTRY_POINTS:
+            problems.append(f"{item} ({target} is imported only by {', '.join(sorted(ENTRY_POINTS))})")
+    return problems
+
+
+# --- the package on disk ----------------------------------------------------------------------------------------
+
+
+def _is_data(path: Path, package_dir: Path) -> bool:
+    relative = path.relative_to(package_dir).as_posix()
+    return any(relative == folder or relative.startswith(f"{folder}/") for folder in DATA_FOLDERS)
+
+
+def package_files(package_dir: Path) -> dict[str, str]:
+    """``"bnconvention/x/y.py" -> source`` for every module of the package (data folders left out)."""
+    return {path.relative_to(package_dir.parent).as_posix(): path.read_text(encoding="utf-8")
+            for path in sorted(package_dir.rglob("*.py")) if not _is_data(path, package_dir)}
+
+
+def top_level_entries(package_dir: Path) -> set[str]:
+    """Top-level modules and packages (folders holding Python files) of the package."""
+    entries = {path.stem for path in package_dir.glob("*.py")}
+    entries |= {path.name for path in package_dir.iterdir()
+                if path.is_dir() and path.name != "__pycache__" and any(path.rglob("*.py"))}
+    return entries
+
+
+@pytest.fixture(scope="module")
+def package_dir(repo_root: Path) -> Path:
+    return repo_root / PACKAGE
+
+
+@pytest.fixture(scope="module")
+def all_imports(package_dir: Path) -> list[Import]:
+    files = package_files(package_dir)
+    modules = frozenset(module_name(path) for path in files)
+    return [item for path, source in files.items() for item in imports_in(path, source, modules=modules)]
+
+
+def test_every_top_level_entry_has_exactly_one_layer(package_dir: Path) -> None:
+    on_disk = top_level_entries(package_dir)
+    unknown = sorted(on_disk - set(LAYER_OF))
+    assert not unknown, (f"bnconvention/ has top-level entries without a layer: {unknown}; add each to LAYERS in "
+                         "tests/test_architecture.py and to the table in docs/architecture.md")
+    gone = sorted(set(LAYER_OF) - on_disk)
+    assert not gone, f"LAYERS in tests/test_architecture.py names entries that no longer exist: {gone}"
+    assert sum(len(entries) for _, entries in LAYERS) == len(LAYER_OF)  # no entry in two layers
+
+
+def test_imports_only_go_down_the_layers(all_imports: list[Import]) -> None:
+    assert layer_violations(all_imports) == []
+
+
+def test_zoo_demo_hubserver_examples_are_imported_only_by_entry_points(all_imports: list[Import]) -> None:
+    assert application_violations(all_imports) == []
+
+
+def test_data_never_imports_the_zoo(all_imports: list[Import]) -> None:
+    # Regression (issue #11): the digits pool lived in zoo/data.py, so the data layer depended on the zoo.
+    assert [str(item) for item in all_imports
+            if item.source_entry == "data" and target_entry(item.target) == "zoo"] == []
+
+
+def test_library_never_imports_checkout_folders(all_imports: list[Import]) -> None:
+    # hub_scripts/, tests/, benchmarks/ are not installed: the library runs without them.
+    assert [str(item) for item in all_imports if item.target.split(".")[0] in CHECKOUT_ONLY] == []
+
+
+TORCH_FREE_CLAIM = "does not import torch"
+
+
+def test_modules_that_say_they_do_not_import_torch_do_not(package_dir: Path, repo_root: Path) -> None:
+    # A deferred import says why once per module; where the reason is "importing this module does not import
+    # torch", it must stay true. One fresh interpreter imports them in turn and names the first that loads torch.
+    files = package_files(package_dir)
+    claimed = sorted(module_name(path) for path, source in files.items() if TORCH_FREE_CLAIM in source)
+    assert len(claimed) >= 20  # the refit engine, the audit, digests, the recorder, the data layer, ...
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+            "    if 'torch' in sys.modules:\n        print(name)\n        break\n")
+    done = subprocess.run([sys.executable, "-c", code, *claimed], cwd=repo_root, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "", f"{done.stdout.strip()} says it does not import torch, but importing it does"
+
+
+def test_docs_name_every_layer_entry(repo_root: Path) -> None:
+    text = (repo_root / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = sorted(entry for entry in LAYER_OF if f"`{entry}" not in text)
+    assert missing == [], f"docs/architecture.md does not name {missing}"
+
+
+# --- the checker itself -----------------------------------------------------------------------------------------
+
+MODULES = frozenset({"bnconvention", "bnconvention.zoo", "bnconvention.zoo.build", "bnconvention.data",
+                     "bnconvention.data.pools", "bnconvention.hub", "bnconvention.formats",
+                     "bnconvention.formats.text"})
+
+
+@pytest.mark.parametrize(("source", "target"), [
+    pytest.param("import bnconvention.zoo.build\n", "bnconvention.zoo.build", id="import"),
+    pytest.param("def f():\n    from bnconvention.zoo import build_zoo\n", "bnconvention.zoo", id="in-a-function"),
+    pytest.param("from bnconvention import zoo\n", "bnconvention.zoo", id="submodule-from-the-package"),
+    pytest.param("from ..zoo import build\n", "bnconvention.zoo.build", id="relative"),
+    pytest.param("EXPORTS = {'build_zoo': 'bnconvention.zoo.build'}\n", "bnconvention.zoo.build", id="by-name"),
+])
+def test_checker_sees_every_form_of_import(source: str, target: str) -> None:
+    found = list(imports_in("bnconvention/data/pools.py", source, modules=MODULES))
+    assert [item.target for item in found] == [target]
+    assert layer_violations(found) == [
+        f"bnconvention/data/pools.py:{found[0].line} imports {target} "
+        "(layer authoring/refit may not import layer report/cli/demo)"]
+    assert application_violations(found) == [
+        f"bnconvention/data/pools.py:{found[0].line} imports {target} (zoo is imported only by __main__, cli, demo)"]
+
+
+def test_checker_allows_down_and_sideways_and_ignores_other_strings() -> None:
+    source = ("from bnconvention.formats.text import plural\nfrom bnconvention.data import pools\n"
+              "NAME, TOOL = 'bnconvention.record', 'bnconvention'\nfrom bnconvention import Declaration\n")
+    found = list(imports_in("bnconvention/hub/crawl.py", source, modules=MODULES))
+    assert [item.target for item in found] == ["bnconvention.formats.text", "bnconvention.data.pools",
+                                               "bnconvention"]
+    # the package root holds the lazy public names, and sits above every layer
+    assert layer_violations(found) == ["bnconvention/hub/crawl.py:4 imports bnconvention "
+                                       "(layer hub may not import layer package root)"]

@@ -32,6 +32,7 @@ from bnconvention.authoring.declaration import declare
 from bnconvention.authoring.observation import convention_from_observation
 from bnconvention.errors import BnConventionError, RecordError
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.card import CARD_NAME
 from bnconvention.hub import publish_release
 from bnconvention.hub.client import quiet_hub_progress
 from bnconvention.standard.models import FittingConvention, Observation
@@ -42,7 +43,6 @@ AUDITOR = "auditor"
 ReleaseHow: TypeAlias = Literal["declared", "undeclared", "stale", "no_weights"]
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
-CARD = "README.md"
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def prepare_folder(zoo: Any, release: Release, folder: Path) -> None:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    (folder / CARD).write_text(card_text(release), "utf-8")
+    (folder / CARD_NAME).write_text(card_text(release), "utf-8")
     if release.variant is not None:
         shutil.copyfile(zoo.weights_path(release.variant), folder / WEIGHTS)
         (folder / CONFIG).write_text(json.dumps(config_for(zoo, release.variant), indent=2) + "\n", "utf-8")

@@ -194,7 +194,7 @@ class HubClient:
                 decoded = json.loads(bytes(data))
             except ValueError as exc:
                 raise self.error(f"GET {url}: the answer is not JSON ({exc})") from None
-            return decoded, dict(response.links)
+            return decoded, {key: value for key, value in response.links.items() if key is not None}
 
     def repo_info_json(self, repo_id: str, *, revision: str = "main") -> dict[str, Any]:
         """Model repo ``repo_id``'s info at ``revision`` as the Hub sends it (JSON, with retries).

@@ -33,7 +33,7 @@ def resolve_executor(executor: str | None, workers: int) -> ExecutorKind:
         return "process" if workers > 1 else "local"
     if executor not in EXECUTORS:
         raise UsageError(f"--executor {executor!r} is not one of {', '.join(EXECUTORS)}")
-    return executor  # type: ignore[return-value]
+    return executor
 
 
 def ray_available() -> bool:

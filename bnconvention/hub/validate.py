@@ -19,12 +19,14 @@ through ``HfApi.model_info`` or ``snapshot_download(revision=<branch>)``, which 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bnconvention.errors import UsageError
+from bnconvention.formats.card import CARD_NAME
 from bnconvention.hub.client import HubClient, quiet_hub_progress
 from bnconvention.hub.crawl import check_org, list_org_models
 from bnconvention.hub.retry import call_with_retry, describe, network_error
@@ -47,7 +49,7 @@ class HubValidation:
 
 
 def _matches(name: str) -> bool:
-    return (name.endswith(".safetensors") or name.endswith(".safetensors.index.json") or name == "README.md"
+    return (name.endswith(".safetensors") or name.endswith(".safetensors.index.json") or name == CARD_NAME
             or (name.startswith("bnconvention/") and name.endswith(".json") and name.count("/") == 1))
 
 
@@ -67,8 +69,8 @@ def _download(client: HubClient, repo_id: str, commit: str, *, local: Path, cach
     entries = call_with_retry(lambda: list(client.api.list_repo_tree(repo_id, revision=commit, recursive=True)),
                               policy=client.retry, what=f"list the files of {repo_id} at {commit[:12]}")
     for name in sorted(e.path for e in entries if isinstance(e, RepoFile) and _matches(e.path)):
-        call_with_retry(lambda: client.api.hf_hub_download(repo_id, name, revision=commit, local_dir=local,
-                                                           cache_dir=cache),
+        call_with_retry(functools.partial(client.api.hf_hub_download, repo_id, name, revision=commit,
+                                          local_dir=local, cache_dir=cache),
                         policy=client.retry, what=f"download {repo_id}/{name}")
 
 

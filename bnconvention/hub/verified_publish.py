@@ -1,7 +1,7 @@
-"""Publish a release folder to the Hub and check it there: :func:`bnconvention.authoring.publish.publish` (stamp, validate
-locally, upload) through our one client, then :func:`bnconvention.hub.validate.validate_repo` on what the Hub now
-serves at the new commit (or the pull request's ``refs/pr/N``), so a release is only reported good once the copy on
-the server validates.
+"""Publish a release folder to the Hub and check it there: :func:`bnconvention.authoring.publish.publish` (stamp,
+validate locally, upload) through our one client, then :func:`bnconvention.hub.validate.validate_repo` on what the
+Hub now serves at the new commit (or the pull request's ``refs/pr/N``), so a release is only reported good once the
+copy on the server validates.
 """
 
 from __future__ import annotations

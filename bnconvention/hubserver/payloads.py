@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.errors import BnConventionError
-from bnconvention.formats.card import MAX_CARD_BYTES, decode_card, parse_card_metadata
+from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES, decode_card, parse_card_metadata
 from bnconvention.formats.safetensors_header import DTYPE_BITS, read_header
 from bnconvention.hubserver.handlers import HubContext
 from bnconvention.hubserver.repos import Commit
@@ -74,7 +74,7 @@ def jsonable(value: Any) -> Any:
 
 def card_metadata(context: HubContext, commit: Commit) -> dict[str, Any] | None:
     """The README's front matter as JSON, ``None`` when there is no README or it does not parse."""
-    entry = commit.tree.get("README.md")
+    entry = commit.tree.get(CARD_NAME)
     if entry is None or entry.size > MAX_CARD_BYTES:
         return None
 

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from bnconvention.errors import CardError
-from bnconvention.formats.card import parse_card_metadata
+from bnconvention.formats.card import CARD_NAME, parse_card_metadata
 from bnconvention.hubserver.auth import forbidden
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import (
@@ -82,7 +82,7 @@ def validate_yaml(context: HubContext, request: HubRequest) -> HubResponse:
         if not isinstance(content, str):
             raise bad_request("content must be the README text (a string)")
         check_repo_type(body.get("repoType"))
-        metadata = parse_card_metadata(content, source="README.md")
+        metadata = parse_card_metadata(content, source=CARD_NAME)
     except (HubRequestError, CardError) as exc:
         message = str(exc)
         status = exc.status if isinstance(exc, HubRequestError) else 400

@@ -9,7 +9,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 
 SPEC_VERSION: Final = "1.0"
 SCHEMA_ID = "https://bnconvention.github.io/schema/v1/bnconvention.schema.json"
-DIGEST_ALGORITHM = "bnconvention-tensors/1"
+DIGEST_ALGORITHM: Final = "bnconvention-tensors/1"  # Final: typed as the Literal the records declare
 
 # Literal aliases double as CLI choices (``typing.get_args``).
 SplitRole: TypeAlias = Literal["train", "retain", "forget", "test", "proxy", "other"]

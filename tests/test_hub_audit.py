@@ -140,7 +140,9 @@ def test_architecture_comes_from_the_repo_when_allowlisted_else_from_the_spec(au
 def test_audit_writes_annotations_and_the_population_summary(audited) -> None:
     out, run = audited["out"], audited["run"]
     item = _audit(run, "bn-declared-01").files[0]
-    folder = out / "audits" / ORG / "bn-declared-01" / "model"
+    # issue 12: one folder per spec under the file's, so two specs never write over each other's annotation
+    label = f"spec-{canonical_sha256(parse_spec(SPEC).model_dump(mode='json'))[:12]}"
+    folder = out / "audits" / ORG / "bn-declared-01" / "model" / label
     assert (folder / "annotation.json").read_text() == annotation_text(item.result)
     assert (folder / "summary.md").is_file() and (folder / "result.json").is_file()
     summary = json.loads((out / "audit.json").read_text())
@@ -148,7 +150,7 @@ def test_audit_writes_annotations_and_the_population_summary(audited) -> None:
     assert (out / "audit.md").read_text().startswith("#")
     # regression (issue 10): the summary linked checkpoints/<name>/annotation.json, the census layout, not this one
     links = [row["annotation"] for row in summary["checkpoints"]]
-    assert f"audits/{ORG}/bn-declared-01/model/annotation.json" in links
+    assert f"audits/{ORG}/bn-declared-01/model/{label}/annotation.json" in links
     assert [link for link in links if not (out / link).is_file()] == []
 
 

@@ -1,7 +1,8 @@
 """Load a checkpoint for an audit: an allowlisted architecture, the weights loaded strictly, digests bound to the file.
 
 The architecture comes from the spec's ``model`` section or, when the spec names none, from the checkpoint's sidecar
-``<name>.json`` (as the digits zoo writes them). Either way the factory name goes through
+``<name>.json`` (as the digits zoo writes them). Published cells, for anchoring, come from the spec, the sidecar or
+the model card's ``model-index`` beside the weights (``published_source``). Either way the factory name goes through
 :func:`bnconvention.architectures.factories.resolve_factory`, so a name that is not allowlisted is refused before
 anything is imported. Weights are read with the safetensors parser (no pickle); every tensor name and shape must
 match the model's ``state_dict`` exactly, otherwise :class:`~bnconvention.errors.CheckpointMismatchError` lists the
@@ -101,13 +102,49 @@ def choose_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) ->
 _ZOO_ACCURACY_CELLS = {"forget": "df", "retain": "dr", "test": "dt"}
 
 
-def published_cells(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) -> dict[str, float] | None:
-    """Published cells (canonical cell text -> value) for this checkpoint, from the spec or its sidecar."""
+def card_path(path: Path) -> Path:
+    """The model card of a checkpoint: the release folder's ``README.md``."""
+    from bnconvention.formats.card import CARD_NAME
+
+    return path.parent / CARD_NAME
+
+
+def model_index_published(path: Path, spec: AuditSpec) -> tuple[dict[str, float], list[str]]:
+    """Published cells from the card's model-index (:mod:`bnconvention.audit.published`), completed by the spec's
+    own (whose values win), and a note for each cell the two give differently."""
+    from bnconvention.audit.published import card_published_cells, merge_published
+    from bnconvention.formats.card import MAX_CARD_BYTES, decode_card, parse_card_metadata
+
+    card = card_path(path)
+    if not card.is_file():
+        raise AuditSpecError(f"published_source is 'model_index' but {path.name} has no model card {card.name} "
+                             "beside it", field="/published_source")
+    with open(card, "rb") as handle:
+        text = decode_card(handle.read(MAX_CARD_BYTES + 1), source=str(card))
+    metadata = parse_card_metadata(text, source=str(card))
+    cells, notes = merge_published(card_published_cells(metadata, spec.model_index_metrics, source=str(card)),
+                                   spec.published_for(checkpoint_name(path)))
+    if not cells:
+        raise UntrustedInputError(f"{card}: its model-index publishes none of the metrics "
+                                  f"{sorted(spec.model_index_metrics)}; map the card's metric names to cells in "
+                                  "the spec's model_index_metrics", source=card)
+    return cells, notes
+
+
+def published_cells(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None, *,
+                    notes: list[str] | None = None) -> dict[str, float] | None:
+    """Published cells (canonical cell text -> value) for this checkpoint, from the spec, its sidecar or its card's
+    model-index; ``notes`` collects what the reader should know (a card and spec that disagree)."""
     from bnconvention.audit.expressions import parse_cell
 
     name = checkpoint_name(path)
     if spec.published_source == "spec":
         return spec.published_for(name)
+    if spec.published_source == "model_index":
+        from_card, found = model_index_published(path, spec)
+        if notes is not None:
+            notes.extend(found)
+        return from_card
     where = sidecar_path(path)
     if sidecar is None:
         raise AuditSpecError(f"published_source is 'sidecar' but {path.name} has no sidecar {where.name}",
@@ -217,12 +254,13 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     header = read_header(path)
     sidecar = read_sidecar(path) if (spec.model is None or spec.published_source == "sidecar") else None
     choice = choose_model(path, spec, sidecar)
-    published = published_cells(path, spec, sidecar)
+    notes: list[str] = []
+    published = published_cells(path, spec, sidecar, notes=notes)
     model = build_architecture(choice)
     model_dtype(model)  # half precision is refused here, before any forward fails on a dtype mismatch
     check_fits(path, header, choice, model_shapes(model))
     state = load_file(str(path))
-    warnings: list[str] = []
+    warnings: list[str] = list(notes)
     expected = model.state_dict()
     for name, tensor in state.items():
         if tensor.dtype != expected[name].dtype:

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from pydantic_core import ErrorDetails
 
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
+from bnconvention.audit.rules import RuleMatch, check_rules
 from bnconvention.errors import AuditSpecError, UntrustedInputError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.standard.models import AccumulationRule, TransformMode
@@ -39,6 +40,10 @@ REPO_AUDIT_SCHEMA_PATH = Path("schema") / "v1" / "audit-spec.schema.json"
 MAX_SPEC_BYTES = 1_000_000
 
 DatasetKind: TypeAlias = Literal["digits", "npz", "image_folder"]
+PublishedSource: TypeAlias = Literal["spec", "sidecar", "model_index"]
+# model-index metric label (a metric's name, else its type) -> cell; the names the papers' tables use
+DEFAULT_MODEL_INDEX_METRICS: dict[str, str] = {"forget accuracy": "df", "retain accuracy": "dr",
+                                               "test accuracy": "dt"}
 ScalarArg = str | int | float | bool | None
 Text = Annotated[str, StringConstraints(min_length=1)]
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -120,6 +125,23 @@ class ProvenanceSpec(_Spec):
     exchanged: Annotated[int, Field(ge=1)] = Field(description="Retained records exchanged for forget records.")
 
 
+class RuleSpec(_Spec):
+    """Sections of the spec replaced for the repos a rule matches (see :mod:`bnconvention.audit.rules`)."""
+
+    name: Text | None = Field(default=None, description="A short name, reported with each repo it shaped.")
+    match: RuleMatch = Field(description="Which repos the rule applies to (every condition given must hold).")
+    dataset: DatasetSpec | None = Field(default=None, description="The dataset of these repos.")
+    splits: SplitsSpec | None = Field(default=None, description="Their forget, retain and test splits.")
+    model: ModelSpec | None = Field(default=None, description=(
+        "Their architecture when neither the declaration nor config.json names one."))
+    refit: RefitSpec | None = Field(default=None, description="Their refit convention.")
+    published: dict[str, float] | None = Field(default=None, description="Their published cells (cell -> value).")
+    published_source: PublishedSource | None = Field(default=None, description="Where their published cells come "
+                                                     "from.")
+    model_index_metrics: dict[Text, Text] | None = Field(default=None, description=(
+        "Their model-index metric labels -> cells."))
+
+
 class AuditSpec(_Spec):
     """One audit's design. Cells are fractions in [0, 1]; shifts and the margin are in percentage points."""
 
@@ -140,10 +162,21 @@ class AuditSpec(_Spec):
         "Published cells to anchor against (cell -> value), for a single-checkpoint audit."))
     published_by_checkpoint: dict[str, dict[str, float]] | None = Field(default=None, description=(
         "Published cells per checkpoint file name (without .safetensors), for a census."))
-    published_source: Literal["spec", "sidecar"] = Field(default="spec", description=(
-        "Where published cells come from: 'spec' (published / published_by_checkpoint above) or 'sidecar' (each "
+    published_source: PublishedSource = Field(default="spec", description=(
+        "Where published cells come from: 'spec' (published / published_by_checkpoint above), 'sidecar' (each "
         "checkpoint's '<name>.json': a 'published' mapping of cell -> value, or the zoo's 'shipped_accuracy' "
-        "with forget/retain/test read as df/dr/dt)."))
+        "with forget/retain/test read as df/dr/dt) or 'model_index' (the eval results of the model card's "
+        "model-index, README.md beside the weights, read through model_index_metrics; cells the spec lists "
+        "too take the spec's value)."))
+    model_index_metrics: dict[Text, Text] = Field(default_factory=lambda: dict(DEFAULT_MODEL_INDEX_METRICS),
+                                                  description=(
+        "Model-index metric labels -> cells, e.g. {'forget accuracy': df}. A metric matches a label by its name, "
+        "or by its type when no metric has that name (case and spacing ignored). Read for anchoring with "
+        "published_source 'model_index'; hub push puts each refit cell beside the metric it maps from."))
+    rules: list[RuleSpec] = Field(default_factory=list, description=(
+        "Per-repo rules of a Hub audit: the sections each replaces (dataset, splits, model, refit, published "
+        "cells) for the repos it matches by repo-id pattern or config.json field; every matching rule applies, "
+        "later ones replacing the sections earlier ones set."))
     anchor_tolerance: Annotated[float, Field(ge=0)] = Field(default=0.02, description=(
         "Largest absolute difference between shipped and published cells for the checkpoint to anchor."))
     margin_pp: Annotated[float, Field(gt=0)] = Field(default=1.2, description="Displacement margin (pp).")
@@ -245,6 +278,9 @@ class AuditSpec(_Spec):
         self.published_for(None)
         for name in self.published_by_checkpoint or {}:
             self.published_for(name)
+        for metric_label, cell_text in self.model_index_metrics.items():
+            parse_cell(cell_text, field=f"/model_index_metrics/{_escape(metric_label)}")
+        check_rules(self)
         return self
 
 
@@ -274,7 +310,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", base_dir: Path | None = Non
                              field=_pointer(problems[0]["loc"])) from None
     spec.check()
     if base_dir is not None:
-        spec = _resolve_paths(spec, base_dir)
+        spec = _resolve_rule_paths(_resolve_paths(spec, base_dir), base_dir)
     return spec
 
 
@@ -304,6 +340,21 @@ def _resolve_paths(spec: AuditSpec, base_dir: Path) -> AuditSpec:
         "test_index": resolve(spec.splits.test_index),
     })
     return spec.model_copy(update={"dataset": dataset, "splits": splits})
+
+
+def _resolve_rule_paths(spec: AuditSpec, base_dir: Path) -> AuditSpec:
+    """Each rule's dataset and splits resolved as the spec's own are (by :func:`_resolve_paths` on the spec the
+    rule's sections make)."""
+    if not spec.rules:
+        return spec
+    rules = []
+    for rule in spec.rules:
+        updates = {name: getattr(rule, name) for name in ("dataset", "splits") if getattr(rule, name) is not None}
+        if updates:
+            resolved = _resolve_paths(spec.model_copy(update=updates), base_dir)
+            rule = rule.model_copy(update={name: getattr(resolved, name) for name in updates})
+        rules.append(rule)
+    return spec.model_copy(update={"rules": rules})
 
 
 def load_spec(path: str | Path, *, replicates: int | None = None) -> AuditSpec:

@@ -85,14 +85,24 @@ def _replace_block(yaml_text: str, doc: YamlDocument, block: str, *, newline: st
             column = doc.keys[0].start_mark.column
     indent = " " * column
     new_block = newline.join(indent + line if line else line for line in block.rstrip("\n").split("\n"))
-    keys = doc.keys
-    index = next((i for i, key in enumerate(keys)
-                  if isinstance(key, yaml.ScalarNode) and key.value == key_name), None)
-    if index is None:
+    span = block_span(yaml_text, doc, key_name=key_name, column=column)
+    if span is None:
         if not yaml_text:
             return new_block
         separator = "" if yaml_text.endswith(("\n", "\r")) else newline
         return yaml_text + separator + new_block
+    return yaml_text[: span[0]] + new_block + yaml_text[span[1]:]
+
+
+def block_span(yaml_text: str, doc: YamlDocument, *, key_name: str, column: int = 0) -> tuple[int, int] | None:
+    """Where the top-level ``key_name`` block sits in ``yaml_text``: from its key's line to the end of its last
+    line (without the final line break); ``None`` when the front matter has no such key. Blank lines and comments
+    at the root's indentation (``column``) after the block belong to what follows it and are not part of it."""
+    keys = doc.keys
+    index = next((i for i, key in enumerate(keys)
+                  if isinstance(key, yaml.ScalarNode) and key.value == key_name), None)
+    if index is None:
+        return None
     key = keys[index]
     start = key.start_mark.index - key.start_mark.column
     if index + 1 < len(keys):
@@ -101,7 +111,6 @@ def _replace_block(yaml_text: str, doc: YamlDocument, block: str, *, newline: st
     else:
         end = len(yaml_text)
     lines = _lines(yaml_text[start:end])
-    # Blank lines and comments at the root's indentation after the block belong to what follows it: keep them.
     while len(lines) > 1:
         stripped = lines[-1].strip()
         leading = len(lines[-1]) - len(lines[-1].lstrip(" "))
@@ -110,8 +119,7 @@ def _replace_block(yaml_text: str, doc: YamlDocument, block: str, *, newline: st
         lines.pop()
     old = "".join(lines)
     trailing = re.search(r"(?:\r\n|\r|\n)$", old)
-    core = old[: trailing.start()] if trailing else old
-    return yaml_text[:start] + new_block + yaml_text[start + len(core):]
+    return start, start + (trailing.start() if trailing else len(old))
 
 
 def _replace_section(body: str, section: str, *, newline: str, source: str, first_line: int,
@@ -220,4 +228,4 @@ def _plain(data: Any) -> Any:
     return dict(data) if isinstance(data, Mapping) else data
 
 
-__all__ = ["Markers", "ParsedCard", "apply_edit", "code_cell", "parse_for_edit"]
+__all__ = ["Markers", "ParsedCard", "apply_edit", "block_span", "code_cell", "parse_for_edit"]

@@ -11,11 +11,15 @@ or run), the tasks on the chosen executor (in this process, spawned workers with
 ``--executor ray``; each result's outputs written by :func:`write_repo_outputs` and journaled as it arrives), and
 :func:`write_population_summary`.
 
-The journal keeps each repo's last audit. Only successes (``audited``, ``skipped``) at the same commit under the
-same spec are reused; a failed audit is run again on every rerun, whatever failed (a missing ``--allow-factory``,
-a module not on ``PYTHONPATH``, the Hub), so fixing the cause and rerunning is enough. ``redo`` and ``redo_failed``
-narrow a run to a selection: the named repos (again, even after a success) and/or the repos whose last audit
-failed; every other repo is reused from the journal or left for a later run.
+The journal keeps each repo's last audit under each spec: rows of different specs sit side by side, so a second run
+with another spec into the same ``--out`` never turns the first spec's rows into failures, and ``hub push`` offers
+every repo audited under any of them. Each audited file's outputs go to ``audits/<repo>/<file stem>/<spec>/``
+(``spec-<first 12 hex of the spec's sha256>``), so two specs never write over each other's annotation either;
+``audit.json`` and ``audit.md`` summarise the run's spec. Only successes (``audited``, ``skipped``) at the same
+commit under the same spec are reused; a failed audit is run again on every rerun, whatever failed (a missing
+``--allow-factory``, a module not on ``PYTHONPATH``, the Hub), so fixing the cause and rerunning is enough.
+``redo`` and ``redo_failed`` narrow a run to a selection: the named repos (again, even after a success) and/or the
+repos whose last audit under this spec failed; every other repo is reused from the journal or left for a later run.
 """
 
 from __future__ import annotations
@@ -93,9 +97,15 @@ def repo_out_dir(out: Path, repo_id: str) -> Path:
     return out / AUDITS_DIR / repo_id
 
 
-def _file_out_dir(out: Path, repo_id: str, filename: str) -> Path:
-    """Where one audited file's annotation, summary and plots go: ``audits/<repo>/<file stem>/``."""
-    return repo_out_dir(out, repo_id) / Path(filename).name.removesuffix(".safetensors")
+def spec_label(spec_sha256: str) -> str:
+    """The folder of one spec's outputs: ``spec-<first 12 hex of its sha256>``."""
+    return f"spec-{spec_sha256[:12]}"
+
+
+def file_out_dir(out: Path, repo_id: str, filename: str, *, spec_sha256: str) -> Path:
+    """Where one audited file's annotation, summary and plots go under one spec:
+    ``audits/<repo>/<file stem>/spec-<12 hex>/``."""
+    return repo_out_dir(out, repo_id) / Path(filename).name.removesuffix(".safetensors") / spec_label(spec_sha256)
 
 
 def _reusable(entry: Entry | None, *, revision: str | None, spec_sha: str) -> bool:
@@ -133,7 +143,7 @@ def plan_audits(client: HubClient, org: str, repos: Sequence[RepoCensus], *, spe
     selective = bool(redo) or redo_failed
     plan = AuditPlan()
     for repo, files, skipped in targets:
-        entry = journal.get("audit", repo.repo_id)
+        entry = journal.get("audit", repo.repo_id, key=spec_sha)
         reusable = _reusable(entry, revision=repo.sha, spec_sha=spec_sha)
         selected = repo.repo_id in redo or (redo_failed and entry is not None and entry.status == "failed")
         if not selected and (reusable or selective):
@@ -215,14 +225,14 @@ def _run_audit_tasks(tasks: Sequence[AuditTask], finish: Callable[[RepoAudit], N
 
 
 def write_repo_outputs(audit: RepoAudit, out_dir: Path, *, plots: bool = True) -> list[Path]:
-    """Each audited file's annotation, summary and plots under ``audits/<repo>/<file stem>/``; the paths written."""
+    """Each audited file's annotation, summary and plots under :func:`file_out_dir`; the paths written."""
     from bnconvention.audit.outputs import write_audit_outputs
 
     written: list[Path] = []
     for item in audit.files:
         if item.result is not None:
-            files = write_audit_outputs(item.result, _file_out_dir(out_dir, audit.repo_id, item.filename),
-                                        plots=plots)
+            folder = file_out_dir(out_dir, audit.repo_id, item.filename, spec_sha256=audit.spec_sha256)
+            files = write_audit_outputs(item.result, folder, plots=plots)
             written.extend(files.values())
     return written
 
@@ -236,7 +246,8 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
     from bnconvention.audit.outputs import ANNOTATION_FILE, write_json
     from bnconvention.formats.atomic import atomic_write_text
 
-    audited = [(f.result, f"{a.repo_id}/{f.filename}", _file_out_dir(out_dir, a.repo_id, f.filename))
+    audited = [(f.result, f"{a.repo_id}/{f.filename}",
+                file_out_dir(out_dir, a.repo_id, f.filename, spec_sha256=a.spec_sha256))
                for a in audits for f in a.files if f.result is not None]
     if not audited:
         return None
@@ -259,8 +270,10 @@ __all__ = [
     "audit_repo_task",
     "audit_targets",
     "declared_architecture",
+    "file_out_dir",
     "plan_audits",
     "spec_for_repo",
+    "spec_label",
     "write_population_summary",
     "write_repo_outputs",
 ]

@@ -5,7 +5,13 @@ Which architecture: the repo's own declaration in ``config.json`` — an ``archi
 "kwargs": {...}}``, the shape the digits zoo writes — when that factory is on the allowlist; otherwise the spec's
 ``model``. A factory named by a repo is never imported unless it is allowlisted. Published cells: with
 ``published_source: sidecar`` they come from ``config.json`` (``published`` or the zoo's ``shipped_accuracy``);
-with ``published_by_checkpoint`` the key is the repo id.
+with ``published_source: model_index`` from the eval results of the repo's card (``README.md``, placed beside the
+weights); with ``published_by_checkpoint`` the key is the repo id.
+
+Which spec: the spec's rules (:mod:`bnconvention.audit.rules`) are applied first, by repo id and ``config.json``
+fields, so one spec audits a mixed organisation, each repo with its own data, model and published cells; the rules
+that shaped a file's spec are recorded in its :class:`FileAudit`. A failure's reason names the repo and its file
+(``org/name/model.safetensors``, ``org/name/config.json``), never the temporary folder (:func:`relabel_reason`).
 
 :func:`audit_repo_task` does everything from its arguments (download at the pinned revision into a temporary folder,
 audit, return the result), so the same task runs in this process, in a spawned worker or as a Ray task with the same
@@ -27,6 +33,7 @@ from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import AuditSpec, ModelSpec, parse_spec
 from bnconvention.errors import BnConventionError, UntrustedInputError, UsageError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
 from bnconvention.formats.text import one_line
 from bnconvention.hub.client import DEFAULT_TIMEOUT_S, HubClient, Secret, make_client, quiet_hub_progress
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
@@ -47,6 +54,10 @@ class FileAudit(BaseModel):
     reason: str = ""
     factory: str | None = None
     architecture_source: Literal["repo", "spec"] | None = None
+    rules: list[str] = []  # the spec rules that shaped this repo's spec (see bnconvention.audit.rules)
+    # cell -> where the card's model-index publishes it (task, dataset, metric type and name): hub push puts the
+    # refit cell beside it
+    published_origins: dict[str, dict[str, Any]] | None = None
     annotation_sha256: str | None = None
     annotation_path: str | None = None
     result: AuditResult | None = None
@@ -164,16 +175,61 @@ def _download(client: HubClient, repo_id: str, filename: str, *, revision: str, 
     return Path(local)
 
 
-def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, config_bytes: bytes | None, filename: str,
+@dataclass(frozen=True)
+class RepoFiles:
+    """The small files of a repo every audited file shares: ``config.json`` and the card, as read at the pinned
+    revision (``None`` when the repo has none)."""
+
+    config: bytes | None
+    card: bytes | None
+
+    def card_metadata(self) -> dict[str, Any]:
+        """The card's front matter, or ``{}`` when there is none or it cannot be read (anchoring on it then
+        fails with the card's own error, in :mod:`bnconvention.audit.checkpoint`)."""
+        from bnconvention.formats.card import decode_card, parse_card_metadata
+
+        if self.card is None:
+            return {}
+        try:
+            return parse_card_metadata(decode_card(self.card, source=CARD_NAME), source=CARD_NAME)
+        except UntrustedInputError:
+            return {}
+
+
+def _local_paths(folder: Path, filename: str) -> tuple[Path, Path, Path]:
+    """Where a file's weights, its sidecar (the repo's config.json) and the card go in the temporary folder."""
+    weights = folder / "repo" / filename
+    return weights, weights.with_name(weights.name.removesuffix(".safetensors") + ".json"), \
+        weights.parent / CARD_NAME
+
+
+def relabel_reason(text: str, *, folder: Path, repo_id: str, filename: str) -> str:
+    """A failure reason with the temporary folder's paths replaced by what they are in the repo: the weights by
+    ``<repo>/<file>``, the sidecar by ``<repo>/config.json``, the card by ``<repo>/README.md``."""
+    weights, sidecar, card = _local_paths(folder, filename)
+    names = [(weights, filename), (sidecar, CONFIG_NAME), (card, CARD_NAME), (folder / "repo", ""), (folder, "")]
+    for local, name in names:
+        for form in dict.fromkeys((str(local), str(local.resolve()))):
+            text = text.replace(form, f"{repo_id}/{name}".rstrip("/"))
+    return text
+
+
+def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: RepoFiles, filename: str,
                 folder: Path) -> FileAudit:
+    from bnconvention.audit.published import cell_origins
+    from bnconvention.audit.rules import apply_rules
     from bnconvention.audit.runner import audit_checkpoint
 
-    config = loads_strict(config_bytes, source=f"{task.repo_id}/{CONFIG_NAME}") if config_bytes else None
-    repo_spec, source = spec_for_repo(spec, repo_id=task.repo_id, config=config)
+    config = loads_strict(files.config, source=f"{task.repo_id}/{CONFIG_NAME}") if files.config else None
+    ruled, rules = apply_rules(spec, repo_id=task.repo_id, config=config)
+    repo_spec, source = spec_for_repo(ruled, repo_id=task.repo_id, config=config)
     weights = _download(client, task.repo_id, filename, revision=task.revision, folder=folder)
-    if config_bytes is not None:
+    _, sidecar, card = _local_paths(folder, filename)  # hf_hub_download put the weights at folder/repo/<file>
+    if files.config is not None:
         # the audit reads architecture and published cells from the checkpoint's sidecar <name>.json
-        weights.with_name(weights.name[: -len(".safetensors")] + ".json").write_bytes(config_bytes)
+        sidecar.write_bytes(files.config)
+    if files.card is not None and not card.exists():  # the model-index's published cells, beside the weights
+        card.write_bytes(files.card)
     result = audit_checkpoint(weights, repo_spec, data=_audit_data(repo_spec))
     subject = result.annotation.subject.model_copy(update={"filename": filename, "repo": task.repo_id,
                                                            "revision": task.revision})
@@ -181,8 +237,10 @@ def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, config_byte
     result = result.model_copy(update={"annotation": annotation, "weights_path": f"{task.repo_id}/{filename}",
                                        "checkpoint": _name(task.repo_id, filename)})
     digest = canonical_sha256(to_dict(annotation))
+    origins = cell_origins(files.card_metadata(), repo_spec.model_index_metrics)
     return FileAudit(filename=filename, status="audited", factory=result.factory, architecture_source=source,
-                     annotation_sha256=digest, annotation_path=annotation_filename(digest), result=result)
+                     rules=rules, published_origins=origins or None, annotation_sha256=digest,
+                     annotation_path=annotation_filename(digest), result=result)
 
 
 def _name(repo_id: str, filename: str) -> str:
@@ -203,23 +261,29 @@ def audit_repo_task(task: AuditTask) -> str:
     transient = False
     with tempfile.TemporaryDirectory(prefix="bnc-hub-audit-", dir=task.work_dir) as tmp, \
             _torch_threads(task.threads), quiet_hub_progress():
+        reading = CONFIG_NAME
         try:
             config_bytes = client.read_small_file(task.repo_id, CONFIG_NAME, revision=task.revision,
                                                   max_bytes=MAX_CONFIG_BYTES)
+            reading = CARD_NAME
+            card_bytes = client.read_small_file(task.repo_id, CARD_NAME, revision=task.revision,
+                                                max_bytes=MAX_CARD_BYTES)
         except Exception as exc:  # noqa: BLE001 - recorded for every file of the repo
             transient = is_retryable(exc)
             reason = client.scrub(describe(exc))
-            files += [FileAudit(filename=name, status="failed", reason=f"reading {CONFIG_NAME}: {reason}")
+            files += [FileAudit(filename=name, status="failed", reason=f"reading {task.repo_id}/{reading}: {reason}")
                       for name in task.filenames]
         else:
+            shared = RepoFiles(config=config_bytes, card=card_bytes)
             for index, filename in enumerate(task.filenames):
                 folder = Path(tmp) / str(index)
                 folder.mkdir()
                 try:
-                    files.append(_audit_file(client, task, spec, config_bytes, filename, folder))
+                    files.append(_audit_file(client, task, spec, shared, filename, folder))
                 except Exception as exc:  # noqa: BLE001 - one file's failure is its result; the crawl goes on
                     transient = transient or is_retryable(exc)
                     text = describe(exc) if not isinstance(exc, BnConventionError) else one_line(exc)
+                    text = relabel_reason(text, folder=folder, repo_id=task.repo_id, filename=filename)
                     files.append(FileAudit(filename=filename, status="failed", reason=client.scrub(text)))
     files.sort(key=lambda f: f.filename)
     statuses = {f.status for f in files}

@@ -3,12 +3,15 @@ losing results and without opening a pull request twice.
 
 One row per (stage, repo): ``census``, ``audit`` and ``push`` rows hold the repo's revision, a key (what the result
 depends on: the spec digest for an audit, the annotation digest for a push), a status, whether the row is final,
-and the result as JSON. Every :meth:`Journal.record` is its own transaction (SQLite in WAL mode), so a process
-killed at any instant leaves either the old row or the new one. A row that is
-not final (a Hub failure that outlasted the retries) is redone on the next run; a final row is reused as long as the
+and the result as JSON. Audit rows are kept per key (:data:`KEYED_STAGES`): audits of one repo under different
+specs sit side by side and never replace each other, so a second ``hub audit`` with another spec into the same
+``--out`` leaves the first spec's rows as they were. Every :meth:`Journal.record` is its own transaction (SQLite in
+WAL mode), so a process killed at any instant leaves either the old row or the new one. A row that is not final (a
+Hub failure that outlasted the retries) is redone on the next run; a final row is reused as long as the
 revision and key still match.
 
-The journal also remembers the organisation and endpoint it was made for, and refuses to mix crawls.
+The journal also remembers the organisation and endpoint it was made for, and refuses to mix crawls. A journal of
+format 1 (one audit row per repo) is upgraded in place, in one transaction, when it is opened.
 
 >>> import tempfile, os
 >>> with Journal(os.path.join(tempfile.mkdtemp(), "j.sqlite"), org="lab", endpoint="http://hub") as journal:
@@ -33,22 +36,28 @@ from bnconvention.errors import UsageError
 
 Stage: TypeAlias = Literal["census", "audit", "push"]
 STAGES: tuple[Stage, ...] = ("census", "audit", "push")
-JOURNAL_FORMAT = "bnconvention-hub-journal/1"
+KEYED_STAGES: frozenset[str] = frozenset({"audit"})  # one row per (repo, key): one per spec
+JOURNAL_FORMAT = "bnconvention-hub-journal/2"
+_FORMAT_V1 = "bnconvention-hub-journal/1"  # one row per (stage, repo): upgraded in place when opened
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS entries (
+_ENTRIES = """
+CREATE TABLE IF NOT EXISTS {name} (
     stage TEXT NOT NULL,
     repo_id TEXT NOT NULL,
+    slot TEXT NOT NULL DEFAULT '',
     revision TEXT,
     key TEXT NOT NULL DEFAULT '',
     status TEXT NOT NULL,
     final INTEGER NOT NULL,
     payload TEXT NOT NULL,
     updated REAL NOT NULL,
-    PRIMARY KEY (stage, repo_id)
+    PRIMARY KEY (stage, repo_id, slot)
 );
 """
+_SCHEMA = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);" + _ENTRIES.format(
+    name="entries")
+_DATA_COLUMNS = "revision, key, status, final, payload, updated"
+_COLUMNS = f"stage, repo_id, {_DATA_COLUMNS}"
 
 
 @dataclass(frozen=True)
@@ -81,10 +90,32 @@ class Journal:
             # few), and a row costs no fsync, which matters for crawls of thousands of repos.
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            self._upgrade()
         except sqlite3.DatabaseError as exc:
             raise UsageError(f"{self.path} is not a crawl journal ({exc}); pass --journal a new path or the journal "
                              "of this crawl") from exc
         self._bind(org=org, endpoint=endpoint)
+
+    def _upgrade(self) -> None:
+        """A journal of format 1 (one row per stage and repo) gets the slot column in one transaction: every row
+        kept, an audit row in the slot of its key."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(entries)").fetchall()}
+        if "slot" in columns:
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute(_ENTRIES.format(name="entries_v2"))
+            keyed = ", ".join(f"'{stage}'" for stage in sorted(KEYED_STAGES))
+            self._db.execute(f"INSERT INTO entries_v2 (stage, repo_id, slot, {_DATA_COLUMNS}) SELECT stage, repo_id, "
+                             f"CASE WHEN stage IN ({keyed}) THEN key ELSE '' END, {_DATA_COLUMNS} FROM entries")
+            self._db.execute("DROP TABLE entries")
+            self._db.execute("ALTER TABLE entries_v2 RENAME TO entries")
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'format' AND value = ?",
+                             (JOURNAL_FORMAT, _FORMAT_V1))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def _bind(self, *, org: str, endpoint: str) -> None:
         wanted = {"format": JOURNAL_FORMAT, "org": org, "endpoint": endpoint.rstrip("/")}
@@ -110,27 +141,32 @@ class Journal:
 
     def record(self, stage: Stage, repo_id: str, *, revision: str | None, status: str, payload: Any, key: str = "",
                final: bool = True) -> None:
-        """Write the row of ``(stage, repo_id)`` in one transaction (replacing the previous one)."""
+        """Write the row of ``(stage, repo_id)`` (of ``(stage, repo_id, key)`` for a keyed stage) in one
+        transaction, replacing the previous one."""
         if stage not in STAGES:
             raise UsageError(f"journal stage {stage!r} is not one of {', '.join(STAGES)}")
         text = json.dumps(payload, sort_keys=True, ensure_ascii=False, allow_nan=False)
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO entries (stage, repo_id, revision, key, status, final, payload, updated) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (stage, repo_id, revision, key, status, int(final), text, time.time()))
+                f"INSERT OR REPLACE INTO entries (slot, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (_slot(stage, key), stage, repo_id, revision, key, status, int(final), text, time.time()))
 
-    def get(self, stage: Stage, repo_id: str) -> Entry | None:
+    def get(self, stage: Stage, repo_id: str, *, key: str | None = None) -> Entry | None:
+        """The row of ``(stage, repo_id)``; for a keyed stage the row of ``key``, or the latest row of any key when
+        ``key`` is None."""
+        query = f"SELECT {_COLUMNS} FROM entries WHERE stage = ? AND repo_id = ?"
+        args: tuple[Any, ...] = (stage, repo_id)
+        if key is not None and stage in KEYED_STAGES:
+            query, args = query + " AND slot = ?", (*args, key)
         with self._lock:
-            row = self._db.execute("SELECT stage, repo_id, revision, key, status, final, payload, updated FROM entries "
-                                   "WHERE stage = ? AND repo_id = ?", (stage, repo_id)).fetchone()
+            row = self._db.execute(query + " ORDER BY updated DESC, rowid DESC", args).fetchone()
         return None if row is None else _entry(row)
 
     def entries(self, stage: Stage) -> list[Entry]:
-        """Every row of ``stage``, sorted by repo id."""
+        """Every row of ``stage``, sorted by repo id (then key, for a keyed stage)."""
         with self._lock:
-            rows = self._db.execute("SELECT stage, repo_id, revision, key, status, final, payload, updated FROM "
-                                    "entries WHERE stage = ? ORDER BY repo_id", (stage,)).fetchall()
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM entries WHERE stage = ? ORDER BY repo_id, slot",
+                                    (stage,)).fetchall()
         return [_entry(row) for row in rows]
 
     def __iter__(self) -> Iterator[Entry]:
@@ -147,9 +183,13 @@ class Journal:
             return int(self._db.execute(query, args).fetchone()[0])
 
 
+def _slot(stage: str, key: str) -> str:
+    return key if stage in KEYED_STAGES else ""
+
+
 def _entry(row: tuple[Any, ...]) -> Entry:
     return Entry(stage=row[0], repo_id=row[1], revision=row[2], key=row[3], status=row[4], final=bool(row[5]),
                  payload=json.loads(row[6]), updated=row[7])
 
 
-__all__ = ["JOURNAL_FORMAT", "STAGES", "Entry", "Journal", "Stage"]
+__all__ = ["JOURNAL_FORMAT", "KEYED_STAGES", "STAGES", "Entry", "Journal", "Stage"]

@@ -4,56 +4,57 @@ The pull request, based on the commit that was audited, adds each refit annotati
 ``bnconvention/refit-<12 hex>.json`` (:func:`bnconvention.standard.locations.annotation_filename`, named by the
 sha256 of the annotation's canonical JSON), updates the model card (a ``bnconvention_refit`` front-matter entry and a
 "BatchNorm refit audit" section, written by :func:`bnconvention.authoring.card_stamp.stamp_card_refit_text`; the
-release's own declaration block is left alone) and, only when the audit's dataset is a Hub benchmark dataset (a
-dataset repo with an ``eval.yaml``), adds an ``.eval_results/`` entry with the refit test accuracy.
+release's own declaration block is left alone), adds the refit cells to the card's ``model-index`` beside the
+published ones (:mod:`bnconvention.authoring.card_model_index`; the annotation stays the source of truth and
+``bnconvention validate`` checks the copy) and, only when the audit's dataset is a Hub benchmark dataset (a dataset
+repo with an ``eval.yaml``), adds an ``.eval_results/`` entry with the refit test accuracy.
+
+Every audited repo is offered: a repo audited under several specs (rows the journal keeps side by side) gets the
+annotations of all of them at its latest audited commit (:func:`audits_to_push`).
 
 Idempotent: the description carries a marker per annotation (``<!-- bnconvention:refit-annotation sha256=... -->``).
 Before opening a pull request, and again before retrying a failed attempt, the repo's pull requests by the same
 user (open, merged or closed: a maintainer's refusal is respected) are searched for the markers; annotations already
-on ``main`` (also when recorded at an earlier commit of the same weights) count as done. A rerun therefore never
-opens a second pull request for the same annotations, even when the journal was lost or the previous run was killed
-between the Hub's answer and the journal write.
+on ``main`` (also when recorded at an earlier commit of the same weights) count as done
+(:mod:`bnconvention.hub.proposals`). A rerun therefore never opens a second pull request for the same annotations,
+even when the journal was lost or the previous run was killed between the Hub's answer and the journal write; a
+new pull request carries only the annotations no earlier one did.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from bnconvention.errors import BnConventionError, UsageError
-from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.errors import UsageError
+from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
-from bnconvention.formats.text import plural, signed
-from bnconvention.hub.audit import RepoAudit
+from bnconvention.formats.text import one_line, plural, signed
+from bnconvention.hub.audit import FileAudit, RepoAudit
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
+from bnconvention.hub.proposals import (
+    MARKER,
+    already_on_main,
+    annotations_on_main,
+    comparable,
+    find_pull_request,
+    marker,
+    markers_in,
+    our_pull_requests,
+)
 from bnconvention.hub.retry import call_with_retry, describe, is_retryable
-from bnconvention.standard.locations import ANNOTATION_DIR
 from bnconvention.standard.models import RefitAnnotation, to_dict
 
-MARKER = "bnconvention:refit-annotation"
-_MARKER_RE = re.compile(r"<!-- bnconvention:refit-annotation sha256=([0-9a-f]{64}) -->")
 EVAL_DIR = ".eval_results"
 BENCHMARK_FILE = "eval.yaml"
 MAX_EVAL_YAML_BYTES = 1_000_000
-MAX_ANNOTATION_BYTES = 4 * 1024 * 1024
 
 PushStatus = Literal["opened", "exists", "merged", "dry-run", "failed", "nothing"]
-
-
-def marker(sha256: str) -> str:
-    return f"<!-- {MARKER} sha256={sha256} -->"
-
-
-def markers_in(text: str) -> set[str]:
-    """The annotation digests a pull request description carries."""
-    return set(_MARKER_RE.findall(text or ""))
 
 
 class PushOutcome(BaseModel):
@@ -158,7 +159,8 @@ def eval_results_entry(annotation: RefitAnnotation, benchmark: Benchmark) -> byt
     return yaml.safe_dump(eval_result_entries_to_yaml([entry]), sort_keys=False, allow_unicode=True).encode("utf-8")
 
 
-def _description(audit: RepoAudit, annotations: list[tuple[str, str, RefitAnnotation]]) -> str:
+def _description(audit: RepoAudit, annotations: list[tuple[str, str, RefitAnnotation]], *,
+                 model_index_note: str = "") -> str:
     lines = [f"Adds BatchNorm refit annotations for `{audit.repo_id}` at `{audit.revision[:12]}`, written by "
              "`bnconvention hub push`. The weights are not changed: each refit runs at bit-identical trainable "
              "tensors, checked by digest.", ""]
@@ -170,6 +172,9 @@ def _description(audit: RepoAudit, annotations: list[tuple[str, str, RefitAnnota
                   for c in annotation.cells]
         lines.append("")
     lines.append("The card gets a `bnconvention_refit` entry and a \"BatchNorm refit audit\" section per annotation.")
+    lines.append(model_index_note or "The card's `model-index` gets each refit cell as an evaluation result beside "
+                                      "the published one (metric config `bnconvention-refit`); the annotation file "
+                                      "stays the source of truth.")
     lines.append("")
     lines += [marker(sha) for _, sha, _ in annotations]
     return "\n".join(lines) + "\n"
@@ -215,75 +220,41 @@ def plan_push(client: HubClient, audit: RepoAudit, *, eval_results: bool = True,
                 path = f"{EVAL_DIR}/bnconvention-refit-{digest[:12]}.yaml"
                 files[path] = entry
                 changes.append((path, "add"))
+    card, note = with_model_index(card, audited, repo_id=audit.repo_id)
     files[CARD_NAME] = card.encode("utf-8")
     changes.append((CARD_NAME, "update" if before is not None else "add"))
     short = ", ".join(path.rsplit("/", 1)[-1] for path, _, _ in annotations)
     return PushPlan(repo_id=audit.repo_id, revision=audit.revision, annotations=[sha for _, sha, _ in annotations],
                     files=files, changes=sorted(changes), title=f"Add BatchNorm refit annotation ({short})",
-                    description=_description(audit, annotations), card_before=before, card_after=card)
+                    description=_description(audit, annotations, model_index_note=note), card_before=before,
+                    card_after=card)
 
 
-# --- finding what was already pushed -----------------------------------------------------------------------------
+def with_model_index(card: str, audited: list[FileAudit], *, repo_id: str) -> tuple[str, str]:
+    """The card with every audited file's refit cells in its model-index (beside the published metric each cell
+    maps from, :mod:`bnconvention.authoring.card_model_index`), and a note for the pull request when the card's
+    own model-index is malformed and was left alone (the annotation and the card's refit entry still carry the
+    results)."""
+    from bnconvention.authoring.card_model_index import (
+        DEFAULT_TASK_TYPE,
+        refit_index_results,
+        stamp_model_index_text,
+    )
+    from bnconvention.errors import CardError
+    from bnconvention.formats.card import parse_card_metadata
 
-
-def find_pull_request(client: HubClient, repo_id: str, annotations: list[str], *, user: str) -> tuple[int, str] | None:
-    """Our pull request (any status) whose description carries a marker for every annotation: ``(num, status)``."""
-    wanted = set(annotations)
-
-    def search() -> tuple[int, str] | None:
-        # every pull request of ours is checked (a maintainer may have renamed it); there are few per repo
-        for discussion in client.api.get_repo_discussions(repo_id, author=user, discussion_type="pull_request",
-                                                          discussion_status="all"):
-            details = client.api.get_discussion_details(repo_id, discussion.num)
-            first = next((e for e in details.events if e.type == "comment"), None)
-            if first is not None and wanted <= markers_in(getattr(first, "content", "")):
-                return discussion.num, discussion.status
-        return None
-
-    return call_with_retry(search, policy=client.retry, what=f"search pull requests of {repo_id}")
-
-
-def _comparable(annotation: Any) -> str:
-    """An annotation's digest without the audited commit: the same weights and results at a later commit (after
-    our own pull request was merged, say) count as the same annotation."""
-    data = json.loads(json.dumps(annotation))
-    if isinstance(data, dict) and isinstance(data.get("subject"), dict):
-        data["subject"].pop("revision", None)
-    return canonical_sha256(data)
-
-
-def already_on_main(client: HubClient, repo_id: str, annotations: list[RefitAnnotation]) -> bool:
-    """Whether ``main`` already holds every annotation, possibly recorded at an earlier commit of the same weights
-    (a merged pull request of ours, or the authors' own commit).
-
-    One rule for every other file under ``bnconvention/``: one that is not an annotation we could have written
-    (over :data:`MAX_ANNOTATION_BYTES`, which the tree listing says without downloading it, or not strict JSON) is
-    someone else's, not ours to judge here, and is passed over."""
-    from huggingface_hub.hf_api import RepoFile
-
-    def present() -> set[str]:
-        entries = client.api.list_repo_tree(repo_id, revision="main", recursive=True)
-        names = [e.path for e in entries if isinstance(e, RepoFile) and _candidate(e.path, e.size)]
-        found = set()
-        for name in names:
-            try:
-                data = client.read_small_file(repo_id, name, revision="main", max_bytes=MAX_ANNOTATION_BYTES)
-                if data is not None:
-                    found.add(_comparable(loads_strict(data, source=f"{repo_id}/{name}")))
-            except BnConventionError as exc:
-                if is_retryable(exc):
-                    raise
-                continue  # grew past the bound since the listing, or malformed: not ours either way
-        return found
-
-    found = call_with_retry(present, policy=client.retry, what=f"look for annotations on {repo_id} main")
-    return all(_comparable(to_dict(a)) in found for a in annotations)
-
-
-def _candidate(path: str, size: int | None) -> bool:
-    """A file that may be one of our annotations: ``bnconvention/<name>.json`` within the size bound."""
-    return (path.startswith(f"{ANNOTATION_DIR}/") and path.endswith(".json") and path.count("/") == 1
-            and (size is None or size <= MAX_ANNOTATION_BYTES))
+    source = f"{repo_id}/{CARD_NAME}"
+    tag = parse_card_metadata(card, source=source).get("pipeline_tag")
+    task_type = tag if isinstance(tag, str) and tag else DEFAULT_TASK_TYPE
+    results = {item.annotation_path: refit_index_results(item.result.annotation, path=item.annotation_path,
+                                                         sha256=item.annotation_sha256, task_type=task_type,
+                                                         origins=item.published_origins)
+               for item in audited if item.result is not None and item.annotation_path and item.annotation_sha256}
+    try:
+        return stamp_model_index_text(card, results, model_name=repo_id.rsplit("/", 1)[-1], source=source), ""
+    except CardError as exc:
+        return card, (f"The card's `model-index` was left as it is ({one_line(exc)}); the refit cells are in the "
+                      "annotation and the `bnconvention_refit` entry.")
 
 
 def open_pull_request(client: HubClient, plan: PushPlan, *, user: str) -> tuple[int, str | None, bool]:
@@ -328,19 +299,29 @@ class PushRun:
 def push_repo(client: HubClient, audit: RepoAudit, *, user: str, dry_run: bool = False, eval_results: bool = True,
               benchmarks: dict[str, Benchmark | None] | None = None,
               after_open: Callable[[PushOutcome], None] | None = None) -> tuple[PushOutcome, PushPlan | None]:
-    """Plan and (unless ``dry_run``) open the pull request of one audited repo."""
+    """Plan and (unless ``dry_run``) open the pull request of one audited repo. Annotations an earlier pull request
+    of ours already carries, or ``main`` already holds, are left out of a new one (a repo audited again under a
+    second spec gets a pull request with the second spec's annotations only)."""
     plan = plan_push(client, audit, eval_results=eval_results, benchmarks=benchmarks)
     if plan is None:
         return PushOutcome(repo_id=audit.repo_id, revision=audit.revision, status="nothing", annotations=[],
                            reason="no audited file"), None
     base: dict[str, Any] = {"repo_id": audit.repo_id, "revision": audit.revision, "annotations": plan.annotations}
-    found = find_pull_request(client, audit.repo_id, plan.annotations, user=user)
+    proposals = our_pull_requests(client, audit.repo_id, user=user)
+    found = next(((num, status) for num, status, carried in proposals if set(plan.annotations) <= carried), None)
     if found is not None:
         return PushOutcome(**base, status="exists", pr_num=found[0],
                            reason=f"pull request #{found[0]} ({found[1]}) already carries these annotations"), plan
-    annotations = [f.result.annotation for f in audit.files if f.status == "audited" and f.result is not None]
-    if already_on_main(client, audit.repo_id, annotations):
+    audited = [f for f in audit.files if f.status == "audited" and f.result is not None]
+    on_main = annotations_on_main(client, audit.repo_id)
+    merged = {f.annotation_sha256 for f in audited
+              if f.result is not None and comparable(to_dict(f.result.annotation)) in on_main}
+    if len(merged) == len(audited):
         return PushOutcome(**base, status="merged", reason="the annotations are already on main"), plan
+    done = merged | {sha for _, _, carried in proposals for sha in carried}
+    if done & set(plan.annotations):
+        rest = audit.model_copy(update={"files": [f for f in audit.files if f.annotation_sha256 not in done]})
+        plan = plan_push(client, rest, eval_results=eval_results, benchmarks=benchmarks) or plan
     if dry_run:
         return PushOutcome(**base, status="dry-run", reason="not pushed (--dry-run)"), plan
     num, url, opened = open_pull_request(client, plan, user=user)
@@ -348,6 +329,33 @@ def push_repo(client: HubClient, audit: RepoAudit, *, user: str, dry_run: bool =
     if after_open is not None:
         after_open(outcome)
     return outcome, plan
+
+
+def audits_to_push(journal: Journal, org: str, *, repos: list[str] | None = None) -> list[RepoAudit]:
+    """One audit per repo of ``org`` with audited files in the journal, every spec's included: the audited files
+    of all its audit rows at the revision of its latest one (rows at an older commit are stale; the repo moved since
+    they ran), each annotation once."""
+    rows: dict[str, list[tuple[float, RepoAudit]]] = {}
+    for entry in journal.entries("audit"):
+        audit = RepoAudit.model_validate(entry.payload)
+        if (audit.repo_id.split("/")[0].lower() != org.lower() or (repos is not None and audit.repo_id not in repos)
+                or not any(f.status == "audited" for f in audit.files)):
+            continue
+        rows.setdefault(audit.repo_id, []).append((entry.updated, audit))
+    merged = []
+    for repo_id in sorted(rows):
+        latest = max(rows[repo_id], key=lambda row: row[0])[1]
+        current = sorted((a for _, a in rows[repo_id] if a.revision == latest.revision), key=lambda a: a.spec_sha256)
+        files: dict[str, FileAudit] = {}
+        for audit in current:
+            for item in audit.files:
+                if item.status == "audited" and item.annotation_sha256:
+                    files.setdefault(item.annotation_sha256, item)
+        specs = [a.spec_sha256 for a in current]
+        merged.append(latest.model_copy(update={
+            "spec_sha256": specs[0] if len(specs) == 1 else canonical_sha256(specs), "status": "audited",
+            "reason": "", "files": sorted(files.values(), key=lambda f: (f.filename, f.annotation_sha256 or ""))}))
+    return merged
 
 
 def push_org(client: HubClient, org: str, *, journal: Journal, dry_run: bool = False, eval_results: bool = True,
@@ -360,9 +368,7 @@ def push_org(client: HubClient, org: str, *, journal: Journal, dry_run: bool = F
         raise UsageError("push needs a token with write access: set it in the environment variable named by "
                          "--token-env (default HF_TOKEN)")
     user = client.whoami_name()
-    audits = [RepoAudit.model_validate(e.payload) for e in journal.entries("audit")]
-    audits = [a for a in audits if a.repo_id.split("/")[0].lower() == org.lower()
-              and (repos is None or a.repo_id in repos) and any(f.status == "audited" for f in a.files)]
+    audits = audits_to_push(journal, org, repos=repos)
     run = PushRun(org=org)
     benchmarks: dict[str, Benchmark | None] = {}
     bar = tqdm(total=len(audits), desc=f"push {org}", unit="repo", disable=not progress)
@@ -404,13 +410,17 @@ __all__ = [
     "PushPlan",
     "PushRun",
     "already_on_main",
+    "annotations_on_main",
+    "audits_to_push",
     "eval_results_entry",
     "find_benchmark",
     "find_pull_request",
     "marker",
     "markers_in",
     "open_pull_request",
+    "our_pull_requests",
     "plan_push",
     "push_org",
     "push_repo",
+    "with_model_index",
 ]

@@ -83,6 +83,10 @@ CODES: dict[str, CodeInfo] = {
         "key, infinity)."),
     "card.no_record": _code("A model card named on the command line carries no bnconvention block.",
                             severity="warning"),
+    "card.model_index_refit_mismatch": _code(
+        "A BatchNorm refit result in the card's model-index (a metric whose config is 'bnconvention-refit') "
+        "disagrees with the refit annotation it names: another value, cell, convention or annotation digest, the "
+        "annotation's cells copied only in part, an annotation the release does not hold, or args naming none."),
     # --- the schema (JSON Schema and the pydantic models both reject) ---------------------------------------------
     "schema.type": _code("A value has the wrong JSON type."),
     "schema.required": _code("A required property is missing."),

@@ -4,17 +4,18 @@ Cross-checks: the card's record and the record stamped in the weights must be th
 digests must match the tensors of the file it describes, and its BatchNorm layers must match the running buffers
 in the header (names and ``num_features``): the rule of :mod:`bnconvention.validation.consistency`, which the Hub
 census and ``publish`` apply too. A weights file with running buffers and no declaration is flagged; refit
-annotations must describe a file of the release; shard indexes must agree with their shards.
+annotations must describe a file of the release, and the refit results the card's model-index copies must agree
+with them (:mod:`bnconvention.validation.model_index`); shard indexes must agree with their shards.
 
 :func:`validate_release` runs named stages, each usable alone: :func:`read_weights_file`,
-:func:`read_release_card`, :func:`bind_release_card`, :func:`check_weights_file`, then the annotations and
-:func:`check_index`.
+:func:`read_release_card`, :func:`bind_release_card`, :func:`check_weights_file`, then the annotations, the
+card's model-index refit results and :func:`check_index`.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from bnconvention.validation.consistency import (
     normalized,
 )
 from bnconvention.validation.issues import Issue, Severity, new_issue
+from bnconvention.validation.model_index import check_model_index_refits
 from bnconvention.validation.records import check_record
 from bnconvention.validation.schema_errors import show
 from bnconvention.validation.semantics import short
@@ -105,6 +107,7 @@ class ReleaseCard:
     stored: StoredRecord | None = None
     issues: list[Issue] = field(default_factory=list)
     summary: FileSummary | None = None
+    metadata: dict[str, Any] | None = None  # the whole front matter (the model-index check reads it)
 
     @property
     def declaration(self) -> Declaration | None:
@@ -145,7 +148,7 @@ def read_release_card(display: str, path: Path, *, weights: Sequence[WeightsFile
     """Stage 2: the card and its record, and whether it lacks a record that the weights or the command line
     expected."""
     content = load_card(path, source=display)
-    card = ReleaseCard(display=display, issues=list(content.issues))
+    card = ReleaseCard(display=display, issues=list(content.issues), metadata=content.metadata)
     if content.block is not None:
         record, found = check_record(content.block, source=display)
         card.stored = StoredRecord(content.block, record, display)
@@ -255,12 +258,30 @@ def validate_release(release: Release, *, require_declaration: bool = False) -> 
         found, summary = _check_annotation(display, path, release, weights_list)
         issues += found
         summaries.append(summary)
+    if card is not None and card.metadata is not None:
+        issues += check_model_index_refits(card.metadata, card=card.display, lookup=_annotation_lookup(release))
     headers = {w.path.resolve(): w.header for w in weights_list}
     for display, path in release.indexes:
         found, summary = check_index(display, path, headers=headers)
         issues += found
         summaries.append(summary)
     return issues, summaries
+
+
+def _annotation_lookup(release: Release) -> Callable[[str], tuple[str, Any] | None]:
+    """Find a refit annotation by its path in the repo: one of the release's, or the file beside its card (a card
+    validated on its own); ``None`` when the release does not hold it."""
+    def lookup(path: str) -> tuple[str, Any] | None:
+        if path.startswith("/") or ".." in path.split("/"):
+            return None
+        target = (release.directory / path).resolve()
+        display = next((d for d, p in release.annotations if p.resolve() == target), None)
+        if display is None and not target.is_file():
+            return None
+        data, _, _ = load_json_record(target, source=display or path)
+        return None if data is None else (display or path, data)
+
+    return lookup
 
 
 def check_index(display: str, path: Path, *, headers: Mapping[Path, SafetensorsHeader | None]

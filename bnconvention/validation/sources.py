@@ -119,6 +119,7 @@ class CardContent:
     has_block: bool
     block: Any | None
     issues: list[Issue]
+    metadata: dict[str, Any] | None = None  # the whole front matter, when it is a readable mapping
 
 
 def yaml_to_json(value: Any, *, source: str, tokens: tuple[str | int, ...] = ()) -> tuple[Any, list[Issue]]:
@@ -186,16 +187,16 @@ def load_card(path: Path, *, source: str) -> CardContent:
             f"{source}: the YAML front matter is a {type(meta).__name__}, expected a mapping of keys to values "
             "(key: value lines)"))])
     if CARD_BLOCK_KEY not in meta:
-        return CardContent(True, False, None, [])
+        return CardContent(True, False, None, [], meta)
     block = meta[CARD_BLOCK_KEY]
     if not isinstance(block, dict):
         return CardContent(True, True, None, [new_issue("card.block_not_mapping", file=source, message=(
             f"the {show(CARD_BLOCK_KEY)} block of {source} is a {type(block).__name__}, expected a mapping holding the "
-            f"record (spec_version, kind, ...); regenerate it (bnconvention card)"))])
+            f"record (spec_version, kind, ...); regenerate it (bnconvention card)"))], meta)
     converted, issues = yaml_to_json(block, source=source)
     if issues:
-        return CardContent(True, True, None, issues)
-    return CardContent(True, True, converted, [])
+        return CardContent(True, True, None, issues, meta)
+    return CardContent(True, True, converted, [], meta)
 
 
 __all__ = ["CardContent", "header_record", "load_card", "load_header", "load_json_record", "yaml_to_json"]

@@ -72,3 +72,44 @@ def test_unknown_stage_and_non_json_payload_are_refused(tmp_path: Path) -> None:
         with pytest.raises(ValueError):
             journal.record("census", "lab/a", revision=None, status="x", payload={"x": float("nan")})
         assert journal.get("census", "lab/a") is None
+
+
+def test_audit_rows_of_different_specs_sit_side_by_side(tmp_path: Path) -> None:
+    # regression (issue 12): a second hub audit with another spec replaced the first spec's rows (one per repo)
+    with Journal(tmp_path / "j.sqlite", org="lab", endpoint="http://hub") as journal:
+        journal.record("audit", "lab/a", revision="c1", key="spec1", status="audited", payload={"spec": 1})
+        journal.record("audit", "lab/a", revision="c1", key="spec2", status="failed", payload={"spec": 2},
+                       final=False)
+        journal.record("push", "lab/a", revision="c1", key="k1", status="opened", payload={})
+        journal.record("push", "lab/a", revision="c1", key="k2", status="opened", payload={"second": True})
+        assert journal.get("audit", "lab/a", key="spec1").payload == {"spec": 1}
+        assert journal.get("audit", "lab/a", key="spec2").status == "failed"
+        assert journal.get("audit", "lab/a", key="spec3") is None
+        assert journal.get("audit", "lab/a").key == "spec2"  # without a key: the latest row
+        assert [(e.repo_id, e.key) for e in journal.entries("audit")] == [("lab/a", "spec1"), ("lab/a", "spec2")]
+        assert journal.count("push") == 1 and journal.get("push", "lab/a").payload == {"second": True}
+
+
+def test_a_journal_of_format_1_is_upgraded_keeping_every_row(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE entries (stage TEXT NOT NULL, repo_id TEXT NOT NULL, revision TEXT, key TEXT NOT NULL DEFAULT '',
+            status TEXT NOT NULL, final INTEGER NOT NULL, payload TEXT NOT NULL, updated REAL NOT NULL,
+            PRIMARY KEY (stage, repo_id));
+        INSERT INTO meta VALUES ('format', 'bnconvention-hub-journal/1'), ('org', 'lab'), ('endpoint', 'http://hub');
+        INSERT INTO entries VALUES ('census', 'lab/a', 'c1', '', 'undeclared', 1, '{"n": 1}', 1.0);
+        INSERT INTO entries VALUES ('audit', 'lab/a', 'c1', 'spec1', 'audited', 1, '{"n": 2}', 2.0);
+    """)
+    db.commit()
+    db.close()
+    with Journal(path, org="lab", endpoint="http://hub") as journal:
+        assert journal.get("census", "lab/a").payload == {"n": 1}
+        assert journal.get("audit", "lab/a", key="spec1").matches(revision="c1", key="spec1")
+        journal.record("audit", "lab/a", revision="c1", key="spec2", status="audited", payload={"n": 3})
+        assert journal.count("audit") == 2
+    with Journal(path, org="lab", endpoint="http://hub") as journal:  # upgraded once: opens as format 2
+        assert [e.key for e in journal.entries("audit")] == ["spec1", "spec2"]

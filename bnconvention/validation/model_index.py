@@ -69,8 +69,11 @@ def _read(metric: IndexMetric) -> RefitMetric | str:
     if state not in REFIT_STATES:
         return f"its args give state {show(state)}, not one of {', '.join(REFIT_STATES)}"
     sha, convention = args.get("sha256"), args.get("convention")
-    return RefitMetric(metric=metric, annotation=annotation, sha256=sha if isinstance(sha, str) else None,
-                       cell=cell, state=str(state), convention=convention if isinstance(convention, str) else None)
+    for name, value in (("sha256", sha), ("convention", convention)):
+        if value is not None and not isinstance(value, str):
+            return f"its args give {name} {show(value)}, not a string"
+    return RefitMetric(metric=metric, annotation=annotation, sha256=sha, cell=cell, state=str(state),
+                       convention=convention)
 
 
 def read_refit_metrics(metadata: Mapping[str, Any]) -> tuple[list[RefitMetric], list[tuple[IndexMetric, str]]]:

@@ -100,13 +100,17 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "audit", help="audit the BatchNorm repos of an organisation and write annotations locally",
         description="Run the census (reusing the journal), then download every BatchNorm repo at the commit the "
                     "census read, build its model (the repo's allowlisted architecture, else the spec's) and run "
-                    "the audit. Annotations and summaries go to OUT/audits/<repo>/, the population summary to "
-                    "OUT/audit.json and OUT/audit.md.",
+                    "the audit. The spec's rules give repos matched by repo-id pattern or config.json field their "
+                    "own dataset, splits, model, refit and published cells (published_source: model_index reads "
+                    "them from the card's model-index). Annotations and summaries go to "
+                    "OUT/audits/<repo>/<file>/spec-<sha>/, the population summary of this spec to OUT/audit.json "
+                    "and OUT/audit.md.",
         epilog="examples:\n  bnconvention hub audit my-org --spec examples/audit/digits-zoo.yaml --replicates 3\n"
                "  bnconvention hub audit my-org --spec audit.yaml --workers 4 --executor ray\n"
                "  bnconvention hub audit my-org --spec audit.yaml --redo-failed --allow-factory mymodels:build\n\n"
                "reruns: a repo audited (or skipped) at the same commit under the same spec is reused from the "
-               "journal; a failed audit is always run again, so fixing the cause and rerunning is enough. "
+               "journal; a failed audit is always run again, so fixing the cause and rerunning is enough. Audits "
+               "under different specs into the same --out are kept side by side, never overwritten. "
                "--redo and --redo-failed narrow the run to a selection: only the repos named (audited again "
                "even after a success) and/or those whose last audit failed; the others are reused or left for a "
                "later run.\n\n"
@@ -138,10 +142,11 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _add_push(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     push = commands.add_parser(
         "push", help="open one pull request per audited repo with its refit annotation",
-        description="For each repo audited into the journal, open a pull request (never a commit to main) that "
-                    "adds bnconvention/refit-<sha>.json, updates the model card, and adds an .eval_results/ entry "
-                    "when the audit's dataset is a Hub benchmark. Reruns never open a second pull request for the "
-                    "same annotation.",
+        description="For each repo audited into the journal (under any spec), open a pull request (never a "
+                    "commit to main) that adds bnconvention/refit-<sha>.json, updates the model card (its "
+                    "bnconvention_refit entry, its section, and the refit cells in its model-index beside the "
+                    "published ones), and adds an .eval_results/ entry when the audit's dataset is a Hub benchmark. "
+                    "Reruns never open a second pull request for the same annotation.",
         epilog="examples:\n  bnconvention hub push my-org --dry-run\n  bnconvention hub push my-org --repo "
                "my-org/model\n\n"
                "reruns: a repo whose pull request was opened (or found already opened or merged) is reused from "

@@ -27,11 +27,12 @@ from typing import Any
 from bnconvention.audit.expressions import parse_cell
 from bnconvention.errors import UntrustedInputError
 from bnconvention.formats.model_index import IndexMetric, iter_index_metrics, read_model_index
+from bnconvention.formats.text import one_line
 from bnconvention.validation.model_index import is_refit_metric
 
 
 def _norm(text: Any) -> str:
-    return " ".join(str(text).casefold().split())
+    return one_line(text).casefold()
 
 
 def _matches(metrics: list[IndexMetric], label: str) -> list[IndexMetric]:

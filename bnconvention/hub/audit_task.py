@@ -197,10 +197,12 @@ class RepoFiles:
 
 
 def _local_paths(folder: Path, filename: str) -> tuple[Path, Path, Path]:
-    """Where a file's weights, its sidecar (the repo's config.json) and the card go in the temporary folder."""
+    """Where a file's weights, its sidecar (the repo's config.json) and the card go in the temporary folder: where
+the audit of :mod:`bnconvention.audit.checkpoint` looks for them."""
+    from bnconvention.audit.checkpoint import card_path, sidecar_path
+
     weights = folder / "repo" / filename
-    return weights, weights.with_name(weights.name.removesuffix(".safetensors") + ".json"), \
-        weights.parent / CARD_NAME
+    return weights, sidecar_path(weights), card_path(weights)
 
 
 def relabel_reason(text: str, *, folder: Path, repo_id: str, filename: str) -> str:

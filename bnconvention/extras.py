@@ -7,7 +7,9 @@ an extra:
 
 * ``bnconvention[refit]``: torch, torchvision, numpy, scikit-learn (``declare``, ``refit``, ``zoo build``);
 * ``bnconvention[audit]``: the refit extra plus scipy and matplotlib (``audit``, ``census``, ``demo``,
-  ``hub audit``, ``hub push``).
+  ``hub audit``, ``hub push``);
+* ``bnconvention[timm]``, ``bnconvention[transformers]``: the libraries that build timm and transformers
+  architectures named by a repo's ``config.json`` (:mod:`bnconvention.architectures`).
 
 Those modules are imported inside the commands that use them, never at the top of a module that the core
 commands import (``tests/test_extras.py`` imports the validation path with them blocked).
@@ -16,6 +18,8 @@ commands import (``tests/test_extras.py`` imports the validation path with them 
 'refit'
 >>> missing_dependency(ModuleNotFoundError("No module named 'torch'", name="torch"), extra="audit").extra
 'audit'
+>>> missing_dependency(ModuleNotFoundError("No module named 'timm'", name="timm"), extra="audit").extra
+'timm'
 >>> missing_dependency(ModuleNotFoundError("No module named 'mypkg'", name="mypkg")) is None
 True
 """
@@ -35,6 +39,8 @@ MODULE_EXTRAS: dict[str, str] = {
     "scipy": "audit",
     "matplotlib": "audit",
     "ray": "ray",
+    "timm": "timm",
+    "transformers": "transformers",
 }
 # Extras in the order they contain each other: ``audit`` includes ``refit``.
 _NESTED = ("refit", "audit")

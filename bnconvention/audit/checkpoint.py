@@ -1,9 +1,11 @@
 """Load a checkpoint for an audit: an allowlisted architecture, the weights loaded strictly, digests bound to the file.
 
-The architecture comes from the spec's ``model`` section or, when the spec names none, from the checkpoint's sidecar
-``<name>.json`` (as the digits zoo writes them). Either way the factory name goes through
-:func:`bnconvention.architectures.factories.resolve_factory`, so a name that is not allowlisted is refused before
-anything is imported. Weights are read with the safetensors parser (no pickle); every tensor name and shape must
+The architecture comes from the spec's ``model`` section (in a local audit the spec is the user's own file, as
+explicit as the command line) or, when the spec names none, from the files beside the weights, in the order of
+:mod:`bnconvention.architectures.resolve`: the checkpoint's sidecar ``<name>.json`` (as the digits zoo writes
+them), then the folder's ``config.json`` (timm's or transformers' own). A factory name goes through the allowlist
+and a timm or transformers name through that library's registry, so what is not known is refused before anything
+is imported. Weights are read with the safetensors parser (no pickle); every tensor name and shape must
 match the model's ``state_dict`` exactly, otherwise :class:`~bnconvention.errors.CheckpointMismatchError` lists the
 differences. The header is checked first with our own strict parser, so a malformed file is an
 :class:`~bnconvention.errors.UntrustedInputError` naming the file.
@@ -16,6 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bnconvention.architectures.resolve import (
+    CONFIG_NAME,
+    Architecture,
+    Resolution,
+    read_config,
+    resolve_architecture,
+)
 from bnconvention.errors import AuditSpecError, CheckpointMismatchError, UntrustedInputError
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.safetensors_header import SafetensorsHeader, read_header
@@ -31,13 +40,8 @@ if TYPE_CHECKING:
 MAX_SIDECAR_BYTES = 1_000_000
 
 
-@dataclass(frozen=True)
-class ModelChoice:
-    """Which factory builds the architecture, with its arguments, and where that choice came from."""
-
-    factory: str
-    kwargs: dict[str, Any]
-    source: str  # "spec" or the sidecar's path
+# which factory builds the architecture, with its arguments, and where that choice came from ("spec" or a file)
+ModelChoice = Architecture
 
 
 @dataclass
@@ -78,24 +82,27 @@ def read_sidecar(path: Path) -> dict[str, Any] | None:
     return decoded
 
 
-def choose_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) -> ModelChoice:
-    """The spec's model, or the sidecar's ``architecture`` entry when the spec names none."""
+def resolve_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) -> Resolution:
+    """The spec's model, else the first of the sidecar and the folder's ``config.json`` that names a usable
+    architecture (with the refusals of those passed over)."""
     if spec.model is not None:
-        return ModelChoice(factory=spec.model.factory, kwargs=dict(spec.model.kwargs), source="spec")
+        return Resolution(ModelChoice(factory=spec.model.factory, kwargs=dict(spec.model.kwargs), source="spec"))
     where = sidecar_path(path)
-    if sidecar is None:
+    files: list[tuple[dict[str, Any] | None, str]] = [(sidecar, str(where))]
+    config_path = path.parent / CONFIG_NAME
+    if config_path != where:
+        files.append((read_config(config_path), str(config_path)))
+    resolution = resolve_architecture(files)
+    if resolution is None:
         raise AuditSpecError(
-            f"the spec names no model and {path.name} has no sidecar {where.name}; add model: {{factory: ...}} "
-            "to the spec", field="/model")
-    factory, kwargs = _sidecar_architecture(sidecar)
-    if not isinstance(factory, str) or not factory:
-        raise UntrustedInputError(
-            f"{where}: no architecture factory name found (expected 'architecture': {{'factory': ...}}); name the "
-            "model in the spec instead", source=where)
-    if not isinstance(kwargs, dict):
-        raise UntrustedInputError(f"{where}: the architecture's kwargs are a {type(kwargs).__name__}, expected a "
-                                  "mapping", source=where)
-    return ModelChoice(factory=factory, kwargs=kwargs, source=str(where))
+            f"the spec names no model and neither {where.name} nor {CONFIG_NAME} beside {path.name} names an "
+            "architecture; add model: {factory: ...} to the spec", field="/model")
+    return resolution
+
+
+def choose_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) -> ModelChoice:
+    """The architecture of :func:`resolve_model`."""
+    return resolve_model(path, spec, sidecar).architecture
 
 
 _ZOO_ACCURACY_CELLS = {"forget": "df", "retain": "dr", "test": "dt"}
@@ -131,22 +138,11 @@ def published_cells(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None)
     return cells
 
 
-def _sidecar_architecture(decoded: Any) -> tuple[Any, Any]:
-    if not isinstance(decoded, dict):
-        return None, {}
-    arch = decoded.get("architecture")
-    if isinstance(arch, dict):
-        return arch.get("factory"), arch.get("kwargs", {})
-    if isinstance(arch, str):
-        return arch, decoded.get("architecture_kwargs", {})
-    return decoded.get("factory"), decoded.get("kwargs", {})
-
-
 def build_architecture(choice: ModelChoice) -> torch.nn.Module:
     """Build the allowlisted architecture (random initialisation) in eval mode."""
     from bnconvention.architectures.factories import build_model
 
-    model = build_model(choice.factory, choice.kwargs)
+    model = build_model(choice.factory, choice.kwargs, source=None if choice.source == "spec" else choice.source)
     model.eval()
     return model
 
@@ -216,13 +212,14 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist or is not a file")
     header = read_header(path)
     sidecar = read_sidecar(path) if (spec.model is None or spec.published_source == "sidecar") else None
-    choice = choose_model(path, spec, sidecar)
+    resolution = resolve_model(path, spec, sidecar)
+    choice = resolution.architecture
     published = published_cells(path, spec, sidecar)
     model = build_architecture(choice)
     model_dtype(model)  # half precision is refused here, before any forward fails on a dtype mismatch
     check_fits(path, header, choice, model_shapes(model))
     state = load_file(str(path))
-    warnings: list[str] = []
+    warnings: list[str] = [f"architecture passed over: {note}" for note in resolution.passed_over]
     expected = model.state_dict()
     for name, tensor in state.items():
         if tensor.dtype != expected[name].dtype:

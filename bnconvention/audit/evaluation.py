@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bnconvention.architectures.outputs import logits
 from bnconvention.audit.data import AuditData, Split
 from bnconvention.formats.text import plural
 from bnconvention.standard.naming import record_ids_sha256
@@ -32,7 +33,8 @@ def torch_seed(rng: np.random.Generator) -> int:
 
 
 def predict(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> torch.Tensor:
-    """Class predictions of ``model`` (eval mode) on a split under the eval transform."""
+    """Class predictions of ``model`` (eval mode) on a split under the eval transform; the logits are read out of
+    whatever the forward returns (a transformers ``ModelOutput`` too)."""
     import torch
 
     model.eval()
@@ -40,7 +42,7 @@ def predict(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size
     with torch.inference_mode():
         for start in range(0, len(split.x), batch_size):
             x = data.eval_transform(split.x[start:start + batch_size], generator=None)
-            outputs.append(model(x).argmax(dim=1))
+            outputs.append(logits(model(x)).argmax(dim=1))
     return torch.cat(outputs)
 
 

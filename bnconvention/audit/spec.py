@@ -25,7 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, ValidationError
 from pydantic_core import ErrorDetails
 
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
@@ -39,7 +39,6 @@ REPO_AUDIT_SCHEMA_PATH = Path("schema") / "v1" / "audit-spec.schema.json"
 MAX_SPEC_BYTES = 1_000_000
 
 DatasetKind: TypeAlias = Literal["digits", "npz", "image_folder"]
-ScalarArg = str | int | float | bool | None
 Text = Annotated[str, StringConstraints(min_length=1)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -85,13 +84,17 @@ class SplitsSpec(_Spec):
 
 
 class ModelSpec(_Spec):
-    """The architecture the weights are loaded into (allowlisted factories only)."""
+    """The architecture the weights are loaded into (allowlisted factories and the libraries' registries only)."""
 
     factory: Text = Field(description=(
-        "An allowlisted factory name: 'zoo/convnet-bn', 'zoo/convnet-gn', 'torchvision/<arch>', or one the user "
-        "allows on the command line with --allow-factory package.module:function."))
-    kwargs: dict[str, ScalarArg | list[ScalarArg]] = Field(default_factory=dict, description=(
-        "Keyword arguments of the factory (plain JSON values only)."))
+        "An allowlisted factory name: 'zoo/convnet-bn', 'zoo/convnet-gn', 'torchvision/<arch>', 'timm/<model>' "
+        "(a model of timm's registry), 'transformers/<class>' (an image classifier of transformers, e.g. "
+        "'transformers/ResNetForImageClassification'), or one the user allows on the command line with "
+        "--allow-factory package.module:function."))
+    kwargs: dict[str, JsonValue] = Field(default_factory=dict, description=(
+        "Keyword arguments of the factory, plain JSON values: scalars or lists of scalars for factories and timm "
+        "(timm.create_model's loading options are refused), the config fields for transformers (e.g. "
+        "embedding_size, hidden_sizes, depths, num_labels or id2label)."))
 
 
 class RefitSpec(_Spec):
@@ -129,7 +132,9 @@ class AuditSpec(_Spec):
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
     splits: SplitsSpec
     model: ModelSpec | None = Field(default=None, description=(
-        "The architecture; when absent, each checkpoint's sidecar '<name>.json' must name an allowlisted factory."))
+        "The architecture. In a local audit it is used when given; when absent, the checkpoint's sidecar "
+        "'<name>.json' or the folder's config.json (our own architecture entry, or timm's or transformers' own "
+        "config) must name it. In a Hub audit each repo's config.json comes first and this is the fallback."))
     cells: list[Text] = Field(default_factory=lambda: list(BASE_CELLS), min_length=1, description=(
         "Cells to report: 'df' (forget accuracy), 'dr' (retain), 'dt' (test) or expressions such as "
         "'abs(df - dt)'. Criterion operands are added when missing."))

@@ -69,10 +69,7 @@ def parse_config(data: bytes, *, source: str, max_bytes: int = MAX_CONFIG_BYTES)
     if len(data) > max_bytes:
         raise UntrustedInputError(f"{source}: {len(data)} bytes, over the {max_bytes}-byte limit for a config",
                                   source=source)
-    try:
-        decoded = loads_strict(data, source=source)
-    except RecursionError:
-        raise UntrustedInputError(f"{source}: JSON nested too deeply to be a config", source=source) from None
+    decoded = loads_strict(data, source=source)
     if not isinstance(decoded, dict):
         raise UntrustedInputError(f"{source}: a config is a JSON object, found {type(decoded).__name__}",
                                   source=source)

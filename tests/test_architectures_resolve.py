@@ -56,6 +56,18 @@ def test_each_form_of_a_config_names_its_factory():
     assert architecture_from_config(None, source="s") is None
 
 
+def test_our_declaration_may_name_a_library_model_under_the_same_rules():
+    found = architecture_from_config({"architecture": {"factory": "timm/resnet10t", "kwargs": {"num_classes": 3}}},
+                                     source="s")
+    assert (found.factory, found.kwargs) == ("timm/resnet10t", {"num_classes": 3})
+    with pytest.raises(ArchitectureConfigError, match="'checkpoint_path' is a loading option"):
+        architecture_from_config({"architecture": {"factory": "timm/resnet10t",
+                                                   "kwargs": {"checkpoint_path": "/x"}}}, source="s")
+    with pytest.raises(ArchitectureConfigError, match="asks for remote code"):
+        architecture_from_config({"architecture": {"factory": "transformers/ResNetForImageClassification",
+                                                   "kwargs": {"auto_map": {"a": "b"}}}}, source="s")
+
+
 def test_our_declaration_comes_before_the_library_config_in_the_same_file():
     both = {**TIMM, **OURS, "model_type": "resnet", "architectures": ["ResNetForImageClassification"]}
     assert architecture_from_config(both, source="s").factory == "zoo/convnet-bn"

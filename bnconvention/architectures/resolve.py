@@ -5,7 +5,8 @@ this order by :func:`architecture_from_config`:
 
 1. our own declaration, ``"architecture": {"factory": "zoo/convnet-bn", "kwargs": {...}}`` (as the digits zoo
    writes it; also the older ``"architecture": "<factory>"`` with ``"architecture_kwargs"``), when the factory is
-   allowlisted (:mod:`~bnconvention.architectures.factories`);
+   allowlisted (:mod:`~bnconvention.architectures.factories`) or a ``timm/``/``transformers/`` name that passes
+   that library's checks;
 2. transformers' ``model_type`` + ``architectures`` (:mod:`~bnconvention.architectures.transformers_models`);
 3. timm's ``"architecture": "<model>"`` + ``num_classes``/``pretrained_cfg``
    (:mod:`~bnconvention.architectures.timm_models`), unless the string is one of our allowlisted factory names.
@@ -29,9 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.architectures.factories import available_factories, check_allowed, plain_kwargs_problem
-from bnconvention.architectures.timm_models import is_timm_config, timm_architecture
+from bnconvention.architectures.timm_models import PREFIX as TIMM_PREFIX
+from bnconvention.architectures.timm_models import is_timm_config, safe_timm_kwargs, timm_architecture, timm_name
+from bnconvention.architectures.transformers_models import PREFIX as TRANSFORMERS_PREFIX
 from bnconvention.architectures.transformers_models import (
     check_no_remote_code,
+    check_transformers_config,
     is_transformers_config,
     transformers_architecture,
 )
@@ -129,9 +133,17 @@ def _declared(config: Mapping[str, Any], *, source: str) -> Architecture | None:
 
 
 def _ours(factory: str, kwargs: Any, *, source: str) -> Architecture:
+    """Our declaration of ``factory``: allowlisted with plain arguments, or a timm/transformers name that passes
+    that library's checks (so ``{"factory": "timm/resnet18"}`` is as safe as timm's own config)."""
     if not isinstance(kwargs, dict):
         raise UntrustedInputError(f"{source}: the architecture's kwargs are a {type(kwargs).__name__}, expected a "
                                   "mapping", source=source)
+    if factory.startswith(TIMM_PREFIX):
+        timm_name(factory[len(TIMM_PREFIX):], source=source)
+        return Architecture(factory=factory, kwargs=safe_timm_kwargs(kwargs, source=source), source=source)
+    if factory.startswith(TRANSFORMERS_PREFIX):
+        check_transformers_config(kwargs, source=source, class_name=factory[len(TRANSFORMERS_PREFIX):])
+        return Architecture(factory=factory, kwargs=dict(kwargs), source=source)
     try:
         check_allowed(factory)
     except FactoryNotAllowedError as exc:

@@ -236,3 +236,15 @@ def test_audit_of_a_release_whose_config_is_refused_is_one_line_and_writes_nothi
                    "'hf-hub:someone/else' is not a plain timm model name (source prefixes such as 'hf-hub:' and "
                    "paths are never followed); name a model of timm's registry\n")
     assert not out.exists()
+
+
+def test_census_preflight_resolves_each_release_from_its_own_folder(tmp_path):
+    from bnconvention.audit.census import discover_checkpoints, preflight
+
+    timm_release(tmp_path / "timm", "resnet10t", num_classes=10, in_chans=1)
+    transformers_resnet(tmp_path / "tr", num_labels=10, num_channels=1)
+    spec = parse_spec(AUDIT_SPEC)
+    items = preflight(discover_checkpoints([tmp_path / "timm", tmp_path / "tr"]), spec, load_audit_data(spec))
+    assert sorted((item.choice.factory, item.choice.source) for item in items) == [
+        ("timm/resnet10t", str(tmp_path / "timm" / "config.json")),
+        ("transformers/ResNetForImageClassification", str(tmp_path / "tr" / "config.json"))]

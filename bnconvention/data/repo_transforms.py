@@ -47,8 +47,8 @@ TIMM_DATA_KEYS = ("input_size", "interpolation", "mean", "std", "crop_pct", "cro
 TIMM_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")
 TIMM_CROP_MODES = ("center", "squash", "border")
 
-__all__ = ["DescribedTransform", "RepoTransforms", "timm_transforms", "transformers_transforms",
-           "transforms_from_repo"]
+__all__ = ["DescribedTransform", "RepoTransforms", "after_decode_resize", "timm_transforms",
+           "transformers_transforms", "transforms_from_repo"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,23 @@ class RepoTransforms:
     source: str
     eval: DescribedTransform
     train: DescribedTransform | None
+
+
+def after_decode_resize(transform: DescribedTransform, resize: str | None) -> DescribedTransform:
+    """The transform with the dataset's decode-time resize recorded as its first step (it ran before it)."""
+    if resize is None:
+        return transform
+    from bnconvention.authoring.declaration import make_transform
+
+    record, described = transform.record, transform.record.description
+    normalize = described.normalize
+    first = f"bnconvention.data: images resized to {resize} when decoded"
+    updated = make_transform(
+        mode=record.mode, reference=record.reference, resize="; ".join(filter(None, [first, described.resize])),
+        crop=described.crop, augmentations=described.augmentations,
+        normalize_mean=normalize.mean if normalize else None, normalize_std=normalize.std if normalize else None,
+        steps=[first, *(described.steps or [])])
+    return DescribedTransform(record=updated, fn=transform.fn)
 
 
 def transforms_from_repo(repo_dir: Path | str, *, repo_name: str | None = None) -> RepoTransforms:

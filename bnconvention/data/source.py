@@ -40,12 +40,25 @@ DATASET_KINDS: tuple[str, ...] = get_args(DatasetKind)
 TORCHVISION_FORMATS: tuple[str, ...] = get_args(TorchvisionFormat)
 HF_KINDS = ("hub", "hf_disk", "parquet")
 PATH_KINDS = ("npz", "image_folder", "hf_disk", "parquet", "torchvision")
+_COLUMNS = frozenset({"dataset_id", "image_column", "label_column", "id_column", "train_split", "test_split",
+                      "image_size", "channels"})
+# The fields each kind reads (besides ``kind``): a field set for a kind that does not read it is a mistake.
+KIND_FIELDS: dict[str, frozenset[str]] = {
+    "digits": frozenset({"dataset_id"}),
+    "npz": frozenset({"path", "dataset_id", "x_key", "y_key", "ids_key", "test_key"}),
+    "image_folder": frozenset({"path", "dataset_id", "image_size", "channels"}),
+    "hub": _COLUMNS | {"repo", "revision", "config_name"},
+    "hf_disk": _COLUMNS | {"path"},
+    "parquet": _COLUMNS | {"path"},
+    "torchvision": frozenset({"path", "dataset_id", "format", "verify", "train_split", "test_split", "image_size",
+                              "channels"}),
+}
 # A split name as `datasets` spells one (its own rule: word characters, dots between words); no slicing syntax,
 # so the record ids of a split never depend on a slice.
 SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
-__all__ = ["DATASET_KINDS", "DatasetKind", "DatasetSpec", "TORCHVISION_FORMATS", "TorchvisionFormat"]
+__all__ = ["DATASET_KINDS", "KIND_FIELDS", "DatasetKind", "DatasetSpec", "TORCHVISION_FORMATS", "TorchvisionFormat"]
 
 
 @dataclass(frozen=True)

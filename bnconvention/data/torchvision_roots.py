@@ -34,7 +34,10 @@ SVHN_SPLITS = ("train", "test", "extra")
 _CIFAR_LAYOUT = {
     "cifar10": "cifar-10-batches-py/ with data_batch_1..data_batch_5, test_batch and batches.meta",
     "cifar100": "cifar-100-python/ with train, test and meta",
+    "svhn": "<split>_32x32.mat for each split read",
 }
+# torchvision's advice; the audit never downloads (download=False), so it is dropped from our messages
+_DOWNLOAD_HINT = " You can use download=True to download it"
 
 __all__ = ["PICKLED_FORMATS", "read_torchvision_root"]
 
@@ -150,7 +153,7 @@ def _open(make: Any, spec: DatasetSpec, root: Path) -> Any:
         expected = f" (expected {root}/{layout})" if layout else ""
         hint = ("; torchvision checks each file against the published dataset's md5: set verify: false for a "
                 "re-packed or subset root") if spec.verify and spec.format != "image_folder" else ""
-        message = " ".join(str(exc).split()) or type(exc).__name__
+        message = " ".join(str(exc).split()).replace(_DOWNLOAD_HINT, "").rstrip(".") or type(exc).__name__
         raise UntrustedInputError(f"{root}: not a {spec.format} root in torchvision's format{expected}: "
                                   f"{message}{hint}", source=str(root)) from exc
 
@@ -167,7 +170,7 @@ def _records(spec: DatasetSpec, parts: list[tuple[Any, np.ndarray]], *, classes:
         where = str(spec.path)
         images = [image_array(Image.fromarray(im), channels=spec.channels, image_size=spec.image_size, where=where)
                   for im in pixels]
-        arrays.append((stack_images(images, where=where), labels.astype(np.int64)))
+        arrays.append((stack_images(images, where=where), labels.astype(np.int64).reshape(-1)))
     return _assemble(spec, arrays, classes=classes, revision=revision)
 
 

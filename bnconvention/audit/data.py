@@ -195,8 +195,8 @@ def _index_file(spec: AuditSpec, dataset: LocalDataset, role: str, name: str, di
         return load_index_file(path, source=source, expected_sha256=digest)
     except DigestMismatchError as exc:
         raise AuditSpecError(f"index file: {exc}", field=f"/splits/{role}_ids_sha256") from exc
-    except FileNotFoundError as exc:
-        raise AuditSpecError(f"index file: {exc}", field=f"/splits/{role}_index") from exc
+    except FileNotFoundError as exc:  # its message names the index file and where it was looked for
+        raise AuditSpecError(str(exc), field=f"/splits/{role}_index") from exc
     except UntrustedInputError as exc:
         raise AuditSpecError(f"index files: {exc}", field=f"/splits/{role}_index") from exc
 

@@ -99,7 +99,8 @@ def published(tmp_path_factory):
 def _run_child(hub: LocalHub, sha: str, tmp_path: Path, *, endpoint: str | None = None) -> dict[str, dict]:
     env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "HF_HOME": str(tmp_path / "hf-home"),
            "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                          os.environ.get("PYTHONPATH", "")])}
     args = {"repo": REPO, "sha": sha, "digest": record_ids_sha256(FORGET_IDS), "endpoint": endpoint}
     run = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], env=env, capture_output=True, text=True,
                          timeout=600)

@@ -46,7 +46,7 @@ def _hf_spec(kind: str, path: Path, **changes) -> dict:
     return {"kind": kind, "path": path, "image_column": "img", "label_column": "fine", **changes}
 
 
-# --- datasets: save_to_disk and parquet --------------------------------------------------------------------------------
+# --- datasets: save_to_disk and parquet -------------------------------------------------------------------------------
 
 
 def test_save_to_disk_dict_is_read_with_its_columns_and_splits(tmp_path, hf_dict) -> None:
@@ -157,7 +157,7 @@ def test_a_hub_dataset_from_another_hub_than_the_audit_is_refused() -> None:
         load_dataset(spec, endpoint="http://127.0.0.1:9")
 
 
-# --- torchvision roots ---------------------------------------------------------------------------------------------------
+# --- torchvision roots ------------------------------------------------------------------------------------------------
 
 
 class _Boom:
@@ -207,7 +207,8 @@ def test_cifar100_root(tmp_path) -> None:
     folder.mkdir(parents=True)
     rows = np.random.default_rng(1).integers(0, 256, (5, 3072), dtype=np.uint8)
     for name, part, labels in (("train", rows[:3], [5, 99, 0]), ("test", rows[3:], [7, 7])):
-        (folder / name).write_bytes(pickle.dumps({"data": part, "fine_labels": labels, "coarse_labels": [0] * len(labels)}))
+        entry = {"data": part, "fine_labels": labels, "coarse_labels": [0] * len(labels)}
+        (folder / name).write_bytes(pickle.dumps(entry))
     (folder / "meta").write_bytes(pickle.dumps({"fine_label_names": [f"f{i}" for i in range(100)]}))
     dataset = load_dataset({"kind": "torchvision", "format": "cifar100", "path": tmp_path / "c100",
                             "verify": False})
@@ -268,7 +269,7 @@ def test_a_root_in_the_wrong_format_is_one_line(tmp_path, fmt, make, message) ->
     assert "\n" not in str(caught.value)
 
 
-# --- tabular .npz pools for BatchNorm1d models ---------------------------------------------------------------------------
+# --- tabular .npz pools for BatchNorm1d models ------------------------------------------------------------------------
 
 
 def _tabular_npz(path: Path, *, n: int = 400, features: int = 64) -> Path:

@@ -56,7 +56,7 @@ def _pil(x: torch.Tensor) -> list:
     return [Image.fromarray((im * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()) for im in x]
 
 
-# --- timm ---------------------------------------------------------------------------------------------------------------
+# --- timm -------------------------------------------------------------------------------------------------------------
 
 
 def test_timm_pretrained_cfg_gives_train_and_eval_transforms(timm_repo) -> None:
@@ -117,7 +117,7 @@ def test_timm_config_wins_over_a_preprocessor_config(tmp_path, timm_repo, hf_rep
     assert transforms_from_repo(tmp_path).library == "timm"
 
 
-# --- transformers ---------------------------------------------------------------------------------------------------------
+# --- transformers -----------------------------------------------------------------------------------------------------
 
 
 def test_transformers_image_processor_is_the_eval_transform(hf_repo) -> None:
@@ -155,7 +155,7 @@ def test_a_repo_without_either_file(tmp_path) -> None:
         transforms_from_repo(tmp_path)
 
 
-# --- in the audit -----------------------------------------------------------------------------------------------------------
+# --- in the audit -----------------------------------------------------------------------------------------------------
 
 
 def _images_npz(path: Path) -> Path:

@@ -34,6 +34,7 @@ from bnconvention.data.images import (
 )
 from bnconvention.data.source import DatasetSpec
 from bnconvention.errors import UntrustedInputError, UsageError
+from bnconvention.formats.text import one_line
 
 SAFE_BUILDERS = ("parquet", "arrow", "imagefolder")
 DECODE_BATCH = 256
@@ -258,4 +259,4 @@ def _decode(spec: DatasetSpec, dataset: Any, *, where: str) -> tuple[np.ndarray,
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return one_line(exc) or type(exc).__name__

@@ -28,6 +28,7 @@ import numpy as np
 from bnconvention.data.images import SourceRecords, files_digest, image_array, numbered_ids, stack_images
 from bnconvention.data.source import DatasetSpec
 from bnconvention.errors import UntrustedInputError, UsageError
+from bnconvention.formats.text import one_line
 
 PICKLED_FORMATS = ("cifar10", "cifar100")
 SVHN_SPLITS = ("train", "test", "extra")
@@ -153,7 +154,7 @@ def _open(make: Any, spec: DatasetSpec, root: Path) -> Any:
         expected = f" (expected {root}/{layout})" if layout else ""
         hint = ("; torchvision checks each file against the published dataset's md5: set verify: false for a "
                 "re-packed or subset root") if spec.verify and spec.format != "image_folder" else ""
-        message = " ".join(str(exc).split()).replace(_DOWNLOAD_HINT, "").rstrip(".") or type(exc).__name__
+        message = one_line(exc).replace(_DOWNLOAD_HINT, "").rstrip(".") or type(exc).__name__
         raise UntrustedInputError(f"{root}: not a {spec.format} root in torchvision's format{expected}: "
                                   f"{message}{hint}", source=str(root)) from exc
 

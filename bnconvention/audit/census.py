@@ -166,8 +166,9 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
         raise UsageError(f"--workers must be a positive integer, got {workers!r}")
     out = Path(out_dir)
     spec_sha256 = spec.sha256()
-    data = load_audit_data(spec)
-    items = preflight(discover_checkpoints(paths), spec, data)
+    checkpoints = discover_checkpoints(paths)
+    data = load_audit_data(spec, repo_dir=checkpoints[0].parent)  # prepare_audit rebinds it to each checkpoint
+    items = preflight(checkpoints, spec, data)
 
     results: dict[str, AuditResult] = {}
     reused = 0

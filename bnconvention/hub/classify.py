@@ -363,7 +363,8 @@ def classify_repo(client: HubClient, repo_id: str, *, sha: str, filenames: list[
     indexes, singles = weights_files(filenames)
     if not indexes and not singles:
         others = sorted(f for f in filenames if f.endswith((".bin", ".pt", ".pth", ".ckpt", ".h5", ".pkl")))
-        reason = "no .safetensors weights" + (f" (other weights files, never opened: {', '.join(others[:3])})"
+        reason = "no .safetensors weights" + (f" (other weights files, never opened: {', '.join(others[:3])}; "
+                                              "convert them to safetensors to have them classified and audited)"
                                               if others else "")
         return RepoCensus(repo_id=repo_id, sha=sha, status="no_weights", reason=reason)
     sets = read_checkpoints(client, repo_id, sha=sha, filenames=filenames, speculative=speculative)

@@ -252,6 +252,18 @@ def test_a_folder_holding_only_a_pickle_is_refused_by_name(command: str, tmp_pat
     assert not marker.exists() and sorted(os.listdir(tmp_path)) == ["pool.npz", "release", "spec.json"]
 
 
+def test_validate_names_the_pickles_of_a_folder_without_safetensors(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # regression: "holds no .safetensors file, no README.md and no record" said nothing of pytorch_model.bin
+    marker = tmp_path / "UNPICKLED"
+    (tmp_path / "release").mkdir()
+    torch.save({"trap": _Trap(marker)}, tmp_path / "release" / "pytorch_model.bin")
+    assert main(["validate", str(tmp_path / "release")]) == 2
+    out = capsys.readouterr().out
+    assert "error   safetensors.not_safetensors: " in out and "pytorch_model.bin: is a PyTorch checkpoint" in out
+    assert "never unpickles" in out and not marker.exists()
+
+
 def test_the_hub_census_names_a_bin_only_repo_with_the_hint_to_convert(tmp_path: Path) -> None:
     from bnconvention.hub.classify import classify_repo
     from bnconvention.hub.client import make_client

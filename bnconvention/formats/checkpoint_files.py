@@ -40,7 +40,9 @@ from bnconvention.formats.safetensors_index import (
 )
 
 SAFETENSORS_SUFFIX = ".safetensors"
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+# Weights files of other formats (pickles, zip checkpoints, HDF5): listed and named by their magic bytes, never opened
+# beyond them.
+FOREIGN_WEIGHTS_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".h5")
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def pickle_in_folder(folder: Path) -> SafetensorsHeaderError | None:
     """The error naming a pickled checkpoint in ``folder`` (``pytorch_model.bin``, ``.pth``, ...) from its magic
     bytes, with how to convert it (never unpickled); ``None`` when there is none."""
     for item in sorted(folder.iterdir()):
-        if item.is_file() and item.name.endswith(PICKLE_SUFFIXES):
+        if item.is_file() and item.name.endswith(FOREIGN_WEIGHTS_SUFFIXES):
             with open(item, "rb") as handle:
                 what = foreign_format(handle.read(PREFIX_BYTES))
             if what is not None:
@@ -160,7 +162,7 @@ def read_local_index(path: Path) -> ShardIndex:
 
 
 __all__ = [
-    "PICKLE_SUFFIXES",
+    "FOREIGN_WEIGHTS_SUFFIXES",
     "CheckpointFiles",
     "ShardFile",
     "checkpoint_name",

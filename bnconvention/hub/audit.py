@@ -53,12 +53,11 @@ def audit_targets(repos: Sequence[RepoCensus]) -> list[tuple[RepoCensus, list[st
     for repo in repos:
         if repo.status not in BN_CLASSES:
             continue
-        files, skipped = [], []
-        for checkpoint in repo.checkpoints:
-            if checkpoint.bn_layers == 0 or checkpoint.status == "unreadable":
-                continue
-            files.append(checkpoint.name)  # a single file, or a sharded checkpoint's index
-        if files or skipped:
+        # every readable BatchNorm checkpoint: a single file, or a sharded checkpoint's index (nothing is skipped
+        # since issue 12; the skipped list stays for the task's interface)
+        files = [c.name for c in repo.checkpoints if c.bn_layers and c.status != "unreadable"]
+        skipped: list[tuple[str, str]] = []
+        if files:
             targets.append((repo, files, skipped))
     return targets
 

@@ -7,7 +7,7 @@ and checkpoint, in one process or in several.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -69,14 +69,19 @@ def _pool(x: torch.Tensor, transform: Any, *, generator: torch.Generator, batch_
 
 
 class Refitter:
-    """Runs refits for one audit, restoring the shipped φ after each and counting passes."""
+    """Runs refits for one audit, restoring the shipped φ after each and counting passes.
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    ``after_refit`` settles each refit's φ as the checkpoint would store it (a float16 file's statistics rounded to
+    float16: the refit cells are those of the weights a refit writes, docs/statistics.md)."""
+
+    def __init__(self, model: torch.nn.Module, *,
+                 after_refit: Callable[[torch.nn.Module], None] | None = None) -> None:
         from bnconvention.refit import running_state
 
         self.model = model
         self.shipped = running_state(model)
         self.count = 0
+        self.after_refit = after_refit
 
     def run(self, x: torch.Tensor, *, rule: str, transform: Any, seed: int, batch_size: int,
             data_split: Any) -> Any:
@@ -87,8 +92,11 @@ class Refitter:
         generator = torch.Generator().manual_seed(seed)
         pool = _pool(x, transform, generator=generator, batch_size=batch_size)
         self.count += 1
-        return refit(self.model, pool, rule=rule, data=data_split,  # type: ignore[arg-type]
-                     transform=transform.standard())
+        report = refit(self.model, pool, rule=rule, data=data_split,  # type: ignore[arg-type]
+                       transform=transform.standard())
+        if self.after_refit is not None:
+            self.after_refit(self.model)
+        return report
 
     def restore(self) -> None:
         from bnconvention.refit import restore_running_state

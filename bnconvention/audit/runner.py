@@ -101,7 +101,7 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
     model.eval()
     theta_before = model_digests(model).trainable_sha256
     shipped = evaluate_shipped(prepared)
-    refitter = Refitter(model)
+    refitter = Refitter(model, after_refit=checkpoint.weights.round_running if checkpoint.weights else None)
     replicates = run_replicates(prepared, refitter, progress=progress, on_replicate=on_replicate)
     decisions = decide_cells(spec, shipped, replicates.base, channel=replicates.channel,
                              published=checkpoint.published)

@@ -1,5 +1,5 @@
-"""One repo's audit as a self-contained task: download each single-file checkpoint at the commit the census read,
-build its model, run the audit of :mod:`bnconvention.audit`, and return the result as JSON.
+"""One repo's audit as a self-contained task: download each checkpoint (a file, or an index and its shards) at the
+commit the census read, build its model, run the audit of :mod:`bnconvention.audit`, and return the result as JSON.
 
 Which architecture (:func:`choose_repo_spec`): the repo's own declaration in ``config.json`` — an ``architecture``
 entry ``{"factory": ..., "kwargs": {...}}``, the shape the digits zoo writes — when that factory is on the
@@ -29,6 +29,8 @@ from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import AuditSpec, ModelSpec, parse_spec
 from bnconvention.errors import BnConventionError, UsageError
 from bnconvention.formats.canonical import canonical_sha256
+from bnconvention.formats.checkpoint_files import is_index_path
+from bnconvention.formats.safetensors_index import INDEX_SUFFIX, parse_index
 from bnconvention.formats.text import one_line
 from bnconvention.hub.client import DEFAULT_TIMEOUT_S, HubClient, Secret, make_client, quiet_hub_progress
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
@@ -159,15 +161,25 @@ def _torch_threads(count: int) -> Iterator[None]:
 
 
 def _download(client: HubClient, repo_id: str, filename: str, *, revision: str, folder: Path) -> Path:
-    local = call_with_retry(
-        lambda: client.api.hf_hub_download(repo_id, filename, revision=revision, local_dir=folder / "repo",
-                                           cache_dir=folder / "cache"),
-        policy=client.retry, what=f"download {repo_id}/{filename}")
-    return Path(local)
+    """The checkpoint's local path: the file, or a shard index with every shard it names beside it."""
+    def one(name: str) -> Path:
+        local = call_with_retry(
+            lambda: client.api.hf_hub_download(repo_id, name, revision=revision, local_dir=folder / "repo",
+                                               cache_dir=folder / "cache"),
+            policy=client.retry, what=f"download {repo_id}/{name}")
+        return Path(local)
+
+    path = one(filename)
+    if is_index_path(path):
+        index = parse_index(path.read_bytes(), filename=filename, source=f"{repo_id}/{filename}")
+        for shard in index.shards:
+            one(shard)
+    return path
 
 
 def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, config_bytes: bytes | None, filename: str,
                 folder: Path) -> FileAudit:
+    from bnconvention.audit.checkpoint import sidecar_path
     from bnconvention.audit.runner import audit_checkpoint
 
     config = parse_config(config_bytes, source=f"{task.repo_id}/{CONFIG_NAME}") if config_bytes else None
@@ -175,7 +187,7 @@ def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, config_byte
     weights = _download(client, task.repo_id, filename, revision=task.revision, folder=folder)
     if config_bytes is not None:
         # the audit reads architecture and published cells from the checkpoint's sidecar <name>.json
-        weights.with_name(weights.name[: -len(".safetensors")] + ".json").write_bytes(config_bytes)
+        sidecar_path(weights).write_bytes(config_bytes)
     result = audit_checkpoint(weights, repo_spec, data=_audit_data(repo_spec))
     subject = result.annotation.subject.model_copy(update={"filename": filename, "repo": task.repo_id,
                                                            "revision": task.revision})
@@ -189,7 +201,7 @@ def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, config_byte
 
 
 def _name(repo_id: str, filename: str) -> str:
-    return repo_id if filename == "model.safetensors" else f"{repo_id}:{filename}"
+    return repo_id if filename in ("model.safetensors", f"model{INDEX_SUFFIX}") else f"{repo_id}:{filename}"
 
 
 def audit_repo_task(task: AuditTask) -> str:

@@ -242,3 +242,32 @@ def test_a_pull_request_from_a_non_member_uploads_through_lfs(hub: LocalHub, ali
     assert hub.store.read_file("alice/pr-lfs", "w.bin", revision=f"refs/pr/{info.pr_num}") == BINARY
     with pytest.raises((BadRequestError, HfHubHTTPError)):  # and without create_pr, bob may not write
         bob.upload_file(path_or_fileobj=BINARY + b"2", path_in_repo="x.bin", repo_id="alice/pr-lfs")
+
+
+def test_the_cli_serves_lfs_when_asked(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from helpers.processes import sigint_default
+
+    repo_root = Path(__file__).resolve().parent.parent
+    process = subprocess.Popen([sys.executable, "-m", "bnconvention", "hubserver", "--root", str(tmp_path / "hub"),
+                                "--token", f"alice={TOKEN}", "--lfs"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=repo_root,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=sigint_default)
+    try:
+        endpoint = process.stdout.readline().strip().split(" ", 1)[1] if process.stdout else ""
+        api = HfApi(endpoint=endpoint, token=TOKEN)
+        api.create_repo("alice/cli")
+        api.upload_file(path_or_fileobj=BINARY, path_in_repo="w.bin", repo_id="alice/cli")
+        (entry,) = [e for e in api.list_repo_tree("alice/cli") if e.path == "w.bin"]
+        assert entry.lfs is not None
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0

@@ -134,6 +134,27 @@ def test_datasets_push_to_hub_and_load_dataset(hub: LocalHub, api: HfApi) -> Non
     assert np.asarray(loaded["train"][3]["image"]).tolist() == images[3].tolist()
 
 
+def test_hf_file_system_reads_a_dataset_repo_at_a_revision(hub: LocalHub, api: HfApi) -> None:
+    """What datasets' loaders do underneath: list, stat and read through HfFileSystem (tree, paths-info, resolve
+    with ranges, for repo_type=dataset and a pinned revision)."""
+    from huggingface_hub import HfFileSystem
+
+    api.create_repo(f"{ORG}/fs-data", repo_type="dataset")
+    first = api.upload_file(path_or_fileobj=b"\0a,b\n1,2\n", path_in_repo="data/x.csv", repo_id=f"{ORG}/fs-data",
+                            repo_type="dataset")
+    api.upload_file(path_or_fileobj=b"changed\n", path_in_repo="data/x.csv", repo_id=f"{ORG}/fs-data",
+                    repo_type="dataset")
+    fs = HfFileSystem(endpoint=hub.endpoint, token=TOKEN, skip_instance_cache=True)
+    pinned = f"datasets/{ORG}/fs-data@{first.oid}"
+    assert fs.ls(f"{pinned}/data", detail=False) == [f"{pinned}/data/x.csv"]
+    info = fs.info(f"{pinned}/data/x.csv")
+    assert info["size"] == 9 and (info["lfs"] is not None) == hub.context.lfs  # a NUL byte: binary, so LFS
+    with fs.open(f"{pinned}/data/x.csv", "rb", block_size=4) as handle:
+        handle.seek(1)
+        assert handle.read(3) == b"a,b"
+    assert fs.cat(f"datasets/{ORG}/fs-data/data/x.csv") == b"changed\n"  # main has moved on
+
+
 @pytest.mark.slow
 def test_a_45_mb_resnet18_uploads_and_loads(hub: LocalHub, api: HfApi) -> None:
     """timm's resnet18 (46.8 MB of safetensors, and as much again of pickle) in one push: base64 inside the commit

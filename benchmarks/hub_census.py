@@ -1,9 +1,9 @@
 """Benchmark: the header-only census against ``huggingface_hub.get_safetensors_metadata``, on the local Hub.
 
-    .venv/bin/python benchmarks/hub_census.py                    # 100 MB repo, 150-repo organisation
-    .venv/bin/python benchmarks/hub_census.py --big-mb 20 --repos 60 --repeats 1   # quick look
+    .venv/bin/python benchmarks/hub_census.py                    # 100 MB repo, 150-repo organisation, resnets
+    .venv/bin/python benchmarks/hub_census.py --big-mb 20 --repos 60 --repeats 1 --models resnet18  # quick look
 
-Two measurements, each side by side in one run against the same server (``bnconvention.hubserver.LocalHub``),
+Three measurements, each side by side in one run against the same server (``bnconvention.hubserver.LocalHub``),
 bytes from the server's own counters (body bytes actually sent):
 
 1. **Bytes for one repo with ``--big-mb`` MB of weights** (a BatchNorm layer plus one large tensor): what
@@ -14,6 +14,12 @@ bytes from the server's own counters (body bytes actually sent):
    ``--workers`` threads) versus a loop of ``get_safetensors_metadata`` over the same repos (what a census built on
    the client call alone would cost; it classifies nothing beyond reading the headers). Medians of interleaved
    repeats.
+3. **Bytes per repo for real architectures** (``--models``, default timm's resnet18 and resnet50, random
+   initialisation, saved as timm saves them): a release whose card declares its convention, then a re-push that
+   keeps the card and replaces the weights (buffers moved by training-mode forwards). Per repo: the census's bytes
+   and requests, the running statistics read with coalesced ranges, each as a fraction of the weights, and the
+   class of the re-push, with the running-buffer check (budget ``RUNNING_CHECK_BYTES``) and with the old
+   16 KiB budget that skipped it (``declared_consistent``: the stale declaration passed).
 """
 
 from __future__ import annotations
@@ -130,12 +136,79 @@ def metadata_loop_once(hub: Any, client: Any, org: str) -> tuple[float, int]:
     return time.perf_counter() - start, hub.bytes_sent()
 
 
+OLD_BUDGET = 16 * 1024  # the running-buffer budget before issue 12
+
+
+def _declared_release(name: str) -> tuple[dict[str, bytes], dict[str, bytes], int]:
+    """(release, re-push, running bytes) of a random-initialised timm model: weights as ``timm.models.save_for_hf``
+    writes them, a card declaring the convention; the re-push keeps the card, the buffers moved."""
+    import timm
+    import torch
+    from safetensors.torch import save
+
+    from bnconvention.authoring.card_stamp import stamp_card_text
+    from bnconvention.authoring.declaration import declare, make_convention, make_transform
+    from bnconvention.standard.models import to_dict
+
+    torch.manual_seed(0)
+    model = timm.create_model(name, pretrained=False).eval()
+    convention = make_convention(buffer_update_mode="train", role="train", dataset_id="bench/imagenet-subset",
+                                 subset="all", transform=make_transform(mode="train"), rule="ema", momentum=0.1)
+    card = stamp_card_text(f"---\nlicense: mit\nlibrary_name: timm\n---\n# {name}\n", to_dict(declare(model,
+                                                                                                        convention)))
+    first = save({k: v.contiguous() for k, v in model.state_dict().items()})
+    with torch.no_grad():  # a later training run moved the running statistics; the card was kept
+        model.train()
+        model(torch.randn(4, 3, 64, 64))
+        model.eval()
+    second = save({k: v.contiguous() for k, v in model.state_dict().items()})
+    files = {"README.md": card.encode("utf-8")}
+    return {**files, "model.safetensors": first}, {**files, "model.safetensors": second}, _running_bytes(model)
+
+
+def _running_bytes(model: Any) -> int:
+    from bnconvention.formats.digests import bn_layer_names, running_names_for_layer
+
+    state = model.state_dict()
+    names = [n for layer in bn_layer_names(model) for n in running_names_for_layer(layer, state)]
+    return sum(state[n].numel() * state[n].element_size() for n in names)
+
+
+def model_repo_costs(hub: Any, client: Any, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Per model: weights, running statistics, the census's bytes and requests on the release, and the classes of
+    the re-push with the running check and with the old budget."""
+    from bnconvention.hub.classify import classify_repo
+
+    figures: dict[str, dict[str, Any]] = {}
+    for name in names:
+        release, repush, running = _declared_release(name)
+        repo_id = f"bench-models/{name}"
+        first = hub.store.commit(repo_id, files=release)
+        hub.reset_stats()
+        entry = classify_repo(client, repo_id, sha=first.oid, filenames=sorted(release))
+        sent, requests = hub.bytes_sent(repo_id=repo_id), len([r for r in hub.stats if r.repo_id == repo_id])
+        second = hub.store.commit(repo_id, files=repush)
+        stale = classify_repo(client, repo_id, sha=second.oid, filenames=sorted(repush))
+        old = classify_repo(client, repo_id, sha=second.oid, filenames=sorted(repush),
+                            running_check_bytes=OLD_BUDGET)
+        weights = len(release["model.safetensors"])
+        checkpoint = entry.checkpoints[0]
+        figures[name] = {"weights_bytes": weights, "running_bytes": running, "census_bytes": sent,
+                         "census_requests": requests, "card_bytes": len(release["README.md"]),
+                         "header_bytes": checkpoint.header_bytes, "release_status": entry.status,
+                         "repush_status": stale.status, "repush_status_old_budget": old.status,
+                         "census_fraction": sent / weights}
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--big-mb", type=int, default=100, help="weights of the large repo, in MB (default 100)")
     parser.add_argument("--repos", type=int, default=150, help="repos in the organisation (default 150)")
     parser.add_argument("--workers", type=int, default=4, help="threads of the parallel census (default 4)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
+    parser.add_argument("--models", default="resnet18,resnet50",
+                        help="timm models for the bytes-per-repo figures, comma-separated ('' to skip)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
@@ -171,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             figures["org"] = {name: {"median_seconds": statistics.median(s for s, _ in values),
                                      "bytes": values[0][1]} for name, values in runs.items()}
             figures["org"]["repos"] = args.repos
+            names = [n for n in args.models.split(",") if n]
+            figures["models"] = model_repo_costs(hub, client, names) if names else {}
 
     big_figures = figures["big_repo"]
     print(f"repo with {big_figures['file_bytes'] / 1e6:.1f} MB of weights (header {big_figures['header_bytes']} "
@@ -185,9 +260,24 @@ def main(argv: list[str] | None = None) -> int:
         item = org[name]
         print(f"  {name:<30} {item['median_seconds']:7.2f} s ({item['median_seconds'] / base:.2f}x)  "
               f"{item['bytes']:>9} bytes ({item['bytes'] / org['census_1']['bytes']:.1f}x)")
+    _print_models(figures["models"])
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
+
+
+def _print_models(models: dict[str, dict[str, Any]]) -> None:
+    if not models:
+        return
+    print("declared releases of real architectures (census of the release; class of a re-push keeping the card):")
+    for name, item in models.items():
+        print(f"  {name:<10} weights {item['weights_bytes'] / 1e6:6.1f} MB, running statistics "
+              f"{item['running_bytes']:>7} bytes ({100 * item['running_bytes'] / item['weights_bytes']:.3f} %); "
+              "census read "
+              f"{item['census_bytes']:>7} bytes in {item['census_requests']} requests "
+              f"({100 * item['census_fraction']:.3f} % of the weights; card {item['card_bytes']} bytes, header "
+              f"{item['header_bytes']}); release {item['release_status']}, re-push {item['repush_status']} "
+              f"(16 KiB budget: {item['repush_status_old_budget']})")
 
 
 if __name__ == "__main__":

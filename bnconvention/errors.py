@@ -134,6 +134,12 @@ class FactoryCallError(BnConventionError, RuntimeError):
     """A model factory raised while building the model, or returned something that is not a ``torch.nn.Module``."""
 
 
+class ArchitectureConfigError(UntrustedInputError):
+    """A repo's ``config.json`` names an architecture we will not build: outside timm's or transformers' own
+    registries, not an image classifier, remote code (``auto_map``, ``trust_remote_code``), or arguments that are not
+    plain JSON values. Nothing named by the file was imported. ``source`` names the repo and file."""
+
+
 class CheckpointMismatchError(BnConventionError, ValueError):
     """A checkpoint's tensors do not fit the model built by the factory (names or shapes differ)."""
 

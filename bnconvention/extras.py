@@ -7,7 +7,14 @@ an extra:
 
 * ``bnconvention[refit]``: torch, torchvision, numpy, scikit-learn (``declare``, ``refit``, ``zoo build``);
 * ``bnconvention[audit]``: the refit extra plus scipy and matplotlib (``audit``, ``census``, ``demo``,
-  ``hub audit``, ``hub push``).
+  ``hub audit``, ``hub push``);
+* ``bnconvention[timm]``, ``[transformers]``: the refit extra plus that library, for releases whose
+  ``config.json`` names a timm or transformers architecture;
+* ``bnconvention[datasets]``: the refit extra plus Hugging Face ``datasets`` (with pyarrow and pandas), for pools
+  held as a dataset repo, a ``save_to_disk`` folder or parquet files.
+
+The library extras sit beside ``audit`` rather than inside it, so the error for a missing one names both when the
+command needs both (``pip install 'bnconvention[audit,timm]'``): one install, and the command works.
 
 Those modules are imported inside the commands that use them, never at the top of a module that the core
 commands import (``tests/test_extras.py`` imports the validation path with them blocked).
@@ -16,6 +23,8 @@ commands import (``tests/test_extras.py`` imports the validation path with them 
 'refit'
 >>> missing_dependency(ModuleNotFoundError("No module named 'torch'", name="torch"), extra="audit").extra
 'audit'
+>>> missing_dependency(ModuleNotFoundError("No module named 'timm'", name="timm"), extra="audit").extra
+'audit,timm'
 >>> missing_dependency(ModuleNotFoundError("No module named 'mypkg'", name="mypkg")) is None
 True
 """
@@ -35,9 +44,19 @@ MODULE_EXTRAS: dict[str, str] = {
     "scipy": "audit",
     "matplotlib": "audit",
     "ray": "ray",
+    "timm": "timm",
+    "transformers": "transformers",
+    "datasets": "datasets",
 }
-# Extras in the order they contain each other: ``audit`` includes ``refit``.
-_NESTED = ("refit", "audit")
+# Extra -> the extras it installs too (pyproject.toml's self-references, followed; tests/test_extras.py checks it).
+EXTRA_INCLUDES: dict[str, frozenset[str]] = {
+    "refit": frozenset(),
+    "audit": frozenset({"refit"}),
+    "ray": frozenset({"audit", "refit"}),
+    "timm": frozenset({"refit"}),
+    "transformers": frozenset({"refit"}),
+    "datasets": frozenset({"refit"}),
+}
 # The pip distribution name where it differs from the module's.
 _DISTRIBUTIONS = {"sklearn": "scikit-learn"}
 
@@ -48,23 +67,35 @@ def needs_extra(parser: argparse.ArgumentParser, extra: str) -> None:
     parser.set_defaults(extra=extra, extra_command=parser.prog)
 
 
+def extras_for(*extras: str | None) -> str:
+    """The fewest extras whose install covers all of ``extras``, comma-joined as in ``bnconvention[audit,timm]``
+    (an extra another one includes is left out; the rest in ``EXTRA_INCLUDES``' order).
+
+    >>> extras_for("refit", "audit"), extras_for("timm", "refit"), extras_for("transformers", "audit")
+    ('audit', 'timm', 'audit,transformers')
+    """
+    wanted = {e for e in extras if e is not None}
+    kept = [e for e in EXTRA_INCLUDES if e in wanted and not any(e in EXTRA_INCLUDES.get(o, ()) for o in wanted)]
+    return ",".join(kept + sorted(wanted - set(EXTRA_INCLUDES)))
+
+
 def missing_dependency(exc: ModuleNotFoundError, *, extra: str | None = None,
                        command: str | None = None) -> MissingDependencyError | None:
     """The one-line error for a missing optional dependency, or None when ``exc`` is about another module.
 
-    The extra named is the larger of the missing module's and the command's ``extra``; ``command`` (e.g.
-    ``"bnconvention audit"``) names who needs it.
+    The extras named are those that cover both the missing module's and the command's ``extra`` (``audit`` for
+    a missing torch under ``audit``; ``audit,timm`` for a missing timm); ``command`` (e.g.
+    ``"bnconvention audit"``) names who needs it. The error's ``extra`` is what goes between the brackets.
     """
     module = (exc.name or "").split(".")[0]
     needed = MODULE_EXTRAS.get(module)
     if needed is None:
         return None
-    if extra in _NESTED and needed in _NESTED:
-        needed = max(needed, extra, key=_NESTED.index)
+    brackets = extras_for(needed, extra)
     package = _DISTRIBUTIONS.get(module, module)
     return MissingDependencyError(
         f"{command or 'this command'} needs {package}, which is not installed; install the extra: "
-        f"pip install 'bnconvention[{needed}]'", module=module, extra=needed)
+        f"pip install 'bnconvention[{brackets}]'", module=module, extra=brackets)
 
 
-__all__ = ["MODULE_EXTRAS", "missing_dependency", "needs_extra"]
+__all__ = ["EXTRA_INCLUDES", "MODULE_EXTRAS", "extras_for", "missing_dependency", "needs_extra"]

@@ -55,3 +55,24 @@ def zoo():  # -> bnconvention.zoo.ZooManifest
     from bnconvention.zoo import build_zoo, default_zoo_dir
 
     return build_zoo(default_zoo_dir(REPO_ROOT / ".cache", seed=0), seed=0, progress=False)
+
+
+@pytest.fixture(scope="session")
+def real_org(tmp_path_factory: pytest.TempPathFactory):  # -> helpers.real_org.RealOrg
+    """A real organisation (``helpers.real_org``: timm, transformers, a pickle-only repo, a ``datasets`` dataset
+    repo) published once per session with the libraries' own code on a local Hub that serves LFS uploads. Read
+    it; tests that write (pull requests, pushes) use ``real_org_clone``, so every test sees it as published."""
+    from helpers.real_org import HUB_ORGS, HUB_TOKENS, publish_real_org
+
+    from bnconvention.hubserver import LocalHub
+
+    with LocalHub(tmp_path_factory.mktemp("real-org-hub"), tokens=HUB_TOKENS, orgs=HUB_ORGS, durable=False,
+                  lfs=True) as hub:
+        yield publish_real_org(hub)
+
+
+@pytest.fixture
+def real_org_clone(real_org, tmp_path: Path):  # -> helpers.real_org.RealOrg
+    """The real organisation on a hub of its own over a hard-linked copy of the store: write to it freely."""
+    with real_org.clone(tmp_path / "real-org-clone") as clone:
+        yield clone

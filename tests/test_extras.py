@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bnconvention.extras import MODULE_EXTRAS, missing_dependency
+from bnconvention.extras import EXTRA_INCLUDES, MODULE_EXTRAS, extras_for, missing_dependency
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "torchvision", "numpy", "sklearn", "scipy", "matplotlib")
@@ -121,16 +121,94 @@ def test_core_dependencies_are_light_and_extras_hold_the_rest() -> None:
     assert project["optional-dependencies"]["audit"][0] == "bnconvention[refit]"
 
 
+def _locked() -> dict[str, str]:
+    """requirements/lock.txt as normalised name -> version."""
+    lines = (ROOT / "requirements" / "lock.txt").read_text(encoding="utf-8").splitlines()
+    pins = [line.split("==") for line in lines if line and not line.startswith("#")]
+    return {_normalise(name): version for name, version in pins}
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
 def test_the_lock_file_still_installs_everything() -> None:
     """The README's commands install requirements/lock.txt, then bnconvention with --no-deps: every extra's
-    requirement must be pinned there."""
-    locked = _requirement_names([line for line in (ROOT / "requirements" / "lock.txt").read_text().splitlines()
-                                 if line and not line.startswith("#")])
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirement must be pinned there (issue 12: timm, transformers and datasets too)."""
+    locked = set(_locked())
+    project = _project()
     wanted = _requirement_names(project["dependencies"])
-    for name in ("refit", "audit", "test"):
-        wanted |= _requirement_names(project["optional-dependencies"][name])
-    assert wanted - {"bnconvention"} <= locked, wanted - locked
+    for requirements in project["optional-dependencies"].values():
+        wanted |= _requirement_names(requirements)
+    assert {"timm", "transformers", "datasets"} <= wanted
+    assert {_normalise(n) for n in wanted} - {"bnconvention"} <= locked, wanted - locked
+
+
+def test_locked_versions_satisfy_the_extras() -> None:
+    """A pin outside an extra's range would install a version the extra refuses."""
+    from packaging.requirements import Requirement
+
+    locked = _locked()
+    project = _project()
+    for requirement in [*project["dependencies"], *sum(project["optional-dependencies"].values(), [])]:
+        parsed = Requirement(requirement)
+        if parsed.name != "bnconvention":
+            assert parsed.specifier.contains(locked[_normalise(parsed.name)], prereleases=True), (requirement,
+                                                                                                  locked)
+
+
+def test_the_lock_holds_every_dependency_of_what_it_pins() -> None:
+    """Closed under requirements: pip installs the lock as given, so a dependency left out (issue 12:
+    transformers' tokenizers, datasets' pyarrow) would be fetched unpinned, or missing offline. Read from the
+    installed distributions' metadata, for the pins installed in this environment."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+
+    locked = _locked()
+    checked, missing = 0, set()
+    for name, version in locked.items():
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue
+        if dist.version != version:
+            continue
+        checked += 1
+        for raw in dist.requires or []:
+            requirement = Requirement(raw)
+            applies = requirement.marker is None or requirement.marker.evaluate({"extra": ""})
+            if applies and _normalise(requirement.name) not in locked:
+                missing.add(f"{requirement.name} (needed by {name})")
+    assert checked >= len(locked) // 2, f"only {checked} of {len(locked)} pins are installed here"
+    assert not missing, sorted(missing)
+
+
+def _self_references(requirements: list[str]) -> set[str]:
+    extras: set[str] = set()
+    for requirement in requirements:
+        match = re.fullmatch(r"bnconvention\[([a-z,]+)\]", requirement)
+        if match:
+            extras |= set(match.group(1).split(","))
+    return extras
+
+
+def test_extra_includes_follows_pyproject() -> None:
+    """extras_for leaves out an extra another one installs: that table must be pyproject's own nesting."""
+    extras = _project()["optional-dependencies"]
+    for name in EXTRA_INCLUDES:
+        closure, todo = set(), list(_self_references(extras[name]))
+        while todo:
+            included = todo.pop()
+            if included not in closure:
+                closure.add(included)
+                todo.extend(_self_references(extras[included]))
+        assert EXTRA_INCLUDES[name] == closure, name
+    assert set(MODULE_EXTRAS.values()) <= set(EXTRA_INCLUDES)
 
 
 def test_missing_dependency_names_the_larger_extra() -> None:
@@ -143,3 +221,29 @@ def test_missing_dependency_names_the_larger_extra() -> None:
     assert str(error) == ("bnconvention refit needs scipy, which is not installed; install the extra: pip install "
                           "'bnconvention[audit]'")
     assert missing_dependency(ModuleNotFoundError("No module named 'mypkg'", name="mypkg")) is None
+
+
+@pytest.mark.parametrize(("module", "extra", "brackets"), [
+    pytest.param("timm", "audit", "audit,timm", id="timm-under-audit"),
+    pytest.param("timm", "refit", "timm", id="timm-under-refit"),
+    pytest.param("transformers", "audit", "audit,transformers", id="transformers-under-audit"),
+    pytest.param("transformers", None, "transformers", id="transformers-alone"),
+    pytest.param("datasets", "audit", "audit,datasets", id="datasets-under-audit"),
+    pytest.param("datasets", "ray", "ray,datasets", id="datasets-under-ray"),
+])
+def test_a_missing_library_extra_is_named_with_the_commands(module: str, extra: str | None, brackets: str) -> None:
+    """Issue 12: without timm/transformers/datasets the one-line error names the extra that installs it, together
+    with the command's own when that one is not included in it."""
+    error = missing_dependency(ModuleNotFoundError(f"No module named '{module}.models'", name=f"{module}.models"),
+                               extra=extra, command="bnconvention hub audit")
+    assert (error.module, error.extra) == (module, brackets)
+    assert str(error) == (f"bnconvention hub audit needs {module}, which is not installed; install the extra: "
+                          f"pip install 'bnconvention[{brackets}]'")
+
+
+def test_extras_for_keeps_only_what_no_other_extra_installs() -> None:
+    assert extras_for("refit", "audit") == "audit"
+    assert extras_for("audit", "ray") == "ray"
+    assert extras_for("timm", "transformers", "audit") == "audit,timm,transformers"
+    assert extras_for("refit", None) == "refit"
+    assert extras_for("audit", "mine") == "audit,mine"  # an extra we do not know is kept, never dropped

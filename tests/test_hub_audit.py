@@ -42,9 +42,13 @@ SPEC = {
     "replicates": 2, "refit": {"rule": "exact", "transform": "train", "pool_size": 64, "batch_size": 64},
     "recoverability": None, "provenance": None,
 }
-AUDITED = sorted(["bn-declared-01", "bn-declared-02", "bn-declared-03", "bn-declared-nocfg-01", "bn-card-only-01",
-                  "bn-undeclared-01", "bn-undeclared-02", "bn-undeclared-03", "bn-wrong-features-01",
-                  "bn-invalid-record-01", "bn-card-disagrees-01", "bn-record-not-json-01"])
+SINGLE = ["bn-declared-01", "bn-declared-02", "bn-declared-03", "bn-declared-nocfg-01", "bn-card-only-01",
+          "bn-undeclared-01", "bn-undeclared-02", "bn-undeclared-03", "bn-wrong-features-01",
+          "bn-invalid-record-01", "bn-card-disagrees-01", "bn-record-not-json-01"]
+# issue 12: sharded checkpoints are audited too (they were reported as skipped)
+SHARDED = ([f"bn-declared-sharded-0{i}" for i in range(1, 6)] + [f"bn-undeclared-sharded-0{i}" for i in range(1, 6)]
+           + ["bn-stale-sharded-01"])
+AUDITED = sorted(SINGLE + SHARDED)
 
 
 
@@ -113,17 +117,17 @@ def test_every_batchnorm_repo_is_audited_at_its_pinned_commit(audited, hub: Loca
     audited_repos = sorted(a.repo_id.split("/")[1] for a in run.audits if a.status == "audited")
     skipped = sorted(a.repo_id.split("/")[1] for a in run.audits if a.status == "skipped")
     assert audited_repos == AUDITED
-    assert skipped == sorted([f"bn-declared-sharded-0{i}" for i in range(1, 6)] +
-                             [f"bn-undeclared-sharded-0{i}" for i in range(1, 6)] + ["bn-stale-sharded-01"])
-    assert run.ran == 12 and run.reused == 0
+    assert skipped == []
+    assert run.ran == 23 and run.reused == 0
     for audit in run.audits:
         assert audit.revision == audited["heads"][audit.repo_id]
         for item in audit.files:
             if item.status != "audited":
                 continue
             annotation = item.result.annotation
+            sharded = audit.repo_id.split("/")[1] in SHARDED
             assert (annotation.subject.repo, annotation.subject.revision, annotation.subject.filename) == (
-                audit.repo_id, audit.revision, "model.safetensors")
+                audit.repo_id, audit.revision, "model.safetensors.index.json" if sharded else "model.safetensors")
             assert [i for i in validate_record(to_dict(annotation)) if i.severity == "error"] == []
             assert item.annotation_sha256 == canonical_sha256(to_dict(annotation))
             assert item.annotation_path == annotation_filename(item.annotation_sha256)
@@ -132,8 +136,8 @@ def test_every_batchnorm_repo_is_audited_at_its_pinned_commit(audited, hub: Loca
 def test_architecture_comes_from_the_repo_when_allowlisted_else_from_the_spec(audited) -> None:
     run = audited["run"]
     sources = {a.repo_id.split("/")[1]: a.files[0].architecture_source for a in run.audits if a.status == "audited"}
-    assert {repo for repo, source in sources.items() if source == "spec"} == {"bn-declared-nocfg-01",
-                                                                             "bn-record-not-json-01"}
+    assert {repo for repo, source in sources.items() if source == "spec"} == {
+        "bn-declared-nocfg-01", "bn-record-not-json-01", *(r for r in SHARDED if r != "bn-stale-sharded-01")}
     assert all(a.files[0].factory == "zoo/convnet-bn" for a in run.audits if a.status == "audited")
 
 
@@ -146,7 +150,7 @@ def test_audit_writes_annotations_and_the_population_summary(audited) -> None:
     assert (folder / "annotation.json").read_text() == annotation_text(item.result)
     assert (folder / "summary.md").is_file() and (folder / "result.json").is_file()
     summary = json.loads((out / "audit.json").read_text())
-    assert summary["counts"]["checkpoints"] == 12 and summary["org"] == ORG
+    assert summary["counts"]["checkpoints"] == 23 and summary["org"] == ORG
     assert (out / "audit.md").read_text().startswith("#")
     # regression (issue 10): the summary linked checkpoints/<name>/annotation.json, the census layout, not this one
     links = [row["annotation"] for row in summary["checkpoints"]]
@@ -165,7 +169,7 @@ def test_audit_rerun_reuses_the_journal(audited, auditor, spec: AuditSpec) -> No
 
 def test_dry_run_prints_the_changes_and_pushes_nothing(audited, auditor, hub: LocalHub) -> None:
     dry = push_org(auditor, ORG, journal=audited["journal"], dry_run=True)
-    assert [o.status for o in dry.outcomes] == ["dry-run"] * 12
+    assert [o.status for o in dry.outcomes] == ["dry-run"] * 23
     assert all(_pull_requests(hub, f"{ORG}/{repo}") == [] for repo in AUDITED)
     text = dry.plans[0].describe()
     assert text.startswith(f"{ORG}/bn-card-disagrees-01: would open a pull request on ")
@@ -175,7 +179,7 @@ def test_dry_run_prints_the_changes_and_pushes_nothing(audited, auditor, hub: Lo
 
 
 def test_push_opens_one_pull_request_per_audited_repo(audited, pushed, hub: LocalHub) -> None:
-    assert [o.status for o in pushed.outcomes] == ["opened"] * 12 and pushed.opened == 12
+    assert [o.status for o in pushed.outcomes] == ["opened"] * 23 and pushed.opened == 23
     for audit in audited["run"].audits:
         prs = _pull_requests(hub, audit.repo_id)
         if audit.status != "audited":
@@ -222,14 +226,14 @@ def test_card_less_repo_gets_a_card(audited, pushed, hub: LocalHub) -> None:
 
 def test_rerun_opens_no_new_pull_request(audited, pushed, auditor, hub: LocalHub, tmp_path: Path) -> None:
     again = push_org(auditor, ORG, journal=audited["journal"])
-    assert (again.opened, again.reused) == (0, 12)
+    assert (again.opened, again.reused) == (0, 23)
     # even with the push rows of the journal lost: the markers on the Hub say it is done
     with Journal(tmp_path / "fresh.sqlite", org=ORG, endpoint=hub.endpoint) as fresh:
         for entry in audited["journal"].entries("audit"):
             fresh.record("audit", entry.repo_id, revision=entry.revision, key=entry.key, status=entry.status,
                          payload=entry.payload, final=entry.final)
         lost = push_org(auditor, ORG, journal=fresh)
-    assert lost.opened == 0 and [o.status for o in lost.outcomes] == ["exists"] * 12
+    assert lost.opened == 0 and [o.status for o in lost.outcomes] == ["exists"] * 23
     assert [o.pr_num for o in lost.outcomes] == [o.pr_num for o in pushed.outcomes]
     assert all(len(_pull_requests(hub, f"{ORG}/{repo}")) == 1 for repo in AUDITED)
 
@@ -402,18 +406,17 @@ def plan_setup(tmp_path: Path):
         yield plan, journal, canonical_sha256(spec_data)
 
 
-def test_plan_audits_makes_tasks_records_sharded_skips_and_ignores_repos_without_bn(plan_setup) -> None:
-    plan, journal, spec_sha = plan_setup
+def test_plan_audits_makes_tasks_of_single_and_sharded_checkpoints_and_ignores_repos_without_bn(plan_setup) -> None:
+    # issue 12: a sharded checkpoint is a task like a single file (it was recorded as skipped, with no task)
+    plan, journal, _ = plan_setup
     repos = [_census_repo("single"), _census_repo("sharded", kind="sharded"), _census_repo("gn", status="no_weights")]
     result = plan(repos, threads=3, allowed_factories=["mine:build"])
     assert [(t.repo_id, t.filenames, t.revision, t.threads, t.allowed_factories) for t in result.tasks] == [
-        (f"{ORG}/single", ("model.safetensors",), "c0", 3, ("mine:build",))]
-    skipped = result.results[f"{ORG}/sharded"]
-    assert (skipped.status, skipped.files[0].status) == ("skipped", "skipped")
-    assert skipped.reason.startswith("model.safetensors.index.json: sharded checkpoint")
-    entry = journal.get("audit", f"{ORG}/sharded")
-    assert (entry.status, entry.key, entry.revision) == ("skipped", spec_sha, "c0")
-    assert (list(result.results), result.reused_ids, result.left) == ([f"{ORG}/sharded"], set(), 0)
+        (f"{ORG}/single", ("model.safetensors",), "c0", 3, ("mine:build",)),
+        (f"{ORG}/sharded", ("model.safetensors.index.json",), "c0", 3, ("mine:build",))]
+    assert all(t.skipped == () for t in result.tasks)
+    assert (result.results, result.reused_ids, result.left) == ({}, set(), 0)
+    assert journal.get("audit", f"{ORG}/sharded") is None
 
 
 def test_plan_audits_reuses_successes_at_the_same_commit_and_reruns_failures(plan_setup) -> None:

@@ -86,10 +86,10 @@ def test_every_repo_is_classified_as_expected(clean, org_repos: list[SeedRepo]) 
 @pytest.mark.parametrize(("repo", "status", "reason"), [
     pytest.param("bn-declared-01", "declared_consistent",
                  "4 BatchNorm layers declared as frozen/train/train-transform/ema-m0.1 (header); layers match the "
-                 "header; running statistics match the declared digests (800 bytes read)", id="declared-header"),
+                 "header; running statistics match the declared digests (1440 bytes read)", id="declared-header"),
     pytest.param("bn-card-only-01", "declared_consistent",
                  "4 BatchNorm layers declared as frozen/train/train-transform/ema-m0.1 (card); layers match the "
-                 "header; running statistics match the declared digests (800 bytes read)", id="declared-card"),
+                 "header; running statistics match the declared digests (1440 bytes read)", id="declared-card"),
     pytest.param("bn-stale-sharded-01", "declared_inconsistent",
                  "the declaration is stale: the running buffers of layer 'features.1' do not match the declared "
                  "digest: they changed after the declaration was written (stale declaration)", id="stale"),
@@ -108,7 +108,8 @@ def test_every_repo_is_classified_as_expected(clean, org_repos: list[SeedRepo]) 
     pytest.param("gn-sharded-01", "channel_absent",
                  "no BatchNorm running statistics (channel absent), nothing declared", id="gn-sharded"),
     pytest.param("pickle-only-01", "no_weights",
-                 "no .safetensors weights (other weights files, never opened: pytorch_model.bin)", id="pickle"),
+                 "no .safetensors weights (other weights files, never opened: pytorch_model.bin; convert them to "
+                 "safetensors to have them classified and audited)", id="pickle"),
     pytest.param("missing-shard-01", "unreadable",
                  f"{ORG}/missing-shard-01/model.safetensors.index.json: names shard "
                  "'model-00002-of-00002.safetensors', which the repo does not hold", id="missing-shard"),

@@ -11,14 +11,13 @@ own ``metadata_update`` wrote.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers.hub_org import build_org, seed
+from helpers.real_org import library_endpoint
 
 from bnconvention.audit.spec import parse_spec
 from bnconvention.formats.canonical import canonical_sha256
@@ -63,19 +62,6 @@ def narrow_weights() -> bytes:
 
     torch.manual_seed(8)
     return save({name: t.contiguous() for name, t in convnet_bn(width=8).state_dict().items()})
-
-
-@contextlib.contextmanager
-def library_endpoint(endpoint: str) -> Iterator[None]:
-    """huggingface_hub's import-time copies of the endpoint pointed at the local Hub, for its own helpers
-    (``metadata_update``)."""
-    from huggingface_hub import constants, hf_api
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(constants, "ENDPOINT", endpoint)
-        patch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-        patch.setattr(hf_api.api, "endpoint", endpoint)
-        yield
 
 
 def publish_model_index(hub: LocalHub, repo_id: str, shipped: dict[str, float]) -> None:
@@ -155,10 +141,10 @@ def test_each_spec_audits_what_fits_it(two_specs) -> None:
     wide, narrow = _by_repo(two_specs["wide"]), _by_repo(two_specs["narrow"])
     assert {r: a.status for r, a in wide.items()} == {
         "bn-declared-01": "audited", "bn-declared-nocfg-01": "audited", "bn-undeclared-01": "audited",
-        "bn-declared-sharded-01": "skipped", "family-01": "failed", "indexed-01": "audited", "narrow-01": "failed"}
+        "bn-declared-sharded-01": "audited", "family-01": "failed", "indexed-01": "audited", "narrow-01": "failed"}
     assert {r: a.status for r, a in narrow.items() if a.status != "skipped"} == {
         "bn-declared-01": "audited", "bn-declared-nocfg-01": "failed", "bn-undeclared-01": "audited",
-        "family-01": "audited", "indexed-01": "audited", "narrow-01": "audited"}
+        "bn-declared-sharded-01": "failed", "family-01": "audited", "indexed-01": "audited", "narrow-01": "audited"}
 
 
 @pytest.mark.slow  # the module audits two organisations (about 10 s together)
@@ -178,12 +164,14 @@ def test_rows_of_the_second_spec_never_overwrite_the_first(two_specs) -> None:
 def test_push_offers_every_audited_repo_and_proposes_each_annotation_once(two_specs, hub: LocalHub) -> None:
     # regression (issue 12): after the second spec, hub push offered only the second spec's repos
     first = {o.repo_id.split("/")[1]: o.status for o in two_specs["first"].outcomes}
-    assert first == dict.fromkeys(["bn-declared-01", "bn-declared-nocfg-01", "bn-undeclared-01", "indexed-01"],
-                                  "opened")
+    assert first == dict.fromkeys(["bn-declared-01", "bn-declared-nocfg-01", "bn-undeclared-01",
+                                   "bn-declared-sharded-01", "indexed-01"], "opened")
     second = {o.repo_id.split("/")[1]: o.status for o in two_specs["second"].outcomes}
     assert second == {"bn-declared-01": "opened", "bn-declared-nocfg-01": "opened", "bn-undeclared-01": "opened",
-                      "family-01": "opened", "indexed-01": "opened", "narrow-01": "opened"}
-    assert two_specs["second"].reused_ids == {f"{MULTI}/bn-declared-nocfg-01"}  # nothing new there
+                      "bn-declared-sharded-01": "opened", "family-01": "opened", "indexed-01": "opened",
+                      "narrow-01": "opened"}
+    assert two_specs["second"].reused_ids == {f"{MULTI}/bn-declared-nocfg-01",  # nothing new there
+                                              f"{MULTI}/bn-declared-sharded-01"}
     repo_id = f"{MULTI}/bn-declared-01"
     wide_sha = _by_repo(two_specs["wide"])["bn-declared-01"].files[0].annotation_sha256
     narrow_sha = _by_repo(two_specs["narrow"])["bn-declared-01"].files[0].annotation_sha256
@@ -225,16 +213,17 @@ def ruled(hub: LocalHub, auditor, tmp_path_factory: pytest.TempPathFactory):
 def test_one_spec_with_rules_audits_a_mixed_organisation(ruled) -> None:
     audits = _by_repo(ruled["run"])
     assert {r: a.status for r, a in audits.items() if a.status != "skipped"} == dict.fromkeys(
-        ["bn-declared-01", "bn-declared-nocfg-01", "bn-undeclared-01", "family-01", "indexed-01", "narrow-01"],
-        "audited")
+        ["bn-declared-01", "bn-declared-nocfg-01", "bn-undeclared-01", "bn-declared-sharded-01", "family-01",
+         "indexed-01", "narrow-01"], "audited")
     rules = {r: a.files[0].rules for r, a in audits.items() if a.status == "audited"}
-    assert rules == {"bn-declared-01": ["zoo declared"], "bn-declared-nocfg-01": [],
+    assert rules == {"bn-declared-01": ["zoo declared"], "bn-declared-nocfg-01": [], "bn-declared-sharded-01": [],
                      "bn-undeclared-01": ["zoo declared"], "family-01": ["narrow by config"],
                      "indexed-01": ["zoo declared", "model-index"],
                      "narrow-01": ["narrow by name"]}
     pools = {r: a.files[0].result.annotation.convention.data.record_count for r, a in audits.items()
              if a.status == "audited"}
-    assert pools == {"bn-declared-01": 32, "bn-declared-nocfg-01": 64, "bn-undeclared-01": 32, "family-01": 64,
+    assert pools == {"bn-declared-01": 32, "bn-declared-nocfg-01": 64, "bn-declared-sharded-01": 64,
+                     "bn-undeclared-01": 32, "family-01": 64,
                      "indexed-01": 32, "narrow-01": 64}
 
 

@@ -66,8 +66,12 @@ def test_ranges_cover_exactly_the_running_tensors_and_merge_neighbours() -> None
         assert (byte_range.start, byte_range.end) == (spans[0][0], max(end for _, end in spans))
         # members of one range are never further apart than the merge gap
         assert all(b[0] - a[1] - 1 <= MERGE_GAP for a, b in itertools.pairwise(spans))
-    total = sum(r.end - r.start + 1 for r in ranges)
-    assert total < 512  # a few hundred bytes for two layers, not the weights
+    # issue 12: with the 4 KiB merge gap, this tiny model's six buffers are one request (1,200 bytes, a conv kernel
+    # in between); without merging across gaps, exactly the running buffers' bytes are read
+    assert len(ranges) == 1
+    exact = plan_ranges(weights, names, merge_gap=0)
+    running = sum(header.tensors[n].nbytes for n in names)
+    assert sum(r.end - r.start + 1 for r in exact) == running == 96
 
 
 def test_compare_accepts_the_declared_state_and_names_the_stale_layer() -> None:
@@ -116,3 +120,86 @@ def test_one_flag_per_repo(repos, issues_files, expected) -> None:
 
     issues = [new_issue("digests.trainable_mismatch", file=f, message="m") for f in issues_files]
     assert flagged_repos(repos, issues) == expected
+
+
+# --- issue 12: real models, coalesced ranges, the budget -------------------------------------------------------------
+
+
+def _timm_weights(name: str) -> tuple[WeightsSet, list[str], int]:
+    """A random-initialised timm model as timm saves it, the names of its running buffers, their bytes."""
+    import timm
+
+    from bnconvention.formats.digests import bn_layer_names, running_names_for_layer
+
+    model = timm.create_model(name, pretrained=False)
+    weights, _ = _weights(model)
+    state = model.state_dict()
+    names = [n for layer in bn_layer_names(model) for n in running_names_for_layer(layer, state)]
+    return weights, names, sum(state[n].numel() * state[n].element_size() for n in names)
+
+
+@pytest.mark.slow
+def test_the_budget_covers_resnet50_in_a_few_dozen_requests() -> None:
+    from bnconvention.hub.running import MAX_REQUESTS, RUNNING_CHECK_BYTES
+
+    weights, names, running = _timm_weights("resnet50")
+    assert running == 212_904  # 0.21 % of resnet50's 102.5 MB of weights
+    ranges = plan_ranges(weights, names)
+    planned = sum(r.end - r.start + 1 for r in ranges)
+    assert sorted(n for r in ranges for n in r.tensors) == sorted(names)
+    assert len(ranges) == 28 and planned == 261_288 <= RUNNING_CHECK_BYTES  # measured; the old budget was 16 KiB
+    # without merging across gaps: each layer's mean/var pair, and the counters (some in runs)
+    assert len(plan_ranges(weights, names, merge_gap=0)) == 54 <= MAX_REQUESTS
+
+
+def test_beyond_max_requests_the_smallest_gaps_are_read_too() -> None:
+    weights, names, running = _timm_weights("resnet18")
+    spread = plan_ranges(weights, names, merge_gap=0)
+    assert sum(r.end - r.start + 1 for r in spread) == running == 38_560 and len(spread) == 21
+    capped = plan_ranges(weights, names, merge_gap=0, max_requests=5)
+    assert len(capped) == 5 and sorted(n for r in capped for n in r.tensors) == sorted(names)
+    header = weights.headers[0].header
+    gaps = sorted(b.start - a.end - 1 for a, b in itertools.pairwise(spread))
+    # closing the 16 smallest gaps is the cheapest way down to 5 requests
+    assert sum(r.end - r.start + 1 for r in capped) == running + sum(gaps[:16])
+    assert all(r.end < header.data_offset + header.data_size + 8 for r in capped)
+
+
+@pytest.mark.slow
+def test_a_timm_repush_keeping_the_card_is_declared_inconsistent(tmp_path) -> None:
+    """A timm resnet18 release whose card declares its convention, then a re-push with new weights and the same card
+    (a real workflow). Its running buffers are 38,560 bytes: over the old 16 KiB budget, the re-push was
+    declared_consistent (the regression)."""
+    import timm
+
+    from bnconvention.authoring.card_stamp import stamp_card_text
+    from bnconvention.hub.classify import classify_repo
+    from bnconvention.hub.client import make_client
+    from bnconvention.hubserver import LocalHub
+    from bnconvention.standard.models import to_dict
+
+    torch.manual_seed(0)
+    model = timm.create_model("resnet18", pretrained=False).eval()
+    card = stamp_card_text("---\nlicense: mit\nlibrary_name: timm\n---\n# resnet18\n", to_dict(_record(model)))
+    first = save({k: v.contiguous() for k, v in model.state_dict().items()})
+    with torch.no_grad():
+        model.train()
+        model(torch.randn(4, 3, 64, 64))
+    second = save({k: v.contiguous() for k, v in model.eval().state_dict().items()})
+    with LocalHub(tmp_path / "hub", tokens={}, durable=False) as hub:
+        client = make_client(endpoint=hub.endpoint)
+        names = ["README.md", "model.safetensors"]
+        release = hub.store.commit("lab/resnet18", files={"README.md": card.encode(), "model.safetensors": first})
+        consistent = classify_repo(client, "lab/resnet18", sha=release.oid, filenames=names)
+        repush = hub.store.commit("lab/resnet18", files={"README.md": card.encode(), "model.safetensors": second})
+        hub.reset_stats()
+        stale = classify_repo(client, "lab/resnet18", sha=repush.oid, filenames=names)
+        sent = hub.bytes_sent(repo_id="lab/resnet18")
+        old = classify_repo(client, "lab/resnet18", sha=repush.oid, filenames=names, running_check_bytes=16 * 1024)
+    assert consistent.status == "declared_consistent"
+    assert consistent.reason.endswith("running statistics match the declared digests (61344 bytes read)")
+    assert stale.status == "declared_inconsistent"
+    assert stale.reason.startswith("the declaration is stale: the running buffers of layer 'bn1' do not match")
+    assert stale.checkpoints[0].findings[0].code == "digests.running_mismatch"
+    assert sent < 0.002 * len(second)  # header, card and running ranges: 0.17 % of the weights
+    assert old.status == "declared_consistent" and "running digests not checked (38560 bytes" in old.reason

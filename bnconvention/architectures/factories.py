@@ -1,9 +1,11 @@
 """Model factories, resolved only from an allowlist.
 
 A factory name in a model's metadata or a downloaded config is untrusted: it is looked up in :data:`REGISTRY`
-(torchvision architectures, the digits zoo) and never imported. The only way to run other code is for the user to
-name it on their own command line (``--allow-factory package.module:function``), which calls
-:func:`allow_user_factory` for that process.
+(torchvision architectures, the digits zoo) and never imported. ``timm/<model>`` and ``transformers/<class>`` are
+built through those libraries' own registries (:mod:`~bnconvention.architectures.timm_models`,
+:mod:`~bnconvention.architectures.transformers_models`). The only way to run other code is for the user to name it
+on their own command line (``--allow-factory package.module:function``), which calls :func:`allow_user_factory` for
+that process.
 
 >>> sorted(n for n in available_factories() if n.startswith("torchvision/resnet"))[:2]
 ['torchvision/resnet101', 'torchvision/resnet152']
@@ -17,6 +19,10 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from bnconvention.architectures.timm_models import PREFIX as TIMM_PREFIX
+from bnconvention.architectures.timm_models import build_timm
+from bnconvention.architectures.transformers_models import PREFIX as TRANSFORMERS_PREFIX
+from bnconvention.architectures.transformers_models import build_transformers
 from bnconvention.errors import (
     BnConventionError,
     FactoryArgumentError,
@@ -71,13 +77,19 @@ def allow_user_factory(target: str, *, name: str | None = None) -> str:
 
 def resolve_factory(name: str) -> FactoryFn:
     """The callable behind an allowlisted factory name; anything else is refused without importing it."""
+    return _load(check_allowed(name))
+
+
+def check_allowed(name: str) -> str:
+    """The ``module:attribute`` target of an allowlisted factory name (nothing imported); refused otherwise."""
     target = _user_allowed.get(name) or REGISTRY.get(name)
     if target is None:
         raise FactoryNotAllowedError(
-            f"model factory {name!r} is not allowlisted; known: torchvision/<arch>, zoo/convnet-bn, zoo/convnet-gn. "
+            f"model factory {name!r} is not allowlisted; known: torchvision/<arch>, timm/<model>, "
+            "transformers/<image classifier class>, zoo/convnet-bn, zoo/convnet-gn. "
             "To use your own, name it on the command line: --allow-factory package.module:function"
         )
-    return _load(target)
+    return target
 
 
 def _load(target: str) -> FactoryFn:
@@ -128,21 +140,38 @@ def _check_arguments(name: str, function: FactoryFn, kwargs: Mapping[str, Any]) 
             f"{', '.join(takes) or 'no keyword arguments'}") from None
 
 
-def build_model(name: str, kwargs: Mapping[str, Any] | None = None) -> torch.nn.Module:
-    """Build an allowlisted architecture with JSON-scalar keyword arguments (random initialisation, no download).
-
-    Whatever the factory raises becomes one :class:`FactoryCallError`, so a user's factory fails with one line
-    at the CLI; what it returns must be a ``torch.nn.Module``.
-    """
-    kwargs = dict(kwargs or {})
+def plain_kwargs_problem(kwargs: Mapping[str, Any]) -> str | None:
+    """Why ``kwargs`` are not plain factory arguments (JSON scalars or lists of them), or None when they are."""
     for key, value in kwargs.items():
         if not isinstance(value, _JSON_SCALAR) and not (
             isinstance(value, (list, tuple)) and all(isinstance(v, _JSON_SCALAR) for v in value)
         ):
-            raise FactoryNotAllowedError(
-                f"factory argument {key}={value!r} is not a JSON scalar or list of scalars; only plain values are "
-                "accepted"
-            )
+            return (f"factory argument {key}={value!r} is not a JSON scalar or list of scalars; only plain values are "
+                    "accepted")
+    return None
+
+
+def is_library_factory(name: str) -> bool:
+    """Whether ``name`` is built by timm or transformers (``timm/<model>``, ``transformers/<class>``)."""
+    return name.startswith((TIMM_PREFIX, TRANSFORMERS_PREFIX))
+
+
+def build_model(name: str, kwargs: Mapping[str, Any] | None = None, *, source: str | None = None) -> torch.nn.Module:
+    """Build an allowlisted architecture with JSON-scalar keyword arguments (random initialisation, no download).
+
+    ``timm/<model>`` and ``transformers/<class>`` go to those libraries' builders, which check their own arguments
+    (a transformers config has objects such as ``id2label``); ``source`` names where the name and arguments came
+    from, for their errors. Whatever a factory raises becomes one :class:`FactoryCallError`, so a user's factory
+    fails with one line at the CLI; what it returns must be a ``torch.nn.Module``.
+    """
+    if name.startswith(TIMM_PREFIX):
+        return build_timm(name[len(TIMM_PREFIX):], kwargs, source=source)
+    if name.startswith(TRANSFORMERS_PREFIX):
+        return build_transformers(name[len(TRANSFORMERS_PREFIX):], kwargs, source=source)
+    kwargs = dict(kwargs or {})
+    problem = plain_kwargs_problem(kwargs)
+    if problem is not None:
+        raise FactoryNotAllowedError(problem)
     if name.startswith("torchvision/"):
         # never fetch pretrained weights: weights=None is forced
         kwargs["weights"] = None

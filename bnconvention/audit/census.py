@@ -1,6 +1,7 @@
 """Audit a local population of checkpoints and count what moves (the census of seed 001 / the table of seed 000).
 
-:func:`run_census` finds every ``.safetensors`` file under the given paths, checks all of them (readable header,
+:func:`run_census` finds every checkpoint under the given paths (``.safetensors`` files and sharded checkpoints'
+``*.safetensors.index.json``), checks all of them (readable header,
 allowlisted architecture whose tensors fit, published cells if anchoring is asked for) and the spec's data *before*
 auditing any, then audits each checkpoint and writes, in ``out_dir``:
 
@@ -33,10 +34,8 @@ from pydantic import ValidationError
 from bnconvention.audit.checkpoint import (
     ModelChoice,
     build_architecture,
-    check_fits,
     checkpoint_name,
     choose_model,
-    model_shapes,
     published_cells,
     read_sidecar,
 )
@@ -49,7 +48,6 @@ from bnconvention.audit.spec import AuditSpec, parse_spec
 from bnconvention.audit.stats import by_adjust
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
-from bnconvention.formats.safetensors_header import read_header
 from bnconvention.standard.models import Cell
 
 CENSUS_FORMAT = "bnconvention-census/1"
@@ -77,15 +75,14 @@ class CensusOutcome:
 
 
 def discover_checkpoints(paths: Iterable[str | Path]) -> list[Path]:
-    """``.safetensors`` files named directly or found (recursively, sorted) under directories; duplicates dropped."""
+    """Checkpoints named directly (a ``.safetensors`` file or a shard index) or found (recursively, sorted) under
+    directories: shard indexes and the ``.safetensors`` files no index claims; duplicates dropped."""
     found: list[Path] = []
     seen: set[Path] = set()
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            candidates = sorted(p for p in path.rglob("*.safetensors") if p.is_file() and not p.name.startswith("."))
-            if not candidates:
-                raise UsageError(f"{path} holds no .safetensors files; pass checkpoint files or folders of them")
+            candidates = _checkpoints_under(path)
         elif path.is_file():
             candidates = [path]
         else:
@@ -96,28 +93,52 @@ def discover_checkpoints(paths: Iterable[str | Path]) -> list[Path]:
                 seen.add(resolved)
                 found.append(candidate)
     if not found:
-        raise UsageError("no checkpoints given; pass .safetensors files or folders holding them")
+        raise UsageError("no checkpoints given; pass .safetensors files, shard indexes or folders holding them")
+    return found
+
+
+def _checkpoints_under(folder: Path) -> list[Path]:
+    """Every checkpoint under ``folder``: by folder, the rule of :func:`checkpoint_files`, then the shards each index
+    names are dropped (shards may carry any name)."""
+    from bnconvention.formats.checkpoint_files import pickle_in_folder, read_local_index
+    from bnconvention.formats.safetensors_index import INDEX_SUFFIX, checkpoint_files
+
+    names = sorted(p for p in folder.rglob("*.safetensors*") if p.is_file() and not p.name.startswith("."))
+    by_folder: dict[Path, list[str]] = {}
+    for item in names:
+        by_folder.setdefault(item.parent, []).append(item.name)
+    found: list[Path] = []
+    for parent, files in sorted(by_folder.items()):
+        indexes, singles = checkpoint_files(files)
+        claimed = {shard for index in indexes for shard in read_local_index(parent / index).shards}
+        found += [parent / name for name in indexes] + [parent / name for name in singles if name not in claimed]
+    if not found:
+        raise pickle_in_folder(folder) or UsageError(
+            f"{folder} holds no .safetensors files (nor a {INDEX_SUFFIX}); pass checkpoint files or folders of them")
     return found
 
 
 def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[CensusItem]:
-    """Check every checkpoint before any audit: header, architecture (allowlisted, tensors fit), published cells."""
-    from bnconvention.formats.digests import file_digests
+    """Check every checkpoint before any audit: headers (every shard), architecture (allowlisted, tensors fit under
+    the name mapping the audit uses), published cells."""
+    from bnconvention.formats.checkpoint_files import open_checkpoint
+    from bnconvention.formats.digests import checkpoint_digests
+    from bnconvention.refit.weights import fit_model
 
     check_data_fits(spec, data)
-    shapes_by_choice: dict[str, dict[str, tuple[int, ...]]] = {}
+    models: dict[str, Any] = {}
     items: list[CensusItem] = []
     names: set[str] = set()
     for path in paths:
-        header = read_header(path)
+        files = open_checkpoint(path)
         sidecar = read_sidecar(path) if (spec.model is None or spec.published_source == "sidecar") else None
         choice = choose_model(path, spec, sidecar)
         published_cells(path, spec, sidecar)
         key = f"{choice.factory}|{sorted(choice.kwargs.items())!r}"
-        if key not in shapes_by_choice:
-            shapes_by_choice[key] = model_shapes(build_architecture(choice))
-        check_fits(path, header, choice, shapes_by_choice[key])
-        digests = file_digests(path, header=header)
+        if key not in models:
+            models[key] = build_architecture(choice)
+        fit_model(models[key], files, factory=f"factory {choice.factory!r} (from {choice.source})")
+        digests = checkpoint_digests(files)
         weights = weights_key(digests.trainable_sha256, digests.running_sha256)
         name = checkpoint_name(path)
         if name in names:
@@ -166,8 +187,9 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
         raise UsageError(f"--workers must be a positive integer, got {workers!r}")
     out = Path(out_dir)
     spec_sha256 = spec.sha256()
-    data = load_audit_data(spec)
-    items = preflight(discover_checkpoints(paths), spec, data)
+    checkpoints = discover_checkpoints(paths)
+    data = load_audit_data(spec, repo_dir=checkpoints[0].parent)  # prepare_audit rebinds it to each checkpoint
+    items = preflight(checkpoints, spec, data)
 
     results: dict[str, AuditResult] = {}
     reused = 0

@@ -1,12 +1,20 @@
 """Load a checkpoint for an audit: an allowlisted architecture, the weights loaded strictly, digests bound to the file.
 
-The architecture comes from the spec's ``model`` section or, when the spec names none, from the checkpoint's sidecar
-``<name>.json`` (as the digits zoo writes them). Published cells, for anchoring, come from the spec, the sidecar or
-the model card's ``model-index`` beside the weights (``published_source``). Either way the factory name goes through
-:func:`bnconvention.architectures.factories.resolve_factory`, so a name that is not allowlisted is refused before
-anything is imported. Weights are read with the safetensors parser (no pickle); every tensor name and shape must
-match the model's ``state_dict`` exactly, otherwise :class:`~bnconvention.errors.CheckpointMismatchError` lists the
-differences. The header is checked first with our own strict parser, so a malformed file is an
+The checkpoint is a ``.safetensors`` file, a sharded checkpoint's ``*.safetensors.index.json``, or a folder holding one
+(:mod:`bnconvention.formats.checkpoint_files`); its tensors are loaded by :mod:`bnconvention.refit.weights` (names
+of timm/transformers wrappers and base models mapped, float16/bfloat16 read exactly into float32).
+
+Published cells, for anchoring, come from the spec, the sidecar or the model card's ``model-index`` beside the
+weights (``published_source``).
+
+The architecture comes from the spec's ``model`` section (in a local audit the spec is the user's own file, as
+explicit as the command line) or, when the spec names none, from the files beside the weights, in the order of
+:mod:`bnconvention.architectures.resolve`: the checkpoint's sidecar ``<name>.json`` (as the digits zoo writes
+them), then the folder's ``config.json`` (timm's or transformers' own). A factory name goes through the allowlist
+and a timm or transformers name through that library's registry, so what is not known is refused before anything
+is imported. Weights are read with the safetensors parser (no pickle); every tensor name (after the mapping) and
+shape must match the model's ``state_dict`` exactly, otherwise :class:`~bnconvention.errors.CheckpointMismatchError`
+lists the differences. The header is checked first with our own strict parser, so a malformed file is an
 :class:`~bnconvention.errors.UntrustedInputError` naming the file.
 """
 
@@ -17,9 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bnconvention.architectures.resolve import (
+    CONFIG_NAME,
+    Architecture,
+    Resolution,
+    read_config,
+    resolve_architecture,
+)
 from bnconvention.errors import AuditSpecError, CheckpointMismatchError, UntrustedInputError
 from bnconvention.formats.canonical import loads_strict
-from bnconvention.formats.safetensors_header import SafetensorsHeader, read_header
+from bnconvention.formats.safetensors_header import SafetensorsHeader
 
 # torch and safetensors.torch are imported inside the functions that use them: importing this module does not
 # import torch.
@@ -28,23 +43,19 @@ if TYPE_CHECKING:
 
     from bnconvention.audit.spec import AuditSpec
     from bnconvention.formats.digests import DigestSet
+    from bnconvention.refit.weights import LoadedWeights
 
 MAX_SIDECAR_BYTES = 1_000_000
 
 
-@dataclass(frozen=True)
-class ModelChoice:
-    """Which factory builds the architecture, with its arguments, and where that choice came from."""
-
-    factory: str
-    kwargs: dict[str, Any]
-    source: str  # "spec" or the sidecar's path
+# which factory builds the architecture, with its arguments, and where that choice came from ("spec" or a file)
+ModelChoice = Architecture
 
 
 @dataclass
 class LoadedCheckpoint:
-    path: Path
-    name: str  # file name without .safetensors
+    path: Path  # the .safetensors file, or the index of a sharded checkpoint
+    name: str  # file name without .safetensors (.safetensors.index.json)
     header: SafetensorsHeader
     choice: ModelChoice
     model: torch.nn.Module
@@ -52,11 +63,14 @@ class LoadedCheckpoint:
     declared_convention: str | None
     published: dict[str, float] | None
     warnings: list[str]
+    weights: LoadedWeights | None = None  # how the file was loaded (layout, names, dtypes)
 
 
 def checkpoint_name(path: Path) -> str:
-    name = path.name
-    return name[: -len(".safetensors")] if name.endswith(".safetensors") else path.stem
+    """The file name without ``.safetensors`` (or ``.safetensors.index.json`` for a sharded checkpoint)."""
+    from bnconvention.formats.checkpoint_files import checkpoint_name as name_of
+
+    return name_of(path)
 
 
 def sidecar_path(path: Path) -> Path:
@@ -79,24 +93,27 @@ def read_sidecar(path: Path) -> dict[str, Any] | None:
     return decoded
 
 
-def choose_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) -> ModelChoice:
-    """The spec's model, or the sidecar's ``architecture`` entry when the spec names none."""
+def resolve_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) -> Resolution:
+    """The spec's model, else the first of the sidecar and the folder's ``config.json`` that names a usable
+    architecture (with the refusals of those passed over)."""
     if spec.model is not None:
-        return ModelChoice(factory=spec.model.factory, kwargs=dict(spec.model.kwargs), source="spec")
+        return Resolution(ModelChoice(factory=spec.model.factory, kwargs=dict(spec.model.kwargs), source="spec"))
     where = sidecar_path(path)
-    if sidecar is None:
+    files: list[tuple[dict[str, Any] | None, str]] = [(sidecar, str(where))]
+    config_path = path.parent / CONFIG_NAME
+    if config_path != where:
+        files.append((read_config(config_path), str(config_path)))
+    resolution = resolve_architecture(files)
+    if resolution is None:
         raise AuditSpecError(
-            f"the spec names no model and {path.name} has no sidecar {where.name}; add model: {{factory: ...}} "
-            "to the spec", field="/model")
-    factory, kwargs = _sidecar_architecture(sidecar)
-    if not isinstance(factory, str) or not factory:
-        raise UntrustedInputError(
-            f"{where}: no architecture factory name found (expected 'architecture': {{'factory': ...}}); name the "
-            "model in the spec instead", source=where)
-    if not isinstance(kwargs, dict):
-        raise UntrustedInputError(f"{where}: the architecture's kwargs are a {type(kwargs).__name__}, expected a "
-                                  "mapping", source=where)
-    return ModelChoice(factory=factory, kwargs=kwargs, source=str(where))
+            f"the spec names no model and neither {where.name} nor {CONFIG_NAME} beside {path.name} names an "
+            "architecture; add model: {factory: ...} to the spec", field="/model")
+    return resolution
+
+
+def choose_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) -> ModelChoice:
+    """The architecture of :func:`resolve_model`."""
+    return resolve_model(path, spec, sidecar).architecture
 
 
 _ZOO_ACCURACY_CELLS = {"forget": "df", "retain": "dr", "test": "dt"}
@@ -168,22 +185,11 @@ def published_cells(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None,
     return cells
 
 
-def _sidecar_architecture(decoded: Any) -> tuple[Any, Any]:
-    if not isinstance(decoded, dict):
-        return None, {}
-    arch = decoded.get("architecture")
-    if isinstance(arch, dict):
-        return arch.get("factory"), arch.get("kwargs", {})
-    if isinstance(arch, str):
-        return arch, decoded.get("architecture_kwargs", {})
-    return decoded.get("factory"), decoded.get("kwargs", {})
-
-
 def build_architecture(choice: ModelChoice) -> torch.nn.Module:
     """Build the allowlisted architecture (random initialisation) in eval mode."""
     from bnconvention.architectures.factories import build_model
 
-    model = build_model(choice.factory, choice.kwargs)
+    model = build_model(choice.factory, choice.kwargs, source=None if choice.source == "spec" else choice.source)
     model.eval()
     return model
 
@@ -241,45 +247,34 @@ def declared_convention(header: SafetensorsHeader, *, source: str) -> tuple[str 
 
 
 def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
-    """Everything an audit needs from one weights file, checked before any computation."""
-    import torch
-    from safetensors.torch import load_file
+    """Everything an audit needs from one checkpoint (file, shard index or folder), checked before any computation.
 
-    from bnconvention.formats.digests import file_digests
-    from bnconvention.refit.files import model_dtype
+    The tensors are loaded by :func:`bnconvention.refit.weights.load_checkpoint_weights` (every layout, names
+    mapped, half precision read exactly into float32); the digests are the file's own, over every shard, and the
+    model's tensors converted back to the file's names and dtypes must give them (else a warning: θ is then
+    proved unchanged in memory only)."""
+    from bnconvention.formats.checkpoint_files import resolve_checkpoint_path
+    from bnconvention.formats.digests import checkpoint_digests
+    from bnconvention.refit.weights import load_checkpoint_weights
 
-    path = Path(path)
+    path = resolve_checkpoint_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist or is not a file")
-    header = read_header(path)
     sidecar = read_sidecar(path) if (spec.model is None or spec.published_source == "sidecar") else None
-    choice = choose_model(path, spec, sidecar)
+    resolution = resolve_model(path, spec, sidecar)
+    choice = resolution.architecture
     notes: list[str] = []
     published = published_cells(path, spec, sidecar, notes=notes)
     model = build_architecture(choice)
-    model_dtype(model)  # half precision is refused here, before any forward fails on a dtype mismatch
-    check_fits(path, header, choice, model_shapes(model))
-    state = load_file(str(path))
-    warnings: list[str] = list(notes)
-    expected = model.state_dict()
-    for name, tensor in state.items():
-        if tensor.dtype != expected[name].dtype:
-            raise CheckpointMismatchError(
-                f"{path}: tensor {name!r} is {tensor.dtype} in the file but {expected[name].dtype} in the model "
-                f"built by {choice.factory!r}; the audit does not convert dtypes, because the digests would then "
-                "describe other bytes")
-    model.load_state_dict(state, strict=True)
+    loaded = load_checkpoint_weights(model, path, factory=f"factory {choice.factory!r} (from {choice.source})")
     model.eval()
-    declared, notes = declared_convention(header, source=str(path))
-    warnings.extend(notes)
-    digests = file_digests(path, header=header)
-    with torch.no_grad():
-        from bnconvention.formats.digests import model_digests
-
-        in_memory = model_digests(model)
-    if in_memory.trainable_sha256 != digests.trainable_sha256:
-        # e.g. a model whose state_dict holds extra buffers: the audit still proves θ unchanged in memory
-        warnings.append("the model's trainable digest differs from the file's; theta is checked in memory")
-    return LoadedCheckpoint(path=path, name=checkpoint_name(path), header=header, choice=choice, model=model,
+    declared, header_notes = declared_convention(loaded.header, source=str(path))
+    warnings = [*notes, *(f"architecture passed over: {note}" for note in resolution.passed_over), *loaded.notes,
+                *header_notes]
+    digests = checkpoint_digests(loaded.files)
+    if loaded.stored_digests(model).trainable_sha256 != digests.trainable_sha256:
+        warnings.append("the model's trainable tensors, converted back to the file's names and dtypes, do not give "
+                        "the file's digest; theta is checked in memory")
+    return LoadedCheckpoint(path=path, name=checkpoint_name(path), header=loaded.header, choice=choice, model=model,
                             file_digests=digests, declared_convention=declared, published=published,
-                            warnings=warnings)
+                            warnings=warnings, weights=loaded)

@@ -7,11 +7,12 @@ and checkpoint, in one process or in several.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bnconvention.architectures.outputs import logits
 from bnconvention.audit.data import AuditData, Split
 from bnconvention.formats.text import plural
 from bnconvention.standard.naming import record_ids_sha256
@@ -32,7 +33,8 @@ def torch_seed(rng: np.random.Generator) -> int:
 
 
 def predict(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> torch.Tensor:
-    """Class predictions of ``model`` (eval mode) on a split under the eval transform."""
+    """Class predictions of ``model`` (eval mode) on a split under the eval transform; the logits are read out of
+    whatever the forward returns (a transformers ``ModelOutput`` too)."""
     import torch
 
     model.eval()
@@ -40,7 +42,7 @@ def predict(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size
     with torch.inference_mode():
         for start in range(0, len(split.x), batch_size):
             x = data.eval_transform(split.x[start:start + batch_size], generator=None)
-            outputs.append(model(x).argmax(dim=1))
+            outputs.append(logits(model(x)).argmax(dim=1))
     return torch.cat(outputs)
 
 
@@ -67,14 +69,19 @@ def _pool(x: torch.Tensor, transform: Any, *, generator: torch.Generator, batch_
 
 
 class Refitter:
-    """Runs refits for one audit, restoring the shipped φ after each and counting passes."""
+    """Runs refits for one audit, restoring the shipped φ after each and counting passes.
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    ``after_refit`` settles each refit's φ as the checkpoint would store it (a float16 file's statistics rounded to
+    float16: the refit cells are those of the weights a refit writes, docs/statistics.md)."""
+
+    def __init__(self, model: torch.nn.Module, *,
+                 after_refit: Callable[[torch.nn.Module], None] | None = None) -> None:
         from bnconvention.refit import running_state
 
         self.model = model
         self.shipped = running_state(model)
         self.count = 0
+        self.after_refit = after_refit
 
     def run(self, x: torch.Tensor, *, rule: str, transform: Any, seed: int, batch_size: int,
             data_split: Any) -> Any:
@@ -85,8 +92,11 @@ class Refitter:
         generator = torch.Generator().manual_seed(seed)
         pool = _pool(x, transform, generator=generator, batch_size=batch_size)
         self.count += 1
-        return refit(self.model, pool, rule=rule, data=data_split,  # type: ignore[arg-type]
-                     transform=transform.standard())
+        report = refit(self.model, pool, rule=rule, data=data_split,  # type: ignore[arg-type]
+                       transform=transform.standard())
+        if self.after_refit is not None:
+            self.after_refit(self.model)
+        return report
 
     def restore(self) -> None:
         from bnconvention.refit import restore_running_state

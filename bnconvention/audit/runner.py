@@ -76,7 +76,8 @@ def check_data_fits(spec: AuditSpec, data: AuditData) -> None:
 
 def prepare_audit(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None) -> PreparedAudit:
     """Load and check everything (spec against data, checkpoint against its architecture) before computing."""
-    data = data if data is not None else load_audit_data(spec)
+    repo_dir = Path(weights).parent  # the model repo's folder: from_repo transforms, index files in the repo
+    data = data.for_repo(spec, repo_dir) if data is not None else load_audit_data(spec, repo_dir=repo_dir)
     check_data_fits(spec, data)
     checkpoint = load_checkpoint(weights, spec)
     return PreparedAudit(spec=spec, data=data, checkpoint=checkpoint)
@@ -100,7 +101,7 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
     model.eval()
     theta_before = model_digests(model).trainable_sha256
     shipped = evaluate_shipped(prepared)
-    refitter = Refitter(model)
+    refitter = Refitter(model, after_refit=checkpoint.weights.round_running if checkpoint.weights else None)
     replicates = run_replicates(prepared, refitter, progress=progress, on_replicate=on_replicate)
     decisions = decide_cells(spec, shipped, replicates.base, channel=replicates.channel,
                              published=checkpoint.published)

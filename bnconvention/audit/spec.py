@@ -25,11 +25,20 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import Field, JsonValue, ValidationError
 from pydantic_core import ErrorDetails
 
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
 from bnconvention.audit.rules import RuleMatch, check_rules
+from bnconvention.audit.spec_data import (
+    DatasetSpec,
+    PositiveInt,
+    SpecModel,
+    SplitsSpec,
+    Text,
+    check_dataset,
+    check_splits,
+)
 from bnconvention.errors import AuditSpecError, UntrustedInputError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.standard.models import AccumulationRule, TransformMode
@@ -39,64 +48,26 @@ AUDIT_SPEC_SCHEMA_ID = "https://bnconvention.github.io/schema/v1/audit-spec.sche
 REPO_AUDIT_SCHEMA_PATH = Path("schema") / "v1" / "audit-spec.schema.json"
 MAX_SPEC_BYTES = 1_000_000
 
-DatasetKind: TypeAlias = Literal["digits", "npz", "image_folder"]
 PublishedSource: TypeAlias = Literal["spec", "sidecar", "model_index"]
 # model-index metric label (a metric's name, else its type) -> cell; the names the papers' tables use
 DEFAULT_MODEL_INDEX_METRICS: dict[str, str] = {"forget accuracy": "df", "retain accuracy": "dr",
                                                "test accuracy": "dt"}
-ScalarArg = str | int | float | bool | None
-Text = Annotated[str, StringConstraints(min_length=1)]
-PositiveInt = Annotated[int, Field(ge=1)]
 
-
-class _Spec(BaseModel):
-    # strict like the records: "10" is not 10; unknown keys are typos, not extensions
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class DatasetSpec(_Spec):
-    """Where the images come from (read by :func:`bnconvention.data.pools.load_dataset`). Nothing is downloaded."""
-
-    kind: DatasetKind = Field(default="digits", description=(
-        "'digits': the bundled sklearn digits prepared as in bnconvention.zoo (16x16, hash-defined test split); "
-        "'npz': arrays in a .npz file; 'image_folder': <class>/<image> or train/<class>/<image> + test/..."))
-    path: Text | None = Field(default=None, description=(
-        "The .npz file or image folder ('npz' and 'image_folder'), relative to the spec file's folder."))
-    dataset_id: Text | None = Field(default=None, description="Dataset identity recorded in the annotation.")
-    x_key: Text = Field(default="x", description="npz: array of images (N x H x W or N x C x H x W).")
-    y_key: Text = Field(default="y", description="npz: array of integer labels.")
-    ids_key: Text | None = Field(default=None, description="npz: array of unique integer record ids (default 0..N-1).")
-    test_key: Text | None = Field(default=None, description="npz: boolean test mask (default: no test records).")
-    image_size: list[PositiveInt] | None = Field(default=None, min_length=2, max_length=2, description=(
-        "image_folder: resize every image to [height, width] (bilinear)."))
-    channels: Literal[1, 3] = Field(default=3, description="image_folder: 1 (grey) or 3 (RGB).")
-
-    def loader_spec(self) -> dict[str, Any]:
-        """The mapping :func:`bnconvention.data.pools.load_dataset` accepts."""
-        return self.model_dump(exclude_none=True)
-
-
-class SplitsSpec(_Spec):
-    """How forget, retain and test are defined: by classes, or by index files of record ids."""
-
-    forget_classes: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, min_length=1, description=(
-        "Forget = train records of these classes, retain = the other train records, test = the test split."))
-    forget_index: Text | None = Field(default=None, description=(
-        "Index file of forget record ids (one integer per line, '#' comments), relative to the spec's folder."))
-    retain_index: Text | None = Field(default=None, description=(
-        "Index file of retain record ids; default: the train records not in forget_index."))
-    test_index: Text | None = Field(default=None, description="Index file of test record ids; default: the test "
-                                    "split.")
+_Spec = SpecModel
 
 
 class ModelSpec(_Spec):
-    """The architecture the weights are loaded into (allowlisted factories only)."""
+    """The architecture the weights are loaded into (allowlisted factories and the libraries' registries only)."""
 
     factory: Text = Field(description=(
-        "An allowlisted factory name: 'zoo/convnet-bn', 'zoo/convnet-gn', 'torchvision/<arch>', or one the user "
-        "allows on the command line with --allow-factory package.module:function."))
-    kwargs: dict[str, ScalarArg | list[ScalarArg]] = Field(default_factory=dict, description=(
-        "Keyword arguments of the factory (plain JSON values only)."))
+        "An allowlisted factory name: 'zoo/convnet-bn', 'zoo/convnet-gn', 'torchvision/<arch>', 'timm/<model>' "
+        "(a model of timm's registry), 'transformers/<class>' (an image classifier of transformers, e.g. "
+        "'transformers/ResNetForImageClassification'), or one the user allows on the command line with "
+        "--allow-factory package.module:function."))
+    kwargs: dict[str, JsonValue] = Field(default_factory=dict, description=(
+        "Keyword arguments of the factory, plain JSON values: scalars or lists of scalars for factories and timm "
+        "(timm.create_model's loading options are refused), the config fields for transformers (e.g. "
+        "embedding_size, hidden_sizes, depths, num_labels or id2label)."))
 
 
 class RefitSpec(_Spec):
@@ -150,8 +121,15 @@ class AuditSpec(_Spec):
     name: Text | None = Field(default=None, description="A short name for reports.")
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
     splits: SplitsSpec
+    transform: Literal["dataset", "from_repo"] = Field(default="dataset", description=(
+        "The train and eval transforms: 'dataset' (the dataset's own: the digits' shift and identity, the "
+        "identity for other sources) or 'from_repo' (each model repo's own preprocessing: timm's pretrained_cfg "
+        "in config.json, train and eval variants, else the transformers image processor of "
+        "preprocessor_config.json, eval only), recorded in the convention with its digest."))
     model: ModelSpec | None = Field(default=None, description=(
-        "The architecture; when absent, each checkpoint's sidecar '<name>.json' must name an allowlisted factory."))
+        "The architecture. In a local audit it is used when given; when absent, the checkpoint's sidecar "
+        "'<name>.json' or the folder's config.json (our own architecture entry, or timm's or transformers' own "
+        "config) must name it. In a Hub audit each repo's config.json comes first and this is the fallback."))
     cells: list[Text] = Field(default_factory=lambda: list(BASE_CELLS), min_length=1, description=(
         "Cells to report: 'df' (forget accuracy), 'dr' (retain), 'dt' (test) or expressions such as "
         "'abs(df - dt)'. Criterion operands are added when missing."))
@@ -241,27 +219,8 @@ class AuditSpec(_Spec):
 
     def check(self) -> AuditSpec:
         """The checks a JSON Schema cannot express (expressions, field combinations), with exact JSON pointers."""
-        if self.dataset.kind != "digits" and self.dataset.path is None:
-            raise AuditSpecError(f"dataset kind {self.dataset.kind!r} needs a path (the .npz file or image folder, "
-                                 "relative to the spec file's folder)", field="/dataset/path")
-        splits = self.splits
-        files = {"forget_index": splits.forget_index, "retain_index": splits.retain_index,
-                 "test_index": splits.test_index}
-        if splits.forget_classes is None and splits.forget_index is None:
-            raise AuditSpecError("define the splits by forget_classes or by index files (forget_index, and "
-                                 "optionally retain_index and test_index)",
-                                 field="/splits/forget_index" if any(files.values()) else "/splits")
-        if splits.forget_classes is not None:
-            for key, value in files.items():
-                if value is not None:
-                    raise AuditSpecError(f"splits.{key} given together with forget_classes; define the splits "
-                                         "either by classes or by index files", field=f"/splits/{key}")
-            seen: set[int] = set()
-            for index, label in enumerate(splits.forget_classes):
-                if label in seen:
-                    raise AuditSpecError(f"forget class {label} is listed twice in {splits.forget_classes}",
-                                         field=f"/splits/forget_classes/{index}")
-                seen.add(label)
+        check_dataset(self.dataset)
+        check_splits(self.splits, self.dataset)
         if self.provenance is not None and self.provenance.exchanged > self.provenance.pool_size:
             raise AuditSpecError(f"provenance.exchanged ({self.provenance.exchanged}) exceeds provenance.pool_size "
                                  f"({self.provenance.pool_size}); exchange at most the whole pool",
@@ -334,6 +293,8 @@ def _resolve_paths(spec: AuditSpec, base_dir: Path) -> AuditSpec:
         return str(path if path.is_absolute() else (base_dir / path))
 
     dataset = spec.dataset.model_copy(update={"path": resolve(spec.dataset.path)})
+    if spec.splits.index_files_in != "spec":  # names inside a repo, not paths on this disk
+        return spec.model_copy(update={"dataset": dataset})
     splits = spec.splits.model_copy(update={
         "forget_index": resolve(spec.splits.forget_index),
         "retain_index": resolve(spec.splits.retain_index),

@@ -1,4 +1,5 @@
-"""Describe a transform object (torchvision, v1 or v2) as the standard's ``Transform``: class names and parameters.
+"""Describe a transform object (torchvision v1 or v2, and timm's ``timm.data.transforms`` that timm's
+``create_transform`` puts in its pipelines) as the standard's ``Transform``: class names and parameters.
 
 The running statistics depend on what the input pipeline did to each image (its scale, crop, normalization and
 random augmentation), so a record names the transform by a canonical description and its sha256. For a
@@ -7,13 +8,15 @@ torchvision pipeline the description is read off the objects themselves: every s
 of the class's ``__init__`` in sorted order and the values the object actually holds (so ``RandomHorizontalFlip()``
 and ``RandomHorizontalFlip(p=0.5)`` are the same step). ``Compose`` and ``torch.nn.Sequential`` are flattened;
 ``RandomApply``/``RandomChoice``/``RandomOrder`` keep their inner steps as a parameter. The summary fields are
-filled from the steps: ``resize`` (``Resize``), ``crop`` (``...Crop``), ``normalize`` (one ``Normalize``) and
+filled from the steps: ``resize`` (``Resize``, timm's ``ResizeKeepRatio``), ``crop`` (a class named ``...Crop...``,
+e.g. timm's ``RandomResizedCropAndInterpolation``), ``normalize`` (one ``Normalize``) and
 ``augmentations`` (the other random steps); the mode is ``train`` when any step is random, else ``eval``.
 
 The same pipeline gives the same bytes, hence the same sha256, on every machine and run: nothing but the objects'
 parameters enters (no memory addresses, no reprs). A step that cannot be described faithfully is refused with an
 error that says what to pass instead: a ``Lambda`` (its function's behaviour is not in its parameters), a class
-outside torchvision's public ``transforms`` / ``transforms.v2`` namespaces, or a parameter of a type with no
+outside torchvision's public ``transforms`` / ``transforms.v2`` namespaces and ``timm.data.transforms``, or a
+parameter of a type with no
 canonical JSON form.
 
 >>> import torchvision.transforms as T
@@ -42,7 +45,8 @@ from bnconvention.standard.models import Normalization, Transform, TransformMode
 
 __all__ = ["as_standard_transform", "describe_transform"]
 
-_PUBLIC_MODULES = ("torchvision.transforms.v2", "torchvision.transforms")  # most specific first
+_PUBLIC_MODULES = ("torchvision.transforms.v2", "torchvision.transforms", "timm.data.transforms")  # specific first
+_RESIZES = {"Resize", "ResizeKeepRatio"}
 _CONTAINERS = {"Compose", "Sequential"}
 # Random steps whose names do not start with "Random" (torchvision 0.15 - 0.29).
 _RANDOM = {"ColorJitter", "GaussianBlur", "GaussianNoise", "AutoAugment", "RandAugment", "TrivialAugmentWide",
@@ -69,9 +73,9 @@ def describe_transform(transform: Any, *, mode: TransformMode | None = None,
     inferred: TransformMode = "train" if any(_is_random(name) for name in names) else "eval"
     return make_transform(
         mode=mode or inferred, reference=reference,
-        resize=_joined(text for name, text in steps if name == "Resize"),
-        crop=_joined(text for name, text in steps if name.endswith("Crop")),
-        augmentations=[text for name, text in steps if _is_random(name) and not name.endswith("Crop")],
+        resize=_joined(text for name, text in steps if name in _RESIZES),
+        crop=_joined(text for name, text in steps if _is_crop(name)),
+        augmentations=[text for name, text in steps if _is_random(name) and not _is_crop(name)],
         normalize_mean=normalize.mean if normalize else None, normalize_std=normalize.std if normalize else None,
         steps=[text for _, text in steps])
 
@@ -203,6 +207,11 @@ def _is_random(name: str) -> bool:
     return name.startswith("Random") or name in _RANDOM
 
 
+def _is_crop(name: str) -> bool:
+    """``CenterCrop``, ``RandomResizedCrop``, and timm's ``RandomResizedCropAndInterpolation``/``CenterCropOrPad``."""
+    return "Crop" in name
+
+
 # --- classes -------------------------------------------------------------------------------------------------------
 
 
@@ -227,7 +236,9 @@ def _is_transform(value: Any) -> bool:
 
 
 def _is_torchvision(value: Any) -> bool:
-    return type(value).__module__.startswith("torchvision.transforms")
+    """A transform of torchvision's, or of timm's ``timm.data.transforms`` (which timm composes with them)."""
+    module = type(value).__module__
+    return module.startswith("torchvision.transforms") or module == "timm.data.transforms"
 
 
 def _is_sequential(value: Any) -> bool:
@@ -243,7 +254,7 @@ def _public_path(cls: type) -> str | None:
     if cls.__module__ == "torch.nn.modules.container":
         return None
     for module_name in _PUBLIC_MODULES:
-        if cls.__module__.startswith(module_name):
+        if cls.__module__ == module_name or cls.__module__.startswith(f"{module_name}."):
             module = importlib.import_module(module_name)
             return f"{module_name}.{cls.__name__}" if getattr(module, cls.__name__, None) is cls else None
     return None

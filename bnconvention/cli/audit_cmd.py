@@ -15,6 +15,11 @@ EPILOG = """examples:
   bnconvention audit zoo/bn-badteacher-eval.safetensors --spec examples/audit/digits-zoo.yaml
   bnconvention audit model.safetensors --spec audit.yaml --out audit-model --replicates 3
   bnconvention audit model.safetensors --spec audit.yaml --allow-factory mypkg.models:resnet_small
+  bnconvention audit resnet/model.safetensors.index.json --spec audit.yaml     # sharded, e.g. save_pretrained
+
+Checkpoints may be sharded (the index and its shards), stored in float16 or bfloat16 (evaluated and refit as an
+exact float32 copy; digests over the file's own bytes, docs/statistics.md), or carry timm/transformers name
+prefixes (module., a transformers base_model_prefix), which are mapped; pickles (pytorch_model.bin) are refused.
 
 The spec (YAML or JSON, schema/v1/audit-spec.schema.json) names the data, the splits, the architecture, the cells
 and criteria. Outputs in --out: annotation.json (a refit_annotation record; check it with bnconvention validate),
@@ -46,7 +51,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("weights", metavar="WEIGHTS", help="the .safetensors checkpoint")
+    parser.add_argument("weights", metavar="WEIGHTS",
+                        help="the checkpoint: a .safetensors file, a sharded checkpoint's .safetensors.index.json, "
+                             "or a folder holding one")
     parser.add_argument("--out", metavar="DIR", help="output folder (default: ./audit-<checkpoint name>)")
     add_common_options(parser)
     parser.set_defaults(func=run)

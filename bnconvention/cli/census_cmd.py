@@ -16,7 +16,8 @@ EPILOG = """examples:
   bnconvention census zoo --spec examples/audit/digits-zoo.yaml --out census-zoo
   bnconvention census a.safetensors b.safetensors --spec audit.yaml --out census --workers 2
 
-PATHS are .safetensors files or folders searched recursively. Every checkpoint is checked before any is audited.
+PATHS are .safetensors files, shard indexes (.safetensors.index.json) or folders searched recursively (a sharded
+checkpoint there is one checkpoint: its index). Every checkpoint is checked before any is audited.
 Each finished audit is journaled in DIR/journal/, so an interrupted census resumes where it stopped (rerun the
 same command). Outputs: DIR/census.json, DIR/census.md and DIR/checkpoints/<name>/ per checkpoint.
 
@@ -35,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("paths", nargs="+", metavar="PATHS", help=".safetensors files or folders of them")
+    parser.add_argument("paths", nargs="+", metavar="PATHS",
+                        help=".safetensors files, shard indexes or folders of them")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (also holds the resume journal)")
     parser.add_argument("--workers", type=int, default=1, metavar="N", help="audit N checkpoints in parallel "
                         "processes (default: 1)")

@@ -22,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="serve a local Hugging Face Hub-compatible API from a directory",
         description=(
             "Serve repos stored under --root over the Hub HTTP API that huggingface_hub speaks (listing, model "
-            "info, downloads with ranges, uploads as regular files, pull requests, discussions, refs). Prints the "
+            "info, downloads with ranges, uploads as regular files or with --lfs through the LFS batch API, pull "
+            "requests, discussions, refs). Prints the "
             "endpoint, then serves until Ctrl-C or SIGTERM. Point clients at it with HfApi(endpoint=...) or "
             "HF_ENDPOINT (set before huggingface_hub is imported). Tokens given here are never printed."
         ),
@@ -31,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "  bnconvention hubserver --root ./hub --token alice=secret-token --org lab=alice\n"
             "  bnconvention hubserver --root ./hub --port 8900 --fault kind=status,status=503,path=/resolve/,"
             "probability=0.2\n"
-            "  HF_ENDPOINT=http://127.0.0.1:8900 python my_pipeline.py\n\n"
+            "  HF_ENDPOINT=http://127.0.0.1:8900 python my_pipeline.py\n"
+            "  bnconvention hubserver --root ./hub --port 8900 --token alice=secret-token --lfs   # then:\n"
+            "  HF_ENDPOINT=http://127.0.0.1:8900 HF_HUB_DISABLE_XET=1 python push_my_dataset.py\n\n"
             "Exit codes: 0 stopped by Ctrl-C or SIGTERM, 1 the server could not start (e.g. the port is in use), "
             "2 bad\n"
             "usage (a malformed --token, --org or --fault; a --root that is neither empty nor a hub store)."
@@ -54,6 +57,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "probability, count, status, latency_s, retry_after, error_code, truncate_fraction, "
                              "rate_bps)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault-injection RNG (default: 0)")
+    parser.add_argument("--lfs", action="store_true",
+                        help="answer uploads as the Hub does (LFS for binary, large and .gitattributes-tracked "
+                             "files, through the classic LFS batch API), as datasets' push_to_hub needs; clients "
+                             "must then set HF_HUB_DISABLE_XET=1 (default: every upload regular, any client)")
     parser.set_defaults(func=run)
 
 
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     orgs = {org: [m for m in members.split(",") if m] for org, members in _pairs(args.org, option="--org")}
     faults = [FaultRule.from_spec(spec) for spec in args.fault]
     hub = LocalHub(args.root, host=args.host, port=args.port, tokens=tokens, orgs=orgs, faults=faults,
-                   seed=args.seed, page_size=args.page_size)
+                   seed=args.seed, page_size=args.page_size, lfs=args.lfs)
     hub.start()
     stop_logging = _log_to_stderr()
     try:

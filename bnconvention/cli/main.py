@@ -59,6 +59,7 @@ EXIT_INTERRUPTED = 130
 # Ordered: the first matching type decides the exit code and the prefix of the one-line message.
 ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (errors.UsageError, EXIT_USAGE, "usage error"),
+    (errors.ArchitectureConfigError, EXIT_USAGE, "architecture refused"),
     (errors.UntrustedInputError, EXIT_USAGE, "unreadable input"),
     (errors.AuditSpecError, EXIT_USAGE, "invalid audit spec"),
     (errors.FactoryNotAllowedError, EXIT_USAGE, "factory not allowed"),

@@ -35,11 +35,18 @@ examples:
   bnconvention refit w.safetensors --allow-factory mypkg.models:build --arch mypkg.models:build \\
       --arch-kwargs '{"width": 32}' --pool pool.npz --out w.refit.safetensors --report refit.json
 
+  # a sharded checkpoint (transformers' save_pretrained(max_shard_size=...)): the same shards, refit
+  bnconvention refit resnet/model.safetensors.index.json --arch mypkg.models:build --allow-factory \\
+      mypkg.models:build --pool pool.npz --out resnet-refit/ --report refit.json
+
 POOL is an .npz file (array --pool-key, N x C x H x W; uint8 is scaled by 1/255) or, with --split, a dataset:
-"digits", "npz:PATH" or "folder:PATH" (see bnconvention.data.pools). The output keeps every tensor of the input
+"digits", "npz:PATH" or "folder:PATH" (see bnconvention.data.pools). WEIGHTS may be sharded, stored in float16 or
+bfloat16 (refit in float32, statistics written back in the file's dtype), or carry a wrapper prefix (module.).
+The output has the input's layout (one file, or the same shards and index) and keeps every tensor of the input
 byte for byte except the running statistics (the report proves it with digests), keeps the input's metadata, and
-carries the refit's declaration under __metadata__["bnconvention.record"]. The input is never overwritten unless
---out names it. Exit status: 0 refit written, 1 refit failed (nothing written), 2 unreadable input or bad usage.
+carries the refit's declaration under __metadata__["bnconvention.record"] (in every shard). The input is never
+overwritten unless --out names it (a sharded input never: write it to another folder).
+Exit status: 0 refit written, 1 refit failed (nothing written), 2 unreadable input or bad usage.
 """
 
 RULES = ("exact", "cumulative", "ema")
@@ -56,7 +63,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("weights", type=Path, metavar="WEIGHTS.safetensors")
+    parser.add_argument("weights", type=Path, metavar="WEIGHTS",
+                        help="a .safetensors file, a sharded checkpoint's .safetensors.index.json, or a folder "
+                             "holding one checkpoint")
     parser.add_argument("--arch", required=True, metavar="FACTORY",
                         help="allowlisted architecture, e.g. zoo/convnet-bn or torchvision/resnet18")
     parser.add_argument("--arch-kwargs", default="{}", metavar="JSON", help="keyword arguments of the factory")
@@ -78,7 +87,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--batch-size", type=int, default=128, metavar="N", help="pool batch size (default 128)")
     parser.add_argument("--method", choices=("auto", "traced", "hooks"), default="auto",
                         help="exact rule: layer-major traced pass, per-layer hook passes, or auto (default)")
-    parser.add_argument("--out", required=True, type=Path, metavar="OUT.safetensors")
+    parser.add_argument("--out", required=True, type=Path, metavar="OUT",
+                        help="the refit checkpoint: a .safetensors file, or for a sharded input a folder (or its "
+                             ".safetensors.index.json) that receives the same shards")
     parser.add_argument("--report", required=True, type=Path, metavar="REPORT.json")
     add_progress_option(parser)
     needs_extra(parser, "refit")
@@ -87,8 +98,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from bnconvention.architectures.factories import allow_user_factory, build_model
+    from bnconvention.formats.digests import checkpoint_digests
     from bnconvention.refit import refit
-    from bnconvention.refit.files import load_weights, model_dtype, save_weights
+    from bnconvention.refit.files import model_dtype
+    from bnconvention.refit.weights import load_checkpoint_weights, save_refit_weights, stored_declaration
+    from bnconvention.standard.models import to_dict
 
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be a positive integer, got {args.batch_size}")
@@ -109,21 +123,35 @@ def run(args: argparse.Namespace) -> int:
         allow_user_factory(target)
 
     model = build_model(args.arch, kwargs)
-    header = load_weights(model, weights, factory=f"factory {args.arch!r}")
+    loaded = load_checkpoint_weights(model, weights, factory=f"factory {args.arch!r}")
+    before = checkpoint_digests(loaded.files)
     dtype = model_dtype(model)
     pool, data, transform = _pool(args, dtype)
     report = refit(model, pool, rule=args.rule, data=data, transform=transform, method=args.method,
                    progress=show_progress(args.progress))
-    record = report.to_dict()
-    save_weights(model, out, record_text=canonical_json(record), source_metadata=header.metadata)
+    record = to_dict(stored_declaration(report.declaration, loaded, model, before=before))
+    written = save_refit_weights(model, loaded, out, record_text=canonical_json(record))
+    _check_theta_written(written, before=before.trainable_sha256)
     atomic_write_text(report_path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     staleness = report.staleness
-    print(f"refit {args.weights} -> {args.out} ({report.declaration.convention.name}, {report.path}, "
+    print(f"refit {args.weights} -> {written} ({report.declaration.convention.name}, {report.path}, "
           f"{report.seconds:.2f} s); staleness of the previous statistics: mean {staleness.mean_distance:.4f}, "
           f"variance {staleness.var_distance:.4f}; report {args.report}")
-    for warning in report.warnings:
+    for warning in [*report.warnings, *loaded.notes]:
         print(f"warning: {warning}", file=sys.stderr)
     return 0
+
+
+def _check_theta_written(written: Path, *, before: str) -> None:
+    """The written checkpoint's trainable digest must be the source's: θ bytes unchanged, in every shard."""
+    from bnconvention.errors import WeightsChangedError
+    from bnconvention.formats.checkpoint_files import open_checkpoint
+    from bnconvention.formats.digests import checkpoint_digests
+
+    after = checkpoint_digests(open_checkpoint(written)).trainable_sha256
+    if after != before:
+        raise WeightsChangedError(f"{written}: the written trainable tensors have digest {after}, the source's "
+                                  f"{before}; this is a bug, please report it")
 
 
 def _pool(args: argparse.Namespace, dtype: torch.dtype) -> tuple[list[Any], DataSplit, Transform]:

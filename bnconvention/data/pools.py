@@ -1,26 +1,33 @@
-"""Local datasets for refits and audits: the built-in digits, an ``.npz`` of arrays, or an image folder.
+"""Datasets for refits and audits: the built-in digits, ``.npz`` arrays (images or tabular features), image folders,
+Hugging Face ``datasets`` sources (a Hub dataset repo at a pinned revision, ``save_to_disk`` folders, parquet) and
+torchvision dataset roots.
 
-No network: everything is read from the bundled scikit-learn data or from the user's files. Every record has a
-stable integer id, so :func:`~bnconvention.standard.naming.record_ids_sha256` fingerprints a split.
+Every record has a stable integer id, so :func:`~bnconvention.standard.naming.record_ids_sha256` fingerprints a
+split. Nothing is downloaded except a ``hub`` dataset, from the Hub ``datasets`` is configured for.
 
-Sources (:func:`load_dataset` takes a :class:`DatasetSpec`, a mapping with its fields, or a short string):
+Sources (:func:`load_dataset` takes a :class:`DatasetSpec`, a mapping with its fields, or a short string; the
+fields of each kind are listed in :mod:`bnconvention.data.source`):
 
 * ``"digits"`` (or ``"sklearn/digits"``): the zoo's exact preparation (:mod:`bnconvention.data.digits`), with its
   hash-defined test split and its train (±1-pixel random shifts) and eval (identity) transforms.
-* ``"npz:PATH"``: arrays ``x`` (N×H×W or N×C×H×W; uint8 is scaled by 1/255, floats are taken as they are), ``y``
-  (integer labels), optionally ``ids`` (unique integers; default 0..N-1) and a test mask (bool or 0/1; default: no
-  test records). Key names are configurable (``x_key``, ``y_key``, ``ids_key``, ``test_key``). Loaded with
-  ``allow_pickle=False``.
+* ``"npz:PATH"``: arrays ``x`` (N×F tabular features, taken as they are; or N×H×W / N×C×H×W images, uint8 scaled
+  by 1/255, floats taken as they are), ``y`` (integer labels), optionally ``ids`` (unique integers; default 0..N-1)
+  and a test mask (bool or 0/1; default: no test records). Key names are configurable (``x_key``, ``y_key``,
+  ``ids_key``, ``test_key``). Loaded with ``allow_pickle=False``.
 * ``"folder:PATH"``: ``PATH/<class>/<image>`` or ``PATH/train/<class>/<image>`` plus ``PATH/test/<class>/<image>``;
   PNG and JPEG via Pillow (other files and hidden files are ignored); labels are the sorted class-folder names; ids
   number the images in sorted (split, class, file name) order. ``image_size`` resizes (bilinear), ``channels`` is 1
   (grey) or 3 (RGB).
+* ``hub``, ``hf_disk``, ``parquet``: :mod:`bnconvention.data.hf`; ``torchvision``:
+  :mod:`bnconvention.data.torchvision_roots`.
+
+The transforms of a dataset are its own: the digits' shift and identity; the identity (with the decode-time resize
+recorded) for every other source. A model repo's transforms replace them through
+:mod:`bnconvention.data.repo_transforms`.
 
 Splits: :func:`split_by_classes` (``forget classes [3]``: forget = train records of class 3, retain = the other train
 records, test = the test split) or :func:`split_by_index_files` (text files of record ids, one per line, ``#``
-comments allowed).
-
-Reading and checking the user's files (``.npz`` arrays, image folders) is :mod:`bnconvention.data.readers`.
+comments allowed; :mod:`bnconvention.data.ids`).
 
 >>> dataset = load_dataset("digits")
 >>> splits = split_by_classes(dataset, forget_classes=[3])
@@ -32,10 +39,10 @@ Reading and checking the user's files (``.npz`` arrays, image folders) is :mod:`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -48,88 +55,27 @@ from bnconvention.data.digits import (
     digits_arrays,
     identity_batch,
 )
+from bnconvention.data.ids import IndexFile, load_index_file, read_index_file
+from bnconvention.data.images import SourceRecords
 from bnconvention.data.readers import IMAGE_SUFFIXES, read_image_folder, read_npz_records
+from bnconvention.data.source import DatasetKind, DatasetSpec
 from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.formats.atomic import file_sha256
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.standard.models import DatasetRef, DataSplit, SplitRole
 from bnconvention.standard.naming import record_ids_sha256
 
-DatasetKind: TypeAlias = Literal["digits", "npz", "image_folder"]
-
 __all__ = [
     "IMAGE_SUFFIXES", "DIGITS_EVAL_TRANSFORM", "DIGITS_TRAIN_TRANSFORM", "BatchTransform", "DatasetKind",
-    "DatasetSpec", "LocalDataset", "Splits", "Subset", "iter_batches", "load_dataset", "read_index_file",
-    "split_by_classes", "split_by_index_files",
+    "DatasetSpec", "IndexFile", "LocalDataset", "Splits", "Subset", "iter_batches", "load_dataset",
+    "read_index_file", "split_by_classes", "split_by_index_files",
 ]
 
 
 @dataclass(frozen=True)
-class DatasetSpec:
-    """Where a local dataset comes from and how to read it (see the module docstring)."""
-
-    kind: DatasetKind
-    path: Path | None = None
-    dataset_id: str | None = None
-    x_key: str = "x"
-    y_key: str = "y"
-    ids_key: str | None = None
-    test_key: str | None = None
-    image_size: tuple[int, int] | None = None
-    channels: Literal[1, 3] = 3
-
-    @classmethod
-    def parse(cls, spec: DatasetSpec | Mapping[str, Any] | str) -> DatasetSpec:
-        """Accept a spec, a mapping of its fields (e.g. from an audit spec) or ``digits`` / ``npz:P`` / ``folder:P``."""
-        if isinstance(spec, DatasetSpec):
-            parsed = spec
-        elif isinstance(spec, str):
-            parsed = _parse_string(spec)
-        elif isinstance(spec, Mapping):
-            known = {f.name for f in fields(cls)}
-            unknown = sorted(set(spec) - known)
-            if unknown:
-                raise UsageError(f"dataset spec has unknown keys {unknown}; known keys: {sorted(known)}")
-            values = dict(spec)
-            if values.get("path") is not None:
-                values["path"] = Path(values["path"])
-            if values.get("image_size") is not None:
-                values["image_size"] = tuple(values["image_size"])
-            try:
-                parsed = cls(**values)
-            except TypeError as exc:
-                raise UsageError(f"dataset spec is incomplete: {exc}; it needs at least 'kind'") from exc
-        else:
-            raise UsageError(f"a dataset spec is a DatasetSpec, a mapping or a string, not {type(spec).__name__}")
-        parsed._check()
-        return parsed
-
-    def _check(self) -> None:
-        if self.kind not in ("digits", "npz", "image_folder"):
-            raise UsageError(f"dataset kind {self.kind!r} is unknown; use 'digits', 'npz' or 'image_folder'")
-        if self.kind != "digits" and self.path is None:
-            raise UsageError(f"a {self.kind} dataset needs a path")
-        if self.channels not in (1, 3):
-            raise UsageError(f"channels must be 1 or 3, got {self.channels!r}")
-        if self.image_size is not None and (
-            len(self.image_size) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.image_size)
-        ):
-            raise UsageError(f"image_size must be two positive integers (height, width), got {self.image_size!r}")
-
-
-def _parse_string(text: str) -> DatasetSpec:
-    if text in ("digits", DIGITS_DATASET_ID):
-        return DatasetSpec(kind="digits")
-    prefix, sep, rest = text.partition(":")
-    if sep and rest and prefix in ("npz", "folder"):
-        return DatasetSpec(kind="npz" if prefix == "npz" else "image_folder", path=Path(rest))
-    raise UsageError(f"dataset {text!r} is not understood; use 'digits', 'npz:PATH' or 'folder:PATH'")
-
-
-@dataclass(frozen=True)
 class LocalDataset:
-    """Records of a local dataset: images ``x`` (float32 N×C×H×W), labels ``y``, stable ``ids``, a test mask."""
+    """Records of a dataset: inputs ``x`` (float32 N×C×H×W images or N×F features), labels ``y``, stable ``ids``,
+    a test mask; ``hub_repo`` is the dataset repo (read at ``revision``, a commit) of a ``hub`` source."""
 
     dataset_id: str
     revision: str | None
@@ -140,10 +86,16 @@ class LocalDataset:
     classes: tuple[str, ...]
     train_transform: BatchTransform = field(repr=False)
     eval_transform: BatchTransform = field(repr=False)
+    hub_repo: str | None = None
+    decode_resize: str | None = None  # how images were resized when decoded (it precedes any transform)
 
     @property
     def ref(self) -> DatasetRef:
         return DatasetRef(id=self.dataset_id, revision=self.revision)
+
+    @property
+    def is_tabular(self) -> bool:
+        return self.x.ndim == 2
 
     def subset(self, role: SplitRole, mask: torch.Tensor, description: str) -> Subset:
         """The records selected by ``mask``, in id order."""
@@ -200,14 +152,32 @@ class Splits:
 # --- loading ------------------------------------------------------------------------------------------------------
 
 
-def load_dataset(spec: DatasetSpec | Mapping[str, Any] | str) -> LocalDataset:
-    """Load a local dataset (see the module docstring for the accepted sources)."""
+def load_dataset(spec: DatasetSpec | Mapping[str, Any] | str, *, endpoint: str | None = None,
+                 token: str | bool | None = None, origin: Literal["user", "hub"] = "user") -> LocalDataset:
+    """Load a dataset (see the module docstring for the accepted sources).
+
+    ``endpoint``/``token``: the Hub a ``hub`` source must come from (refused when ``datasets`` is configured for
+    another) and its token. ``origin="hub"``: the spec's path came from a Hub repo, so pickle-based torchvision
+    roots (CIFAR) are refused.
+    """
     parsed = DatasetSpec.parse(spec)
     if parsed.kind == "digits":
         return _load_digits(parsed)
+    if parsed.kind == "hub":
+        from bnconvention.data.hf import read_hf_source
+
+        return _from_records(read_hf_source(parsed, endpoint=endpoint, token=token), parsed)
     path = Path(parsed.path or "")  # DatasetSpec._check guarantees a path for these kinds
     if not path.exists():
         raise FileNotFoundError(f"dataset {path} does not exist; check the path in the dataset spec")
+    if parsed.kind in ("hf_disk", "parquet"):
+        from bnconvention.data.hf import read_hf_source
+
+        return _from_records(read_hf_source(parsed), parsed)
+    if parsed.kind == "torchvision":
+        from bnconvention.data.torchvision_roots import read_torchvision_root
+
+        return _from_records(read_torchvision_root(parsed, origin=origin), parsed)
     return _load_npz(parsed, path) if parsed.kind == "npz" else _load_folder(parsed, path)
 
 
@@ -226,6 +196,16 @@ def _plain_transforms(reference: str, resize: str | None) -> tuple[BatchTransfor
             BatchTransform(mode="eval", reference=reference, fn=identity_batch, resize=resize))
 
 
+def _from_records(records: SourceRecords, spec: DatasetSpec) -> LocalDataset:
+    train_transform, eval_transform = _plain_transforms("bnconvention.data.pools:identity_batch", spec.resize_text)
+    return LocalDataset(
+        dataset_id=records.dataset_id, revision=records.revision, x=torch.from_numpy(records.x),
+        y=torch.from_numpy(records.y), ids=torch.from_numpy(records.ids), is_test=torch.from_numpy(records.is_test),
+        classes=records.classes, train_transform=train_transform, eval_transform=eval_transform,
+        hub_repo=records.hub_repo, decode_resize=spec.resize_text,
+    )
+
+
 def _load_npz(spec: DatasetSpec, path: Path) -> LocalDataset:
     records = read_npz_records(path, x_key=spec.x_key, y_key=spec.y_key, ids_key=spec.ids_key,
                                test_key=spec.test_key)
@@ -242,13 +222,13 @@ def _load_npz(spec: DatasetSpec, path: Path) -> LocalDataset:
 
 def _load_folder(spec: DatasetSpec, root: Path) -> LocalDataset:
     images = read_image_folder(root, channels=spec.channels, image_size=spec.image_size)
-    resize = None if spec.image_size is None else f"{spec.image_size[1]}x{spec.image_size[0]} bilinear"
-    train_transform, eval_transform = _plain_transforms("bnconvention.data.pools:identity_batch", resize)
+    train_transform, eval_transform = _plain_transforms("bnconvention.data.pools:identity_batch", spec.resize_text)
     return LocalDataset(
         dataset_id=spec.dataset_id or f"folder:{root.name}", revision=canonical_sha256(images.file_digests),
         x=torch.from_numpy(images.x), y=torch.tensor(images.labels, dtype=torch.int64),
         ids=torch.arange(len(images.labels), dtype=torch.int64), is_test=torch.tensor(images.is_test),
         classes=images.classes, train_transform=train_transform, eval_transform=eval_transform,
+        decode_resize=spec.resize_text,
     )
 
 
@@ -276,63 +256,43 @@ def split_by_classes(dataset: LocalDataset, *, forget_classes: Sequence[int]) ->
     )
 
 
-def read_index_file(path: Path | str) -> list[int]:
-    """Record ids from a text file: one integer per line; blank lines and ``#`` comments are ignored."""
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UntrustedInputError(f"{path}: not UTF-8 text at byte {exc.start}", source=path) from exc
-    ids: list[int] = []
-    seen: set[int] = set()
-    for number, line in enumerate(text.splitlines(), start=1):
-        content = line.split("#", 1)[0].strip()
-        if not content:
-            continue
-        try:
-            value = int(content, 10)
-        except ValueError:
-            raise UntrustedInputError(f"{path}:{number}: expected one integer record id, found {content[:40]!r}",
-                                      source=path) from None
-        if value in seen:
-            raise UntrustedInputError(f"{path}:{number}: record id {value} is listed twice", source=path)
-        seen.add(value)
-        ids.append(value)
-    if not ids:
-        raise UntrustedInputError(f"{path}: no record ids found; write one integer id per line", source=path)
-    return ids
+IndexSource = Path | str | IndexFile
 
 
-def _mask_of(dataset: LocalDataset, ids: Iterable[int], *, path: Path) -> torch.Tensor:
-    wanted = torch.tensor(sorted(ids), dtype=torch.int64)
+def _index(value: IndexSource) -> IndexFile:
+    return value if isinstance(value, IndexFile) else load_index_file(value)
+
+
+def _mask_of(dataset: LocalDataset, index: IndexFile) -> torch.Tensor:
+    wanted = torch.tensor(sorted(index.ids), dtype=torch.int64)
     known = torch.isin(wanted, dataset.ids)
     if not bool(known.all()):
         unknown = wanted[~known][:5].tolist()
-        raise UntrustedInputError(f"{path}: record ids {unknown} are not in {dataset.dataset_id} "
+        raise UntrustedInputError(f"{index.source}: record ids {unknown} are not in {dataset.dataset_id} "
                                   f"(ids run from {int(dataset.ids.min())} to {int(dataset.ids.max())})",
-                                  source=path)
+                                  source=index.source)
     return torch.isin(dataset.ids, wanted)
 
 
-def split_by_index_files(dataset: LocalDataset, *, forget: Path | str, retain: Path | str | None = None,
-                         test: Path | str | None = None) -> Splits:
-    """Splits from index files. Without ``retain``: the train records not in ``forget``; without ``test``: the
-    dataset's test split. Forget, retain and test must be disjoint."""
-    forget_path = Path(forget)
-    forget_mask = _mask_of(dataset, read_index_file(forget_path), path=forget_path)
+def split_by_index_files(dataset: LocalDataset, *, forget: IndexSource, retain: IndexSource | None = None,
+                         test: IndexSource | None = None) -> Splits:
+    """Splits from index files (paths, or :class:`IndexFile` already read and checked against their digest).
+    Without ``retain``: the train records not in ``forget``; without ``test``: the dataset's test split. Forget,
+    retain and test must be disjoint."""
+    forget_index = _index(forget)
+    forget_mask = _mask_of(dataset, forget_index)
     if test is None:
         test_mask, test_text = dataset.is_test.clone(), "test split"
     else:
-        test_path = Path(test)
-        test_mask, test_text = _mask_of(dataset, read_index_file(test_path), path=test_path), \
-            f"index file {test_path.name}"
+        test_index = _index(test)
+        test_mask, test_text = _mask_of(dataset, test_index), f"index file {test_index.name}"
     if retain is None:
         retain_mask = ~dataset.is_test & ~forget_mask & ~test_mask
-        retain_text = f"train records not in index file {forget_path.name}"
+        retain_text = f"train records not in index file {forget_index.name}"
     else:
-        retain_path = Path(retain)
-        retain_mask = _mask_of(dataset, read_index_file(retain_path), path=retain_path)
-        retain_text = f"index file {retain_path.name}"
+        retain_index = _index(retain)
+        retain_mask = _mask_of(dataset, retain_index)
+        retain_text = f"index file {retain_index.name}"
     for (a_name, a), (b_name, b) in (
         (("forget", forget_mask), ("retain", retain_mask)), (("forget", forget_mask), ("test", test_mask)),
         (("retain", retain_mask), ("test", test_mask)),
@@ -341,9 +301,10 @@ def split_by_index_files(dataset: LocalDataset, *, forget: Path | str, retain: P
         if overlap:
             raise UsageError(f"the {a_name} and {b_name} splits share record ids {overlap}; they must be disjoint")
     return Splits(
-        train=dataset.subset("train", forget_mask | retain_mask, f"index file {forget_path.name} plus {retain_text}"),
+        train=dataset.subset("train", forget_mask | retain_mask,
+                             f"index file {forget_index.name} plus {retain_text}"),
         retain=dataset.subset("retain", retain_mask, retain_text),
-        forget=dataset.subset("forget", forget_mask, f"index file {forget_path.name}"),
+        forget=dataset.subset("forget", forget_mask, f"index file {forget_index.name}"),
         test=dataset.subset("test", test_mask, test_text),
     )
 

@@ -1,4 +1,5 @@
-"""Reading a user's dataset files into checked arrays: an ``.npz`` of arrays and a folder of images.
+"""Reading a user's dataset files into checked arrays: an ``.npz`` of arrays (images or tabular features) and a
+folder of images.
 
 These are the untrusted-input half of :mod:`bnconvention.data.pools` (which turns the arrays into a
 :class:`~bnconvention.data.pools.LocalDataset`): every array is checked for shape, dtype and values, and a bad file
@@ -16,6 +17,7 @@ from typing import Literal
 
 import numpy as np
 
+from bnconvention.data.images import image_array, label_array, stack_images, unique_ids
 from bnconvention.errors import UntrustedInputError, UsageError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -23,7 +25,8 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 @dataclass(frozen=True)
 class ArrayRecords:
-    """Checked records: images ``x`` (float32 N×C×H×W), labels ``y`` and ``ids`` (int64), a boolean test mask."""
+    """Checked records: ``x`` (float32 N×C×H×W images or N×F features), labels ``y`` and ``ids`` (int64), a
+    boolean test mask."""
 
     x: np.ndarray
     y: np.ndarray
@@ -53,7 +56,7 @@ def read_npz_records(path: Path, *, x_key: str, y_key: str, ids_key: str | None,
     x = images_array(arrays[x_key], where=f"{path}[{x_key!r}]")
     n = len(x)
     y = label_array(arrays[y_key], n, where=f"{path}[{y_key!r}]")
-    ids = (id_array(arrays[ids_key], n, where=f"{path}[{ids_key!r}]") if ids_key
+    ids = (unique_ids(arrays[ids_key], n, where=f"{path}[{ids_key!r}]") if ids_key
            else np.arange(n, dtype=np.int64))
     is_test = (mask_array(arrays[test_key], n, where=f"{path}[{test_key!r}]") if test_key
                else np.zeros(n, dtype=bool))
@@ -81,41 +84,35 @@ def read_npz(path: Path, wanted: Sequence[str]) -> dict[str, np.ndarray]:
 
 
 def images_array(array: np.ndarray, *, where: str) -> np.ndarray:
-    """N×H×W or N×C×H×W images as float32 N×C×H×W: uint8 scaled by 1/255, floats taken as they are (finite)."""
+    """The inputs of an ``.npz`` as float32: N×F features (a tabular pool, taken as they are: no scaling) or
+    N×H×W / N×C×H×W images (as N×C×H×W; uint8 scaled by 1/255, floats taken as they are). All finite."""
+    if array.ndim == 2 and array.shape[0] > 0 and array.shape[1] > 0:
+        return _features_array(array, where=where)
     if array.ndim == 3:
         array = array[:, None]
     if array.ndim != 4 or array.shape[0] == 0:
-        raise UntrustedInputError(f"{where}: images must be a non-empty N×H×W or N×C×H×W array, "
+        raise UntrustedInputError(f"{where}: inputs must be a non-empty N×F (tabular), N×H×W or N×C×H×W array, "
                                   f"found shape {array.shape}", source=where)
     if array.dtype == np.uint8:
         return np.ascontiguousarray(array, dtype=np.float32) / np.float32(255.0)
     if array.dtype.kind != "f":
         raise UntrustedInputError(f"{where}: images must be uint8 or floating point, found dtype {array.dtype}",
                                   source=where)
-    out = np.ascontiguousarray(array, dtype=np.float32)
-    if not np.isfinite(out).all():
-        raise UntrustedInputError(f"{where}: images contain NaN or infinite values", source=where)
-    return out
+    return _finite(np.ascontiguousarray(array, dtype=np.float32), where=where)
 
 
-def label_array(array: np.ndarray, n: int, *, where: str) -> np.ndarray:
-    if array.ndim != 1 or len(array) != n or array.dtype.kind not in "iu":
-        raise UntrustedInputError(f"{where}: labels must be {n} integers in a 1-d array, found dtype "
-                                  f"{array.dtype} and shape {array.shape}", source=where)
-    if (array < 0).any():
-        raise UntrustedInputError(f"{where}: labels must be non-negative, found {int(array.min())}", source=where)
-    return array.astype(np.int64)
-
-
-def id_array(array: np.ndarray, n: int, *, where: str) -> np.ndarray:
-    if array.ndim != 1 or len(array) != n or array.dtype.kind not in "iu":
-        raise UntrustedInputError(f"{where}: record ids must be {n} integers in a 1-d array, found dtype "
-                                  f"{array.dtype} and shape {array.shape}", source=where)
-    ids = array.astype(np.int64)
-    if len(np.unique(ids)) != n:
-        raise UntrustedInputError(f"{where}: record ids must be unique; {n - len(np.unique(ids))} are repeated",
+def _features_array(array: np.ndarray, *, where: str) -> np.ndarray:
+    """N×F tabular features as float32, values unchanged (integers converted, never rescaled)."""
+    if array.dtype.kind not in "fiu":
+        raise UntrustedInputError(f"{where}: tabular features must be numbers, found dtype {array.dtype}",
                                   source=where)
-    return ids
+    return _finite(np.ascontiguousarray(array, dtype=np.float32), where=where)
+
+
+def _finite(array: np.ndarray, *, where: str) -> np.ndarray:
+    if not np.isfinite(array).all():
+        raise UntrustedInputError(f"{where}: inputs contain NaN or infinite values", source=where)
+    return array
 
 
 def mask_array(array: np.ndarray, n: int, *, where: str) -> np.ndarray:
@@ -148,12 +145,8 @@ def read_image_folder(root: Path, *, channels: Literal[1, 3],
     for _, _, path in records:
         data = path.read_bytes()
         file_digests[path.relative_to(root).as_posix()] = hashlib.sha256(data).hexdigest()
-        images.append(_decode_image(path, mode="L" if channels == 1 else "RGB", image_size=image_size))
-    shapes = {im.shape for im in images}
-    if len(shapes) > 1:
-        raise UntrustedInputError(f"{root}: images differ in size ({sorted(shapes)[:3]}...); set image_size to "
-                                  "resize them all", source=root)
-    return FolderImages(x=np.stack(images).astype(np.float32) / np.float32(255.0),
+        images.append(_decode_image(path, channels=channels, image_size=image_size))
+    return FolderImages(x=stack_images(images, where=str(root)),
                         labels=[label for _, label, _ in records], is_test=[split == "test" for split, _, _ in records],
                         classes=tuple(class_names), file_digests=file_digests)
 
@@ -172,18 +165,15 @@ def _image_files(sources: Sequence[tuple[str, Path]], class_names: Sequence[str]
     return records
 
 
-def _decode_image(path: Path, *, mode: str, image_size: tuple[int, int] | None) -> np.ndarray:
-    """One image as uint8 C×H×W in ``mode``, resized (bilinear) to ``image_size`` (height, width) if given."""
+def _decode_image(path: Path, *, channels: Literal[1, 3], image_size: tuple[int, int] | None) -> np.ndarray:
+    """One image file as uint8 C×H×W (see :func:`bnconvention.data.images.image_array`)."""
     from PIL import Image
 
     try:
         with Image.open(path) as opened:
-            image = opened.convert(mode)
-            if image_size is not None:
-                height, width = image_size
-                image = image.resize((width, height), Image.Resampling.BILINEAR)
-            pixels = np.asarray(image, dtype=np.uint8)
+            return image_array(opened, channels=channels, image_size=image_size, where=str(path))
+    except UntrustedInputError:
+        raise
     except Exception as exc:  # Pillow raises many types (UnidentifiedImageError, DecompressionBombError, ...)
         raise UntrustedInputError(f"{path}: not a readable image ({type(exc).__name__}: {exc})",
                                   source=path) from exc
-    return pixels[None] if pixels.ndim == 2 else pixels.transpose(2, 0, 1)

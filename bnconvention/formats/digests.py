@@ -18,6 +18,7 @@ buffers: nothing we do may change them).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from bnconvention.errors import DigestMismatchError, SafetensorsHeaderError
 from bnconvention.formats.canonical import canonical_json_bytes
+from bnconvention.formats.checkpoint_files import CheckpointFiles
 from bnconvention.formats.safetensors_header import SafetensorsHeader, read_header
 
 # torch is imported inside the functions that take tensors or modules: digests of files, and the validator that
@@ -240,28 +242,44 @@ def file_digests(path: str | os.PathLike[str], *, bn_layers: Iterable[str] | Non
 
     ``bn_layers`` defaults to the layers recognisable from tensor names (:func:`bn_layers_from_tensor_names`).
     """
-    header = header or read_header(path)
-    shapes = {name: info.shape for name, info in header.tensors.items()}
+    return _stored_digests([(path, header or read_header(path))], bn_layers)
+
+
+def checkpoint_digests(files: CheckpointFiles, *, bn_layers: Iterable[str] | None = None) -> DigestSet:
+    """Digests of a checkpoint over all its shards: those of the merged single file, whatever the sharding.
+
+    A digest takes tensors in name order whichever file holds them, so a sharded checkpoint, the same tensors
+    merged into one file and any re-sharding of them give the same digests (``docs/standard.md``)."""
+    return _stored_digests([(shard.path, shard.header) for shard in files.shards], bn_layers)
+
+
+def _stored_digests(sources: list[tuple[str | os.PathLike[str], SafetensorsHeader]],
+                    bn_layers: Iterable[str] | None) -> DigestSet:
+    """Digests of the tensors of one or more files (tensor names unique across them), streamed in chunks."""
+    where = {name: index for index, (_, header) in enumerate(sources) for name in header.tensors}
+    shapes = {name: info.shape for _, header in sources for name, info in header.tensors.items()}
     layers = list(bn_layers) if bn_layers is not None else bn_layers_from_tensor_names(shapes)
-    handle = open(path, "rb")  # noqa: SIM115 - closed below, used by the generator
-    try:
-        def chunks(begin: int, end: int) -> Iterator[bytes]:
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(open(path, "rb")) for path, _ in sources]
+
+        def chunks(index: int, begin: int, end: int) -> Iterator[bytes]:
+            handle, header = handles[index], sources[index][1]
             handle.seek(header.data_offset + begin)
             remaining = end - begin
             while remaining:
                 chunk = handle.read(min(_CHUNK, remaining))
                 if not chunk:
-                    raise SafetensorsHeaderError(f"{path}: file ended inside tensor data", source=str(path))
+                    raise SafetensorsHeaderError(f"{sources[index][0]}: file ended inside tensor data",
+                                                 source=str(sources[index][0]))
                 remaining -= len(chunk)
                 yield chunk
 
         def entry(name: str) -> _Entry:
-            info = header.tensors[name]
-            return name, info.dtype, info.shape, chunks(info.begin, info.end), info.nbytes
+            index = where[name]
+            info = sources[index][1].tensors[name]
+            return name, info.dtype, info.shape, chunks(index, info.begin, info.end), info.nbytes
 
-        return _digest_set(list(header.tensors), layers, entry)
-    finally:
-        handle.close()
+        return _digest_set(list(where), layers, entry)
 
 
 def data_section_sha256(path: str | os.PathLike[str], header: SafetensorsHeader | None = None) -> str:

@@ -101,4 +101,36 @@ def index_mismatch(index: ShardIndex, shard_tensors: Mapping[str, Iterable[str]]
             + (f" ({count - 1} more differences)" if count > 1 else ""))
 
 
-__all__ = ["INDEX_SUFFIX", "MAX_INDEX_BYTES", "ShardIndex", "index_mismatch", "index_missing_shards", "parse_index"]
+def checkpoint_files(filenames: Iterable[str]) -> tuple[list[str], list[str]]:
+    """A file list's checkpoints: index files, and ``.safetensors`` files that no index claims by name pattern
+    (``<prefix>-00001-of-00002.safetensors`` belongs to the index ``<prefix>.safetensors.index.json``).
+
+    Shards may also carry other names, which only the index itself lists: readers drop the shards an index names
+    once it is read. One rule for the Hub census (a repo's file list) and for local folders (audit, census, refit).
+
+    >>> checkpoint_files(["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+    ...                   "model.safetensors.index.json", "extra.safetensors"])
+    (['model.safetensors.index.json'], ['extra.safetensors'])
+    """
+    names = list(filenames)
+    indexes = sorted(f for f in names if f.endswith(INDEX_SUFFIX))
+    claimed_prefixes = [f[: -len(INDEX_SUFFIX)] for f in indexes]
+    singles = []
+    for name in sorted(f for f in names if f.endswith(".safetensors")):
+        stem = name[: -len(".safetensors")]
+        if any(_is_shard_of(stem, prefix) for prefix in claimed_prefixes):
+            continue
+        singles.append(name)
+    return indexes, singles
+
+
+def _is_shard_of(stem: str, prefix: str) -> bool:
+    # "model-00001-of-00003" is a shard of "model"
+    if not stem.startswith(prefix + "-"):
+        return False
+    rest = stem[len(prefix) + 1:].split("-of-")
+    return len(rest) == 2 and all(part.isdigit() for part in rest)
+
+
+__all__ = ["INDEX_SUFFIX", "MAX_INDEX_BYTES", "ShardIndex", "checkpoint_files", "index_mismatch",
+           "index_missing_shards", "parse_index"]

@@ -3,8 +3,7 @@ file at the commit the census read, build the model, run the audit of :mod:`bnco
 annotations written locally (pushing them is :mod:`bnconvention.hub.push`).
 
 Which repos: those the census found with running statistics (declared, undeclared or inconsistent); every
-single-file checkpoint with BatchNorm layers is audited. Sharded checkpoints are reported as skipped (the audit
-loads one safetensors file).
+checkpoint with BatchNorm layers is audited, single-file or sharded (the index and its shards are downloaded).
 
 :func:`audit_org` runs named stages: the census (reusing the journal), :func:`plan_audits` (what to reuse, skip
 or run), the tasks on the chosen executor (in this process, spawned workers with ``--workers N``, or Ray tasks with
@@ -33,6 +32,7 @@ from typing import Any
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.errors import UsageError
 from bnconvention.formats.canonical import canonical_sha256
+from bnconvention.formats.checkpoint_files import checkpoint_name
 from bnconvention.hub.audit_task import (
     AuditTask,
     FileAudit,
@@ -51,21 +51,17 @@ AUDITS_DIR = "audits"
 
 
 def audit_targets(repos: Sequence[RepoCensus]) -> list[tuple[RepoCensus, list[str], list[tuple[str, str]]]]:
-    """(repo, single files to audit, (checkpoint, reason) skipped) for every repo with running statistics."""
+    """(repo, checkpoints to audit: single files and shard indexes, (checkpoint, reason) skipped) for every repo with
+    running statistics."""
     targets = []
     for repo in repos:
         if repo.status not in BN_CLASSES:
             continue
-        files, skipped = [], []
-        for checkpoint in repo.checkpoints:
-            if checkpoint.bn_layers == 0 or checkpoint.status == "unreadable":
-                continue
-            if checkpoint.kind == "sharded":
-                skipped.append((checkpoint.name, "sharded checkpoint: the audit loads one safetensors file; merge "
-                                                 "the shards to audit it"))
-            else:
-                files.append(checkpoint.name)
-        if files or skipped:
+        # every readable BatchNorm checkpoint: a single file, or a sharded checkpoint's index (nothing is skipped
+        # since issue 12; the skipped list stays for the task's interface)
+        files = [c.name for c in repo.checkpoints if c.bn_layers and c.status != "unreadable"]
+        skipped: list[tuple[str, str]] = []
+        if files:
             targets.append((repo, files, skipped))
     return targets
 
@@ -105,7 +101,7 @@ def spec_label(spec_sha256: str) -> str:
 def file_out_dir(out: Path, repo_id: str, filename: str, *, spec_sha256: str) -> Path:
     """Where one audited file's annotation, summary and plots go under one spec:
     ``audits/<repo>/<file stem>/spec-<12 hex>/``."""
-    return repo_out_dir(out, repo_id) / Path(filename).name.removesuffix(".safetensors") / spec_label(spec_sha256)
+    return repo_out_dir(out, repo_id) / checkpoint_name(Path(filename)) / spec_label(spec_sha256)
 
 
 def _reusable(entry: Entry | None, *, revision: str | None, spec_sha: str) -> bool:

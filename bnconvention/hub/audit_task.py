@@ -1,12 +1,13 @@
-"""One repo's audit as a self-contained task: download each single-file checkpoint at the commit the census read,
-build its model, run the audit of :mod:`bnconvention.audit`, and return the result as JSON.
+"""One repo's audit as a self-contained task: download each checkpoint (a file, or an index and its shards) at the
+commit the census read, build its model, run the audit of :mod:`bnconvention.audit`, and return the result as JSON.
 
-Which architecture: the repo's own declaration in ``config.json`` — an ``architecture`` entry ``{"factory": ...,
-"kwargs": {...}}``, the shape the digits zoo writes — when that factory is on the allowlist; otherwise the spec's
-``model``. A factory named by a repo is never imported unless it is allowlisted. Published cells: with
-``published_source: sidecar`` they come from ``config.json`` (``published`` or the zoo's ``shipped_accuracy``);
-with ``published_source: model_index`` from the eval results of the repo's card (``README.md``, placed beside the
-weights); with ``published_by_checkpoint`` the key is the repo id.
+Which architecture (:func:`choose_repo_spec`): the repo's own declaration in ``config.json`` — an ``architecture``
+entry ``{"factory": ..., "kwargs": {...}}``, the shape the digits zoo writes — when that factory is on the
+allowlist; else timm's or transformers' own ``config.json`` (:mod:`bnconvention.architectures.resolve`); otherwise
+the spec's ``model``. Nothing a repo names is imported unless it is allowlisted or in the library's own registry.
+Published cells: with ``published_source: sidecar`` they come from ``config.json`` (``published`` or the zoo's
+``shipped_accuracy``); with ``published_source: model_index`` from the eval results of the repo's card
+(``README.md``, placed beside the weights); with ``published_by_checkpoint`` the key is the repo id.
 
 Which spec: the spec's rules (:mod:`bnconvention.audit.rules`) are applied first, by repo id and ``config.json``
 fields, so one spec audits a mixed organisation, each repo with its own data, model and published cells; the rules
@@ -27,21 +28,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
+from bnconvention.architectures.resolve import CONFIG_NAME, MAX_CONFIG_BYTES, parse_config
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import AuditSpec, ModelSpec, parse_spec
 from bnconvention.errors import BnConventionError, UntrustedInputError, UsageError
-from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
+from bnconvention.formats.checkpoint_files import is_index_path
+from bnconvention.formats.safetensors_index import INDEX_SUFFIX, parse_index
 from bnconvention.formats.text import one_line
 from bnconvention.hub.client import DEFAULT_TIMEOUT_S, HubClient, Secret, make_client, quiet_hub_progress
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
 from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
-
-CONFIG_NAME = "config.json"
-MAX_CONFIG_BYTES = 1_000_000
 
 
 class FileAudit(BaseModel):
@@ -98,45 +99,48 @@ class AuditTask:
 # --- choosing the model ------------------------------------------------------------------------------------------
 
 
-def declared_architecture(config: Any) -> tuple[str, dict[str, Any]] | None:
-    """``(factory, kwargs)`` from a repo's ``config.json`` (``architecture: {factory, kwargs}``), if it names one."""
-    if not isinstance(config, dict):
-        return None
-    arch = config.get("architecture")
-    if isinstance(arch, dict) and isinstance(arch.get("factory"), str):
-        kwargs = arch.get("kwargs", {})
-        return arch["factory"], kwargs if isinstance(kwargs, dict) else {}
-    return None
+def declared_architecture(config: Any, *, repo_id: str = "repo") -> tuple[str, dict[str, Any]] | None:
+    """``(factory, kwargs)`` the repo's ``config.json`` names (our declaration, transformers' or timm's own config;
+    :func:`bnconvention.architectures.resolve.architecture_from_config`), None when it names none; a refusal raises,
+    naming ``repo_id/config.json``."""
+    from bnconvention.architectures.resolve import architecture_from_config
+
+    found = architecture_from_config(config, source=f"{repo_id}/{CONFIG_NAME}")
+    return None if found is None else (found.factory, found.kwargs)
 
 
-def spec_for_repo(spec: AuditSpec, *, repo_id: str, config: Any) -> tuple[AuditSpec, Literal["repo", "spec"]]:
-    """The spec to audit this repo with: the repo's allowlisted architecture (else the spec's model), and the
-    published cells of this repo."""
-    from bnconvention.architectures.factories import available_factories
+def choose_repo_spec(spec: AuditSpec, *, repo_id: str, config: Any
+                     ) -> tuple[AuditSpec, Literal["repo", "spec"], tuple[str, ...]]:
+    """The spec to audit this repo with, where its architecture came from, and the refusals passed over.
 
+    The order of :mod:`bnconvention.architectures.resolve`: the repo's own declaration in ``config.json``, then
+    timm's or transformers' own config there, then the spec's model (the fallback of an organisation-wide spec).
+    """
+    from bnconvention.architectures.resolve import Architecture, resolve_architecture
+
+    fallback = (Architecture(factory=spec.model.factory, kwargs=dict(spec.model.kwargs), source="spec")
+                if spec.model is not None else None)
+    resolution = resolve_architecture([(config, f"{repo_id}/{CONFIG_NAME}")], fallback=fallback)
+    if resolution is None:
+        has = f"its {CONFIG_NAME} names no architecture" if config is not None else f"it has no {CONFIG_NAME}"
+        raise UsageError(f"{repo_id}: {has}, and the spec has no model section; add model: {{factory: ...}} to "
+                         "the spec (or --allow-factory for your own)")
     update: dict[str, Any] = {}
-    declared = declared_architecture(config)
-    source: Literal["repo", "spec"]
-    if declared is not None and declared[0] in available_factories():
-        try:
-            update["model"] = ModelSpec.model_validate({"factory": declared[0], "kwargs": declared[1]})
-            source = "repo"
-        except ValidationError as exc:
-            if spec.model is None:
-                raise UntrustedInputError(f"{repo_id}/{CONFIG_NAME}: the architecture's kwargs are not plain JSON "
-                                          f"values ({exc.errors()[0]['msg']}); name the model in the spec",
-                                          source=f"{repo_id}/{CONFIG_NAME}") from None
-            source = "spec"
-    elif spec.model is not None:
-        source = "spec"
-    else:
-        named = f"names {declared[0]!r}, which is not allowlisted" if declared else "names no architecture"
-        raise UsageError(f"{repo_id}: its {CONFIG_NAME} {named}, and the spec has no model section; add model: "
-                         "{factory: ...} to the spec (or --allow-factory for your own)")
+    chosen = resolution.architecture
+    source: Literal["repo", "spec"] = "spec" if chosen.source == "spec" else "repo"
+    if source == "repo":
+        update["model"] = ModelSpec.model_validate({"factory": chosen.factory, "kwargs": chosen.kwargs})
     if spec.published_by_checkpoint and repo_id in spec.published_by_checkpoint:
         update["published"] = spec.published_by_checkpoint[repo_id]
         update["published_by_checkpoint"] = None
-    return (spec.model_copy(update=update) if update else spec), source
+    return (spec.model_copy(update=update) if update else spec), source, resolution.passed_over
+
+
+def spec_for_repo(spec: AuditSpec, *, repo_id: str, config: Any) -> tuple[AuditSpec, Literal["repo", "spec"]]:
+    """The spec to audit this repo with (its architecture resolved by :func:`choose_repo_spec`, and the published
+    cells of this repo), and where the architecture came from."""
+    repo_spec, source, _ = choose_repo_spec(spec, repo_id=repo_id, config=config)
+    return repo_spec, source
 
 
 # --- one task -----------------------------------------------------------------------------------------------------
@@ -168,11 +172,20 @@ def _torch_threads(count: int) -> Iterator[None]:
 
 
 def _download(client: HubClient, repo_id: str, filename: str, *, revision: str, folder: Path) -> Path:
-    local = call_with_retry(
-        lambda: client.api.hf_hub_download(repo_id, filename, revision=revision, local_dir=folder / "repo",
-                                           cache_dir=folder / "cache"),
-        policy=client.retry, what=f"download {repo_id}/{filename}")
-    return Path(local)
+    """The checkpoint's local path: the file, or a shard index with every shard it names beside it."""
+    def one(name: str) -> Path:
+        local = call_with_retry(
+            lambda: client.api.hf_hub_download(repo_id, name, revision=revision, local_dir=folder / "repo",
+                                               cache_dir=folder / "cache"),
+            policy=client.retry, what=f"download {repo_id}/{name}")
+        return Path(local)
+
+    path = one(filename)
+    if is_index_path(path):
+        index = parse_index(path.read_bytes(), filename=filename, source=f"{repo_id}/{filename}")
+        for shard in index.shards:
+            one(shard)
+    return path
 
 
 @dataclass(frozen=True)
@@ -222,9 +235,9 @@ def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: Repo
     from bnconvention.audit.rules import apply_rules
     from bnconvention.audit.runner import audit_checkpoint
 
-    config = loads_strict(files.config, source=f"{task.repo_id}/{CONFIG_NAME}") if files.config else None
+    config = parse_config(files.config, source=f"{task.repo_id}/{CONFIG_NAME}") if files.config else None
     ruled, rules = apply_rules(spec, repo_id=task.repo_id, config=config)
-    repo_spec, source = spec_for_repo(ruled, repo_id=task.repo_id, config=config)
+    repo_spec, source, passed_over = choose_repo_spec(ruled, repo_id=task.repo_id, config=config)
     weights = _download(client, task.repo_id, filename, revision=task.revision, folder=folder)
     _, sidecar, card = _local_paths(folder, filename)  # hf_hub_download put the weights at folder/repo/<file>
     if files.config is not None:
@@ -236,8 +249,9 @@ def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: Repo
     subject = result.annotation.subject.model_copy(update={"filename": filename, "repo": task.repo_id,
                                                            "revision": task.revision})
     annotation = result.annotation.model_copy(update={"subject": subject})
+    warnings = [*(f"architecture passed over: {note}" for note in passed_over), *result.warnings]
     result = result.model_copy(update={"annotation": annotation, "weights_path": f"{task.repo_id}/{filename}",
-                                       "checkpoint": _name(task.repo_id, filename)})
+                                       "checkpoint": _name(task.repo_id, filename), "warnings": warnings})
     digest = canonical_sha256(to_dict(annotation))
     origins = cell_origins(files.card_metadata(), repo_spec.model_index_metrics)
     return FileAudit(filename=filename, status="audited", factory=result.factory, architecture_source=source,
@@ -246,7 +260,7 @@ def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: Repo
 
 
 def _name(repo_id: str, filename: str) -> str:
-    return repo_id if filename == "model.safetensors" else f"{repo_id}:{filename}"
+    return repo_id if filename in ("model.safetensors", f"model{INDEX_SUFFIX}") else f"{repo_id}:{filename}"
 
 
 def audit_repo_task(task: AuditTask) -> str:
@@ -302,6 +316,7 @@ __all__ = [
     "FileAudit",
     "RepoAudit",
     "audit_repo_task",
+    "choose_repo_spec",
     "declared_architecture",
     "spec_for_repo",
 ]

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 
 from bnconvention.errors import BnConventionError, UntrustedInputError
 from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES, decode_card, read_card_record
+from bnconvention.formats.checkpoint_files import FOREIGN_WEIGHTS_SUFFIXES
 from bnconvention.formats.digests import bn_layers_from_tensor_names
 from bnconvention.formats.safetensors_header import SafetensorsHeader, TensorInfo
 from bnconvention.formats.text import one_line, plural
@@ -362,8 +363,9 @@ def classify_repo(client: HubClient, repo_id: str, *, sha: str, filenames: list[
     ``running_check_bytes`` (0: never), so a stale declaration is caught without downloading the weights."""
     indexes, singles = weights_files(filenames)
     if not indexes and not singles:
-        others = sorted(f for f in filenames if f.endswith((".bin", ".pt", ".pth", ".ckpt", ".h5", ".pkl")))
-        reason = "no .safetensors weights" + (f" (other weights files, never opened: {', '.join(others[:3])})"
+        others = sorted(f for f in filenames if f.endswith(FOREIGN_WEIGHTS_SUFFIXES))
+        reason = "no .safetensors weights" + (f" (other weights files, never opened: {', '.join(others[:3])}; "
+                                              "convert them to safetensors to have them classified and audited)"
                                               if others else "")
         return RepoCensus(repo_id=repo_id, sha=sha, status="no_weights", reason=reason)
     sets = read_checkpoints(client, repo_id, sha=sha, filenames=filenames, speculative=speculative)

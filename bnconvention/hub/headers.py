@@ -21,6 +21,7 @@ from bnconvention.formats.safetensors_index import (  # the index rule is shared
     INDEX_SUFFIX,
     MAX_INDEX_BYTES,
     ShardIndex,
+    checkpoint_files,
     index_mismatch,
     index_missing_shards,
     parse_index,
@@ -148,26 +149,9 @@ def read_sharded(client: HubClient, repo_id: str, index_file: str, *, revision: 
 
 
 def weights_files(filenames: list[str]) -> tuple[list[str], list[str]]:
-    """The repo's checkpoints: index files, and ``.safetensors`` files that no index claims (by name pattern:
-    ``<prefix>-00001-of-00002.safetensors`` files belong to the index ``<prefix>.safetensors.index.json``)."""
-    indexes = sorted(f for f in filenames if f.endswith(INDEX_SUFFIX))
-    claimed_prefixes = [f[: -len(INDEX_SUFFIX)] for f in indexes]
-    singles = []
-    for name in sorted(f for f in filenames if f.endswith(".safetensors")):
-        stem = name[: -len(".safetensors")]
-        if any(_is_shard_of(stem, prefix) for prefix in claimed_prefixes):
-            continue
-        singles.append(name)
-    return indexes, singles
-
-
-def _is_shard_of(stem: str, prefix: str) -> bool:
-    # "model-00001-of-00003" is a shard of "model"; shards may also sit in the index's folder under other names,
-    # which the index itself names (those are excluded once the index is read).
-    if not stem.startswith(prefix + "-"):
-        return False
-    rest = stem[len(prefix) + 1:].split("-of-")
-    return len(rest) == 2 and all(part.isdigit() for part in rest)
+    """The repo's checkpoints: index files, and ``.safetensors`` files that no index claims
+    (:func:`~bnconvention.formats.safetensors_index.checkpoint_files`, the rule local folders follow too)."""
+    return checkpoint_files(filenames)
 
 
 __all__ = [

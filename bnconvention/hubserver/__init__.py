@@ -8,7 +8,9 @@ Drive it with the real ``huggingface_hub`` client through one ``HfApi(endpoint=h
         api = HfApi(endpoint=hub.endpoint, token="secret")
         api.model_info("lab/model")
 
-What it serves, the fault kinds and the counters are described in ``server``, ``faults`` and ``stats``.
+What it serves, the fault kinds and the counters are described in ``server``, ``faults`` and ``stats``; uploads
+are ``regular`` by default, and go through the classic LFS batch API with ``LocalHub(lfs=True)`` (``lfs_endpoints``),
+as ``datasets.Dataset.push_to_hub`` needs.
 """
 
 from bnconvention.hubserver.auth import AccessControl
@@ -17,11 +19,12 @@ from bnconvention.hubserver.repos import Commit, ResolvedRevision
 from bnconvention.hubserver.server import LocalHub
 from bnconvention.hubserver.stats import RequestRecord, RequestStats
 from bnconvention.hubserver.storage import CommitResult, HubStore
-from bnconvention.hubserver.trees import AddFile, DeleteFile, DeleteFolder, FileEntry, Operation
+from bnconvention.hubserver.trees import AddFile, AddLfsFile, DeleteFile, DeleteFolder, FileEntry, Operation
 
 __all__ = [
     "AccessControl",
     "AddFile",
+    "AddLfsFile",
     "Commit",
     "CommitResult",
     "DeleteFile",

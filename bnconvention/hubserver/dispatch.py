@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bnconvention.hubserver import discussion_endpoints, repo_endpoints, write_endpoints
+from bnconvention.hubserver import discussion_endpoints, lfs_endpoints, repo_endpoints, write_endpoints
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import HubContext, HubRequest, HubResponse, error_response, logger
 from bnconvention.hubserver.routes import match_route
@@ -17,7 +17,7 @@ Endpoint = Callable[[HubContext, HubRequest], HubResponse]
 
 
 ENDPOINTS: dict[str, Endpoint] = {**repo_endpoints.ENDPOINTS, **write_endpoints.ENDPOINTS,
-                                  **discussion_endpoints.ENDPOINTS}
+                                  **discussion_endpoints.ENDPOINTS, **lfs_endpoints.ENDPOINTS}
 
 
 def dispatch(context: HubContext, request: HubRequest) -> HubResponse:

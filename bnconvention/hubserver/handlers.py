@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,12 @@ JSON_TYPE = "application/json; charset=utf-8"
 
 @dataclass
 class HubContext:
-    """What endpoints share: the store, access control, page sizes and parse caches."""
+    """What endpoints share: the store, access control, page sizes, the upload mode and parse caches.
+
+    ``lfs``: preupload answers like the Hub (``lfs`` for binary, large or ``.gitattributes``-tracked files) and
+    the classic LFS batch API is served (``lfs_endpoints``); otherwise every file is ``regular``. ``lfs_secret``
+    signs the upload URLs the batch API hands out (they carry no token, like the Hub's storage URLs).
+    """
 
     store: HubStore
     access: AccessControl
@@ -44,6 +50,9 @@ class HubContext:
     tree_page_size: int = 1000
     commits_page_size: int = 50
     discussions_page_size: int = 50
+    lfs: bool = False
+    max_body_bytes: int = 512 * 1024 * 1024
+    lfs_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     _cache_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _caches: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 

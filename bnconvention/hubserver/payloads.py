@@ -19,7 +19,7 @@ from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES, decode_card, pa
 from bnconvention.formats.safetensors_header import DTYPE_BITS, read_header
 from bnconvention.hubserver.handlers import HubContext
 from bnconvention.hubserver.repos import Commit
-from bnconvention.hubserver.trees import FileEntry, folder_oid
+from bnconvention.hubserver.trees import FileEntry, folder_oid, lfs_pointer
 from bnconvention.hubserver.validation import bad_request
 from bnconvention.hubserver.wire import sha1_hex
 
@@ -190,14 +190,22 @@ def _sibling(path: str, entry: FileEntry, *, blobs: bool) -> dict[str, Any]:
     sibling: dict[str, Any] = {"rfilename": path}
     if blobs:  # the Hub sends sizes and blob ids only with blobs=true (model_info(files_metadata=True))
         sibling.update(size=entry.size, blobId=entry.oid)
+        if entry.lfs:
+            sibling["lfs"] = {"size": entry.size, "sha256": entry.sha256,
+                              "pointerSize": len(lfs_pointer(entry.sha256, entry.size))}
     return sibling
 
 
 def tree_entry(tree: Mapping[str, FileEntry], kind: str, path: str) -> dict[str, Any]:
-    """One ``/tree`` or ``/paths-info`` entry. Regular files only: never ``lfs`` or ``xetHash``."""
+    """One ``/tree`` or ``/paths-info`` entry: ``lfs`` for files uploaded through LFS, never ``xetHash`` (the
+    client would then download through Xet, which this server does not serve)."""
     if kind == "file":
         entry = tree[path]
-        return {"type": "file", "oid": entry.oid, "size": entry.size, "path": path}
+        item: dict[str, Any] = {"type": "file", "oid": entry.oid, "size": entry.size, "path": path}
+        if entry.lfs:
+            item["lfs"] = {"oid": entry.sha256, "size": entry.size,
+                           "pointerSize": len(lfs_pointer(entry.sha256, entry.size))}
+        return item
     return {"type": "directory", "oid": folder_oid(tree, path), "size": 0, "path": path}
 
 

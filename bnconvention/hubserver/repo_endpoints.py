@@ -156,6 +156,8 @@ def resolve_file(context: HubContext, request: HubRequest) -> HubResponse:
                               headers={"X-Repo-Commit": commit.id})
     headers = {"X-Repo-Commit": commit.id, "ETag": f'"{entry.oid}"', "Accept-Ranges": "bytes",
                "Content-Type": mimetypes.guess_type(path)[0] or "application/octet-stream"}
+    if entry.lfs:  # as on the Hub: the client names its cache blob after the content's sha256
+        headers.update({"X-Linked-Etag": f'"{entry.sha256}"', "X-Linked-Size": str(entry.size)})
     span = parse_range(request.headers.get("Range"), size=entry.size)
     blob = context.store.blob_path(entry.sha256)
     if span is None:

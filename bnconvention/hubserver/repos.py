@@ -178,6 +178,16 @@ class RepoDatabase:
         if not path.exists():
             self.write(path, data)
 
+    def put_blob(self, sha256: str, data: bytes) -> None:
+        """Store ``data`` under its sha256 (an LFS upload: referenced by no tree until a commit names it)."""
+        path = self.blob_path(sha256)
+        if not path.exists():
+            self.write(path, data)
+
+    def has_blob(self, sha256: str, size: int) -> bool:
+        path = self.blob_path(sha256)
+        return path.is_file() and path.stat().st_size == size
+
     # --- repo states -----------------------------------------------------------------------------------------------
 
     def has(self, key: RepoKey) -> bool:

@@ -8,6 +8,9 @@ traversal attempts are refused (400) before anything reads the store.
 Route(endpoint='repo_info', repo_type='model', repo_id='org/m', revision='refs/pr/1', path=None, num=None, action=None)
 >>> match_route("HEAD", "/datasets/org/d/resolve/main/data/train.csv").path
 'data/train.csv'
+>>> route = match_route("POST", "/datasets/org/d.git/info/lfs/objects/batch")
+>>> route.endpoint, route.repo_type, route.repo_id
+('lfs_batch', 'dataset', 'org/d')
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.validation import API_PLURAL, RepoType, bad_request, check_repo_id
 
 DISCUSSION_ACTIONS = ("comment", "status", "title", "merge")
+LFS_ACTIONS = ("batch", "verify")
+XET_TOKENS = ("xet-write-token", "xet-read-token")
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,11 @@ def match_route(method: str, raw_path: str) -> Route:
     if segs and segs[0] in ("datasets", "spaces"):
         repo_type = API_PLURAL[segs[0]]
         segs = segs[1:]
+    if len(segs) == 6 and segs[1].endswith(".git") and segs[2:5] == ["info", "lfs", "objects"] \
+            and segs[5] in LFS_ACTIONS:
+        repo_id = f"{segs[0]}/{segs[1].removesuffix('.git')}"
+        check_repo_id(repo_id)
+        return _check(method, raw_path, ("POST",), Route(f"lfs_{segs[5]}", repo_type, repo_id))
     if len(segs) >= 4 and segs[2] == "resolve":
         repo_id = f"{segs[0]}/{segs[1]}"
         check_repo_id(repo_id)
@@ -102,6 +112,8 @@ def _match_api(method: str, raw_path: str, segs: list[str]) -> Route:
         return _check(method, raw_path, ("POST",), Route("validate_yaml"))
     if segs == ["repos", "create"]:
         return _check(method, raw_path, ("POST",), Route("create_repo"))
+    if len(segs) == 4 and segs[0] == "lfs-objects":  # a signed LFS upload URL (lfs_endpoints)
+        return _check(method, raw_path, ("PUT",), Route("lfs_upload", path="/".join(segs[1:])))
     if not segs or segs[0] not in API_PLURAL:
         raise _not_found(raw_path)
     repo_type = API_PLURAL[segs[0]]
@@ -124,6 +136,8 @@ def _match_api(method: str, raw_path: str, segs: list[str]) -> Route:
     if head in ("paths-info", "preupload", "commit") and tail:
         return _check(method, raw_path, ("POST",),
                       Route(head.replace("-", "_"), repo_type, repo_id, revision="/".join(tail)))
+    if head in XET_TOKENS:
+        return _check(method, raw_path, ("GET",), Route("xet_token", repo_type, repo_id))
     if head == "commits" and tail:
         return _check(method, raw_path, ("GET",), Route("commits", repo_type, repo_id, revision="/".join(tail)))
     if head == "refs" and not tail:

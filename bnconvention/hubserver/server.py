@@ -319,6 +319,12 @@ class LocalHub:
     ``durable=False``. ``tokens`` maps token -> user name, ``orgs`` organisation -> members. ``page_size`` is the
     repo-listing page (the client follows ``Link`` headers). ``faults`` and ``seed`` configure fault injection;
     :attr:`faults` changes it at run time.
+
+    ``lfs=False`` (the default) answers every preupload ``regular``: content travels inside the commit, and any
+    client works, Xet-enabled or not. ``lfs=True`` answers like the Hub (``lfs`` for binary files, files of 10 MiB
+    and more, and ``.gitattributes`` LFS patterns) and serves the classic LFS batch API: what
+    ``datasets.Dataset.push_to_hub`` needs (it deletes each parquet shard after its LFS pre-upload). Clients then
+    need ``HF_HUB_DISABLE_XET=1``: this server has no Xet storage.
     """
 
     def __init__(self, root: str | Path | None = None, *, host: str = "127.0.0.1", port: int = 0,
@@ -326,7 +332,7 @@ class LocalHub:
                  faults: Iterable[FaultRule] = (), seed: int = 0, page_size: int = 50, tree_page_size: int = 1000,
                  commits_page_size: int = 50, discussions_page_size: int = 50,
                  clock: Callable[[], datetime] | None = None, durable: bool | None = None,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, lfs: bool = False) -> None:
         for name, value in (("page_size", page_size), ("tree_page_size", tree_page_size),
                             ("commits_page_size", commits_page_size),
                             ("discussions_page_size", discussions_page_size), ("max_body_bytes", max_body_bytes)):
@@ -346,7 +352,8 @@ class LocalHub:
         self.faults = FaultInjector(faults, seed=seed)
         self.context = HubContext(store=self.store, access=self.access, page_size=page_size,
                                   tree_page_size=tree_page_size, commits_page_size=commits_page_size,
-                                  discussions_page_size=discussions_page_size)
+                                  discussions_page_size=discussions_page_size, lfs=lfs,
+                                  max_body_bytes=max_body_bytes)
         self._stats = RequestStats()
         self._server: _HubHTTPServer | None = None
         self._thread: threading.Thread | None = None

@@ -30,7 +30,7 @@ from bnconvention.hubserver.repos import (
     ResolvedRevision,
     repo_key,
 )
-from bnconvention.hubserver.trees import AddFile, FileEntry, Operation, Tree, apply_operations
+from bnconvention.hubserver.trees import AddFile, AddLfsFile, FileEntry, Operation, Tree, apply_operations
 from bnconvention.hubserver.validation import (
     URL_PREFIX,
     RepoType,
@@ -39,7 +39,7 @@ from bnconvention.hubserver.validation import (
     check_ref_name,
     check_repo_type,
 )
-from bnconvention.hubserver.wire import utc_now
+from bnconvention.hubserver.wire import sha256_hex, utc_now
 
 DEFAULT_AUTHOR = "hubserver"
 # What the Hub writes into a new repo's initial commit (shortened to the patterns that matter here).
@@ -91,6 +91,20 @@ class HubStore:
     def blob_path(self, sha256: str) -> Path:
         """Where the content with this sha256 is stored."""
         return self._db.blob_path(sha256)
+
+    def has_blob(self, sha256: str, size: int) -> bool:
+        """Whether the store holds a content with this sha256 and size (an LFS object already uploaded)."""
+        return self._db.has_blob(sha256, size)
+
+    def put_lfs_object(self, data: bytes, *, sha256: str, size: int) -> None:
+        """Keep an object uploaded through the LFS batch API, after checking it is what was announced (422
+        otherwise); commits then refer to it with ``AddLfsFile``."""
+        if len(data) != size or sha256_hex(data) != sha256:
+            raise HubRequestError(f"the uploaded object is not sha256:{sha256} of {size} bytes (received "
+                                  f"{len(data)} bytes); upload the announced content", status=422,
+                                  code="LfsObjectMismatch")
+        with self._db.lock:
+            self._db.put_blob(sha256, data)
 
     # --- repos -----------------------------------------------------------------------------------------------------
 
@@ -183,6 +197,7 @@ class HubStore:
                 self.create_repo(repo_id, repo_type=key[0], author=author)
             state = copy.deepcopy(self._db.state(key))
             target = self._db.resolve(key, revision)
+            self._check_lfs_objects(repo_id, ops)
             base = self._commit_base(key, state, target, revision=revision, create_pr=create_pr,
                                      parent_commit=parent_commit)
             tree = apply_operations(base.tree, ops)
@@ -223,6 +238,12 @@ class HubStore:
         if target.kind == "pr":
             self._discussions.check_pr_open(state, target.name)
         return target.commit
+
+    def _check_lfs_objects(self, repo_id: str, ops: Iterable[Operation]) -> None:
+        for op in ops:
+            if isinstance(op, AddLfsFile) and not self._db.has_blob(op.sha256, op.size):
+                raise bad_request(f"LFS object sha256:{op.sha256} ({op.size} bytes) of {op.path!r} was never "
+                                  "uploaded: upload it through the LFS batch API first", repo_id=repo_id)
 
     def read_file(self, repo_id: str, path: str, *, revision: str = DEFAULT_BRANCH,
                   repo_type: RepoType = "model") -> bytes:

@@ -12,6 +12,8 @@ True
 (['a', 'b'], [])
 >>> three_way_merge({"a": a}, {"a": FileEntry.of(b"y")}, {"a": FileEntry.of(b"z")})[1]
 ['a']
+>>> FileEntry.of_lfs("0" * 64, 5).oid  # an LFS file's git id is its pointer's, as on the Hub
+'dcc4689d5770b475b5120d8bba9696b1e34cdd05'
 """
 
 from __future__ import annotations
@@ -25,27 +27,43 @@ from bnconvention.hubserver.validation import bad_request, check_file_path, chec
 from bnconvention.hubserver.wire import git_blob_sha1, sha1_hex, sha256_hex
 
 
+def lfs_pointer(sha256: str, size: int) -> bytes:
+    """The git-lfs pointer file that stands for a content in git (the Hub's ``oid`` of an LFS file is its id)."""
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode("ascii")
+
+
 @dataclass(frozen=True)
 class FileEntry:
-    """One file of a tree: content address (sha256), git blob id (the Hub's ``oid``/``ETag``) and size."""
+    """One file of a tree: content address (sha256), git blob id (the Hub's ``oid``/``ETag``) and size.
+
+    ``lfs``: uploaded through the LFS batch API; its ``oid`` is then the git id of its pointer file, as on the Hub
+    (which also names the content's sha256 in ``lfs`` entries and ``X-Linked-Etag``)."""
 
     sha256: str
     oid: str
     size: int
+    lfs: bool = False
 
     @classmethod
     def of(cls, data: bytes) -> FileEntry:
         return cls(sha256=sha256_hex(data), oid=git_blob_sha1(data), size=len(data))
 
+    @classmethod
+    def of_lfs(cls, sha256: str, size: int) -> FileEntry:
+        return cls(sha256=sha256, oid=git_blob_sha1(lfs_pointer(sha256, size)), size=size, lfs=True)
+
     def to_json(self) -> dict[str, object]:
-        return {"sha256": self.sha256, "oid": self.oid, "size": self.size}
+        value: dict[str, object] = {"sha256": self.sha256, "oid": self.oid, "size": self.size}
+        if self.lfs:
+            value["lfs"] = True
+        return value
 
     @classmethod
     def from_json(cls, value: Mapping[str, object]) -> FileEntry:
         size = value["size"]
         if not isinstance(size, int):
             raise ValueError(f"tree entry size {size!r} is not an integer")
-        return cls(sha256=str(value["sha256"]), oid=str(value["oid"]), size=size)
+        return cls(sha256=str(value["sha256"]), oid=str(value["oid"]), size=size, lfs=value.get("lfs") is True)
 
 
 Tree = dict[str, FileEntry]
@@ -57,6 +75,16 @@ class AddFile:
 
     path: str
     data: bytes
+
+
+@dataclass(frozen=True)
+class AddLfsFile:
+    """Add or overwrite ``path`` with a content uploaded beforehand through the LFS batch API (the store checks
+    that it holds it)."""
+
+    path: str
+    sha256: str
+    size: int
 
 
 @dataclass(frozen=True)
@@ -73,7 +101,7 @@ class DeleteFolder:
     path: str
 
 
-Operation = AddFile | DeleteFile | DeleteFolder
+Operation = AddFile | AddLfsFile | DeleteFile | DeleteFolder
 
 
 def _entry_not_found(message: str) -> HubRequestError:
@@ -89,6 +117,8 @@ def apply_operations(tree: Mapping[str, FileEntry], operations: Iterable[Operati
             if not isinstance(op.data, bytes | bytearray | memoryview):
                 raise bad_request(f"content of {op.path!r} must be bytes, found {type(op.data).__name__}")
             result[op.path] = FileEntry.of(bytes(op.data))
+        elif isinstance(op, AddLfsFile):
+            result[check_file_path(op.path)] = FileEntry.of_lfs(op.sha256, op.size)
         elif isinstance(op, DeleteFile):
             check_file_path(op.path)
             if op.path not in result:

@@ -1,8 +1,10 @@
-"""Write endpoints: repo creation, README validation, preupload and ndjson commits (regular uploads only).
+"""Write endpoints: repo creation, README validation, preupload and ndjson commits.
 
-Preupload always answers ``uploadMode: "regular"``: the file content then travels base64-encoded inside the
-commit, and the client never needs an LFS or Xet server. An ``lfsFile`` line is refused, since this server never
-asked for one. Every line of a commit is checked before anything is written.
+By default preupload answers ``uploadMode: "regular"``: the file content then travels base64-encoded inside the
+commit, and the client never needs an LFS or Xet server; an ``lfsFile`` line is then refused, since this server
+never asked for one. A hub started with ``lfs=True`` answers like the Hub (``lfs.upload_mode``) and accepts
+``lfsFile`` lines naming objects uploaded through the batch API (``lfs_endpoints``). Every line of a commit is
+checked before anything is written.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from bnconvention.hubserver.handlers import (
     require_write,
     resolved_commit,
 )
+from bnconvention.hubserver.lfs import lfs_size, revision_patterns, upload_mode
 from bnconvention.hubserver.repos import PR_REF
-from bnconvention.hubserver.trees import AddFile, DeleteFile, DeleteFolder, Operation
+from bnconvention.hubserver.trees import AddFile, AddLfsFile, DeleteFile, DeleteFolder, Operation
 from bnconvention.hubserver.validation import (
     URL_PREFIX,
     bad_request,
@@ -115,6 +118,7 @@ def preupload(context: HubContext, request: HubRequest) -> HubResponse:
     if not isinstance(files, list):
         raise bad_request("files must be a list of {path, sample, size}")
     commit = resolved_commit(context, request)
+    patterns = revision_patterns(context, commit) if context.lfs else []
     answers: list[dict[str, Any]] = []
     for index, item in enumerate(files):
         if not isinstance(item, dict):
@@ -123,16 +127,32 @@ def preupload(context: HubContext, request: HubRequest) -> HubResponse:
         size = item.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise bad_request(f"files[{index}].size must be a non-negative integer, found {size!r}")
-        answer: dict[str, Any] = {"path": path, "uploadMode": "regular", "shouldIgnore": False}
+        mode = upload_mode(path, size=size, sample=_sample(item, index), patterns=patterns) if context.lfs \
+            else "regular"
+        answer: dict[str, Any] = {"path": path, "uploadMode": mode, "shouldIgnore": False}
         existing = commit.tree.get(path)
-        if existing is not None:
-            answer["oid"] = existing.oid  # lets the client drop files that did not change
+        # The oid lets the client drop files that did not change: a git blob id for regular files, the
+        # content's sha256 for LFS ones (what the client computes for each mode).
+        if existing is not None and mode == "lfs":
+            answer["oid"] = existing.sha256
+        elif existing is not None and not existing.lfs:
+            answer["oid"] = existing.oid
         answers.append(answer)
     return json_response({"files": answers, "commitOid": commit.id})
 
 
-def parse_ndjson_commit(body: bytes) -> tuple[dict[str, Any], list[Operation]]:
-    """The header value and the operations of an ndjson commit body; 400 on the first malformed line."""
+def _sample(item: dict[str, Any], index: int) -> bytes:
+    sample = item.get("sample", "")
+    try:
+        return base64.b64decode(sample if isinstance(sample, str) else "", validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise bad_request(f"files[{index}].sample is not base64: {exc}") from exc
+
+
+def parse_ndjson_commit(body: bytes, *, context: HubContext | None = None) -> tuple[dict[str, Any], list[Operation]]:
+    """The header value and the operations of an ndjson commit body; 400 on the first malformed line.
+
+    ``lfsFile`` lines are accepted only with a ``context`` whose hub serves LFS (``lfs=True``)."""
     header: dict[str, Any] | None = None
     operations: list[Operation] = []
     lines = body.split(b"\n")
@@ -165,8 +185,7 @@ def parse_ndjson_commit(body: bytes) -> tuple[dict[str, Any], list[Operation]]:
                 raise bad_request(f"line {number}: content of {path!r} is not valid base64: {exc}") from exc
             operations.append(AddFile(path, data))
         elif key == "lfsFile":
-            raise bad_request(f"line {number}: LFS file {value.get('path')!r} refused: this server stores regular "
-                              "files only (preupload answers uploadMode 'regular')")
+            operations.append(_lfs_operation(context, value, number))
         elif key == "deletedFile":
             operations.append(DeleteFile(check_file_path(value.get("path"), field=f"line {number} path")))
         elif key == "deletedFolder":
@@ -177,6 +196,17 @@ def parse_ndjson_commit(body: bytes) -> tuple[dict[str, Any], list[Operation]]:
     if header is None:
         raise bad_request("the ndjson commit is empty: it needs a header line")
     return header, operations
+
+
+def _lfs_operation(context: HubContext | None, value: dict[str, Any], number: int) -> AddLfsFile:
+    if context is None or not context.lfs:
+        raise bad_request(f"line {number}: LFS file {value.get('path')!r} refused: this server stores regular "
+                          "files only (preupload answers uploadMode 'regular')")
+    path = check_file_path(value.get("path"), field=f"line {number} path")
+    oid = value.get("oid")
+    if value.get("algo", "sha256") != "sha256" or not isinstance(oid, str):
+        raise bad_request(f"line {number}: LFS file {path!r} needs algo 'sha256' and a string 'oid'")
+    return AddLfsFile(path, oid, lfs_size(context, oid, value.get("size"), path=path, line=number))
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -194,7 +224,7 @@ def commit(context: HubContext, request: HubRequest) -> HubResponse:
     readable_state(context, request)
     create_pr = request.flag("create_pr")
     user = _check_commit_permission(context, request, create_pr=create_pr)
-    header, operations = parse_ndjson_commit(request.body)
+    header, operations = parse_ndjson_commit(request.body, context=context)
     summary, description = header.get("summary"), header.get("description", "")
     parent = header.get("parentCommit")
     if not isinstance(summary, str) or not isinstance(description, str | None) or not isinstance(parent,

@@ -25,6 +25,7 @@ from pathlib import Path
 from bnconvention.errors import JSONInputError
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.card import CARD_NAME
+from bnconvention.formats.checkpoint_files import FOREIGN_WEIGHTS_SUFFIXES
 from bnconvention.formats.safetensors_header import PREFIX_BYTES, foreign_format
 from bnconvention.formats.safetensors_index import INDEX_SUFFIX
 from bnconvention.validation.issues import Issue, new_issue, sort_issues
@@ -152,9 +153,10 @@ def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path
                 f"{display} does not exist; check the path")))
         elif path.is_dir():
             if not _walk(os.fspath(raw), releases, records):
-                issues.append(new_issue("input.nothing_to_validate", file=display, message=(
+                pickles = [_unsupported(_display(p), p) for p in _pickled_weights(path)]
+                issues.extend(pickles or [new_issue("input.nothing_to_validate", file=display, message=(
                     f"{display} holds no .safetensors file, no {CARD_NAME} and no record (hidden folders are "
-                    "skipped); point validate at a model release or at the files themselves")))
+                    "skipped); point validate at a model release or at the files themselves"))])
         elif path.suffix == ".safetensors":
             release = _release_for(releases, path.parent)
             _add_weights(release, display, path)
@@ -176,6 +178,13 @@ def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path
         else:
             issues.append(_unsupported(display, path))
     return records, list(releases.values()), issues, missing
+
+
+def _pickled_weights(folder: Path) -> list[Path]:
+    """Weights files of a folder holding no safetensors (``pytorch_model.bin``, ``.pth``): named, never opened
+    beyond their magic bytes."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name.endswith(FOREIGN_WEIGHTS_SUFFIXES)
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
 def _unsupported(display: str, path: Path) -> Issue:

@@ -5,7 +5,8 @@ digests must match the tensors of the file it describes, and its BatchNorm layer
 in the header (names and ``num_features``): the rule of :mod:`bnconvention.validation.consistency`, which the Hub
 census and ``publish`` apply too. A weights file with running buffers and no declaration is flagged; refit
 annotations must describe a file of the release, and the refit results the card's model-index copies must agree
-with them (:mod:`bnconvention.validation.model_index`); shard indexes must agree with their shards.
+with them (:mod:`bnconvention.validation.model_index`); shard indexes must agree with their shards, and the shards of
+a readable index are checked as one checkpoint (:func:`merge_shards`).
 
 :func:`validate_release` runs named stages, each usable alone: :func:`read_weights_file`,
 :func:`read_release_card`, :func:`bind_release_card`, :func:`check_weights_file`, then the annotations, the
@@ -22,7 +23,8 @@ from typing import Any
 
 from bnconvention.errors import BnConventionError, JSONInputError
 from bnconvention.formats.canonical import canonical_sha256
-from bnconvention.formats.digests import DigestSet, bn_layers_from_tensor_names, file_digests
+from bnconvention.formats.checkpoint_files import CheckpointFiles, open_checkpoint
+from bnconvention.formats.digests import DigestSet, bn_layers_from_tensor_names, checkpoint_digests, file_digests
 from bnconvention.formats.safetensors_header import SafetensorsHeader
 from bnconvention.formats.safetensors_index import MAX_INDEX_BYTES, index_mismatch, index_missing_shards, parse_index
 from bnconvention.formats.text import plural
@@ -36,6 +38,7 @@ from bnconvention.validation.consistency import (
     layer_issues,
     location_issues,
     normalized,
+    records_equal,
 )
 from bnconvention.validation.issues import Issue, Severity, new_issue
 from bnconvention.validation.model_index import check_model_index_refits
@@ -78,13 +81,15 @@ class WeightsFile:
     record_present: bool = False
     record: Declaration | RefitAnnotation | None = None
     digests: dict[tuple[str, ...], DigestSet] = field(default_factory=dict)
+    shards: CheckpointFiles | None = None  # a sharded checkpoint, checked as one (path: its index)
 
     def digest_set(self, layers: list[str]) -> DigestSet:
         key = tuple(layers)
         if key not in self.digests:
             if self.header is None:
                 raise RuntimeError(f"{self.display}: digests requested for a file whose header is unreadable")
-            self.digests[key] = file_digests(self.path, bn_layers=layers, header=self.header)
+            self.digests[key] = (checkpoint_digests(self.shards, bn_layers=layers) if self.shards is not None
+                                 else file_digests(self.path, bn_layers=layers, header=self.header))
         return self.digests[key]
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -230,6 +235,44 @@ def check_weights_file(weights: WeightsFile, card: ReleaseCard | None, *,
     return issues, FileSummary(weights.display, "weights", note)
 
 
+def merge_shards(release: Release, weights_list: list[WeightsFile]) -> tuple[list[WeightsFile], list[Issue]]:
+    """Stage 1b: the shards of each readable index as one checkpoint (display and path: the index), checked against
+    the one record its shards carry (``docs/standard.md``: a record in a shard describes the whole checkpoint, and
+    its digests are those of the merged file). Shards whose records differ are a ``release.card_header_mismatch``;
+    an index that cannot be opened leaves its shards as they are (:func:`check_index` reports it)."""
+    issues: list[Issue] = []
+    by_path = {w.path.resolve(): w for w in weights_list}
+    for display, path in release.indexes:
+        try:
+            files = open_checkpoint(path)
+        except (BnConventionError, OSError):
+            continue
+        shards = [by_path.get(shard.path.resolve()) for shard in files.shards]
+        if any(shard is None or shard.header is None for shard in shards):
+            continue
+        present = [w for w in shards if w is not None]
+        stored = [w for w in present if w.record_data is not None]
+        merged = WeightsFile(display=display, path=path, header=_merged_header(files), shards=files,
+                             record_present=any(w.record_present for w in present))
+        if stored:
+            merged.record_data, merged.record = stored[0].record_data, stored[0].record
+            other = next((w for w in stored[1:] if not records_equal(stored[0].record_data, w.record_data)), None)
+            if other is not None:
+                issues.append(new_issue("release.card_header_mismatch", file=display, message=(
+                    f"{stored[0].display} and {other.display} carry different records; every shard of a checkpoint "
+                    "carries the same one (stamp the checkpoint again)")))
+        keep = {id(w) for w in present}
+        weights_list = [w for w in weights_list if id(w) not in keep] + [merged]
+    return weights_list, issues
+
+
+def _merged_header(files: CheckpointFiles) -> SafetensorsHeader:
+    """A header listing every tensor of a sharded checkpoint (names, dtypes, shapes; offsets are each shard's)."""
+    first = files.header
+    return SafetensorsHeader(tensors=files.tensors(), metadata=first.metadata, header_size=first.header_size,
+                             data_size=files.data_size())
+
+
 def validate_release(release: Release, *, require_declaration: bool = False) -> tuple[list[Issue], list[FileSummary]]:
     """Every issue of a release, and one summary line per file: read the weights and the card, bind the card to the
     file it describes, check each file against its declaration, then the refit annotations and shard indexes."""
@@ -240,6 +283,9 @@ def validate_release(release: Release, *, require_declaration: bool = False) -> 
         weights, found = read_weights_file(display, path)
         weights_list.append(weights)
         issues += found
+    shard_headers = {w.path.resolve(): w.header for w in weights_list}
+    weights_list, found = merge_shards(release, weights_list)
+    issues += found
     bound: WeightsFile | None = None
     card: ReleaseCard | None = None
     if release.card is not None:
@@ -247,7 +293,7 @@ def validate_release(release: Release, *, require_declaration: bool = False) -> 
                                  has_weights=bool(release.weights))
         issues += card.issues
         summaries += [card.summary] if card.summary is not None else []
-        bound, found = bind_release_card(card, weights_list, single=len(release.weights) == 1)
+        bound, found = bind_release_card(card, weights_list, single=len(weights_list) == 1)
         issues += found
     for weights in weights_list:
         found, summary = check_weights_file(weights, card if weights is bound else None,
@@ -260,12 +306,24 @@ def validate_release(release: Release, *, require_declaration: bool = False) -> 
         summaries.append(summary)
     if card is not None and card.metadata is not None:
         issues += check_model_index_refits(card.metadata, card=card.display, lookup=_annotation_lookup(release))
-    headers = {w.path.resolve(): w.header for w in weights_list}
     for display, path in release.indexes:
-        found, summary = check_index(display, path, headers=headers)
+        found, summary = check_index(display, path, headers=shard_headers)
         issues += found
         summaries.append(summary)
-    return issues, summaries
+    return issues, _one_line_per_file(summaries)
+
+
+def _one_line_per_file(summaries: list[FileSummary]) -> list[FileSummary]:
+    """The index's own line and its sharded checkpoint's line (the same display), joined: the index first."""
+    joined: dict[str, FileSummary] = {}
+    for summary in summaries:
+        seen = joined.get(summary.file)
+        if seen is None:
+            joined[summary.file] = summary
+        else:
+            first, second = (summary, seen) if summary.kind == "index" else (seen, summary)
+            joined[summary.file] = FileSummary(summary.file, first.kind, f"{first.note}; {second.note}")
+    return list(joined.values())
 
 
 def _annotation_lookup(release: Release) -> Callable[[str], tuple[str, Any] | None]:

@@ -24,7 +24,7 @@ class SeedRepo:
     repo_id: str
     files: dict[str, bytes]
     expected: str  # the census class
-    audited: bool = False  # the audit loads it (single-file BatchNorm checkpoint)
+    audited: bool = False  # the audit loads it (a BatchNorm checkpoint, single-file or sharded)
 
 
 # --- building files -------------------------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def channel_absent_declaration(zoo: Any, name: str) -> dict[str, Any]:
 
 
 def build_org(zoo: Any, org: str) -> list[SeedRepo]:
-    """150 repos, numbered per template; 12 single-file BatchNorm repos (the ones the audit loads)."""
+    """150 repos, numbered per template; 23 BatchNorm repos the audit loads (12 single-file, 11 sharded)."""
     weights = {name: zoo.weights_path(name).read_bytes() for name in BN_VARIANTS + GN_VARIANTS}
     configs = {name: zoo.config_path(name).read_bytes() for name in BN_VARIANTS + GN_VARIANTS}
     records = {name: declaration(zoo, name) for name in BN_VARIANTS}
@@ -149,21 +149,21 @@ def build_org(zoo: Any, org: str) -> list[SeedRepo]:
                                     "config.json": configs["bn-badteacher-eval"]}, "declared_inconsistent", True
         yield "bn-record-not-json", {"model.safetensors": with_record_text(weights["bn-ga-train"], "{not json")}, \
             "declared_inconsistent", True
-        # BatchNorm, sharded: classified from every shard's header; the audit skips them
+        # BatchNorm, sharded: classified from every shard's header; the audit downloads the index and its shards
         for _ in range(5):
             yield "bn-declared-sharded", {**shards(weights["bn-ga-train"], record=records["bn-ga-train"]),
-                                          "README.md": card("sharded", None)}, "declared_consistent", False
+                                          "README.md": card("sharded", None)}, "declared_consistent", True
         for _ in range(5):
-            yield "bn-undeclared-sharded", shards(weights["bn-relabel-eval"]), "undeclared", False
+            yield "bn-undeclared-sharded", shards(weights["bn-relabel-eval"]), "undeclared", True
         # a stale declaration: its running digests are the base model's (which the eval-mode variants still carry),
         # shipped with weights whose buffers a train-mode unlearning run changed afterwards; the layers still fit the
         # header, only the buffers' bytes differ
         stale = json.loads(json.dumps(records["bn-ga-train"]))
         stale["deployed_state"] = records["bn-relabel-eval"]["deployed_state"]
         stale["digests"]["running_sha256"] = records["bn-relabel-eval"]["digests"]["running_sha256"]
-        # (sharded: the running buffers are read from two files; the audit skips sharded checkpoints)
+        # (sharded: the running buffers are read from two files)
         yield "bn-stale-sharded", {**shards(weights["bn-ga-train"], record=stale),
-                                   "config.json": configs["bn-ga-train"]}, "declared_inconsistent", False
+                                   "config.json": configs["bn-ga-train"]}, "declared_inconsistent", True
         # no running statistics
         for i in range(59):
             v = GN_VARIANTS[i % 3]

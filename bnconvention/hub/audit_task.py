@@ -145,18 +145,46 @@ def spec_for_repo(spec: AuditSpec, *, repo_id: str, config: Any) -> tuple[AuditS
 
 # --- one task -----------------------------------------------------------------------------------------------------
 
+# decoded datasets, and audit data that reads nothing from the model repo: loaded once per process, reused per repo
+_DATASETS: dict[str, Any] = {}
 _DATA_CACHE: dict[str, Any] = {}
 
 
-def _audit_data(spec: AuditSpec) -> Any:
-    """The spec's data, loaded once per process (it depends on the dataset and splits only)."""
-    from bnconvention.audit.data import load_audit_data
+def _audit_data(spec: AuditSpec, task: AuditTask, repo_dir: Path) -> Any:
+    """The spec's data for this repo: the dataset decoded once per process (a ``hub`` dataset from the task's Hub,
+    with its token), split and transformed for this repo (``transform: from_repo``, ids files in the model repo read
+    from ``repo_dir``, named by the repo id in messages)."""
+    from bnconvention.audit.data import load_audit_data, load_spec_dataset, needs_repo
 
-    key = canonical_sha256({"dataset": spec.dataset.model_dump(mode="json"),
-                            "splits": spec.splits.model_dump(mode="json")})
-    if key not in _DATA_CACHE:
-        _DATA_CACHE[key] = load_audit_data(spec)
-    return _DATA_CACHE[key]
+    token = task.token.reveal()
+    dataset_key = canonical_sha256({"dataset": spec.dataset.model_dump(mode="json")})
+    data_key = canonical_sha256({"dataset": spec.dataset.model_dump(mode="json"),
+                                 "splits": spec.splits.model_dump(mode="json"), "transform": spec.transform})
+    if not needs_repo(spec) and data_key in _DATA_CACHE:
+        return _DATA_CACHE[data_key]
+    if dataset_key not in _DATASETS:
+        _DATASETS[dataset_key] = load_spec_dataset(spec, endpoint=task.endpoint, token=token)
+    data = load_audit_data(spec, repo_dir=repo_dir, repo_name=task.repo_id, dataset=_DATASETS[dataset_key],
+                           endpoint=task.endpoint, token=token)
+    if not needs_repo(spec):
+        _DATA_CACHE[data_key] = data
+    return data
+
+
+def _fetch_repo_files(client: HubClient, task: AuditTask, spec: AuditSpec, repo_dir: Path) -> None:
+    """The model-repo files the spec's data reads (preprocessing configs, ids files) that the repo has, put beside
+    the weights; a file the repo lacks is left to the data layer to report."""
+    from bnconvention.audit.data import model_repo_files
+    from bnconvention.data.ids import MAX_INDEX_BYTES
+
+    for name in model_repo_files(spec):
+        target = repo_dir / name
+        if target.exists() or Path(name).is_absolute() or ".." in Path(name).parts:
+            continue
+        body = client.read_small_file(task.repo_id, name, revision=task.revision, max_bytes=MAX_INDEX_BYTES)
+        if body is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(body)
 
 
 @contextlib.contextmanager
@@ -245,7 +273,11 @@ def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: Repo
         sidecar.write_bytes(files.config)
     if files.card is not None and not card.exists():  # the model-index's published cells, beside the weights
         card.write_bytes(files.card)
-    result = audit_checkpoint(weights, repo_spec, data=_audit_data(repo_spec))
+    repo_dir = weights.parent
+    if files.config is not None and not (repo_dir / CONFIG_NAME).exists():  # timm's pretrained_cfg, for from_repo
+        (repo_dir / CONFIG_NAME).write_bytes(files.config)
+    _fetch_repo_files(client, task, repo_spec, repo_dir)
+    result = audit_checkpoint(weights, repo_spec, data=_audit_data(repo_spec, task, repo_dir))
     subject = result.annotation.subject.model_copy(update={"filename": filename, "repo": task.repo_id,
                                                            "revision": task.revision})
     annotation = result.annotation.model_copy(update={"subject": subject})

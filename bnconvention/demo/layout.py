@@ -5,6 +5,7 @@ Layout of ``OUT``::
     .bnconvention-demo      marks the folder as the demo's (a non-empty folder without it is never touched)
     .bnconvention-demo.lock held by the running demo (a second demo in the same folder is refused)
     zoo/                    the digits zoo, built with the recorder observing every variant's training
+    zoo-libraries/          the timm and transformers models, trained once (beside the zoo, wherever it is)
     releases/<name>/        the authors' release folders, as they were published
     hub/                    the local Hub's store (repos, commits, pull requests)
     hub-published.json      written once the organisation is fully published; a rerun reuses the store
@@ -47,6 +48,11 @@ class DemoPaths:
     def lock(self) -> Path:
         """Held while a demo runs in this folder: a second one is refused instead of racing the first."""
         return self.root / ".bnconvention-demo.lock"
+
+    @property
+    def library_models(self) -> Path:
+        """The trained timm and transformers models (:mod:`bnconvention.demo.library_models`), beside the zoo."""
+        return self.zoo.with_name(f"{self.zoo.name}-libraries")
 
     @property
     def releases(self) -> Path:
@@ -127,8 +133,9 @@ class DemoPaths:
                 shutil.rmtree(path)
             elif path.exists():
                 path.unlink()
-        if self.zoo.parent == self.root and self.zoo.is_dir():
-            shutil.rmtree(self.zoo)
+        for cache in (self.zoo, self.library_models):
+            if cache.parent == self.root and cache.is_dir():
+                shutil.rmtree(cache)
 
 
 __all__ = ["DEFAULT_OUT", "MARKER", "DemoPaths"]

@@ -115,12 +115,15 @@ def hub_environment(hf_home: Path) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def plan_sha256(zoo: Any) -> str:
-    """What the published organisation depends on: the release plan, the code that publishes it, and the zoo's
-    exact files."""
-    code = hashlib.sha256(Path(release_plan.__file__).read_bytes()).hexdigest()
+def plan_sha256(zoo: Any, libraries: Any) -> str:
+    """What the published organisation depends on: the release plan, the code that publishes it, the zoo's exact
+    files and the library models' (:class:`~bnconvention.demo.library_models.LibraryModels`)."""
+    here = Path(release_plan.__file__)  # the publishing code, read (library_publish imports torch)
+    code = {name: hashlib.sha256(here.with_name(name).read_bytes()).hexdigest()
+            for name in (here.name, "library_publish.py")}
     return canonical_sha256({"format": DEMO_FORMAT, "releases": [asdict(r) for r in RELEASES], "code": code,
-                             "zoo_code": zoo.code_sha256, "zoo_files": dict(zoo.files)})
+                             "zoo_code": zoo.code_sha256, "zoo_files": dict(zoo.files),
+                             "library_models": libraries.key, "library_files": dict(libraries.files)})
 
 
 def _published_before(paths: DemoPaths, plan: str) -> dict[str, Any] | None:
@@ -172,14 +175,13 @@ def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.Pat
 
 
 def _run(paths: DemoPaths, stages: Stages, *, progress: bool) -> DemoResult:
-    from bnconvention.demo.zoo_stage import prepare_zoo  # torch: imported when a demo runs, not with the package
-
     reused: dict[str, Any] = {}
-    with stages.stage("zoo", f"digits zoo with the recorder observing training ({paths.zoo})"):
-        zoo, reused["zoo"] = prepare_zoo(paths.zoo, progress=progress)
+    with stages.stage("zoo", f"digits zoo with the recorder observing training, and the timm and transformers "
+                             f"models ({paths.zoo})"):
+        zoo, libraries, reused["zoo"] = prepare_models(paths, progress=progress)
 
     access = DemoAccess.new()
-    plan = plan_sha256(zoo)
+    plan = plan_sha256(zoo, libraries)
     state = _published_before(paths, plan)
     if state is None:
         paths.forget_hub()  # a changed zoo or an interrupted publish: start the organisation over
@@ -189,20 +191,38 @@ def _run(paths: DemoPaths, stages: Stages, *, progress: bool) -> DemoResult:
         with stages.stage("publish", f"{len(RELEASES)} releases of {DEMO_ORG} on a local Hub at {hub.endpoint}"):
             reused["publish"] = state is not None
             if state is None:
-                _publish(paths, hub, zoo, access.author_token, plan, progress=progress)
+                _publish(paths, hub, (zoo, libraries), access.author_token, plan, progress=progress)
         return _crawl(paths, stages, hub.endpoint, access.auditor_token, reused, progress=progress)
 
 
-def publish_demo_org(hub: Any, zoo: Any, releases_dir: Path, token: str, *, progress: bool) -> list[Any]:
-    """Publish every release of the organisation to ``hub`` as its author (``token``), through huggingface_hub;
-    the ``Published`` record of each. ``demo`` and ``demo --serve`` publish with this one function."""
+def prepare_models(paths: DemoPaths, *, progress: bool) -> tuple[Any, Any, bool]:
+    """``(zoo, library models, reused)``: the observed digits zoo and the timm and transformers models beside it,
+    each reused when its cache is current; ``reused`` when both were. ``demo`` and ``demo --serve`` share it."""
+    # torch, timm and transformers: imported when a demo runs, not with the package
+    from bnconvention.demo.library_models import LIBRARY_MODELS, prepare_library_models
+    from bnconvention.demo.zoo_stage import prepare_zoo
+
+    zoo, zoo_reused = prepare_zoo(paths.zoo, progress=progress)
+    with tqdm(total=len(LIBRARY_MODELS), desc="timm and transformers models", unit="model",
+              disable=not progress) as bar:
+        libraries, libraries_reused = prepare_library_models(paths.library_models, zoo_code=zoo.code_sha256,
+                                                             on_model=lambda model: bar.update(1))
+    return zoo, libraries, zoo_reused and libraries_reused
+
+
+def publish_demo_org(hub: Any, models: tuple[Any, Any], releases_dir: Path, token: str, *,
+                     progress: bool) -> list[Any]:
+    """Publish every release of the organisation to ``hub`` as its author (``token``), through huggingface_hub and
+    the libraries' own publishing code; ``models`` is ``(zoo, library models)``. The ``Published`` record of each.
+    ``demo`` and ``demo --serve`` publish with this one function."""
+    zoo, libraries = models
     author = make_client(endpoint=hub.endpoint, token=token)
     with tqdm(total=len(RELEASES), desc=f"publish {DEMO_ORG}", unit="repo", disable=not progress) as bar:
-        return publish_org(author, zoo, releases_dir, on_release=lambda release: bar.update(1))
+        return publish_org(author, zoo, releases_dir, libraries=libraries, on_release=lambda release: bar.update(1))
 
 
-def _publish(paths: DemoPaths, hub: Any, zoo: Any, token: str, plan: str, *, progress: bool) -> None:
-    published = publish_demo_org(hub, zoo, paths.releases, token, progress=progress)
+def _publish(paths: DemoPaths, hub: Any, models: tuple[Any, Any], token: str, plan: str, *, progress: bool) -> None:
+    published = publish_demo_org(hub, models, paths.releases, token, progress=progress)
     state = {"format": DEMO_FORMAT, "plan_sha256": plan, "org": DEMO_ORG,
              "repos": [{"repo_id": p.repo_id, "how": p.how, "commits": p.commits} for p in published]}
     atomic_write_text(paths.published, json.dumps(state, indent=2) + "\n")
@@ -286,4 +306,4 @@ def _generator() -> str:
 
 
 __all__ = ["DEMO_FORMAT", "JOURNAL_ENDPOINT", "STAGES", "DemoResult", "Stages", "demo_folder", "headline",
-           "hub_environment", "plan_sha256", "publish_demo_org", "run_demo"]
+           "hub_environment", "plan_sha256", "prepare_models", "publish_demo_org", "run_demo"]

@@ -53,6 +53,7 @@ class Release:
     variant: str | None
     how: ReleaseHow
     description: str
+    library: str | None = None  # "timm" or "transformers": published by that library's own code
 
     @property
     def repo_id(self) -> str:
@@ -83,6 +84,14 @@ RELEASES: tuple[Release, ...] = (
             "GroupNorm twin of unlearn-relabel-eval; uploaded without a declaration"),
     Release("digits-model-card", None, "no_weights",
             "a model card for a release whose weights are not uploaded yet"),
+    Release("timm-resnet10t-retrain", None, "undeclared",
+            "timm resnet10t (slimmed, one channel) retrained without class 3; pushed with timm.models.push_to_hf_hub, "
+            "accuracies in the card's model-index (huggingface_hub metadata_update), nothing declared",
+            library="timm"),
+    Release("transformers-resnet-retrain", None, "undeclared",
+            "transformers ResNetForImageClassification retrained without class 3; pushed with "
+            "PreTrainedModel.push_to_hub, accuracies in the card's model-index, nothing declared",
+            library="transformers"),
 )
 
 
@@ -180,35 +189,52 @@ class Published:
     validated: int | None = None  # exit code of the server-side validation of a declared release
 
 
-def publish_org(author: Any, zoo: Any, releases_dir: Path, *,
+def _publish_declared(author: Any, zoo: Any, release: Release, folder: Path) -> Published:
+    """A declared release through ``publish_release`` (stamped, validated on the server); a ``stale`` one then gets
+    one more epoch uploaded over its weights without re-stamping."""
+    record = declaration_for(zoo, release.variant or "")
+    result = publish_release(author, folder, repo_id=release.repo_id, records=[record],
+                             commit_message=f"Release {release.name}")
+    if result.exit_code != 0:
+        raise BnConventionError(f"{release.repo_id}: the published revision does not validate on the server "
+                                f"(exit {result.exit_code})")
+    commits = [str(result.result.commit_url).rsplit("/commit/", 1)[-1]]
+    item = Published(release.repo_id, release.how, commits, validated=result.exit_code)
+    if release.how == "stale":
+        one_more_epoch(zoo, release.variant or "", folder / WEIGHTS)
+        info = author.api.upload_file(path_or_fileobj=str(folder / WEIGHTS), path_in_repo=WEIGHTS,
+                                      repo_id=release.repo_id,
+                                      commit_message="Fine-tune one more epoch on the retained data")
+        item.commits.append(str(info.oid))
+    return item
+
+
+def publish_one(author: Any, zoo: Any, release: Release, folder: Path, *, libraries: Any) -> Published:
+    """Publish ``release`` as its author would: a library release by that library's own code (from
+    ``libraries``, :class:`~bnconvention.demo.library_models.LibraryModels`), a declared or stale one through
+    bnconvention, the others with huggingface_hub alone (the folder as it is)."""
+    if release.library is not None:
+        from bnconvention.demo.library_publish import publish_library_release
+
+        commits = publish_library_release(libraries, release.name, repo_id=release.repo_id,
+                                          endpoint=author.endpoint, token=author.token.reveal())
+        return Published(release.repo_id, release.how, commits)
+    prepare_folder(zoo, release, folder)
+    if release.how in ("declared", "stale"):
+        return _publish_declared(author, zoo, release, folder)
+    author.api.create_repo(release.repo_id, exist_ok=True)
+    info = author.api.upload_folder(folder_path=str(folder), repo_id=release.repo_id,
+                                    commit_message=f"Upload {release.name}")
+    return Published(release.repo_id, release.how, [str(info.oid)])
+
+
+def publish_org(author: Any, zoo: Any, releases_dir: Path, *, libraries: Any,
                 on_release: Callable[[Release], object] | None = None) -> list[Published]:
     """Publish every release of :data:`RELEASES` as the organisation's author (``author``: a HubClient)."""
     done: list[Published] = []
     with quiet_hub_progress():
         for release in RELEASES:
-            folder = releases_dir / release.name
-            prepare_folder(zoo, release, folder)
-            if release.how in ("declared", "stale"):
-                record = declaration_for(zoo, release.variant or "")
-                result = publish_release(author, folder, repo_id=release.repo_id, records=[record],
-                                         commit_message=f"Release {release.name}")
-                if result.exit_code != 0:
-                    raise BnConventionError(f"{release.repo_id}: the published revision does not validate on the "
-                                            f"server (exit {result.exit_code})")
-                commits = [str(result.result.commit_url).rsplit("/commit/", 1)[-1]]
-                item = Published(release.repo_id, release.how, commits, validated=result.exit_code)
-                if release.how == "stale":
-                    one_more_epoch(zoo, release.variant or "", folder / WEIGHTS)
-                    info = author.api.upload_file(path_or_fileobj=str(folder / WEIGHTS), path_in_repo=WEIGHTS,
-                                                  repo_id=release.repo_id,
-                                                  commit_message="Fine-tune one more epoch on the retained data")
-                    item.commits.append(str(info.oid))
-            else:
-                author.api.create_repo(release.repo_id, exist_ok=True)
-                info = author.api.upload_folder(folder_path=str(folder), repo_id=release.repo_id,
-                                                commit_message=f"Upload {release.name}")
-                item = Published(release.repo_id, release.how, [str(info.oid)])
-            done.append(item)
+            done.append(publish_one(author, zoo, release, releases_dir / release.name, libraries=libraries))
             if on_release is not None:
                 on_release(release)
     return done
@@ -220,4 +246,5 @@ def release_notes() -> dict[str, str]:
 
 
 __all__ = ["AUDITOR", "AUTHOR", "DEMO_ORG", "RELEASES", "Published", "Release", "ReleaseHow", "card_text",
-           "config_for", "declaration_for", "one_more_epoch", "prepare_folder", "publish_org", "release_notes"]
+           "config_for", "declaration_for", "one_more_epoch", "prepare_folder", "publish_one", "publish_org",
+           "release_notes"]

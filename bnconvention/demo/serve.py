@@ -17,7 +17,6 @@ start publishes the organisation again (about two seconds), so restarting is sta
 
 from __future__ import annotations
 
-# The zoo stage (torch) is imported when the demo is served: importing the demo package does not import torch.
 import contextlib
 import os
 import sys
@@ -28,7 +27,7 @@ from typing import TextIO
 
 from bnconvention.demo.access import DemoAccess, Role, demo_hub
 from bnconvention.demo.layout import DEFAULT_OUT
-from bnconvention.demo.pipeline import Stages, demo_folder, hub_environment, publish_demo_org
+from bnconvention.demo.pipeline import Stages, demo_folder, hub_environment, prepare_models, publish_demo_org
 from bnconvention.demo.releases import AUTHOR, DEMO_ORG, RELEASES
 
 SERVE_STAGES = ("zoo", "publish")
@@ -73,17 +72,16 @@ def serve_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.P
     """Build (or reuse) the zoo in ``out``, publish the organisation into a fresh store and serve it on 127.0.0.1
     (``port`` 0: a free port) while the block runs. Holds the demo folder's lock throughout: a ``bnconvention
     demo`` in the same ``out`` is refused until the block ends."""
-    from bnconvention.demo.zoo_stage import prepare_zoo
-
     with demo_folder(out, zoo_dir=zoo_dir, fresh=fresh) as paths, hub_environment(paths.hf_home):
         stages = Stages(stream or sys.stderr, quiet=not progress, names=SERVE_STAGES)
-        with stages.stage("zoo", f"digits zoo with the recorder observing training ({paths.zoo})"):
-            zoo, _ = prepare_zoo(paths.zoo, progress=progress)
+        with stages.stage("zoo", f"digits zoo with the recorder observing training, and the timm and transformers "
+                                 f"models ({paths.zoo})"):
+            zoo, libraries, _ = prepare_models(paths, progress=progress)
         paths.forget_serve()
         access = DemoAccess.new()
         with demo_hub(paths.serve_hub, access, port=port) as hub:
             with stages.stage("publish", f"{len(RELEASES)} releases of {DEMO_ORG} on a local Hub at {hub.endpoint}"):
-                published = publish_demo_org(hub, zoo, paths.serve_releases, access.author_token, progress=progress)
+                published = publish_demo_org(hub, (zoo, libraries), paths.serve_releases, access.author_token, progress=progress)
             yield ServedDemo(out=paths.root, endpoint=hub.endpoint, access=access,
                              repos=tuple(p.repo_id for p in published))
 

@@ -62,12 +62,14 @@ def summary_text(result: DemoResult) -> str:
         flips = [f'"{v.criterion}" {v.direction.replace("_", " ")}' for v in audit.annotation.verdicts
                  if v.flipped and v.direction]
         anchored = "" if audit.anchored is not False else " [not anchored: excluded]"
+        built = "" if audit.factory.startswith("zoo/") else f" [{audit.factory} from config.json]"
         mark = "  <- headline" if top is not None and top[0] == repo_id else ""
         lines.append(f"  {repo_id:<40} {cell.shipped:.2f} -> {cell.refit:.2f} {signed(cell.shift_pp):>8}pp "
                      f"{_decision(cell)}"
-                     + (f"; flips {', '.join(flips)}" if flips else "") + anchored + mark)
+                     + (f"; flips {', '.join(flips)}" if flips else "") + anchored + built + mark)
     if absent:
         lines.append(f"  channel absent (GroupNorm, no running statistics): {', '.join(absent)}")
+    lines += [f"  {a.repo_id:<40} not audited: {_shorten(a.reason)}" for a in result.audits if a.status == "failed"]
     if top is not None:
         repo_id, audit = top
         cell = _cell(audit, metric)

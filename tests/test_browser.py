@@ -27,6 +27,8 @@ EXPECTED_ROWS = [
     ("digits-lab/convnet-bn-retrain", "declared_consistent"),
     ("digits-lab/convnet-gn-base", "channel_absent"),
     ("digits-lab/digits-model-card", "no_weights"),
+    ("digits-lab/timm-resnet10t-retrain", "undeclared"),
+    ("digits-lab/transformers-resnet-retrain", "undeclared"),
     ("digits-lab/unlearn-badteacher-eval", "declared_consistent"),
     ("digits-lab/unlearn-badteacher-eval-gn", "channel_absent"),
     ("digits-lab/unlearn-finetune", "declared_inconsistent"),
@@ -71,7 +73,7 @@ def test_report_renders_in_chromium(browser_page, demo: DemoRun,  # type: ignore
     page.wait_for_function("Array.from(document.images).every(i => i.complete)")
 
     images = page.evaluate("Array.from(document.images).map(i => [i.getAttribute('src'), i.naturalWidth])")
-    assert len(images) == 20  # cells and staleness plots of ten audited checkpoints
+    assert len(images) == 24  # cells and staleness plots of twelve audited checkpoints
     assert [src for src, width in images if width <= 0] == []
 
     rows = page.evaluate("Array.from(document.querySelectorAll('#census tbody tr'))"

@@ -21,6 +21,9 @@ EXPECTED_CLASSES = {
     "convnet-bn-retrain": "declared_consistent",
     "convnet-gn-base": "channel_absent",
     "digits-model-card": "no_weights",
+    # published by timm's and transformers' own code: no bnconvention record, like a real author's
+    "timm-resnet10t-retrain": "undeclared",
+    "transformers-resnet-retrain": "undeclared",
     "unlearn-badteacher-eval": "declared_consistent",
     "unlearn-badteacher-eval-gn": "channel_absent",
     # the stale record still names the right layers; the census catches it by the running buffers' digests (a few
@@ -32,6 +35,8 @@ EXPECTED_CLASSES = {
     "unlearn-relabel-train": "undeclared",
 }
 GROUPNORM = ("convnet-gn-base", "unlearn-badteacher-eval-gn", "unlearn-relabel-eval-gn")
+LIBRARY_RELEASES = {"timm-resnet10t-retrain": "timm/resnet10t",
+                    "transformers-resnet-retrain": "transformers/ResNetForImageClassification"}
 AUDITED = sorted(name for name, cls in EXPECTED_CLASSES.items() if cls != "no_weights")
 
 
@@ -55,7 +60,7 @@ def test_census_classifies_every_release(demo: DemoRun) -> None:
     found = {r["repo_id"].split("/", 1)[1]: r["status"] for r in census["repos"]}
     assert found == EXPECTED_CLASSES
     assert census["counts"] == {"no_weights": 1, "channel_absent": 3, "declared_consistent": 4,
-                                "declared_inconsistent": 1, "undeclared": 2, "unreadable": 0}
+                                "declared_inconsistent": 1, "undeclared": 4, "unreadable": 0}
     stale = next(r for r in census["repos"] if r["repo_id"] == f"{ORG}/unlearn-finetune")
     assert stale["reason"].startswith("the declaration is stale: the running buffers of layer ")
 
@@ -96,14 +101,14 @@ def test_undeclared_and_inconsistent_releases_are_flagged(demo: DemoRun) -> None
     assert {(stale, "digests.trainable_mismatch"), (stale, "digests.running_mismatch")} <= errors
     assert {file for file, _ in errors} == {stale}  # every other release validates
     warnings = {i["file"] for i in issues if i["severity"] == "warning" and i["code"] == "declaration.missing"}
-    assert warnings == {f"{ORG}/unlearn-relabel-eval/model.safetensors",
-                        f"{ORG}/unlearn-relabel-train/model.safetensors"}
-    flagged_block = demo.stdout.split("flagged releases (3):\n", 1)[1].split("\n\n", 1)[0]
-    lines = flagged_block.splitlines()
-    assert [line.split()[0] for line in lines] == [f"{ORG}/unlearn-finetune", f"{ORG}/unlearn-relabel-eval",
-                                                   f"{ORG}/unlearn-relabel-train"]
-    assert "census: declared_inconsistent: the declaration is stale" in lines[0]
-    assert all("census: undeclared" in line for line in lines[1:])
+    assert warnings == {f"{ORG}/{name}/model.safetensors" for name in ("unlearn-relabel-eval", "unlearn-relabel-train",
+                                                                       *LIBRARY_RELEASES)}
+    flagged_block = demo.stdout.split("flagged releases (5):\n", 1)[1].split("\n\n", 1)[0]
+    lines = {line.split()[0]: line for line in flagged_block.splitlines()}
+    assert sorted(lines) == sorted(f"{ORG}/{name}" for name in ("unlearn-finetune", "unlearn-relabel-eval",
+                                                                "unlearn-relabel-train", *LIBRARY_RELEASES))
+    assert "census: declared_inconsistent: the declaration is stale" in lines.pop(f"{ORG}/unlearn-finetune")
+    assert all("census: undeclared" in line for line in lines.values())
 
 
 @pytest.mark.slow
@@ -167,8 +172,8 @@ def test_rerun_reuses_everything(demo: DemoRun) -> None:
     done = run_demo_cli(demo.out, demo.home, demo.zoo)
     assert done.returncode == 0, done.stderr[-4000:]
     last = done.stdout.strip().splitlines()[-1]
-    assert "reused: zoo, publish, 11 census, 10 audits, 10 pushes" in last
-    assert "pull requests with refit annotations: 10 (0 opened in this run, 10 from an earlier run)" in done.stdout
+    assert "reused: zoo, publish, 13 census, 12 audits, 12 pushes" in last
+    assert "pull requests with refit annotations: 12 (0 opened in this run, 12 from an earlier run)" in done.stdout
     # the same findings: census, audits, headline, flagged releases
     def findings(text: str) -> str:
         return text.split("\n", 1)[1].split("pull requests with refit annotations")[0]

@@ -219,4 +219,5 @@ def prepare_library_models(root: Path, *, zoo_code: str,
 
 
 __all__ = ["LIBRARY_MODELS", "RECIPE", "TIMM_ARCHITECTURE", "TIMM_ARGS", "TRANSFORMERS_CONFIG", "Library",
-           "LibraryModel", "LibraryModels", "Logits", "cache_key", "cached", "new_model", "prepare_library_models", "train"]
+           "LibraryModel", "LibraryModels", "Logits", "cache_key", "cached", "new_model", "prepare_library_models",
+           "train"]

@@ -81,7 +81,8 @@ def serve_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.P
         access = DemoAccess.new()
         with demo_hub(paths.serve_hub, access, port=port) as hub:
             with stages.stage("publish", f"{len(RELEASES)} releases of {DEMO_ORG} on a local Hub at {hub.endpoint}"):
-                published = publish_demo_org(hub, (zoo, libraries), paths.serve_releases, access.author_token, progress=progress)
+                published = publish_demo_org(hub, (zoo, libraries), paths.serve_releases, access.author_token,
+                                             progress=progress)
             yield ServedDemo(out=paths.root, endpoint=hub.endpoint, access=access,
                              repos=tuple(p.repo_id for p in published))
 

@@ -181,3 +181,17 @@ def test_library_models_are_deterministic_and_trained_once(tmp_path: Path) -> No
     assert not reused and rebuilt.files == first.files
     _, reused = prepare_library_models(tmp_path / "a", zoo_code="another zoo")
     assert not reused
+
+
+def test_a_missing_library_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    import bnconvention.demo.library_models as library_models
+    from bnconvention.errors import MissingDependencyError
+
+    def missing(name: str) -> None:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    with pytest.raises(MissingDependencyError, match=r"bnconvention\[[a-z,]*timm"):
+        library_models.require_libraries()

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
+import importlib.metadata
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -71,9 +73,15 @@ LIBRARY_MODELS: tuple[LibraryModel, ...] = (
 
 def _import(module: str) -> Any:
     try:
-        return __import__(module)
+        return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         raise (missing_dependency(exc, command="bnconvention demo") or exc) from exc
+
+
+def require_libraries() -> None:
+    """Import timm and transformers, or say which extra to install (one line)."""
+    for library in ("timm", "transformers"):
+        _import(library)
 
 
 def new_model(model: LibraryModel) -> Any:
@@ -150,9 +158,17 @@ class LibraryModels:
         return built.eval()
 
 
+def _version(name: str) -> str:
+    """The installed version, read without importing (transformers takes seconds to import)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"  # no cache matches; training then names the extra to install
+
+
 def cache_key(zoo_code: str) -> str:
     """What the trained models depend on: this code, the libraries' versions and the zoo's data code."""
-    versions = {name: getattr(_import(name), "__version__", "?") for name in ("timm", "transformers", "torch")}
+    versions = {name: _version(name) for name in ("timm", "transformers", "torch")}
     code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
     return canonical_sha256({"format": LIBRARIES_FORMAT, "code": code, "versions": versions, "zoo_code": zoo_code,
                              "models": [(m.name, m.library, m.seed) for m in LIBRARY_MODELS]})
@@ -220,4 +236,4 @@ def prepare_library_models(root: Path, *, zoo_code: str,
 
 __all__ = ["LIBRARY_MODELS", "RECIPE", "TIMM_ARCHITECTURE", "TIMM_ARGS", "TRANSFORMERS_CONFIG", "Library",
            "LibraryModel", "LibraryModels", "Logits", "cache_key", "cached", "new_model", "prepare_library_models",
-           "train"]
+           "require_libraries", "train"]

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bnconvention.data.digits import DIGITS_DATASET_ID
-from bnconvention.demo.library_models import LIBRARY_MODELS, RECIPE, LibraryModels
+from bnconvention.demo.library_models import LIBRARY_MODELS, RECIPE, LibraryModels, require_libraries
 
 # The digits as the zoo prepares them (16x16, one channel, values in [0, 1]) go in as they are: no normalisation.
 DATA_CONFIG: dict[str, Any] = {"input_size": (1, 16, 16), "mean": (0.0,), "std": (1.0,), "crop_pct": 1.0,
@@ -107,6 +107,7 @@ def publish_library_release(models: LibraryModels, name: str, *, repo_id: str, e
                             token: str) -> list[str]:
     """Publish release ``name`` (one of :data:`LIBRARY_MODELS`) to ``repo_id`` on ``endpoint`` as its author
     (``token``): the library's push, then the eval results; the commits made."""
+    require_libraries()
     from huggingface_hub import metadata_update
     from transformers.utils import logging as transformers_logging
 

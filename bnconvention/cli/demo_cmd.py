@@ -25,8 +25,9 @@ Stages: build the digits zoo with the recorder observing training; publish it as
 local Hub-compatible server (127.0.0.1, a free port) through huggingface_hub, the way authors would: declared and
 stamped releases, undeclared ones, one whose declaration no longer matches its weights, GroupNorm twins, a repo
 without weights, and a timm and a transformers release pushed by those libraries' own code (trained once, a few
-seconds, and kept beside the zoo in ZOO-libraries/); then, as an auditor: census from the safetensors headers, audits at bit-identical weights, one
-annotation pull request per audited repo, validation of the organisation, and the HTML report OUT/report/index.html.
+seconds, and kept beside the zoo in ZOO-libraries/); then, as an auditor: census from the safetensors headers,
+audits at bit-identical weights, one annotation pull request per audited repo, validation of the organisation, and
+the HTML report OUT/report/index.html.
 Nothing is downloaded from the internet. A rerun reuses the zoo, the published organisation and every finished
 census entry, audit and pull request (OUT/crawl/journal.sqlite). Exit codes: 0 done, 1 a stage failed, 2 bad
 usage (e.g. --out is a folder the demo did not create), 130 interrupted (rerun to resume).

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from bnconvention.audit.spec import DEFAULT_MODEL_INDEX_METRICS
 from bnconvention.authoring.card_edit import ParsedCard, apply_edit, block_span, parse_for_edit
 from bnconvention.authoring.card_refit import REFIT_MARKERS
 from bnconvention.errors import CardError
@@ -35,6 +36,9 @@ from bnconvention.standard.models import RefitAnnotation
 from bnconvention.validation.model_index import REFIT_METRIC_CONFIG, refit_metric_args
 
 DEFAULT_TASK_TYPE = "image-classification"
+# A base cell the authors do not publish gets the label the papers' tables (and the spec's default
+# model_index_metrics) use, so the Hub's eval-results view reads "forget accuracy (...)" rather than "df (...)".
+_BASE_CELL_LABELS = {cell: label for label, cell in DEFAULT_MODEL_INDEX_METRICS.items()}
 
 
 def _default_dataset(annotation: RefitAnnotation) -> dict[str, Any]:
@@ -59,7 +63,9 @@ def refit_index_results(annotation: RefitAnnotation, *, path: str, sha256: str,
             task, dataset = dict(origin["task"]), dict(origin["dataset"])
             kind, label = origin["type"], str(origin.get("name") or origin["type"])
         else:
-            task, dataset, kind, label = {"type": task_type}, _default_dataset(annotation), cell.metric, cell.metric
+            label = _BASE_CELL_LABELS.get(cell.metric, cell.metric)
+            kind = "accuracy" if cell.metric in _BASE_CELL_LABELS else cell.metric
+            task, dataset = {"type": task_type}, _default_dataset(annotation)
         result = groups.setdefault(repr((sorted(task.items()), sorted(dataset.items()))),
                                    {"task": task, "dataset": dataset, "metrics": []})
         names = {"annotation": path, "sha256": sha256, "cell": cell.metric, "convention": convention}

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.real_org import ORG, REPOS, RealOrg, RealRepo, read_index
+from helpers.real_org import ORG, REPOS, RealOrg, RealRepo, audit_spec, read_index
 
 from bnconvention.cli.main import main
 from bnconvention.validation.model_index import REFIT_METRIC_CONFIG
@@ -28,24 +28,6 @@ TOKEN_ENV = "BNC_JOURNEY_TOKEN"
 AUDITED = sorted(r.name for r in REPOS if r.census.startswith(("undeclared", "declared")))
 NOT_AUDITED = sorted(r.name for r in REPOS if r.name not in AUDITED)  # LayerNorm releases, the pickle-only repo
 CELL_METRICS = {"df": "forget accuracy", "dr": "retain accuracy", "dt": "test accuracy"}
-
-
-def journey_spec(org: RealOrg) -> dict[str, Any]:
-    """One spec for the whole organisation, with no model section: the data is the dataset repo at its pinned
-    revision, the preprocessing each repo's own (timm's ``pretrained_cfg``, transformers' image processor); a rule
-    gives the transformers repos, whose image processor is evaluation preprocessing only, an eval-transform
-    refit."""
-    refit = {"rule": "exact", "transform": "train", "pool_size": 64, "batch_size": 32}
-    return {
-        "spec_version": "1.0", "kind": "audit_spec",
-        "dataset": {"kind": "hub", "repo": org.dataset.repo_id, "revision": org.dataset.revision,
-                    "image_column": "image", "label_column": "label", "train_split": "train", "test_split": "test"},
-        "splits": {"forget_classes": [3]}, "transform": "from_repo", "cells": ["df", "dr", "dt"],
-        "criteria": ["abs(df - dt) <= 0.5"], "replicates": 2, "refit": refit,
-        "recoverability": None, "provenance": None, "staleness": False,
-        "rules": [{"name": "image processors", "match": {"config": {"model_type": "resnet"}},
-                   "refit": {**refit, "transform": "eval"}}],
-    }
 
 
 def run_cli(org: RealOrg, args: list[str], *, token: str) -> tuple[int, str]:
@@ -64,7 +46,7 @@ def run_cli(org: RealOrg, args: list[str], *, token: str) -> tuple[int, str]:
 def journey(real_org: RealOrg, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("journey")
     spec = root / "audit.yaml"
-    spec.write_text(yaml.safe_dump(journey_spec(real_org), sort_keys=False), encoding="utf-8")
+    spec.write_text(yaml.safe_dump(audit_spec(real_org), sort_keys=False), encoding="utf-8")
     out = root / "crawl"
     with real_org.clone(root / "hub") as org:
         token = org.auditor_token

@@ -445,6 +445,24 @@ def publish_real_org(hub: Any) -> RealOrg:
     return RealOrg(hub=hub, repos=REPOS, dataset=dataset, shard_size=shard_size)
 
 
+def audit_spec(org: RealOrg) -> dict[str, Any]:
+    """One spec for the whole organisation, with no model section: the data is the dataset repo at its pinned
+    revision, the preprocessing each repo's own (timm's ``pretrained_cfg``, transformers' image processor); a rule
+    gives the transformers repos, whose image processor is evaluation preprocessing only, an eval-transform
+    refit."""
+    refit = {"rule": "exact", "transform": "train", "pool_size": 64, "batch_size": 32}
+    return {
+        "spec_version": "1.0", "kind": "audit_spec",
+        "dataset": {"kind": "hub", "repo": org.dataset.repo_id, "revision": org.dataset.revision,
+                    "image_column": "image", "label_column": "label", "train_split": "train", "test_split": "test"},
+        "splits": {"forget_classes": [3]}, "transform": "from_repo", "cells": ["df", "dr", "dt"],
+        "criteria": ["abs(df - dt) <= 0.5"], "replicates": 2, "refit": refit,
+        "recoverability": None, "provenance": None, "staleness": False,
+        "rules": [{"name": "image processors", "match": {"config": {"model_type": "resnet"}},
+                   "refit": {**refit, "transform": "eval"}}],
+    }
+
+
 def read_index(org: RealOrg, repo: RealRepo) -> dict[str, Any]:
     """The repo's ``model.safetensors.index.json``, through the hub."""
     data = org.hub.store.read_file(repo.repo_id, "model.safetensors.index.json")

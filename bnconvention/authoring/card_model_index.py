@@ -25,20 +25,19 @@ from typing import Any
 
 import yaml
 
-from bnconvention.audit.spec import DEFAULT_MODEL_INDEX_METRICS
 from bnconvention.authoring.card_edit import ParsedCard, apply_edit, block_span, parse_for_edit
 from bnconvention.authoring.card_refit import REFIT_MARKERS
 from bnconvention.errors import CardError
 from bnconvention.formats.canonical import canonical_json
 from bnconvention.formats.card import CARD_NAME
-from bnconvention.formats.model_index import MODEL_INDEX_KEY
+from bnconvention.formats.model_index import BASE_CELL_METRICS, MODEL_INDEX_KEY
 from bnconvention.standard.models import RefitAnnotation
 from bnconvention.validation.model_index import REFIT_METRIC_CONFIG, refit_metric_args
 
 DEFAULT_TASK_TYPE = "image-classification"
-# A base cell the authors do not publish gets the label the papers' tables (and the spec's default
-# model_index_metrics) use, so the Hub's eval-results view reads "forget accuracy (...)" rather than "df (...)".
-_BASE_CELL_LABELS = {cell: label for label, cell in DEFAULT_MODEL_INDEX_METRICS.items()}
+# A base cell the authors do not publish gets the label the papers' tables use, so the Hub's eval-results view reads
+# "forget accuracy (...)" rather than "df (...)".
+_BASE_CELL_LABELS = {cell: label for label, cell in BASE_CELL_METRICS.items()}
 
 
 def _default_dataset(annotation: RefitAnnotation) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from bnconvention.audit.spec_data import (
 )
 from bnconvention.errors import AuditSpecError, UntrustedInputError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.model_index import BASE_CELL_METRICS
 from bnconvention.standard.models import AccumulationRule, TransformMode
 
 AUDIT_SPEC_VERSION = "1.0"
@@ -49,9 +50,8 @@ REPO_AUDIT_SCHEMA_PATH = Path("schema") / "v1" / "audit-spec.schema.json"
 MAX_SPEC_BYTES = 1_000_000
 
 PublishedSource: TypeAlias = Literal["spec", "sidecar", "model_index"]
-# model-index metric label (a metric's name, else its type) -> cell; the names the papers' tables use
-DEFAULT_MODEL_INDEX_METRICS: dict[str, str] = {"forget accuracy": "df", "retain accuracy": "dr",
-                                               "test accuracy": "dt"}
+# model-index metric label (a metric's name, else its type) -> cell
+DEFAULT_MODEL_INDEX_METRICS: dict[str, str] = dict(BASE_CELL_METRICS)
 
 _Spec = SpecModel
 

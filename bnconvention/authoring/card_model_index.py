@@ -30,11 +30,14 @@ from bnconvention.authoring.card_refit import REFIT_MARKERS
 from bnconvention.errors import CardError
 from bnconvention.formats.canonical import canonical_json
 from bnconvention.formats.card import CARD_NAME
-from bnconvention.formats.model_index import MODEL_INDEX_KEY
+from bnconvention.formats.model_index import BASE_CELL_METRICS, MODEL_INDEX_KEY
 from bnconvention.standard.models import RefitAnnotation
 from bnconvention.validation.model_index import REFIT_METRIC_CONFIG, refit_metric_args
 
 DEFAULT_TASK_TYPE = "image-classification"
+# A base cell the authors do not publish gets the label the papers' tables use, so the Hub's eval-results view reads
+# "forget accuracy (...)" rather than "df (...)".
+_BASE_CELL_LABELS = {cell: label for label, cell in BASE_CELL_METRICS.items()}
 
 
 def _default_dataset(annotation: RefitAnnotation) -> dict[str, Any]:
@@ -59,7 +62,9 @@ def refit_index_results(annotation: RefitAnnotation, *, path: str, sha256: str,
             task, dataset = dict(origin["task"]), dict(origin["dataset"])
             kind, label = origin["type"], str(origin.get("name") or origin["type"])
         else:
-            task, dataset, kind, label = {"type": task_type}, _default_dataset(annotation), cell.metric, cell.metric
+            label = _BASE_CELL_LABELS.get(cell.metric, cell.metric)
+            kind = "accuracy" if cell.metric in _BASE_CELL_LABELS else cell.metric
+            task, dataset = {"type": task_type}, _default_dataset(annotation)
         result = groups.setdefault(repr((sorted(task.items()), sorted(dataset.items()))),
                                    {"task": task, "dataset": dataset, "metrics": []})
         names = {"annotation": path, "sha256": sha256, "cell": cell.metric, "convention": convention}

@@ -17,7 +17,8 @@ The revision of a local source is the sha256 over its files (relative path -> sh
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -166,10 +167,25 @@ def _prepared(builder: Any, spec: DatasetSpec, *, where: str) -> dict[str, Any]:
     available = sorted((builder.config.data_files or {}).keys())
     _check_splits(available, spec, where=where)
     try:
-        builder.download_and_prepare()
-        return {split: builder.as_dataset(split=split) for split in _wanted(spec)}
+        with _quiet_datasets():
+            builder.download_and_prepare()
+            return {split: builder.as_dataset(split=split) for split in _wanted(spec)}
     except (OSError, ValueError) as exc:  # a corrupt parquet file, a schema mismatch between shards
         raise UntrustedInputError(f"dataset {where}: cannot be read ({_one_line(exc)})", source=where) from exc
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """datasets' own "Generating split" bars off (they land in piped logs; the caller's bars report progress)."""
+    from datasets.utils.logging import disable_progress_bar, enable_progress_bar, is_progress_bar_enabled
+
+    was_enabled = is_progress_bar_enabled()
+    disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            enable_progress_bar()
 
 
 def _wanted(spec: DatasetSpec) -> list[str]:

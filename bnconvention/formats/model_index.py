@@ -35,6 +35,9 @@ from typing import Any
 from bnconvention.errors import CardError
 
 MODEL_INDEX_KEY = "model-index"
+# metric label -> base cell: the names the papers' tables use (the audit spec's default model_index_metrics, and the
+# labels hub push gives base cells the authors do not publish)
+BASE_CELL_METRICS: dict[str, str] = {"forget accuracy": "df", "retain accuracy": "dr", "test accuracy": "dt"}
 
 
 @dataclass(frozen=True)

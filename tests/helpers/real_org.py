@@ -373,19 +373,32 @@ def _publish_timm(api: Any, images: Any, labels: Any, revision: str) -> None:
     push_to_hf_hub(declared, repushed.repo_id, token=TOKEN, data_config=DATA_CONFIG)
 
 
+def image_processor() -> Any:
+    """The evaluation preprocessing the transformers repos publish beside their weights: what ``fit`` does (no
+    resize at 32x32: ``crop_pct`` 1 keeps the whole image; the train images' mean and std)."""
+    from transformers import ConvNextImageProcessor
+
+    return ConvNextImageProcessor(size={"shortest_edge": IMAGE_SIZE}, crop_pct=1.0, image_mean=list(MEAN),
+                                  image_std=list(STD))
+
+
 def _publish_transformers(api: Any, images: Any, labels: Any) -> int:
-    """The three transformers repos; returns the max_shard_size of the sharded one."""
+    """The three transformers repos, each with its image processor; returns the max_shard_size of the sharded
+    one."""
     import torch
 
     model = transformers_model(seed=8)
     fit(model, images, labels, steps=8, seed=8)
     model.push_to_hub(f"{ORG}/hf-resnet", token=TOKEN)
+    image_processor().push_to_hub(f"{ORG}/hf-resnet", token=TOKEN)
     shard_size = bn_splitting_shard_size(model.state_dict())
     model.push_to_hub(f"{ORG}/hf-resnet-sharded", token=TOKEN, max_shard_size=shard_size)
+    image_processor().push_to_hub(f"{ORG}/hf-resnet-sharded", token=TOKEN)
     bf16 = transformers_model(seed=9)
     fit(bf16, images, labels, steps=8, seed=9)
     with tempfile.TemporaryDirectory() as folder:
         bf16.to(torch.bfloat16).save_pretrained(folder)
+        image_processor().save_pretrained(folder)
         api.create_repo(f"{ORG}/hf-resnet-bf16")
         api.upload_folder(repo_id=f"{ORG}/hf-resnet-bf16", folder_path=folder, commit_message="Upload model")
     return shard_size
@@ -430,6 +443,24 @@ def publish_real_org(hub: Any) -> RealOrg:
         shard_size = _publish_transformers(api, images[train], labels[train])
         _open_pull_requests(api)
     return RealOrg(hub=hub, repos=REPOS, dataset=dataset, shard_size=shard_size)
+
+
+def audit_spec(org: RealOrg) -> dict[str, Any]:
+    """One spec for the whole organisation, with no model section: the data is the dataset repo at its pinned
+    revision, the preprocessing each repo's own (timm's ``pretrained_cfg``, transformers' image processor); a rule
+    gives the transformers repos, whose image processor is evaluation preprocessing only, an eval-transform
+    refit."""
+    refit = {"rule": "exact", "transform": "train", "pool_size": 64, "batch_size": 32}
+    return {
+        "spec_version": "1.0", "kind": "audit_spec",
+        "dataset": {"kind": "hub", "repo": org.dataset.repo_id, "revision": org.dataset.revision,
+                    "image_column": "image", "label_column": "label", "train_split": "train", "test_split": "test"},
+        "splits": {"forget_classes": [3]}, "transform": "from_repo", "cells": ["df", "dr", "dt"],
+        "criteria": ["abs(df - dt) <= 0.5"], "replicates": 2, "refit": refit,
+        "recoverability": None, "provenance": None, "staleness": False,
+        "rules": [{"name": "image processors", "match": {"config": {"model_type": "resnet"}},
+                   "refit": {**refit, "transform": "eval"}}],
+    }
 
 
 def read_index(org: RealOrg, repo: RealRepo) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,8 +41,8 @@ def library_endpoint(endpoint: str) -> Iterator[None]:
     huggingface_hub reads ``HF_ENDPOINT`` once, at import, into ``constants.ENDPOINT``, the resolve-URL template and
     the module-level ``HfApi`` behind ``create_repo``/``upload_folder``/``metadata_update``; transformers keeps the
     ``HfApi`` it made first (``transformers.utils.hub._hf_api``), dropped here so the next one is made for
-    ``endpoint``; timm makes a new ``HfApi``, which reads ``constants.ENDPOINT``. All of them, and the variable,
-    get their values back on the way out.
+    ``endpoint``; timm makes a new ``HfApi``, which reads ``constants.ENDPOINT``; an imported ``datasets`` keeps its
+    copies in ``datasets.config``. All of them, and the variable, get their values back on the way out.
     """
     import transformers.utils.hub as transformers_hub
     from huggingface_hub import constants, hf_api
@@ -52,6 +53,10 @@ def library_endpoint(endpoint: str) -> Iterator[None]:
         (hf_api.api, "endpoint", endpoint),
         (transformers_hub, "_hf_api", None),
     ]
+    datasets_config = sys.modules.get("datasets.config")  # copied at its import; imported later, it reads the variable
+    if datasets_config is not None:
+        patches += [(datasets_config, "HF_ENDPOINT", endpoint),
+                    (datasets_config, "HUB_DATASETS_URL", endpoint + "/datasets/{repo_id}/resolve/{revision}/{path}")]
     saved = [(target, name, getattr(target, name, _MISSING)) for target, name, _ in patches]
     saved_env = os.environ.get("HF_ENDPOINT")
     try:

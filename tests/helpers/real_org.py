@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 ORG = "vision-lab"
 OWNER = "vlab-owner"
 TOKEN = "tok-vision-lab-owner"
@@ -162,27 +160,14 @@ class RealOrg:
 
 @contextlib.contextmanager
 def library_endpoint(endpoint: str) -> Iterator[None]:
-    """Point every import-time copy of the Hub endpoint at ``endpoint`` while inside.
+    """Point every import-time copy of the Hub endpoint (huggingface_hub's, transformers', timm's through it, and
+    datasets', imported first here) at ``endpoint`` while inside: the demo's own
+    :func:`bnconvention.demo.library_publish.library_endpoint`. Anything missed fails loudly: no network."""
+    import datasets.config  # noqa: F401 - imported before, so that its copies are patched too
 
-    huggingface_hub reads ``HF_ENDPOINT`` once, at import, into ``constants.ENDPOINT``, the resolve-URL template and
-    the module-level ``HfApi`` behind ``model_info``/``create_repo``/``upload_folder``; ``datasets`` copies it into
-    ``datasets.config``; transformers keeps the ``HfApi`` it made first (``transformers.utils.hub._hf_api``), which
-    is dropped here so that the next one is made for ``endpoint``. timm goes through huggingface_hub. Patching
-    those (and the variable, for anything imported later) sends the libraries' own code to the local hub, and
-    anything missed fails loudly: no network.
-    """
-    import datasets.config
-    import transformers.utils.hub
-    from huggingface_hub import constants, hf_api
+    from bnconvention.demo.library_publish import library_endpoint as demo_library_endpoint
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_ENDPOINT", endpoint)
-        patch.setattr(constants, "ENDPOINT", endpoint)
-        patch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-        patch.setattr(hf_api.api, "endpoint", endpoint)
-        patch.setattr(datasets.config, "HF_ENDPOINT", endpoint)
-        patch.setattr(datasets.config, "HUB_DATASETS_URL", endpoint + "/datasets/{repo_id}/resolve/{revision}/{path}")
-        patch.setattr(transformers.utils.hub, "_hf_api", None)
+    with demo_library_endpoint(endpoint):
         yield
 
 

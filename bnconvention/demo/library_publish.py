@@ -118,8 +118,9 @@ def publish_library_release(models: LibraryModels, name: str, *, repo_id: str, e
 
     library = next(m.library for m in LIBRARY_MODELS if m.name == name)
     model = models.load(name)
-    verbosity = transformers_logging.get_verbosity()
+    verbosity, bars = transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled()
     transformers_logging.set_verbosity_error()  # transformers' notes on a card it writes itself
+    transformers_logging.disable_progress_bar()  # its "Writing model shards" bar; the demo's stage bar reports
     try:
         with library_endpoint(endpoint):
             commits = [_push(model, library, repo_id, token)]
@@ -127,6 +128,8 @@ def publish_library_release(models: LibraryModels, name: str, *, repo_id: str, e
                                   commit_message="Add evaluation results")
     finally:
         transformers_logging.set_verbosity(verbosity)
+        if bars:
+            transformers_logging.enable_progress_bar()
     commits.append(str(url).rsplit("/commit/", 1)[-1])
     return commits
 

@@ -76,3 +76,14 @@ def real_org_clone(real_org, tmp_path: Path):  # -> helpers.real_org.RealOrg
     """The real organisation on a hub of its own over a hard-linked copy of the store: write to it freely."""
     with real_org.clone(tmp_path / "real-org-clone") as clone:
         yield clone
+
+
+@pytest.fixture(scope="session")
+def tiny_population():  # -> bnconvention.zoo.population_manifest.PopulationManifest
+    """A tiny configuration of the population (``TINY_CONFIG``, 14 checkpoints), built once into
+    ``<repo>/.cache/population-<code+config>-seed0`` and reused across sessions like the zoo."""
+    from bnconvention.zoo.population_build import build_population, default_population_dir
+    from bnconvention.zoo.population_plan import TINY_CONFIG
+
+    return build_population(default_population_dir(REPO_ROOT / ".cache", seed=0, config=TINY_CONFIG),
+                            config=TINY_CONFIG, seed=0, progress=False)

@@ -63,6 +63,20 @@ class CensusItem:
     name: str  # output folder name (the file name, disambiguated when two files share it)
     weights_key: str
     choice: ModelChoice
+    spec: AuditSpec  # the spec this checkpoint is audited with (its rules applied: local_spec)
+
+
+def local_spec(spec: AuditSpec, path: Path) -> AuditSpec:
+    """The spec a local checkpoint is audited with: the spec's rules matched against ``<parent>/<folder>``, the
+    checkpoint's two last folders (a repo id's shape: ``population/r05/r05-s0-base/…`` is ``r05/r05-s0-base``).
+    Local rules match by repo pattern only (a ``config`` condition needs the Hub's config.json)."""
+    if not spec.rules:
+        return spec
+    from bnconvention.audit.rules import apply_rules
+
+    folder = path.resolve().parent
+    ruled, _ = apply_rules(spec, repo_id=f"{folder.parent.name}/{folder.name}", config=None)
+    return ruled
 
 
 @dataclass
@@ -131,9 +145,10 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
     names: set[str] = set()
     for path in paths:
         files = open_checkpoint(path)
-        sidecar = read_sidecar(path) if (spec.model is None or spec.published_source == "sidecar") else None
-        choice = choose_model(path, spec, sidecar)
-        published_cells(path, spec, sidecar)
+        own = local_spec(spec, path)
+        sidecar = read_sidecar(path) if (own.model is None or own.published_source == "sidecar") else None
+        choice = choose_model(path, own, sidecar)
+        published_cells(path, own, sidecar)
         key = f"{choice.factory}|{sorted(choice.kwargs.items())!r}"
         if key not in models:
             models[key] = build_architecture(choice)
@@ -144,7 +159,7 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
         if name in names:
             name = f"{name}-{weights[:8]}"
         names.add(name)
-        items.append(CensusItem(path=path, name=name, weights_key=weights, choice=choice))
+        items.append(CensusItem(path=path, name=name, weights_key=weights, choice=choice, spec=own))
     return items
 
 
@@ -186,16 +201,17 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UsageError(f"--workers must be a positive integer, got {workers!r}")
     out = Path(out_dir)
-    spec_sha256 = spec.sha256()
     checkpoints = discover_checkpoints(paths)
-    data = load_audit_data(spec, repo_dir=checkpoints[0].parent)  # prepare_audit rebinds it to each checkpoint
+    # prepare_audit rebinds the data to each checkpoint (and its own spec, when the spec has rules)
+    data = load_audit_data(local_spec(spec, checkpoints[0]), repo_dir=checkpoints[0].parent)
     items = preflight(checkpoints, spec, data)
 
     results: dict[str, AuditResult] = {}
     reused = 0
     for item in items:
-        entry = read_journal(journal_path(out, item.weights_key, spec_sha256), weights=item.weights_key,
-                             spec_sha256=spec_sha256)
+        own_sha256 = item.spec.sha256()
+        entry = read_journal(journal_path(out, item.weights_key, own_sha256), weights=item.weights_key,
+                             spec_sha256=own_sha256)
         if entry is not None:
             results[item.name] = entry
             reused += 1
@@ -204,7 +220,7 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
 
     def finish(item: CensusItem, result: AuditResult) -> None:
         nonlocal ran
-        write_json(journal_path(out, item.weights_key, spec_sha256), result.model_dump(mode="json"))
+        write_json(journal_path(out, item.weights_key, item.spec.sha256()), result.model_dump(mode="json"))
         write_audit_outputs(result, out / CHECKPOINTS_DIR / item.name)
         results[item.name] = result
         ran += 1
@@ -216,7 +232,9 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     try:
         if workers == 1 or len(todo) <= 1:
             for item in todo:
-                result = run_audit(prepare_audit(item.path, spec, data=data), progress=progress)
+                own_data = data if item.spec is spec else load_audit_data(
+                    item.spec, repo_dir=item.path.parent, dataset=data.dataset)
+                result = run_audit(prepare_audit(item.path, item.spec, data=own_data), progress=progress)
                 finish(item, result)
                 bar.update(1)
         else:
@@ -240,12 +258,11 @@ def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, thre
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    spec_data = spec.model_dump(mode="json")
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     executor = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context)
     try:
-        pending = {executor.submit(_audit_in_worker, str(item.path), spec_data, allowed, threads): item
-                   for item in todo}
+        pending = {executor.submit(_audit_in_worker, str(item.path), item.spec.model_dump(mode="json"), allowed,
+                                   threads): item for item in todo}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:

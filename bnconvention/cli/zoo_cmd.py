@@ -12,6 +12,7 @@ from bnconvention.errors import UsageError
 from bnconvention.extras import needs_extra
 
 DEFAULT_OUT = "zoo"
+POPULATION_OUT = "population"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog="examples:\n"
                "  bnconvention zoo build                    # into ./zoo, reused when already built\n"
                "  bnconvention zoo build --out /tmp/zoo --seed 1\n"
-               "  bnconvention zoo build --variant bn-badteacher-eval --no-progress\n\n"
+               "  bnconvention zoo build --variant bn-badteacher-eval --no-progress\n"
+               "  bnconvention zoo build --population      # the structured population into ./population\n\n"
                "Exit codes (zoo build): 0 built or reused, 1 the build failed, 2 bad usage, 130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -39,7 +41,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                "non-empty folder\nthat is not a zoo), 130 interrupted (rerun to resume).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    build.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output folder (default: ./{DEFAULT_OUT})")
+    build.add_argument("--out", default=None, metavar="DIR", help=f"output folder (default: ./{DEFAULT_OUT}, or "
+                       f"./{POPULATION_OUT} with --population)")
+    build.add_argument("--population", action="store_true",
+                       help="build the structured population instead (noisy digits; 3 families x 2 BN variants x "
+                            "4 removals x 3 seeds, bases, retrains, frozen twins; see docs/zoo.md)")
     build.add_argument("--seed", type=int, default=0, metavar="N", help="zoo seed (default: 0)")
     build.add_argument("--variant", action="append", metavar="NAME",
                        help="build only this variant and its parents (repeatable; default: all)")
@@ -60,8 +66,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seed < 0:
         raise UsageError(f"--seed must be a non-negative integer, got {args.seed}")
-    manifest = build_zoo(Path(args.out), seed=args.seed, progress=show_progress(args.progress), variants=args.variant,
-                         force=args.force)
+    if args.population:
+        return _run_population(args)
+    manifest = build_zoo(Path(args.out or DEFAULT_OUT), seed=args.seed, progress=show_progress(args.progress),
+                         variants=args.variant, force=args.force)
     print(f"zoo in {manifest.root} (seed {manifest.seed}, code {manifest.code_sha256[:12]})")
     print(f"{'variant':<20} {'buffers':<10} {'forget':>7} {'retain':>7} {'test':>7}")
     for name in manifest.variants:
@@ -69,4 +77,20 @@ def run(args: argparse.Namespace) -> int:
         shipped = config["shipped_accuracy"]
         print(f"{name:<20} {config['buffer_update_mode']:<10} {shipped['forget']:>7.3f} "
               f"{shipped['retain']:>7.3f} {shipped['test']:>7.3f}")
+    return 0
+
+
+def _run_population(args: argparse.Namespace) -> int:
+    from bnconvention.zoo.population_build import build_population
+    from bnconvention.zoo.population_spec import SPEC_FILE
+
+    if args.variant:
+        raise UsageError("--variant names a zoo variant; the population is built whole (leave out --variant)")
+    out = Path(args.out or POPULATION_OUT)
+    manifest = build_population(out, seed=args.seed, progress=show_progress(args.progress), force=args.force)
+    counts = manifest.counts
+    print(f"population in {manifest.root} (seed {manifest.seed}, code {manifest.code_sha256[:12]}): "
+          f"{counts['total']} checkpoints ({counts['base']} base, {counts['retrain']} retrain, "
+          f"{counts['unlearned']} unlearned, {counts['twin']} twin)")
+    print(f"audit it: bnconvention census {out} --spec {out / SPEC_FILE} --out census-population")
     return 0

@@ -64,8 +64,8 @@ class NoisyDigits:
 
 def _corrupt(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     n, _, height, width = x.shape
-    contrast = rng.uniform(0.5, 1.0, size=n)
-    corners = rng.integers(0, [height - OCCLUSION + 1, width - OCCLUSION + 1], size=(n, 2))
+    contrast = np.asarray(rng.uniform(0.5, 1.0, size=n))
+    corners = rng.integers(0, np.array([height - OCCLUSION + 1, width - OCCLUSION + 1]), size=(n, 2))
     noise = rng.normal(0.0, NOISE_STD, size=x.shape)
     out = x.astype(np.float64) * contrast[:, None, None, None]
     for i, (top, left) in enumerate(corners):

@@ -70,7 +70,8 @@ def _base_fit(config: PopulationConfig, data: RemovalData) -> dict[str, Any]:
 def convention_for(item: Checkpoint, observation: Observation | None, data: RemovalData, *,
                    config: PopulationConfig, train_ids: tuple[int, ...], task_sha256: str) -> dict[str, Any]:
     """The declared fitting convention of ``item``'s running statistics (the standard's record, as a dict)."""
-    common = {"dataset_id": TASK_ID, "transform": TRAIN_TRANSFORM.standard(), "dataset_revision": task_sha256}
+    common: dict[str, Any] = {"dataset_id": TASK_ID, "transform": TRAIN_TRANSFORM.standard(),
+                              "dataset_revision": task_sha256}
     if observation is None:  # the twins' frozen arm: θ from the online run, buffers as the base left them
         fit = _base_fit(config, data)
         return to_dict(make_convention(buffer_update_mode="frozen", subset=_subset("train", data),

@@ -118,7 +118,7 @@ def batches(item: Checkpoint, data: RemovalData, config: PopulationConfig) -> in
     f = FAMILY_HYPERPARAMETERS[str(item.family)]
     if item.family == "gradascent":
         return int(f["steps"])
-    epochs = item.level if item.role == "twin" else f["epochs"]
+    epochs = item.level if item.role == "twin" and item.level is not None else f["epochs"]
     return int(epochs) * methods.batches_per_epoch(data.sizes[f["data"]], f["batch_size"])
 
 

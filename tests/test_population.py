@@ -216,3 +216,24 @@ def test_committed_example_spec_is_the_built_one(repo_root: Path):
     from bnconvention.zoo.population_spec import example_spec_text
 
     assert (repo_root / "examples/audit/digits-population.yaml").read_text("utf-8") == example_spec_text()
+
+
+def test_cli_population_build_reuses_an_intact_build(tiny_population, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]):
+    import bnconvention.zoo.population_build as build
+    from bnconvention.cli.main import main
+
+    monkeypatch.setattr(build, "PopulationConfig", lambda: TINY_CONFIG)  # the CLI builds the default configuration
+    monkeypatch.setattr(build, "_build_into", None)  # reuse only: building anything would fail
+    assert main(["zoo", "build", "--population", "--out", str(tiny_population.root), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "14 checkpoints (2 base, 2 retrain, 8 unlearned, 2 twin)" in out
+    assert "population.yaml" in out
+
+
+def test_cli_population_refuses_a_zoo_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from bnconvention.cli.main import main
+
+    assert main(["zoo", "build", "--population", "--variant", "bn-base", "--out", str(tmp_path / "p")]) == 2
+    assert "--variant names a zoo variant" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

@@ -237,3 +237,18 @@ def test_cli_population_refuses_a_zoo_variant(tmp_path: Path, capsys: pytest.Cap
     assert main(["zoo", "build", "--population", "--variant", "bn-base", "--out", str(tmp_path / "p")]) == 2
     assert "--variant names a zoo variant" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+def test_a_local_census_applies_the_spec_rules_by_removal_folder(tmp_path: Path):
+    from bnconvention.audit.census import local_spec
+    from bnconvention.audit.spec import load_spec
+    from bnconvention.standard.naming import record_ids_sha256
+    from bnconvention.zoo.population_spec import spec_text
+
+    (tmp_path / "population.yaml").write_text(spec_text(PopulationConfig()), "utf-8")
+    spec = load_spec(tmp_path / "population.yaml")
+    r05 = local_spec(spec, tmp_path / "r05" / "r05-s0-base" / "r05-s0-base.safetensors")
+    assert r05.splits.forget_ids_sha256 == record_ids_sha256(forget_ids(noisy_digits(), ratio=0.05))
+    assert r05.rules == []
+    r10 = local_spec(spec, tmp_path / "r10" / "r10-s0-base" / "r10-s0-base.safetensors")
+    assert r10 is spec and r10.splits.forget_ids_sha256 == record_ids_sha256(forget_ids(noisy_digits(), ratio=0.1))

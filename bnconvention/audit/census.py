@@ -76,7 +76,7 @@ def local_spec(spec: AuditSpec, path: Path) -> AuditSpec:
 
     folder = path.resolve().parent
     ruled, _ = apply_rules(spec, repo_id=f"{folder.parent.name}/{folder.name}", config=None)
-    return ruled
+    return ruled  # the spec itself when no rule matches (journal keys as without rules)
 
 
 @dataclass

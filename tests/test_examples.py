@@ -172,9 +172,9 @@ def test_examples_write_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     from bnconvention.cli.main import main
 
     assert main(["examples", "write", str(tmp_path / "ex")]) == 0
-    assert "11 of 11 example files written" in capsys.readouterr().out
+    assert "12 of 12 example files written" in capsys.readouterr().out
     assert main(["examples", "write", str(tmp_path / "ex")]) == 0
-    assert "0 of 11 example files written, 11 already up to date" in capsys.readouterr().out
+    assert "0 of 12 example files written, 12 already up to date" in capsys.readouterr().out
     assert main(["examples"]) == 2
 
 

@@ -213,9 +213,11 @@ def test_a_card_that_does_not_match_the_weights_does_not_anchor(tiny_population,
 
 
 def test_committed_example_spec_is_the_built_one(repo_root: Path):
+    from bnconvention.examples import read_example
     from bnconvention.zoo.population_spec import example_spec_text
 
     assert (repo_root / "examples/audit/digits-population.yaml").read_text("utf-8") == example_spec_text()
+    assert read_example("audit/digits-population.yaml").decode("utf-8") == example_spec_text()  # the packaged copy
 
 
 def test_cli_population_build_reuses_an_intact_build(tiny_population, monkeypatch: pytest.MonkeyPatch,

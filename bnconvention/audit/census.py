@@ -14,6 +14,9 @@ auditing any, then audits each checkpoint and writes, in ``out_dir``:
   anchored, displaced per cell after Benjamini–Yekutieli at ``fdr_q`` across the census (per cell), equivalent,
   flips by direction, the largest shift.
 
+A spec's ``rules`` apply locally too (:func:`local_spec`): each checkpoint is matched by its two last folders, as a
+repo id, so one spec gives every part of a local population its own splits (the population's removals).
+
 ``workers > 1`` audits checkpoints in separate processes (spawned, each with the parent's torch thread count). Every
 audit depends only on its checkpoint and the spec (seeded per replicate), so the numbers are the same either way;
 results are collected in discovery order.

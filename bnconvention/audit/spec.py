@@ -80,8 +80,39 @@ class RefitSpec(_Spec):
     batch_size: PositiveInt = Field(default=128, description="Batch size of the refit pass.")
 
 
+RecoverySource: TypeAlias = Literal["test", "retain", "noise"]
+DEFAULT_BUDGETS = (1, 2, 5, 10, 20, 50, 100)
+
+
+class RecoverabilityCurveSpec(_Spec):
+    """Forget accuracy after a refit on B proxy images, for several budgets, seeds and proxy sources."""
+
+    budgets: list[PositiveInt] = Field(default_factory=lambda: list(DEFAULT_BUDGETS), min_length=1, description=(
+        "Budgets B (images per refit); a budget larger than a source is skipped, as is B = 1 under a train-mode "
+        "rule."))
+    seeds: PositiveInt = Field(default=3, description="Independent draws per budget and source.")
+    sources: list[RecoverySource] = Field(default_factory=lambda: ["test", "retain", "noise"], min_length=1,
+                                          description=(
+        "Proxy sources: 'test' (the test split), 'retain' (retained records only), 'noise' (out of distribution: "
+        "Gaussian noise with the test split's per-pixel mean and standard deviation)."))
+
+
+class StalenessBandSpec(_Spec):
+    """The reference band as a null distribution of independent retain refits (bnconvention.audit.band)."""
+
+    refits: PositiveInt | None = Field(default=None, description=(
+        "Independent retain refits N forming the null: the R replicates, plus N - R more drawn the same way; "
+        "default: the R replicates (no extra refit)."))
+    level: Annotated[float, Field(gt=0, le=0.5)] = Field(default=0.1, description=(
+        "Nominal false-positive rate of 'exceeds band' (an exact rank test: it needs N >= 1/level - 1)."))
+
+
 class RecoverabilitySpec(_Spec):
     """Forget accuracy after a refit on B unlabeled proxy images (the papers' ten-image attack)."""
+
+    curve: RecoverabilityCurveSpec | None = Field(default=None, description=(
+        "Optional recoverability curve over budgets, seeds and proxy sources (the B = images point of source is "
+        "its headline); {} for the defaults."))
 
     images: PositiveInt = Field(default=10, description="Number of unlabeled images B.")
     source: Literal["test", "retain"] = Field(default="test", description="Split the images are drawn from.")
@@ -93,7 +124,12 @@ class ProvenanceSpec(_Spec):
     """Exchange k retained records for forget records in a fixed-size fitting pool (seed 001, appendix P)."""
 
     pool_size: PositiveInt = Field(description="Size of the fitting pool (records).")
-    exchanged: Annotated[int, Field(ge=1)] = Field(description="Retained records exchanged for forget records.")
+    exchanged: Annotated[int, Field(ge=1)] | None = Field(default=None, description=(
+        "Retained records exchanged for forget records in the deployment arm; default: the removed share of the "
+        "training data (forget / (forget + retain)) times pool_size."))
+    draws: PositiveInt = Field(default=3, description="Independent draws of the pools per arm.")
+    ceiling: bool = Field(default=True, description=(
+        "Also run the ceiling arm: every removed record in the pool (as many as fit)."))
 
 
 class RuleSpec(_Spec):
@@ -166,6 +202,7 @@ class AuditSpec(_Spec):
     refit: RefitSpec = Field(default_factory=RefitSpec)
     staleness: bool = Field(default=True, description=(
         "Report the staleness distance of shipped statistics from a retain refit, and the reference band."))
+    staleness_band: StalenessBandSpec = Field(default_factory=StalenessBandSpec)
     recoverability: RecoverabilitySpec | None = Field(default_factory=RecoverabilitySpec, description=(
         "The ten-image recovery check; null to skip it."))
     provenance: ProvenanceSpec | None = Field(default=None, description="Optional provenance contrast.")
@@ -221,7 +258,8 @@ class AuditSpec(_Spec):
         """The checks a JSON Schema cannot express (expressions, field combinations), with exact JSON pointers."""
         check_dataset(self.dataset)
         check_splits(self.splits, self.dataset)
-        if self.provenance is not None and self.provenance.exchanged > self.provenance.pool_size:
+        if (self.provenance is not None and self.provenance.exchanged is not None
+                and self.provenance.exchanged > self.provenance.pool_size):
             raise AuditSpecError(f"provenance.exchanged ({self.provenance.exchanged}) exceeds provenance.pool_size "
                                  f"({self.provenance.pool_size}); exchange at most the whole pool",
                                  field="/provenance/exchanged")

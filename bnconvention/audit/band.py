@@ -95,21 +95,25 @@ def one_pair_false_positive_rate(matrix: Sequence[Sequence[tuple[float, float]]]
 
 def band_null(shipped: StateMap, refits: Sequence[StateMap], *, level: float) -> StalenessNull:
     """The null distribution of refit-pair distances, the band (its ``1 - level`` quantiles) and the decision."""
-    states = [shipped, *refits]
-    matrix = distance_matrix(states)
+    return band_null_from_matrix(distance_matrix([shipped, *refits]), level=level)
+
+
+def band_null_from_matrix(matrix: Sequence[Sequence[tuple[float, float]]], *, level: float) -> StalenessNull:
+    """:func:`band_null` from the distance matrix of (shipped, refit 1, ..., refit N), state 0 the shipped one."""
     all_scores = scores(matrix)
     null = [row[1:] for row in matrix[1:]]  # the refits among themselves
-    pairs = [null[i][j] for i in range(len(refits)) for j in range(len(refits)) if i != j]
-    p = conformal_p(all_scores[0], all_scores[1:]) if refits else 1.0
-    decidable = bool(refits) and smallest_p(len(refits)) <= level
+    n = len(null)
+    pairs = [null[i][j] for i in range(n) for j in range(n) if i != j]
+    p = conformal_p(all_scores[0], all_scores[1:]) if n else 1.0
+    decidable = bool(n) and smallest_p(n) <= level + 1e-12
     fpr, triples = one_pair_false_positive_rate(null)
     return StalenessNull(
-        refits=len(refits), pairs=len(pairs), level=level, exact_level=exact_level(level, len(refits)),
+        refits=n, pairs=len(pairs), level=level, exact_level=exact_level(level, n),
         shipped_score=all_scores[0], null_scores=all_scores[1:],
         band_mean_distance=quantile([m for m, _ in pairs], 1 - level) if pairs else None,
         band_var_distance=quantile([v for _, v in pairs], 1 - level) if pairs else None,
         band_combined=quantile([combined(*d) for d in pairs], 1 - level) if pairs else None,
         null_median_combined=statistics.median(combined(*d) for d in pairs) if pairs else None,
-        p_value=p, exceeds_band=(p <= level) if decidable else None,
+        p_value=p, exceeds_band=(p <= level + 1e-12) if decidable else None,
         one_pair_false_positive_rate=fpr, one_pair_triples=triples,
     )

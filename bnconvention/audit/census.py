@@ -42,6 +42,7 @@ from bnconvention.audit.checkpoint import (
 from bnconvention.audit.data import AuditData, load_audit_data
 from bnconvention.audit.markdown import census_markdown
 from bnconvention.audit.outputs import ANNOTATION_FILE, write_audit_outputs, write_json
+from bnconvention.audit.readings import census_readings
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, weights_key
 from bnconvention.audit.spec import AuditSpec, parse_spec
@@ -279,7 +280,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
     metrics = [cell.text for cell in spec.cell_expressions()]
     eligible = [i for i, r in enumerate(results) if r.anchored is not False]
     adjusted = {metric: adjusted_p_values(results, eligible, metric) for metric in metrics}
-    return {
+    summary: dict[str, Any] = {
         "format": CENSUS_FORMAT,
         "spec_name": spec.name,
         "spec_sha256": spec.sha256(),
@@ -296,7 +297,11 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
         "checkpoints": [checkpoint_row(result, name, annotation, metrics, fdr_q=spec.fdr_q,
                                        by_p_values={metric: adjusted[metric].get(i) for metric in metrics})
                         for i, (result, name, annotation) in enumerate(zip(results, names, annotations, strict=True))],
+        "readings": census_readings(results, names, headline=spec.headline_cell().text),
     }
+    for row in summary["checkpoints"]:
+        row["mechanism"] = summary["readings"]["mechanism"]["per_checkpoint"][row["checkpoint"]]
+    return summary
 
 
 def adjusted_p_values(results: Sequence[AuditResult], eligible: Sequence[int], metric: str) -> dict[int, float]:
@@ -372,7 +377,8 @@ def checkpoint_row(result: AuditResult, name: str, annotation: str, metrics: Seq
                    "refit_pass_replicates": v.refit_pass_replicates} for v in a.verdicts if v.flipped],
         "staleness": None if a.staleness is None else {
             "mean_distance": a.staleness.mean_distance, "var_distance": a.staleness.var_distance,
-            "exceeds_band": a.staleness.exceeds_band},
+            "exceeds_band": a.staleness.exceeds_band,
+            "band_p_value": None if result.staleness_null is None else result.staleness_null.p_value},
         "recoverability_shift_pp": None if a.recoverability is None else a.recoverability.shift_pp,
         "reporting_line": a.reporting_line,
         "annotation": annotation,

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.decisions import format_p
+from bnconvention.audit.markdown_readings import mechanism_cell, readings_lines
 from bnconvention.audit.result import AuditResult
 from bnconvention.formats.text import plural, signed
 
@@ -141,7 +142,8 @@ def census_markdown(census: Mapping[str, Any]) -> str:
     lines += _table(["Question", "n", "Result"], rows)
     lines += ["", "## Per checkpoint", ""]
     metrics = list(census["cells"])
-    header = ["checkpoint", "channel", "anchored"] + [f"`{m}` shift pp" for m in metrics] + ["flips", "annotation"]
+    header = (["checkpoint", "channel", "anchored"] + [f"`{m}` shift pp" for m in metrics]
+              + ["flips", "mechanism", "annotation"])
     table_rows = []
     for entry in census["checkpoints"]:
         row = [entry["checkpoint"], entry["channel"], _yes(entry["anchored"])]
@@ -152,9 +154,10 @@ def census_markdown(census: Mapping[str, Any]) -> str:
                 mark = " displaced (not after BY)"
             row.append(f"{_pp(cell['shift_pp'])}{mark}")
         flips = ", ".join(f"`{f['criterion']}` {f['direction'].replace('_', ' ')}" for f in entry["flips"]) or "—"
-        row += [flips, f"[json]({entry['annotation']})"]
+        row += [flips, mechanism_cell(entry), f"[json]({entry['annotation']})"]
         table_rows.append(row)
     lines += _table(header, table_rows)
+    lines += readings_lines(census.get("readings"))
     timing = census.get("timing")
     if timing:
         lines += ["", f"Audit time per checkpoint: median {timing['median_seconds']:.1f} s, total "

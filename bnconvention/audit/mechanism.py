@@ -114,6 +114,8 @@ def combine(evidence: MechanismEvidence | None, comparison: BaseComparison | Non
                 "reason": "no running statistics: the question does not arise"}
     declared = evidence.mechanism if evidence is not None else None
     consistent = None if declared is None or comparison is None else declared in AGREES[comparison]
+    mechanism: Mechanism | None
+    source: str | None
     if declared is not None:
         mechanism, source = declared, evidence.source if evidence is not None else None
     else:

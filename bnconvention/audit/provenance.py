@@ -69,14 +69,16 @@ def _draw(refitter: Refitter, d: int, arms: list[tuple[str, int]], *, settings: 
     seed = torch_seed(rng)
     base_pool = data.retain.x[torch.from_numpy(np.sort(retained[:settings.pool_size]))]
     others = data.retain.x[torch.from_numpy(retained[settings.pool_size:])]
-    kwargs = {"spec": spec, "data": data, "seed": seed, "batch_size": batch_size}
-    base_state, base_df = _refit(refitter, base_pool, label="retain", **kwargs)
+    def fit(pool: Any, label: str) -> tuple[Any, float]:
+        return _refit(refitter, pool, spec=spec, data=data, seed=seed, label=label, batch_size=batch_size)
+
+    base_state, base_df = fit(base_pool, "retain")
     out = {}
     for arm, k in arms:
         exchanged = torch.cat([data.forget.x[torch.from_numpy(np.sort(removed[:k]))], base_pool[k:]])
         swapped = torch.cat([others[:k], base_pool[k:]])
-        state_b, df_b = _refit(refitter, exchanged, label=f"{arm}, {k} removed records", **kwargs)
-        state_c, df_c = _refit(refitter, swapped, label=f"{arm} null, {k} other retained records", **kwargs)
+        state_b, df_b = fit(exchanged, f"{arm}, {k} removed records")
+        state_c, df_c = fit(swapped, f"{arm} null, {k} other retained records")
         (mb, vb), (mc, vc) = pair_distance(state_b, base_state), pair_distance(state_c, base_state)
         out[arm] = ProvenanceDraw(draw=d, mean_distance=mb, var_distance=vb, forget_shift_pp=100.0 * (df_b - base_df),
                                   null_mean_distance=mc, null_var_distance=vc,

@@ -82,6 +82,7 @@ class RefitSpec(_Spec):
 
 RecoverySource: TypeAlias = Literal["test", "retain", "noise"]
 DEFAULT_BUDGETS = (1, 2, 5, 10, 20, 50, 100)
+DEFAULT_SOURCES: tuple[RecoverySource, ...] = ("test", "retain", "noise")
 
 
 class RecoverabilityCurveSpec(_Spec):
@@ -91,7 +92,7 @@ class RecoverabilityCurveSpec(_Spec):
         "Budgets B (images per refit); a budget larger than a source is skipped, as is B = 1 under a train-mode "
         "rule."))
     seeds: PositiveInt = Field(default=3, description="Independent draws per budget and source.")
-    sources: list[RecoverySource] = Field(default_factory=lambda: ["test", "retain", "noise"], min_length=1,
+    sources: list[RecoverySource] = Field(default_factory=lambda: list(DEFAULT_SOURCES), min_length=1,
                                           description=(
         "Proxy sources: 'test' (the test split), 'retain' (retained records only), 'noise' (out of distribution: "
         "Gaussian noise with the test split's per-pixel mean and standard deviation)."))

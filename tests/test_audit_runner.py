@@ -125,8 +125,9 @@ def test_provenance_contrast_is_small_next_to_the_shipped_state_distance(results
 @pytest.mark.slow
 def test_costs_are_as_designed(results):
     for result in results.values():
-        # R replicate refits + recoverability + two provenance pools; shipped cells evaluated once
-        assert result.refits_run == 3 + 1 + 2
+        # R replicates + 6 more band refits (N = 9) + recoverability + 2 provenance draws of (base pool, then
+        # exchanged and null pools for the deployment and ceiling arms); shipped cells evaluated once
+        assert result.refits_run == 3 + 6 + 1 + 2 * (1 + 2 * 2)
         assert len(result.replicate_records) == 3
         assert len({r.pool_ids_sha256 for r in result.replicate_records}) == 3  # independently redrawn pools
 

@@ -19,6 +19,7 @@ from bnconvention.audit.stages import (
     check_theta_unchanged,
     decide_cells,
     evaluate_shipped,
+    run_band_refits,
     run_diagnostics,
     run_replicates,
     staleness_with_band,
@@ -149,28 +150,36 @@ def _state(mean: float, var: float) -> dict[str, LayerRunningState]:
     return {"bn": LayerRunningState(torch.full((4,), mean), torch.full((4,), var), None)}
 
 
-def test_staleness_with_band_compares_against_two_independent_refits():
-    shipped, first, second = _state(3.0, 9.0), _state(0.0, 1.0), _state(0.1, 1.1)
-    shipped_vs_first = staleness_distance(shipped, first)
-    outcome = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, [first, second])
-    band = staleness_distance(second, first)
-    assert outcome.warnings == [] and outcome.band_layers == list(band.layers)
-    assert outcome.staleness.reference_band.model_dump() == {"mean_distance": band.mean_distance,
-                                                             "var_distance": band.var_distance}
+def test_staleness_with_band_decides_against_the_null_of_the_refits():
+    # issue 13: the band was one pair of refits; it is now the null of every refit, decided by a rank test
+    shipped, refits = _state(3.0, 9.0), [_state(0.01 * i, 1.0 + 0.01 * i) for i in range(9)]
+    shipped_vs_first = staleness_distance(shipped, refits[0])
+    outcome = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, refits, shipped_state=shipped)
+    assert outcome.warnings == [] and outcome.band_layers == list(staleness_distance(refits[1], refits[0]).layers)
+    assert outcome.null.refits == 9 and outcome.null.p_value == 0.1  # the shipped state ranks first of 10
+    assert outcome.staleness.reference_band.model_dump() == {"mean_distance": outcome.null.band_mean_distance,
+                                                             "var_distance": outcome.null.band_var_distance}
     assert outcome.staleness.exceeds_band is True
     assert outcome.staleness.mean_distance == shipped_vs_first.mean_distance
-    close = staleness_with_band(parse_spec(PATTERN_SPEC), staleness_distance(first, first), [first, second])
-    assert close.staleness.exceeds_band is False
+    inside = staleness_with_band(parse_spec(PATTERN_SPEC), staleness_distance(refits[4], refits[0]), refits,
+                                 shipped_state=refits[4])
+    assert inside.staleness.exceeds_band is False
 
 
 def test_staleness_with_band_needs_two_replicates_and_a_spec_that_asks():
     first = _state(0.0, 1.0)
     shipped_vs_first = staleness_distance(_state(3.0, 9.0), first)
-    one = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, [first])
+    one = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, [first], shipped_state=_state(3.0, 9.0))
     assert (one.staleness, one.band_layers) == (shipped_vs_first, None)
     assert one.warnings == ["reference band not computed: it needs two replicates (R >= 2)"]
-    skipped = staleness_with_band(parse_spec({**PATTERN_SPEC, "staleness": False}), shipped_vs_first, [first, first])
+    skipped = staleness_with_band(parse_spec({**PATTERN_SPEC, "staleness": False}), shipped_vs_first, [first, first],
+                                  shipped_state=first)
     assert (skipped.staleness, skipped.band_layers, skipped.warnings) == (None, None, [])
+    few = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, [first, _state(0.1, 1.1)],
+                              shipped_state=_state(3.0, 9.0))
+    assert few.staleness.exceeds_band is None
+    assert few.warnings == ["reference band: 2 refits cannot reach level 0.1 (the smallest p is 1/3); set "
+                            "staleness_band.refits to at least 9"]
 
 
 # --- diagnostics, θ, annotation ----------------------------------------------------------------------------------
@@ -199,7 +208,10 @@ def test_the_stages_by_hand_give_the_audits_annotation(prepared):
     replicates = run_replicates(prepared, refitter)
     decisions = decide_cells(spec, shipped, replicates.base, channel=replicates.channel,
                              published=prepared.checkpoint.published)
-    staleness = staleness_with_band(spec, replicates.first_report.staleness, replicates.kept_states)
+    band = run_band_refits(prepared, refitter)
+    assert len(band) == 9 - 2  # staleness_band.refits beyond the replicates
+    staleness = staleness_with_band(spec, replicates.first_report.staleness, [*replicates.kept_states, *band],
+                                    shipped_state=refitter.shipped)
     annotation = build_annotation(prepared, shipped, replicates, decisions, staleness,
                                   run_diagnostics(prepared, refitter, shipped))
     assert list(schema_validator().iter_errors(to_dict(annotation))) == []

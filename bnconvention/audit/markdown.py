@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.decisions import format_p
-from bnconvention.audit.markdown_readings import mechanism_cell, readings_lines
+from bnconvention.audit.markdown_readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
 from bnconvention.audit.result import AuditResult
 from bnconvention.formats.text import plural, signed
 
@@ -82,13 +82,15 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
         s = a.staleness
         lines += ["", "## Staleness", "",
                   "Distance of the shipped statistics from a retain refit (seed 003, Eq. 15), layer-averaged; the "
-                  "reference band is the same distance between two independent retain refits.", ""]
+                  "reference band is the 1 − level quantile of the same distance between independent retain refits, "
+                  "and 'exceeds' is an exact rank test at that level.", ""]
         band = s.reference_band
         lines += _table(["", "shipped vs refit", "reference band"], [
             ["mean ‖µ−µ̂‖/‖σ̂‖", f"{s.mean_distance:.5f}", f"{band.mean_distance:.5f}" if band else "—"],
             ["variance ‖σ²−σ̂²‖/‖σ̂²‖", f"{s.var_distance:.5f}", f"{band.var_distance:.5f}" if band else "—"],
         ])
-        lines += ["", f"Exceeds the band (both distances): {_yes(s.exceeds_band)}; {plural(len(s.layers), 'layer')}."]
+        lines += ["", f"Exceeds the band: {_yes(s.exceeds_band)}; {plural(len(s.layers), 'layer')}."]
+        lines += null_lines(result.staleness_null)
     if a.recoverability is not None:
         r = a.recoverability
         lines += ["", "## Recoverability", "",
@@ -101,6 +103,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
                   f"Exchanging {p.exchanged} of {plural(p.pool_size, 'retained record')} for forget records in a "
                   f"fixed pool moves the refit statistics by {p.mean_distance:.5f} (mean) / "
                   f"{p.var_distance:.5f} (variance) and forget accuracy by {shift}."]
+    lines += arms_lines(result.provenance_arms) + curve_lines(result.recoverability_curve)
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{kind}]({name})" for kind, name in plots.items()]

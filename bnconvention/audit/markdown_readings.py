@@ -1,11 +1,12 @@
 """Markdown of the census readings (:mod:`bnconvention.audit.readings`): band, staleness vs shift, provenance,
-recoverability curve, mechanism counts. Pure functions from the census JSON to lines."""
+recoverability curve, mechanism counts; and the same sections of one audit. Pure functions to lines."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bnconvention.audit.result import ProvenanceArm, RecoverabilityCurve, StalenessNull
 from bnconvention.formats.text import signed
 
 
@@ -90,3 +91,44 @@ def mechanism_cell(entry: Mapping[str, Any]) -> str:
         return "—"
     flag = "" if m["consistent"] is not False else " (base disagrees)"
     return f"{m['mechanism']} ({m['evidence']}){flag}"
+
+
+# --- one audit -------------------------------------------------------------------------------------------------------
+
+
+def null_lines(null: StalenessNull | None) -> list[str]:
+    if null is None:
+        return []
+    one_pair = ("—" if null.one_pair_false_positive_rate is None
+                else f"{null.one_pair_false_positive_rate:.2f} on {null.one_pair_triples} disjoint triples")
+    return ["", f"Null of {null.refits} independent retain refits ({null.pairs} ordered pairs): median combined "
+                f"distance {_num(null.null_median_combined)}, band (1 − {null.level:g} quantile) "
+                f"{_num(null.band_combined)}; the shipped state's score {null.shipped_score:.5f}, rank p = "
+                f"{null.p_value:.4f} (exact level {null.exact_level:.4f}). The one-pair band fires on the null at "
+                f"{one_pair}."]
+
+
+def arms_lines(arms: Sequence[ProvenanceArm] | None) -> list[str]:
+    if not arms:
+        return []
+    rows = [[a.arm, f"{a.exchanged} of {a.pool_size}", str(len(a.draws)), f"{a.distance:.5f}", f"{a.null_band:.5f}",
+             f"{signed(a.forget_shift_pp)} pp", f"{a.null_shift_band_pp:.2f} pp",
+             "yes" if a.exceeds_null else "no", "—" if a.staleness_ratio is None else f"{a.staleness_ratio:.2f}"]
+            for a in arms]
+    return ["", "## Provenance arms", ""] + _table(
+        ["arm", "exchanged", "draws", "distance", "null band", "forget shift", "null |shift| band", "above null",
+         "staleness ÷ distance"], rows)
+
+
+def curve_lines(curve: RecoverabilityCurve | None) -> list[str]:
+    if curve is None:
+        return []
+    sources = sorted({p.source for p in curve.points})
+    budgets = sorted({p.budget for p in curve.points})
+    cell = {(p.source, p.budget): p for p in curve.points}
+    rows = [[f"B = {b}"] + ["—" if (s, b) not in cell else f"{cell[(s, b)].mean_forget_accuracy:.4f}"
+                            for s in sources] for b in budgets]
+    lines = ["", "## Recoverability curve", "",
+             f"Forget accuracy (shipped {curve.forget_accuracy_shipped:.4f}) after a refit ({curve.rule}) on B proxy "
+             f"images, mean over {curve.seeds} seeds.", ""] + _table(["budget", *sources], rows)
+    return lines + ([""] + [f"- skipped: {reason}" for reason in curve.skipped] if curve.skipped else [])

@@ -53,3 +53,21 @@ def test_the_pattern_census_carries_the_readings(zoo, tmp_path_factory):
                     "## Mechanism (seed 003)"):
         assert heading in text
     assert "| bn-badteacher-eval | present | yes |" in text and "misalignment (sidecar)" in text
+
+
+@pytest.mark.slow
+def test_a_curve_is_plotted_and_summarized_only_when_the_audit_ran_one(zoo, tmp_path_factory, tmp_path):
+    from bnconvention.audit.outputs import write_audit_outputs
+    from bnconvention.audit.plots import recoverability_figure
+    from bnconvention.audit.result import RecoverabilityCurve, RecoveryPoint
+
+    result = pattern_census(zoo.root, tmp_path_factory).results[0]
+    assert result.recoverability_curve is None and recoverability_figure(result) is None
+    point = RecoveryPoint(source="test", budget=10, forget_accuracy=[0.5, 0.7], mean_forget_accuracy=0.6,
+                          mean_shift_pp=60.0)
+    with_curve = result.model_copy(update={"recoverability_curve": RecoverabilityCurve(
+        forget_accuracy_shipped=0.0, rule="exact", seeds=2, points=[point], headline=point)})
+    written = write_audit_outputs(with_curve, tmp_path)
+    assert written["recoverability.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = written["summary.md"].read_text()
+    assert "| B = 10 | 0.6000 |" in summary and "![recoverability](recoverability.png)" in summary

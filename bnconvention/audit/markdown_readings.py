@@ -21,7 +21,7 @@ def _num(value: float | None, digits: int = 5) -> str:
 
 def staleness_lines(s: Mapping[str, Any]) -> list[str]:
     corr = s["staleness_vs_abs_shift"]
-    rho = "undefined" if corr["rho"] is None else f"{corr['rho']:+.3f} (p = {corr['p_value']:.3g})"
+    rho = "undefined" if corr["rho"] is None else f"{signed(corr['rho'], 3)} (p = {corr['p_value']:.3g})"
     level = "—" if s["level"] is None else f"{s['level']:g} (exact {s['exact_level']:.4f})"
     one_pair = "—" if s["one_pair_false_positive_rate"] is None else (
         f"{s['one_pair_false_positive_rate']:.2f} on {s['one_pair_triples']} disjoint refit triples")

@@ -122,7 +122,8 @@ class AuditResult(_Result):
     annotation: RefitAnnotation
     sign_tests: dict[str, SignRecord]
     band_layers: list[LayerStaleness] | None = Field(
-        default=None, description="Per-layer distance between two independent retain refits (replicates 0 and 1), for the plot.")
+        default=None, description=(
+            "Per-layer distance between two independent retain refits (replicates 0 and 1), for the plot."))
     replicate_records: list[ReplicateRecord]
     refits_run: Annotated[int, Field(ge=0)] = Field(description="Refit passes this audit ran (replicates and checks).")
     seconds: float

@@ -54,8 +54,8 @@ def test_census_end_to_end(zoo, tmp_path, capsys):
     for name in ("gn-base", "bn-finetune"):
         for suffix in (".safetensors", ".json"):
             shutil.copy(zoo.root / f"{name}{suffix}", population / f"{name}{suffix}")
-    spec = write_spec(tmp_path / "spec.json", replicates=1, recoverability=None)
-    spec.write_text(json.dumps({**SMALL, "replicates": 1, "recoverability": None}))
+    spec = write_spec(tmp_path / "spec.json", replicates=2, recoverability=None)
+    spec.write_text(json.dumps({**SMALL, "replicates": 2, "recoverability": None}))
     code = main(["census", str(population), "--spec", str(spec), "--out", str(tmp_path / "census"),
                  "--no-progress"])
     printed = capsys.readouterr().out
@@ -141,7 +141,7 @@ def test_user_factory_runs_only_when_allowed_on_the_command_line(zoo, tmp_path, 
     from bnconvention.architectures import factories
 
     monkeypatch.setattr(factories, "_user_allowed", {})
-    spec = write_spec(tmp_path / "spec.yaml", replicates=1, recoverability=None, published_source="spec",
+    spec = write_spec(tmp_path / "spec.yaml", replicates=2, recoverability=None, published_source="spec",
                       model={"factory": "bnconvention.zoo.models:convnet_bn", "kwargs": {"width": 16}})
     argv = ["audit", str(zoo.root / "bn-retrain.safetensors"), "--spec", str(spec)]
     _refused(capsys, argv, tmp_path / "refused", code=2, label="factory not allowed", message="--allow-factory")

@@ -144,7 +144,7 @@ def test_annotations_are_valid_records_bound_to_the_file(results, zoo):
 
 
 def test_not_anchored_cells_are_reported_but_not_decided(zoo):
-    spec = parse_spec({**PATTERN_SPEC, "published_source": "spec", "replicates": 1, "staleness": False,
+    spec = parse_spec({**PATTERN_SPEC, "published_source": "spec", "replicates": 2, "staleness": False,
                        "recoverability": None, "provenance": None, "refit": {"pool_size": 64},
                        "published_by_checkpoint": {"bn-badteacher-eval": {"df": 0.5}}})
     result = run_audit(prepare_audit(zoo.root / "bn-badteacher-eval.safetensors", spec))
@@ -182,7 +182,7 @@ def test_weights_that_change_during_the_audit_are_refused(tmp_path, monkeypatch)
     name = allow_user_factory("test_audit_runner:_mutating_model")
     weights = tmp_path / "mutating.safetensors"
     save_file(_mutating_model().state_dict(), str(weights))
-    spec = parse_spec({**PATTERN_SPEC, "model": {"factory": name}, "published_source": "spec", "replicates": 1,
+    spec = parse_spec({**PATTERN_SPEC, "model": {"factory": name}, "published_source": "spec", "replicates": 2,
                        "recoverability": None, "provenance": None, "refit": {"pool_size": 32}})
     with pytest.raises(WeightsChangedError):
         run_audit(prepare_audit(weights, spec))

@@ -28,8 +28,9 @@ EXAMPLES = {
 }
 # Objects in reading order: the two record kinds first, then what they contain.
 ORDER = [
-    "Declaration", "RefitAnnotation", "FittingConvention", "DataSplit", "DatasetRef", "Transform",
-    "TransformDescription", "Normalization", "EmaAccumulation", "CumulativeAccumulation", "ExactAccumulation",
+    "DeclarationRecord", "RefitAnnotationRecord", "Declaration", "RefitAnnotation", "FittingConvention", "DataSplit",
+    "DatasetRef", "Transform", "TransformDescription", "Normalization", "EmaAccumulation", "CumulativeAccumulation",
+    "ExactAccumulation",
     "OtherModules", "BatchNormState", "BatchNormLayer", "TensorDigests", "Producer", "RefitDetails", "Staleness",
     "LayerStaleness", "StalenessBand", "Observation", "LayerObservation", "Contradiction", "AuditedFile", "Anchoring",
     "AnchorCell", "Cell", "CellDecision", "Verdict", "ProvenanceContrast", "Recoverability",
@@ -104,11 +105,14 @@ def field_tables() -> str:
     out = []
     for name in names:
         schema = defs[name]
-        if "properties" not in schema:  # a union by spec_version (DeclarationRecord): no fields of its own
-            continue
         out.append(f"#### {name}\n")
         if schema.get("description"):
             out.append(_markdown(schema["description"]) + "\n")
+        if "properties" not in schema:  # a union by spec_version (DeclarationRecord): no fields of its own
+            mapping = schema["discriminator"]["mapping"]
+            out.append(", ".join(f"`{json.dumps(v)}`: {type_text({'$ref': ref})}" for v, ref in mapping.items())
+                       + "\n")
+            continue
         properties: dict[str, Any] = schema["properties"]
         base = EXTENDS.get(name)
         if base is not None:

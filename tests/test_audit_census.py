@@ -50,8 +50,9 @@ def test_census_counts_on_the_zoo_sample(pattern):
     assert counts.pop("staleness_exceeds_band") >= 3
     assert counts == {"checkpoints": 5, "anchoring_checked": 5, "anchored": 5, "eligible": 5, "channel_absent": 1}
     df = summary["cells"]["df"]
-    # with R = 3 the smallest sign-test p is 0.125: displaced checkpoints exist but none survives BY at q = 0.05
-    assert df["displaced"] >= 1 and df["displaced_by"] == 0
+    # with R = 3 the smallest sign-test p is 0.125 > 0.05: no cell is displaced (issue 13: three agreeing replicates
+    # were called displaced), and none survives BY at q = 0.05
+    assert df["displaced"] == 0 and df["displaced_by"] == 0
     assert sum(df[k] for k in ("displaced", "equivalent", "undetermined")) == 5
     assert summary["largest_shift"]["cell"] == "df"
     assert summary["largest_shift"]["checkpoint"] == "bn-badteacher-eval"
@@ -65,6 +66,12 @@ def test_census_counts_on_the_zoo_sample(pattern):
         assert sorted(p.name for p in folder.iterdir()) == ["annotation.json", "cells.png", "result.json",
                                                             "staleness.png", "summary.md"]
         assert (folder / "cells.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the census's BY-adjusted p-values are in each eligible checkpoint's annotation (spec 1.1)
+    row = summary["checkpoints"][0]
+    annotation = json.loads((pattern.out_dir / row["annotation"]).read_text())
+    assert annotation["spec_version"] == "1.1"
+    assert annotation["cells"][0]["decision"]["by_p_value"] == row["cells"][annotation["cells"][0]["metric"]][
+        "by_p_value"]
 
 
 def _fake_result(name: str, shifts: list[float], *, anchored: bool | None = True,

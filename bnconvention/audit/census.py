@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bnconvention.audit.census_annotations import write_by_annotations
 from bnconvention.audit.checkpoint import (
     ModelChoice,
     build_architecture,
@@ -230,6 +231,7 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     summary = summarize(ordered, names, spec)
     summary["invocation"] = {"audits_run": ran, "audits_reused": reused}
     summary["timing"] = _timing(ordered, audits_run=ran, audits_reused=reused)
+    write_by_annotations(out, [r.annotation for r in ordered], summary)  # spec 1.1: by_p_value in each annotation
     write_json(out / "census.json", summary)
     atomic_write_text(out / "census.md", census_markdown(summary))
     return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)

@@ -195,4 +195,5 @@ def test_reporting_line_for_undetermined_and_equivalent_cells(results):
     cells = result.annotation.cells
     line = reporting_line(spec=spec, cells=cells, signs=result.sign_tests, channel="present",
                           transform_mode="train")
-    assert line.endswith("(equivalent within ±1.2pp, TOST p = 0)") or "undetermined" in line
+    # zero spread is an exact equality, not TOST with p = 0 (issue 13)
+    assert line.endswith("(equivalent within ±1.2pp: the same shift on every replicate)") or "undetermined" in line

@@ -22,6 +22,7 @@ from bnconvention.standard.decision_rules import (
     Tost,
     binomial_tail,
     decide,
+    sign_decides,
     sign_test,
     tost,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "binomial_tail",
     "by_adjust",
     "decide",
+    "sign_decides",
     "sign_test",
     "tost",
 ]

@@ -142,6 +142,16 @@ def tost(shifts_pp: Sequence[float], *, margin_pp: float, level: float = 0.90) -
     return Tost(mean=mean, lower=mean - critical * se, upper=mean + critical * se, p_value=max(p_lower, p_upper))
 
 
+def sign_decides(signs: SignTest, *, level: float = 0.90) -> bool:
+    """Whether the sign test displaces a cell: every replicate beyond the margin in one direction, and its
+    one-sided p at most ``alpha = (1 - level) / 2``. Exact arithmetic only (the validator uses it without scipy).
+
+    >>> sign_decides(sign_test([2.0] * 4, margin_pp=1.2)), sign_decides(sign_test([2.0] * 5, margin_pp=1.2))
+    (False, True)
+    """
+    return signs.direction is not None and signs.beyond == signs.replicates and signs.p_value <= (1 - level) / 2
+
+
 def decide(shifts_pp: Sequence[float], *, margin_pp: float = 1.2, level: float = 0.90) -> Decision:
     """Displaced, equivalent or undetermined, with the p-value and method of the rule that decided.
 
@@ -149,9 +159,9 @@ def decide(shifts_pp: Sequence[float], *, margin_pp: float = 1.2, level: float =
     test's, so a cell is never displaced on weaker evidence than it would be called equivalent on.
     """
     signs = sign_test(shifts_pp, margin_pp=margin_pp)
-    equivalence = tost(shifts_pp, margin_pp=margin_pp, level=level)
+    equivalence = tost(shifts_pp, margin_pp=margin_pp, level=level)  # scipy, unless the spread is zero
     alpha = (1 - level) / 2
-    if signs.direction is not None and signs.beyond == signs.replicates and signs.p_value <= alpha:
+    if sign_decides(signs, level=level):
         return Decision("displaced", signs.p_value, SIGN_METHOD, signs, equivalence)
     if equivalence.exact and -margin_pp < equivalence.mean < margin_pp:
         return Decision("equivalent", None, EXACT_EQUALITY_METHOD, signs, equivalence)

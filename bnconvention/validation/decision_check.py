@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from bnconvention.formats.text import plural
 from bnconvention.standard.annotation import Cell
@@ -19,8 +20,10 @@ from bnconvention.standard.decision_rules import (
     EXACT_EQUALITY_METHOD,
     NO_METHOD,
     SIGN_METHOD,
-    Decision,
+    SignTest,
     decide,
+    sign_decides,
+    sign_test,
 )
 from bnconvention.standard.models import RefitAnnotation
 from bnconvention.validation.issues import Issue, join_pointer, new_issue
@@ -57,16 +60,43 @@ def _p(value: float | None) -> str:
     return "none" if value is None else f"{value:.2g}"
 
 
-def _evidence(cell: Cell, expected: Decision) -> str:
-    signs = expected.sign_test
+@dataclass(frozen=True)
+class _Expected:
+    """What the rules give for a cell: outcome, method, p-value (None: not known without scipy) and why."""
+
+    outcome: str
+    method: str
+    p_value: float | None
+    evidence: str
+    p_known: bool = True
+
+
+def _sign_evidence(cell: Cell, signs: SignTest) -> str:
     count = len(cell.replicate_shifts_pp)
-    text = (f"{signs.beyond}/{plural(count, 'replicate')} beyond ±{cell.margin_pp:g}pp, one-sided sign-test p = "
+    return (f"{signs.beyond}/{plural(count, 'replicate')} beyond ±{cell.margin_pp:g}pp, one-sided sign-test p = "
             f"{_p(signs.p_value)}")
-    if expected.tost.exact:
-        text += ", zero spread"
-    elif expected.tost.p_value is not None:
-        text += f", TOST p = {_p(expected.tost.p_value)}"
-    return text
+
+
+def _expected(cell: Cell, *, level: float, channel: str) -> _Expected | None:
+    """The rules' decision; without scipy only what the exact sign test settles (None: nothing to compare)."""
+    absent = channel == "absent"
+    try:
+        decision = decide(cell.replicate_shifts_pp, margin_pp=cell.margin_pp, level=level)
+    except ModuleNotFoundError:  # TOST without scipy (the core install)
+        signs = sign_test(cell.replicate_shifts_pp, margin_pp=cell.margin_pp)
+        evidence = _sign_evidence(cell, signs)
+        if sign_decides(signs, level=level):
+            return _Expected("displaced", CHANNEL_ABSENT_METHOD if absent else SIGN_METHOD, signs.p_value, evidence)
+        if cell.decision.outcome == "displaced":  # not displaced; equivalent or undetermined needs TOST
+            return _Expected("not displaced", "", None, evidence, p_known=False)
+        return None
+    evidence = _sign_evidence(cell, decision.sign_test)
+    if decision.tost.exact:
+        evidence += ", zero spread"
+    elif decision.tost.p_value is not None:
+        evidence += f", TOST p = {_p(decision.tost.p_value)}"
+    method = CHANNEL_ABSENT_METHOD if absent else decision.method
+    return _Expected(decision.outcome, method, decision.p_value, evidence)
 
 
 def cell_decision_issues(cell: Cell, *, channel: str, base: str, source: str) -> Iterator[Issue]:
@@ -81,19 +111,16 @@ def cell_decision_issues(cell: Cell, *, channel: str, base: str, source: str) ->
                                      "'undetermined'"))
         return
     level = _level(stated.method)
-    if level is None:
+    expected = None if level is None else _expected(cell, level=level, channel=channel)
+    if expected is None:
         return
-    try:
-        expected = decide(cell.replicate_shifts_pp, margin_pp=cell.margin_pp, level=level)
-    except ModuleNotFoundError:  # TOST without scipy: the core install cannot compare this cell
-        return
-    method = CHANNEL_ABSENT_METHOD if channel == "absent" else expected.method
-    rules = (f"the rules give {show(expected.outcome)} ({method}, p = {_p(expected.p_value)}) for its "
-             f"{_evidence(cell, expected)}")
+    gives = f"{show(expected.outcome)} ({expected.method}, p = {_p(expected.p_value)})" if expected.p_known \
+        else show(expected.outcome)
+    rules = f"the rules give {gives} for its {expected.evidence}"
     if stated.outcome != expected.outcome:
         yield new_issue("record.decision_inconsistent", file=source, path=join_pointer(where, "outcome"), message=(
             f"{show(stated.outcome)} is not the decision of cell {show(cell.metric)}: {rules}"))
-    elif stated.method != method:
+    elif stated.method != expected.method:
         yield new_issue("record.decision_inconsistent", file=source, path=join_pointer(where, "method"), message=(
             f"{show(stated.method)} is not the method that decides cell {show(cell.metric)}: {rules}"))
     elif not p_matches(stated.p_value, expected.p_value):

@@ -43,7 +43,7 @@ class CellDecisionV11(CellDecision):
 class CellV11(Cell):
     """One published number on one checkpoint, as shipped and as refit (1.1: the decision may carry by_p_value)."""
 
-    decision: CellDecisionV11 = Field(description="Decision on the shift.")  # type: ignore[assignment]
+    decision: CellDecisionV11 = Field(description="Decision on the shift.")
 
 
 class CheckpointFamily(StrictModel):

@@ -81,7 +81,7 @@ def _refused(capsys, argv, out, *, code, message, label=None):
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    pytest.param({"replicates": 0}, "/replicates: Input should be greater than or equal to 1", id="R-below-1"),
+    pytest.param({"replicates": 1}, "/replicates: a decision needs at least 2 replicates (found 1)", id="R-below-2"),
     pytest.param({"cellz": ["df"]}, "/cellz: unknown field", id="schema"),
     pytest.param({"splits": {"forget_classes": [12]}}, "forget class 12 is out of range", id="class-out-of-range"),
     pytest.param({"splits": {"forget_classes": list(range(10))}}, "the retain split is empty", id="empty-split"),

@@ -35,7 +35,10 @@ def test_eval_mode_distillation_forget_accuracy_rebounds_on_every_replicate(resu
     assert df.shipped <= 0.05  # near 0 as shipped
     assert min(df.replicate_values) >= 0.5  # far above it after each retain refit
     assert all(s > df.margin_pp for s in df.replicate_shifts_pp)
-    assert (df.decision.outcome, df.decision.method, df.decision.p_value) == ("displaced", "exact-sign-test", 0.125)
+    # every one of the three replicates clears the margin, but p = 0.5**3 = 0.125 does not reach 0.05: undetermined,
+    # not displaced (issue 13); ten replicates would give 0.00098
+    assert (df.decision.outcome, df.decision.method) == ("undetermined", "none")
+    assert results["bn-badteacher-eval"].sign_tests["df"].p_value == 0.125
 
 
 @pytest.mark.slow

@@ -84,7 +84,8 @@ def test_groupnorm_twin_is_channel_absent_with_exactly_zero_shifts(results):
 def test_reporting_line_names_the_convention_and_the_evidence(results):
     line = results["bn-badteacher-eval"].annotation.reporting_line
     assert re.fullmatch(r"deployed state as shipped; refit on the retained split under the training transform "
-                        r"\(exact rule\), forget accuracy moves \+\d+\.\d\dpp \(3/3 replicates, p = 0\.12\)", line)
+                        r"\(exact rule\), forget accuracy moves \+\d+\.\d\dpp \(undetermined: 3/3 replicates beyond "
+                        r"±1\.2pp\)", line)  # R = 3: p = 0.125 does not displace it (issue 13)
 
 
 @pytest.mark.slow

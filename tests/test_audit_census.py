@@ -152,15 +152,15 @@ def test_interrupted_census_resumes_without_redoing_work_and_matches(pattern, zo
 def test_journal_entries_are_bound_to_weights_and_spec(pattern):
     entry = next((pattern.out_dir / "journal").iterdir())
     result = AuditResult.model_validate_json(entry.read_bytes())
-    assert read_journal(entry, weights=result.weights_key, spec_sha256=result.spec_sha256) == result
-    assert read_journal(entry, weights=result.weights_key, spec_sha256="0" * 64) is None
-    assert read_journal(entry, weights="0" * 64, spec_sha256=result.spec_sha256) is None
+    assert read_journal(entry, weights=result.weights_key, measurement_sha256=result.measurement_sha256) == result
+    assert read_journal(entry, weights=result.weights_key, measurement_sha256="0" * 64) is None
+    assert read_journal(entry, weights="0" * 64, measurement_sha256=result.measurement_sha256) is None
 
 
 def test_unreadable_journal_entry_is_redone_not_trusted(tmp_path):
     bad = tmp_path / "entry.json"
     bad.write_text('{"format": "bnconvention-audit-result/1", "checkpoint": ')
-    assert read_journal(bad, weights="k", spec_sha256="s") is None
+    assert read_journal(bad, weights="k", measurement_sha256="s") is None
 
 
 def test_discovery_recurses_sorts_and_deduplicates(zoo, tmp_path):

@@ -77,6 +77,7 @@ class ReplicateStore:
             return None
 
     def put(self, key: str, record: ReplicateRecord) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
         write_json(self._path(key), {"format": REPLICATE_FORMAT, "key": key,
                                      "record": record.model_dump(mode="json")})
 

@@ -152,3 +152,19 @@ def test_a_swept_pool_size_larger_than_the_retain_split_is_refused_before_any_au
         run_census(checkpoint_paths(zoo.root, ("bn-retrain",)), _zoo_spec(sweeps={"pool_sizes": [100000]}),
                    tmp_path / "c")
     assert caught.value.field == "/sweeps/pool_sizes/0" and not (tmp_path / "c" / "journal").exists()
+
+
+def test_cli_sweep_lists_override_the_spec_and_are_checked():
+    import argparse
+
+    from bnconvention.cli.census_cmd import _numbers, _with_sweeps
+    from bnconvention.errors import UsageError
+
+    spec = _spec()
+    swept = _with_sweeps(spec, argparse.Namespace(margins=_numbers(float)("1,2.5"), pool_sizes=None))
+    assert swept.sweeps.margins_pp == [1.0, 2.5] and swept.sweeps.pool_sizes == []
+    assert measurement_sha256(swept) == measurement_sha256(spec)
+    with pytest.raises(UsageError, match="--margins"):
+        _with_sweeps(spec, argparse.Namespace(margins=[0.0], pool_sizes=None))
+    with pytest.raises(argparse.ArgumentTypeError):
+        _numbers(int)("32,x")

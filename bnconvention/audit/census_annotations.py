@@ -1,11 +1,11 @@
 """Each census checkpoint's annotation with the Benjamini–Yekutieli adjusted p-values of its cells (spec 1.1).
 
 An audit writes a 1.0 annotation: one checkpoint knows no multiplicity family. The census adjusts the sign-test
-p-values of each cell across its eligible checkpoints (``census.json``'s ``by_p_value``) and then rewrites each
-eligible checkpoint's ``annotation.json`` as spec version 1.1 with ``decision.by_p_value`` and
-``decision.by_family_size``: the producer writes 1.1 exactly when a 1.1 field is filled. Checkpoints outside the
-family (not anchored) keep their 1.0 annotation. The journal (``result.json``) keeps the audit's 1.0 annotation, so
-a rerun with another population adjusts again from the unadjusted p-values.
+p-values of each cell across its decided checkpoints (controls are outside the family) (``census.json``'s
+``by_p_value``) and then rewrites each eligible checkpoint's ``annotation.json`` as spec version 1.1 with
+``decision.by_p_value`` and ``decision.by_family_size``: the producer writes 1.1 exactly when a 1.1 field is filled.
+Checkpoints outside the family (not anchored) keep their 1.0 annotation. The journal (``result.json``) keeps the
+audit's 1.0 annotation, so a rerun with another population adjusts again from the unadjusted p-values.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def annotation_with_by(annotation: RefitAnnotation, by_p_values: Mapping[str, fl
 
 def write_by_annotations(out_dir: Path, annotations: Sequence[RefitAnnotation], summary: Mapping[str, Any]) -> int:
     """Rewrite the annotation file of every checkpoint of ``summary`` that has adjusted p-values; how many."""
-    family_size = int(summary["counts"]["eligible"])
+    counts = summary["counts"]
+    family_size = int(counts.get("decided", counts["eligible"]))  # controls sit outside the family
     written = 0
     for annotation, row in zip(annotations, summary["checkpoints"], strict=True):
         by_p_values = {metric: cell["by_p_value"] for metric, cell in row["cells"].items()}

@@ -30,6 +30,7 @@ from pydantic_core import ErrorDetails
 
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
 from bnconvention.audit.rules import RuleMatch, check_rules
+from bnconvention.audit.spec_census import ControlsSpec, SweepSpec
 from bnconvention.audit.spec_data import (
     DatasetSpec,
     PositiveInt,
@@ -171,6 +172,10 @@ class AuditSpec(_Spec):
         "The ten-image recovery check; null to skip it."))
     provenance: ProvenanceSpec | None = Field(default=None, description="Optional provenance contrast.")
     eval_batch_size: PositiveInt = Field(default=512, description="Batch size of evaluation forwards.")
+    sweeps: SweepSpec = Field(default_factory=SweepSpec, description=(
+        "Census sweeps over margins, false-discovery levels and pool sizes, read from stored replicates."))
+    controls: ControlsSpec = Field(default_factory=ControlsSpec, description=(
+        "Census controls: known-answer checkpoints kept out of the multiplicity family, and the detection floor."))
 
     # --- derived, checked once ------------------------------------------------------------------------------------
 

@@ -164,6 +164,22 @@ def _later_version_hint(title: Any, name: str) -> str:
     return ""
 
 
+def _additional_properties(instance: Any, schema: dict[str, Any], *, source: str, pointer: str, of: str,
+                           title: Any) -> Iterator[Issue]:
+    """One issue per property the schema does not allow: a later spec version's field says so, else a typo hint."""
+    allowed = sorted(schema.get("properties", {}))
+    extras = [k for k in instance if k not in allowed] if isinstance(instance, dict) else []
+    for name in extras:
+        later = _later_version_hint(title, name)
+        if later:
+            yield new_issue("schema.additional_property", file=source, path=pointer, message=(
+                f"{show(name)} is not a property of {of}{later}"))
+            continue
+        yield new_issue("schema.additional_property", file=source, path=pointer, message=(
+            f"{show(name)} is not a property of {of}{_did_you_mean(name, allowed)}; remove it or fix its "
+            f"spelling (allowed: {', '.join(allowed)})"))
+
+
 def _leaf(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
     keyword = str(error.validator)
     value: Any = error.validator_value  # the schema keyword's own value (jsonschema types it loosely)
@@ -194,17 +210,7 @@ def _leaf(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
             yield new_issue("schema.required", file=source, path=pointer, message=(
                 f"{show(name)} is a required property of {of}; add it{what}"))
     elif keyword == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        extras = [k for k in instance if k not in allowed] if isinstance(instance, dict) else []
-        for name in extras:
-            later = _later_version_hint(title, name)
-            if later:
-                yield new_issue("schema.additional_property", file=source, path=pointer, message=(
-                    f"{show(name)} is not a property of {of}{later}"))
-                continue
-            yield new_issue("schema.additional_property", file=source, path=pointer, message=(
-                f"{show(name)} is not a property of {of}{_did_you_mean(name, allowed)}; remove it or fix its "
-                f"spelling (allowed: {', '.join(allowed)})"))
+        yield from _additional_properties(instance, schema, source=source, pointer=pointer, of=of, title=title)
     elif keyword == "enum":
         choices = [str(c) for c in value]
         yield new_issue("schema.enum", file=source, path=pointer, message=(

@@ -39,7 +39,8 @@ def test_audit_end_to_end_writes_a_valid_annotation(zoo, tmp_path, capsys):
     assert list(schema_validator().iter_errors(annotation)) == []
     assert printed.splitlines()[0] == annotation["reporting_line"]
     assert "forget accuracy moves +" in annotation["reporting_line"]
-    assert "(2/2 replicates, p = 0.25)" in annotation["reporting_line"]
+    # two replicates cannot reach the sign test's level (p = 0.25 > 0.05): undetermined, however far they move
+    assert "(undetermined: 2/2 replicates beyond ±1.2pp)" in annotation["reporting_line"]
     assert "FLIP pass to fail" in printed
     assert main(["validate", str(out / "annotation.json")]) == 0
     summary = (out / "summary.md").read_text()

@@ -6,9 +6,12 @@ with a small spec (R = 2, pools of 64), so they stay quick.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from audit_support import PATTERN_SPEC
+from scipy import stats
 
 from bnconvention.audit.evaluation import Refitter
 from bnconvention.audit.runner import prepare_audit, run_audit
@@ -116,7 +119,12 @@ def test_decide_cells_from_numbers_alone():
     df = decisions.cells[0]
     assert [c.metric for c in decisions.cells] == ["df", "dr", "dt"]
     assert df.replicate_shifts_pp == pytest.approx([60.0, 70.0, 80.0]) and df.shift_pp == pytest.approx(70.0)
-    assert (df.decision.outcome, df.decision.method, df.decision.p_value) == ("displaced", "exact-sign-test", 0.125)
+    # three agreeing replicates: sign-test p = 0.125 > 0.05, so undetermined, not displaced (issue 13); its p is TOST's
+    assert (df.decision.outcome, df.decision.method) == ("undetermined", "none")
+    tost_p = stats.t.cdf((70.0 - 1.2) / (10.0 / math.sqrt(3)), df=2)  # H0 mean >= +M: mean 70, sd 10, R = 3
+    assert df.decision.p_value == pytest.approx(tost_p, rel=1e-9) and decisions.signs["df"].p_value == 0.125
+    assert [(c.decision.outcome, c.decision.method, c.decision.p_value) for c in decisions.cells[1:]] == [
+        ("equivalent", "exact-equality", None)] * 2  # zero spread: an exact equality, not TOST p = 0
     assert df.published == 0.0 and decisions.cells[1].published is None
     assert (decisions.signs["df"].beyond, decisions.signs["df"].direction) == (3, "up")
     forget, retain = decisions.verdicts

@@ -5,14 +5,19 @@
 allowlisted architecture whose tensors fit, published cells if anchoring is asked for) and the spec's data *before*
 auditing any, then audits each checkpoint and writes, in ``out_dir``:
 
-* ``journal/<weights key>-<spec key>.json`` — one finished :class:`~bnconvention.audit.result.AuditResult` per
-  checkpoint, written atomically the moment it is done. The key binds it to the exact tensors (trainable and
-  running digests) and to the effective spec, so an interrupted census resumes without redoing finished
-  checkpoints, and a changed spec or file is audited afresh;
+* ``journal/<weights key>-<measurement key>.json`` — one finished :class:`~bnconvention.audit.result.AuditResult`
+  per checkpoint, written atomically the moment it is done. The key binds it to the exact tensors (trainable and
+  running digests) and to what the spec measures (:func:`~bnconvention.audit.sweeps.measurement_sha256`: not the
+  margin, q, sweeps or controls), so an interrupted census resumes without redoing finished checkpoints, a changed
+  margin or q re-decides from the journal without a refit, and a changed measurement or file is audited afresh;
+* ``replicates/`` — every replicate stored by checkpoint, refit design, pool size and index
+  (:mod:`bnconvention.audit.sweeps`): a pool-size sweep refits only the replicates no run stored;
 * ``checkpoints/<name>/`` — each checkpoint's annotation, summary and plots (:mod:`bnconvention.audit.outputs`);
 * ``census.json`` and ``census.md`` — per checkpoint the decisions and flips, and the population counts:
   anchored, displaced per cell after Benjamini–Yekutieli at ``fdr_q`` across the census (per cell), equivalent,
-  flips by direction, the largest shift.
+  flips by direction, the largest shift; the controls' table (:mod:`bnconvention.audit.controls`: known answers,
+  outside the multiplicity family), the margin/q and pool-size sweeps, the detection floor and the recalibration
+  budget (:mod:`bnconvention.audit.detection`).
 
 ``workers > 1`` audits checkpoints in separate processes (spawned, each with the parent's torch thread count). Every
 audit depends only on its checkpoint and the spec (seeded per replicate), so the numbers are the same either way;
@@ -31,6 +36,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bnconvention.audit.census_annotations import write_by_annotations
+from bnconvention.audit.census_sections import census_sections
 from bnconvention.audit.checkpoint import (
     ModelChoice,
     build_architecture,
@@ -39,14 +46,18 @@ from bnconvention.audit.checkpoint import (
     published_cells,
     read_sidecar,
 )
+from bnconvention.audit.controls import control_label, controls_table
 from bnconvention.audit.data import AuditData, load_audit_data
 from bnconvention.audit.markdown import census_markdown
+from bnconvention.audit.markdown_census import census_sections_markdown
 from bnconvention.audit.outputs import ANNOTATION_FILE, write_audit_outputs, write_json
+from bnconvention.audit.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
 from bnconvention.audit.readings import census_readings
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, weights_key
 from bnconvention.audit.spec import AuditSpec, parse_spec
 from bnconvention.audit.stats import by_adjust
+from bnconvention.audit.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.standard.models import Cell
@@ -149,17 +160,19 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
     return items
 
 
-def journal_path(out_dir: Path, weights: str, spec_sha256: str) -> Path:
-    return out_dir / JOURNAL_DIR / f"{weights[:24]}-{spec_sha256[:24]}.json"
+def journal_path(out_dir: Path, weights: str, measurement: str) -> Path:
+    return out_dir / JOURNAL_DIR / f"{weights[:24]}-{measurement[:24]}.json"
 
 
-def read_journal(path: Path, *, weights: str, spec_sha256: str) -> AuditResult | None:
-    """A finished result for these weights and this spec, or None (absent, unreadable or for something else)."""
+def read_journal(path: Path, *, weights: str, measurement_sha256: str) -> AuditResult | None:
+    """A finished result for these weights and this measurement, or None (absent, unreadable, for something else,
+    or without the shipped cells a re-decision needs)."""
     try:
         result = AuditResult.model_validate_json(path.read_bytes())
     except (OSError, ValidationError, ValueError):
         return None
-    if result.weights_key != weights or result.spec_sha256 != spec_sha256:
+    if (result.weights_key != weights or result.measurement_sha256 != measurement_sha256
+            or result.shipped_base_cells is None):
         return None
     return result
 
@@ -187,28 +200,26 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UsageError(f"--workers must be a positive integer, got {workers!r}")
     out = Path(out_dir)
-    spec_sha256 = spec.sha256()
+    measurement = measurement_sha256(spec)
     checkpoints = discover_checkpoints(paths)
     data = load_audit_data(spec, repo_dir=checkpoints[0].parent)  # prepare_audit rebinds it to each checkpoint
     items = preflight(checkpoints, spec, data)
+    check_pool_sizes(spec, data)
+    store = ReplicateStore(out / REPLICATES_DIR)
 
-    results: dict[str, AuditResult] = {}
-    reused = 0
-    for item in items:
-        entry = read_journal(journal_path(out, item.weights_key, spec_sha256), weights=item.weights_key,
-                             spec_sha256=spec_sha256)
-        if entry is not None:
-            results[item.name] = entry
-            reused += 1
+    results = _reuse_journal(items, spec, out, measurement)
+    reused = len(results)
     todo = [item for item in items if item.name not in results]
-    ran = 0
+    ran = refits = 0
 
     def finish(item: CensusItem, result: AuditResult) -> None:
-        nonlocal ran
-        write_json(journal_path(out, item.weights_key, spec_sha256), result.model_dump(mode="json"))
+        nonlocal ran, refits
+        write_json(journal_path(out, item.weights_key, measurement), result.model_dump(mode="json"))
+        store.keep(item.weights_key, spec, result.replicate_records)
         write_audit_outputs(result, out / CHECKPOINTS_DIR / item.name)
         results[item.name] = result
         ran += 1
+        refits += result.refits_run
         if on_result is not None:
             on_result(item.name, result)
 
@@ -229,11 +240,33 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     ordered = [results[item.name] for item in items]
     names = [item.name for item in items]
     summary = summarize(ordered, names, spec)
-    summary["invocation"] = {"audits_run": ran, "audits_reused": reused}
+    decided = set(summary["decided"])
+    swept = [SweepCheckpoint(path=item.path, weights_key=item.weights_key, result=results[item.name])
+             for item in items if item.name in decided]
+    summary["sweeps"]["pool_sizes"], sweep_refits = pool_size_sweep(swept, spec, store, data=data)
+    summary["invocation"] = {"audits_run": ran, "audits_reused": reused, "refits_run": refits + sweep_refits}
     summary["timing"] = _timing(ordered, audits_run=ran, audits_reused=reused)
+    write_by_annotations(out, [r.annotation for r in ordered], summary)  # spec 1.1: by_p_value in each annotation
     write_json(out / "census.json", summary)
-    atomic_write_text(out / "census.md", census_markdown(summary))
+    atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary))
     return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)
+
+
+def _reuse_journal(items: Sequence[CensusItem], spec: AuditSpec, out: Path, measurement: str
+                   ) -> dict[str, AuditResult]:
+    """The journaled results of this measurement, re-decided under this spec's margin and q (no refit); the
+    checkpoint outputs of a re-decided one are written again."""
+    results: dict[str, AuditResult] = {}
+    for item in items:
+        entry = read_journal(journal_path(out, item.weights_key, measurement), weights=item.weights_key,
+                             measurement_sha256=measurement)
+        if entry is None:
+            continue
+        again = redecide(entry, spec)
+        if again is not entry:
+            write_audit_outputs(again, out / CHECKPOINTS_DIR / item.name)
+        results[item.name] = again
+    return results
 
 
 def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, threads: int, allowed: list[str],
@@ -278,8 +311,11 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
     if annotations is None:
         annotations = [f"{CHECKPOINTS_DIR}/{name}/{ANNOTATION_FILE}" for name in names]
     metrics = [cell.text for cell in spec.cell_expressions()]
-    eligible = [i for i, r in enumerate(results) if r.anchored is not False]
+    labels = [control_label(name, result, spec) for name, result in zip(names, results, strict=True)]
+    eligible = [i for i, r in enumerate(results) if r.anchored is not False and labels[i] is None]
     adjusted = {metric: adjusted_p_values(results, eligible, metric) for metric in metrics}
+    counts = population_counts(results, [i for i, r in enumerate(results) if r.anchored is not False])
+    counts.update({"controls": sum(label is not None for label in labels), "decided": len(eligible)})
     summary: dict[str, Any] = {
         "format": CENSUS_FORMAT,
         "spec_name": spec.name,
@@ -287,7 +323,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
         "replicates": spec.replicates,
         "margin_pp": spec.margin_pp,
         "fdr_q": spec.fdr_q,
-        "counts": population_counts(results, eligible),
+        "counts": counts,
         "cells": {metric: cell_counts([results[i] for i in eligible], metric,
                                       [adjusted[metric][i] for i in eligible], fdr_q=spec.fdr_q)
                   for metric in metrics},
@@ -298,6 +334,8 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
                                        by_p_values={metric: adjusted[metric].get(i) for metric in metrics})
                         for i, (result, name, annotation) in enumerate(zip(results, names, annotations, strict=True))],
         "readings": census_readings(results, names, headline=spec.headline_cell().text),
+        **census_sections([results[i] for i in eligible], [names[i] for i in eligible], spec,
+                          controls=controls_table(results, names, labels)),
     }
     for row in summary["checkpoints"]:
         row["mechanism"] = summary["readings"]["mechanism"]["per_checkpoint"][row["checkpoint"]]

@@ -120,7 +120,7 @@ def census_markdown(census: Mapping[str, Any]) -> str:
     counts = census["counts"]
     q = census["fdr_q"]
     margin = census["margin_pp"]
-    eligible = counts["eligible"]
+    eligible = counts.get("decided", counts["eligible"])  # anchored and not a control (audit/controls.py)
     lines = [f"# Census of {plural(counts['checkpoints'], 'checkpoint')}", "",
              f"Spec `{census['spec_name'] or census['spec_sha256'][:12]}`; "
              f"{plural(census['replicates'], 'replicate')} per checkpoint; margin ±{margin:g} pp; "
@@ -128,7 +128,9 @@ def census_markdown(census: Mapping[str, Any]) -> str:
     rows = [
         ["Shipped cells reproduce the published ones (anchored)", str(counts["anchoring_checked"]),
          str(counts["anchored"])],
-        ["Checkpoints decided (anchored, or no published cells)", str(counts["checkpoints"]), str(eligible)],
+        ["Controls (known answer; outside the BY family)", str(counts["checkpoints"]), str(counts.get("controls", 0))],
+        ["Checkpoints decided (anchored or nothing to anchor to; not controls)", str(counts["checkpoints"]),
+         str(eligible)],
         ["Channel absent (no running statistics)", str(counts["checkpoints"]), str(counts["channel_absent"])],
     ]
     for metric, cell in census["cells"].items():

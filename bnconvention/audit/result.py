@@ -117,6 +117,8 @@ class AuditResult(_Result):
     weights_path: str
     weights_key: str = Field(description="sha256 over the file's trainable and running digests.")
     spec_sha256: str
+    measurement_sha256: str | None = Field(default=None, description=(
+        "Digest of the spec without its decision-only fields (margin, q, sweeps, controls): the journal key."))
     factory: str
     anchored: bool | None = Field(description="None when no published cells were given.")
     annotation: RefitAnnotation
@@ -124,6 +126,8 @@ class AuditResult(_Result):
     band_layers: list[LayerStaleness] | None = Field(
         default=None, description=(
             "Per-layer distance between two independent retain refits (replicates 0 and 1), for the plot."))
+    shipped_base_cells: dict[str, float] | None = Field(default=None, description=(
+        "df, dr, dt as shipped: with the replicate records, what a margin or pool-size sweep re-decides from."))
     replicate_records: list[ReplicateRecord]
     refits_run: Annotated[int, Field(ge=0)] = Field(description="Refit passes this audit ran (replicates and checks).")
     seconds: float

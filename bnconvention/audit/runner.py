@@ -42,6 +42,7 @@ from bnconvention.audit.stages import (
     run_replicates,
     staleness_with_band,
 )
+from bnconvention.audit.sweeps import measurement_sha256
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.text import plural
@@ -122,11 +123,13 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
         weights_path=str(checkpoint.path),
         weights_key=weights_key(digests.trainable_sha256, digests.running_sha256),
         spec_sha256=spec.sha256(),
+        measurement_sha256=measurement_sha256(spec),
         factory=checkpoint.choice.factory,
         anchored=None if shipped.anchoring is None else shipped.anchoring.anchored,
         annotation=annotation,
         sign_tests=decisions.signs,
         band_layers=staleness.band_layers,
+        shipped_base_cells=shipped.base,
         replicate_records=replicates.records,
         refits_run=refitter.count,
         seconds=time.perf_counter() - start,

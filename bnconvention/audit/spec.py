@@ -30,6 +30,7 @@ from pydantic_core import ErrorDetails
 
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
 from bnconvention.audit.rules import RuleMatch, check_rules
+from bnconvention.audit.spec_census import ControlsSpec, SweepSpec
 from bnconvention.audit.spec_data import (
     DatasetSpec,
     PositiveInt,
@@ -197,7 +198,8 @@ class AuditSpec(_Spec):
     margin_pp: Annotated[float, Field(gt=0)] = Field(default=1.2, description="Displacement margin (pp).")
     fdr_q: Annotated[float, Field(gt=0, lt=1)] = Field(default=0.05, description=(
         "False-discovery level of the census: Benjamini-Yekutieli across checkpoints, per cell."))
-    replicates: PositiveInt = Field(default=10, description="Number of replicates R (independent refits).")
+    replicates: Annotated[int, Field(ge=2)] = Field(default=10, description=(
+        "Number of replicates R (independent refits); at least 2, since one refit cannot decide a cell."))
     seed: Annotated[int, Field(ge=0)] = Field(default=0, description=(
         "Root seed; replicate r draws its pool and augmentation from (seed, r), so results are deterministic."))
     refit: RefitSpec = Field(default_factory=RefitSpec)
@@ -208,6 +210,10 @@ class AuditSpec(_Spec):
         "The ten-image recovery check; null to skip it."))
     provenance: ProvenanceSpec | None = Field(default=None, description="Optional provenance contrast.")
     eval_batch_size: PositiveInt = Field(default=512, description="Batch size of evaluation forwards.")
+    sweeps: SweepSpec = Field(default_factory=SweepSpec, description=(
+        "Census sweeps over margins, false-discovery levels and pool sizes, read from stored replicates."))
+    controls: ControlsSpec = Field(default_factory=ControlsSpec, description=(
+        "Census controls: known-answer checkpoints kept out of the multiplicity family, and the detection floor."))
 
     # --- derived, checked once ------------------------------------------------------------------------------------
 
@@ -317,6 +323,9 @@ def _message(error: ErrorDetails) -> str:
     text = error["msg"]
     if error["type"] == "missing":
         return "required field is missing"
+    if tuple(error["loc"]) == ("replicates",) and error["type"] == "greater_than_equal":
+        return (f"a decision needs at least 2 replicates (found {found!r}): one refit reaches no sign-test level "
+                "and gives no TOST interval; the papers use 10")
     if error["type"] == "extra_forbidden":
         return f"unknown field (found {found!r}); check the spelling against the schema"
     if isinstance(found, (str, int, float, bool)) or found is None:

@@ -158,6 +158,19 @@ def run_replicates(prepared: PreparedAudit, refitter: Refitter, *, progress: boo
                       transform_mode=transform.mode, warnings=[f"refit: {w}" for w in first.warnings])
 
 
+def replicate_record(prepared: PreparedAudit, refitter: Refitter, r: int) -> ReplicateRecord:
+    """Replicate ``r`` on its own, the same draw, refit and evaluation as inside :func:`run_replicates` (a sweep's
+    missing replicate); φ is restored after it."""
+    spec, data = prepared.spec, prepared.data
+    describe_pool = retain_split_description(pool_size=spec.refit.pool_size, seed=spec.seed, data=data)
+    try:
+        record, _, _, _ = _replicate(prepared, refitter, r, transform=data.transform(spec.refit.transform),
+                                     describe_pool=describe_pool, keep_state=False)
+    finally:
+        refitter.restore()
+    return record
+
+
 def _replicate(prepared: PreparedAudit, refitter: Refitter, r: int, *, transform: Any, describe_pool: str,
                keep_state: bool) -> tuple[ReplicateRecord, BaseCells, RefitReport, RunningState | None]:
     """One replicate: draw, refit, keep φ if asked, evaluate, restore."""

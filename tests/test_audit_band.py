@@ -114,8 +114,8 @@ def test_false_positive_rate_on_a_never_stale_zoo_checkpoint_is_nominal(zoo):
     from bnconvention.audit.spec import parse_spec
     from bnconvention.audit.stages import run_band_refits
 
-    spec = parse_spec({**PATTERN_SPEC, "replicates": 1, "refit": {"pool_size": 64},
-                       "staleness_band": {"refits": 41, "level": LEVEL}})
+    spec = parse_spec({**PATTERN_SPEC, "replicates": 2, "refit": {"pool_size": 64},  # a decision needs R >= 2
+                       "staleness_band": {"refits": 42, "level": LEVEL}})
     prepared = prepare_audit(zoo.root / "bn-finetune.safetensors", spec)
     refitter = Refitter(prepared.checkpoint.model)
     bank = run_band_refits(prepared, refitter)  # 40 independent retain refits, drawn like replicates

@@ -210,7 +210,8 @@ def build() -> dict[str, bytes]:
 def fixture_annotation(model: torch.nn.Module) -> dict[str, Any]:
     """A self-consistent refit annotation of ``model`` (illustrative numbers, real digests)."""
     digests = model_digests(model)
-    values = [0.5, 0.625, 0.5, 0.625]
+    # five replicates beyond the margin: p = 0.5**5 = 0.03125 <= 0.05, so displaced (four gave 0.0625, issue 13)
+    values = [0.5, 0.625, 0.5, 0.625, 0.5625]
     shifts = [(v - 0.25) * 100 for v in values]
     convention = make_convention(buffer_update_mode="refit", role="retain", dataset_id="sklearn/digits",
                                  subset="all classes except 3", transform=TRANSFORM, rule="exact")
@@ -219,10 +220,11 @@ def fixture_annotation(model: torch.nn.Module) -> dict[str, Any]:
         "subject": {"filename": "model.safetensors", "trainable_sha256": digests.trainable_sha256,
                     "running_sha256": digests.running_sha256,
                     "declared_convention": "train/train/train-transform/ema-m0.1"},
-        "convention": to_dict(convention), "channel": "present", "replicates": 4, "margin_pp": 1.2,
-        "cells": [{"metric": "df", "split": "forget", "shipped": 0.25, "refit": sum(values) / 4,
-                   "shift_pp": sum(shifts) / 4, "replicate_values": values, "replicate_shifts_pp": shifts,
-                   "margin_pp": 1.2, "decision": {"outcome": "displaced", "p_value": 0.0625,
+        "convention": to_dict(convention), "channel": "present", "replicates": len(values),
+        "margin_pp": 1.2,
+        "cells": [{"metric": "df", "split": "forget", "shipped": 0.25, "refit": sum(values) / len(values),
+                   "shift_pp": sum(shifts) / len(shifts), "replicate_values": values, "replicate_shifts_pp": shifts,
+                   "margin_pp": 1.2, "decision": {"outcome": "displaced", "p_value": 0.03125,
                                                   "method": "exact-sign-test"}}],
         "producer": to_dict(PRODUCER),
         "reporting_line": "refit on the retained split under the training transform, df moves +31.25pp",

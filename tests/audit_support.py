@@ -22,8 +22,9 @@ PATTERN_SPEC = {
     "published_source": "sidecar",
     "replicates": 3,
     "refit": {"pool_size": 256},
+    "staleness_band": {"refits": 9},  # the smallest N that reaches the default level 0.1: 6 refits beyond R
     "recoverability": {"images": 10, "source": "test"},
-    "provenance": {"pool_size": 256, "exchanged": 26},
+    "provenance": {"pool_size": 256, "exchanged": 26, "draws": 2},
 }
 
 

@@ -9,15 +9,13 @@ import pytest
 from audit_support import PATTERN_SPEC, checkpoint_paths, pattern_census, pattern_spec, without_timing
 from safetensors.torch import load_file, save_file
 
-from bnconvention.audit.census import (
+from bnconvention.audit.census import discover_checkpoints, read_journal, run_census
+from bnconvention.audit.census_summary import (
     adjusted_p_values,
     cell_counts,
     checkpoint_row,
-    discover_checkpoints,
     largest_shift,
     population_counts,
-    read_journal,
-    run_census,
     summarize,
     verdict_tally,
 )
@@ -48,23 +46,32 @@ def test_census_counts_on_the_zoo_sample(pattern):
     summary = pattern.summary
     counts = dict(summary["counts"])
     assert counts.pop("staleness_exceeds_band") >= 3
-    assert counts == {"checkpoints": 5, "anchoring_checked": 5, "anchored": 5, "eligible": 5, "channel_absent": 1}
+    # the channel-absent twin is a control: outside the decided family and its counts (issue 13)
+    assert counts == {"checkpoints": 5, "anchoring_checked": 5, "anchored": 5, "eligible": 5, "channel_absent": 1,
+                      "controls": 1, "decided": 4}
     df = summary["cells"]["df"]
-    # with R = 3 the smallest sign-test p is 0.125: displaced checkpoints exist but none survives BY at q = 0.05
-    assert df["displaced"] >= 1 and df["displaced_by"] == 0
-    assert sum(df[k] for k in ("displaced", "equivalent", "undetermined")) == 5
+    # with R = 3 the smallest sign-test p is 0.125 > 0.05: no cell is displaced (issue 13: three agreeing replicates
+    # were called displaced), and none survives BY at q = 0.05; the control is outside the count
+    assert df["displaced"] == 0 and df["displaced_by"] == 0
+    assert sum(df[k] for k in ("displaced", "equivalent", "undetermined")) == 4
     assert summary["largest_shift"]["cell"] == "df"
     assert summary["largest_shift"]["checkpoint"] == "bn-badteacher-eval"
     flips = summary["verdicts"]["df <= 0.05"]
     assert flips["pass_to_fail"] >= 1 and flips["flips"] == flips["pass_to_fail"] + flips["fail_to_pass"]
     written = json.loads((pattern.out_dir / "census.json").read_text())
     assert written == json.loads(json.dumps(summary))
-    assert "| Verdict `df <= 0.05` flips | 5 |" in (pattern.out_dir / "census.md").read_text()
+    assert "| Verdict `df <= 0.05` flips | 4 |" in (pattern.out_dir / "census.md").read_text()
     for name in ("bn-badteacher-eval", "gn-badteacher-eval"):
         folder = pattern.out_dir / "checkpoints" / name
         assert sorted(p.name for p in folder.iterdir()) == ["annotation.json", "cells.png", "result.json",
                                                             "staleness.png", "summary.md"]
         assert (folder / "cells.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the census's BY-adjusted p-values are in each eligible checkpoint's annotation (spec 1.1)
+    row = summary["checkpoints"][0]
+    annotation = json.loads((pattern.out_dir / row["annotation"]).read_text())
+    assert annotation["spec_version"] == "1.1"
+    assert annotation["cells"][0]["decision"]["by_p_value"] == row["cells"][annotation["cells"][0]["metric"]][
+        "by_p_value"]
 
 
 def _fake_result(name: str, shifts: list[float], *, anchored: bool | None = True,
@@ -152,15 +159,15 @@ def test_interrupted_census_resumes_without_redoing_work_and_matches(pattern, zo
 def test_journal_entries_are_bound_to_weights_and_spec(pattern):
     entry = next((pattern.out_dir / "journal").iterdir())
     result = AuditResult.model_validate_json(entry.read_bytes())
-    assert read_journal(entry, weights=result.weights_key, spec_sha256=result.spec_sha256) == result
-    assert read_journal(entry, weights=result.weights_key, spec_sha256="0" * 64) is None
-    assert read_journal(entry, weights="0" * 64, spec_sha256=result.spec_sha256) is None
+    assert read_journal(entry, weights=result.weights_key, measurement_sha256=result.measurement_sha256) == result
+    assert read_journal(entry, weights=result.weights_key, measurement_sha256="0" * 64) is None
+    assert read_journal(entry, weights="0" * 64, measurement_sha256=result.measurement_sha256) is None
 
 
 def test_unreadable_journal_entry_is_redone_not_trusted(tmp_path):
     bad = tmp_path / "entry.json"
     bad.write_text('{"format": "bnconvention-audit-result/1", "checkpoint": ')
-    assert read_journal(bad, weights="k", spec_sha256="s") is None
+    assert read_journal(bad, weights="k", measurement_sha256="s") is None
 
 
 def test_discovery_recurses_sorts_and_deduplicates(zoo, tmp_path):

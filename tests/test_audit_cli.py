@@ -39,7 +39,8 @@ def test_audit_end_to_end_writes_a_valid_annotation(zoo, tmp_path, capsys):
     assert list(schema_validator().iter_errors(annotation)) == []
     assert printed.splitlines()[0] == annotation["reporting_line"]
     assert "forget accuracy moves +" in annotation["reporting_line"]
-    assert "(2/2 replicates, p = 0.25)" in annotation["reporting_line"]
+    # two replicates cannot reach the sign test's level (p = 0.25 > 0.05): undetermined, however far they move
+    assert "(undetermined: 2/2 replicates beyond ±1.2pp)" in annotation["reporting_line"]
     assert "FLIP pass to fail" in printed
     assert main(["validate", str(out / "annotation.json")]) == 0
     summary = (out / "summary.md").read_text()
@@ -54,8 +55,8 @@ def test_census_end_to_end(zoo, tmp_path, capsys):
     for name in ("gn-base", "bn-finetune"):
         for suffix in (".safetensors", ".json"):
             shutil.copy(zoo.root / f"{name}{suffix}", population / f"{name}{suffix}")
-    spec = write_spec(tmp_path / "spec.json", replicates=1, recoverability=None)
-    spec.write_text(json.dumps({**SMALL, "replicates": 1, "recoverability": None}))
+    spec = write_spec(tmp_path / "spec.json", replicates=2, recoverability=None)
+    spec.write_text(json.dumps({**SMALL, "replicates": 2, "recoverability": None}))
     code = main(["census", str(population), "--spec", str(spec), "--out", str(tmp_path / "census"),
                  "--no-progress"])
     printed = capsys.readouterr().out
@@ -81,7 +82,7 @@ def _refused(capsys, argv, out, *, code, message, label=None):
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    pytest.param({"replicates": 0}, "/replicates: Input should be greater than or equal to 1", id="R-below-1"),
+    pytest.param({"replicates": 1}, "/replicates: a decision needs at least 2 replicates (found 1)", id="R-below-2"),
     pytest.param({"cellz": ["df"]}, "/cellz: unknown field", id="schema"),
     pytest.param({"splits": {"forget_classes": [12]}}, "forget class 12 is out of range", id="class-out-of-range"),
     pytest.param({"splits": {"forget_classes": list(range(10))}}, "the retain split is empty", id="empty-split"),
@@ -141,7 +142,7 @@ def test_user_factory_runs_only_when_allowed_on_the_command_line(zoo, tmp_path, 
     from bnconvention.architectures import factories
 
     monkeypatch.setattr(factories, "_user_allowed", {})
-    spec = write_spec(tmp_path / "spec.yaml", replicates=1, recoverability=None, published_source="spec",
+    spec = write_spec(tmp_path / "spec.yaml", replicates=2, recoverability=None, published_source="spec",
                       model={"factory": "bnconvention.zoo.models:convnet_bn", "kwargs": {"width": 16}})
     argv = ["audit", str(zoo.root / "bn-retrain.safetensors"), "--spec", str(spec)]
     _refused(capsys, argv, tmp_path / "refused", code=2, label="factory not allowed", message="--allow-factory")

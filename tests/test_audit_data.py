@@ -29,7 +29,7 @@ def npz_spec(tmp_path, **changes):
         "dataset": {"kind": "npz", "path": "digits.npz", "x_key": "images", "y_key": "labels", "ids_key": "ids",
                     "test_key": "test"},
         "splits": {"forget_classes": [3]}, "model": {"factory": "zoo/convnet-bn", "kwargs": {"width": 16}},
-        "replicates": 1, "refit": {"pool_size": 64}, "staleness": False, "recoverability": None, **changes,
+        "replicates": 2, "refit": {"pool_size": 64}, "staleness": False, "recoverability": None, **changes,
     }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     return load_spec(tmp_path / "spec.json")

@@ -35,7 +35,10 @@ def test_eval_mode_distillation_forget_accuracy_rebounds_on_every_replicate(resu
     assert df.shipped <= 0.05  # near 0 as shipped
     assert min(df.replicate_values) >= 0.5  # far above it after each retain refit
     assert all(s > df.margin_pp for s in df.replicate_shifts_pp)
-    assert (df.decision.outcome, df.decision.method, df.decision.p_value) == ("displaced", "exact-sign-test", 0.125)
+    # every one of the three replicates clears the margin, but p = 0.5**3 = 0.125 does not reach 0.05: undetermined,
+    # not displaced (issue 13); ten replicates would give 0.00098
+    assert (df.decision.outcome, df.decision.method) == ("undetermined", "none")
+    assert results["bn-badteacher-eval"].sign_tests["df"].p_value == 0.125
 
 
 @pytest.mark.slow
@@ -81,7 +84,8 @@ def test_groupnorm_twin_is_channel_absent_with_exactly_zero_shifts(results):
 def test_reporting_line_names_the_convention_and_the_evidence(results):
     line = results["bn-badteacher-eval"].annotation.reporting_line
     assert re.fullmatch(r"deployed state as shipped; refit on the retained split under the training transform "
-                        r"\(exact rule\), forget accuracy moves \+\d+\.\d\dpp \(3/3 replicates, p = 0\.12\)", line)
+                        r"\(exact rule\), forget accuracy moves \+\d+\.\d\dpp \(undetermined: 3/3 replicates beyond "
+                        r"±1\.2pp\)", line)  # R = 3: p = 0.125 does not displace it (issue 13)
 
 
 @pytest.mark.slow
@@ -125,8 +129,9 @@ def test_provenance_contrast_is_small_next_to_the_shipped_state_distance(results
 @pytest.mark.slow
 def test_costs_are_as_designed(results):
     for result in results.values():
-        # R replicate refits + recoverability + two provenance pools; shipped cells evaluated once
-        assert result.refits_run == 3 + 1 + 2
+        # R replicates + 6 more band refits (N = 9) + recoverability + 2 provenance draws of (base pool, then
+        # exchanged and null pools for the deployment and ceiling arms); shipped cells evaluated once
+        assert result.refits_run == 3 + 6 + 1 + 2 * (1 + 2 * 2)
         assert len(result.replicate_records) == 3
         assert len({r.pool_ids_sha256 for r in result.replicate_records}) == 3  # independently redrawn pools
 
@@ -144,7 +149,7 @@ def test_annotations_are_valid_records_bound_to_the_file(results, zoo):
 
 
 def test_not_anchored_cells_are_reported_but_not_decided(zoo):
-    spec = parse_spec({**PATTERN_SPEC, "published_source": "spec", "replicates": 1, "staleness": False,
+    spec = parse_spec({**PATTERN_SPEC, "published_source": "spec", "replicates": 2, "staleness": False,
                        "recoverability": None, "provenance": None, "refit": {"pool_size": 64},
                        "published_by_checkpoint": {"bn-badteacher-eval": {"df": 0.5}}})
     result = run_audit(prepare_audit(zoo.root / "bn-badteacher-eval.safetensors", spec))
@@ -153,7 +158,7 @@ def test_not_anchored_cells_are_reported_but_not_decided(zoo):
     assert a.anchoring.cells[0].metric == "df" and a.anchoring.cells[0].abs_diff == pytest.approx(0.5, abs=0.05)
     assert {(c.decision.outcome, c.decision.method) for c in a.cells} == {("undetermined", "not-anchored")}
     assert "not anchored" in a.reporting_line
-    assert result.refits_run == 1 and a.staleness is None
+    assert result.refits_run == 2 and a.staleness is None  # R = 2: the spec refuses R = 1 (issue 13)
 
 
 def _mutating_model():
@@ -182,7 +187,7 @@ def test_weights_that_change_during_the_audit_are_refused(tmp_path, monkeypatch)
     name = allow_user_factory("test_audit_runner:_mutating_model")
     weights = tmp_path / "mutating.safetensors"
     save_file(_mutating_model().state_dict(), str(weights))
-    spec = parse_spec({**PATTERN_SPEC, "model": {"factory": name}, "published_source": "spec", "replicates": 1,
+    spec = parse_spec({**PATTERN_SPEC, "model": {"factory": name}, "published_source": "spec", "replicates": 2,
                        "recoverability": None, "provenance": None, "refit": {"pool_size": 32}})
     with pytest.raises(WeightsChangedError):
         run_audit(prepare_audit(weights, spec))
@@ -195,4 +200,5 @@ def test_reporting_line_for_undetermined_and_equivalent_cells(results):
     cells = result.annotation.cells
     line = reporting_line(spec=spec, cells=cells, signs=result.sign_tests, channel="present",
                           transform_mode="train")
-    assert line.endswith("(equivalent within ±1.2pp, TOST p = 0)") or "undetermined" in line
+    # zero spread is an exact equality, not TOST with p = 0 (issue 13)
+    assert line.endswith("(equivalent within ±1.2pp: the same shift on every replicate)") or "undetermined" in line

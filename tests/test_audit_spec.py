@@ -94,8 +94,18 @@ def test_every_invalid_fixture_has_an_expectation():
 def test_error_message_says_what_where_and_found():
     with pytest.raises(AuditSpecError) as caught:
         load_spec(SPECS / "invalid" / "replicates-zero.yaml")
-    assert str(caught.value) == (f"{SPECS / 'invalid' / 'replicates-zero.yaml'}: 1 problem: /replicates: Input should "
-                                 "be greater than or equal to 1 (found 0)")
+    assert str(caught.value) == (f"{SPECS / 'invalid' / 'replicates-zero.yaml'}: 1 problem: /replicates: a decision "
+                                 "needs at least 2 replicates (found 0): one refit reaches no sign-test level and "
+                                 "gives no TOST interval; the papers use 10")
+
+
+def test_one_replicate_is_refused_naming_the_field():
+    # issue 13: R = 1 was accepted and decided cells from a single refit
+    with pytest.raises(AuditSpecError) as caught:
+        load_spec(SPECS / "valid" / "minimal.yaml", replicates=1)
+    assert caught.value.field == "/replicates"
+    assert "at least 2 replicates (found 1)" in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
 def test_yaml_errors_do_not_speak_of_front_matter():

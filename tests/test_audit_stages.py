@@ -6,9 +6,12 @@ with a small spec (R = 2, pools of 64), so they stay quick.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from audit_support import PATTERN_SPEC
+from scipy import stats
 
 from bnconvention.audit.evaluation import Refitter
 from bnconvention.audit.runner import prepare_audit, run_audit
@@ -19,6 +22,7 @@ from bnconvention.audit.stages import (
     check_theta_unchanged,
     decide_cells,
     evaluate_shipped,
+    run_band_refits,
     run_diagnostics,
     run_replicates,
     staleness_with_band,
@@ -115,7 +119,12 @@ def test_decide_cells_from_numbers_alone():
     df = decisions.cells[0]
     assert [c.metric for c in decisions.cells] == ["df", "dr", "dt"]
     assert df.replicate_shifts_pp == pytest.approx([60.0, 70.0, 80.0]) and df.shift_pp == pytest.approx(70.0)
-    assert (df.decision.outcome, df.decision.method, df.decision.p_value) == ("displaced", "exact-sign-test", 0.125)
+    # three agreeing replicates: sign-test p = 0.125 > 0.05, so undetermined, not displaced (issue 13); its p is TOST's
+    assert (df.decision.outcome, df.decision.method) == ("undetermined", "none")
+    tost_p = stats.t.cdf((70.0 - 1.2) / (10.0 / math.sqrt(3)), df=2)  # H0 mean >= +M: mean 70, sd 10, R = 3
+    assert df.decision.p_value == pytest.approx(tost_p, rel=1e-9) and decisions.signs["df"].p_value == 0.125
+    assert [(c.decision.outcome, c.decision.method, c.decision.p_value) for c in decisions.cells[1:]] == [
+        ("equivalent", "exact-equality", None)] * 2  # zero spread: an exact equality, not TOST p = 0
     assert df.published == 0.0 and decisions.cells[1].published is None
     assert (decisions.signs["df"].beyond, decisions.signs["df"].direction) == (3, "up")
     forget, retain = decisions.verdicts
@@ -149,28 +158,36 @@ def _state(mean: float, var: float) -> dict[str, LayerRunningState]:
     return {"bn": LayerRunningState(torch.full((4,), mean), torch.full((4,), var), None)}
 
 
-def test_staleness_with_band_compares_against_two_independent_refits():
-    shipped, first, second = _state(3.0, 9.0), _state(0.0, 1.0), _state(0.1, 1.1)
-    shipped_vs_first = staleness_distance(shipped, first)
-    outcome = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, [first, second])
-    band = staleness_distance(second, first)
-    assert outcome.warnings == [] and outcome.band_layers == list(band.layers)
-    assert outcome.staleness.reference_band.model_dump() == {"mean_distance": band.mean_distance,
-                                                             "var_distance": band.var_distance}
+def test_staleness_with_band_decides_against_the_null_of_the_refits():
+    # issue 13: the band was one pair of refits; it is now the null of every refit, decided by a rank test
+    shipped, refits = _state(3.0, 9.0), [_state(0.01 * i, 1.0 + 0.01 * i) for i in range(9)]
+    shipped_vs_first = staleness_distance(shipped, refits[0])
+    outcome = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, refits, shipped_state=shipped)
+    assert outcome.warnings == [] and outcome.band_layers == list(staleness_distance(refits[1], refits[0]).layers)
+    assert outcome.null.refits == 9 and outcome.null.p_value == 0.1  # the shipped state ranks first of 10
+    assert outcome.staleness.reference_band.model_dump() == {"mean_distance": outcome.null.band_mean_distance,
+                                                             "var_distance": outcome.null.band_var_distance}
     assert outcome.staleness.exceeds_band is True
     assert outcome.staleness.mean_distance == shipped_vs_first.mean_distance
-    close = staleness_with_band(parse_spec(PATTERN_SPEC), staleness_distance(first, first), [first, second])
-    assert close.staleness.exceeds_band is False
+    inside = staleness_with_band(parse_spec(PATTERN_SPEC), staleness_distance(refits[4], refits[0]), refits,
+                                 shipped_state=refits[4])
+    assert inside.staleness.exceeds_band is False
 
 
 def test_staleness_with_band_needs_two_replicates_and_a_spec_that_asks():
     first = _state(0.0, 1.0)
     shipped_vs_first = staleness_distance(_state(3.0, 9.0), first)
-    one = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, [first])
+    one = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, [first], shipped_state=_state(3.0, 9.0))
     assert (one.staleness, one.band_layers) == (shipped_vs_first, None)
     assert one.warnings == ["reference band not computed: it needs two replicates (R >= 2)"]
-    skipped = staleness_with_band(parse_spec({**PATTERN_SPEC, "staleness": False}), shipped_vs_first, [first, first])
+    skipped = staleness_with_band(parse_spec({**PATTERN_SPEC, "staleness": False}), shipped_vs_first, [first, first],
+                                  shipped_state=first)
     assert (skipped.staleness, skipped.band_layers, skipped.warnings) == (None, None, [])
+    few = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, [first, _state(0.1, 1.1)],
+                              shipped_state=_state(3.0, 9.0))
+    assert few.staleness.exceeds_band is None
+    assert few.warnings == ["reference band: 2 refits cannot reach level 0.1 (the smallest p is 1/3); set "
+                            "staleness_band.refits to at least 9"]
 
 
 # --- diagnostics, θ, annotation ----------------------------------------------------------------------------------
@@ -199,7 +216,10 @@ def test_the_stages_by_hand_give_the_audits_annotation(prepared):
     replicates = run_replicates(prepared, refitter)
     decisions = decide_cells(spec, shipped, replicates.base, channel=replicates.channel,
                              published=prepared.checkpoint.published)
-    staleness = staleness_with_band(spec, replicates.first_report.staleness, replicates.kept_states)
+    band = run_band_refits(prepared, refitter)
+    assert len(band) == 9 - 2  # staleness_band.refits beyond the replicates
+    staleness = staleness_with_band(spec, replicates.first_report.staleness, [*replicates.kept_states, *band],
+                                    shipped_state=refitter.shipped)
     annotation = build_annotation(prepared, shipped, replicates, decisions, staleness,
                                   run_diagnostics(prepared, refitter, shipped))
     assert list(schema_validator().iter_errors(to_dict(annotation))) == []

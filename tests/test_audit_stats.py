@@ -52,10 +52,19 @@ def test_small_symmetric_shifts_are_equivalent_by_tost():
     assert -1.2 < decision.tost.lower < decision.tost.upper < 1.2
 
 
-def test_exactly_zero_shifts_channel_absent_are_equivalent_with_zero_spread():
+def test_exactly_zero_shifts_channel_absent_are_an_exact_equality_not_p_zero():
+    # issue 13: TOST with zero variance was reported as p = 0.0; the t statistic is undefined there
     decision = decide([0.0] * 10, margin_pp=1.2)
-    assert (decision.outcome, decision.p_value, decision.tost.lower, decision.tost.upper) == (
-        "equivalent", 0.0, 0.0, 0.0)
+    assert (decision.outcome, decision.method, decision.p_value, decision.tost.lower, decision.tost.upper) == (
+        "equivalent", "exact-equality", None, 0.0, 0.0)
+    assert tost([0.5] * 3, margin_pp=1.2).exact
+
+
+def test_zero_spread_beyond_the_margin_is_never_an_exact_equality():
+    few = decide([2.0] * 3, margin_pp=1.2)
+    assert (few.outcome, few.method, few.p_value) == ("undetermined", "none", 0.125)
+    many = decide([2.0] * 10, margin_pp=1.2)
+    assert (many.outcome, many.method) == ("displaced", "exact-sign-test")
 
 
 def test_sign_test_p_value_is_the_binomial_tail():
@@ -70,9 +79,35 @@ def test_single_replicate_cannot_be_equivalent():
     assert tost([0.1], margin_pp=1.2).p_value is None
 
 
-def test_single_replicate_beyond_margin_is_displaced_with_p_one_half():
-    decision = decide([3.0], margin_pp=1.2)
-    assert (decision.outcome, decision.p_value) == ("displaced", 0.5)
+def test_single_replicate_beyond_margin_is_undetermined_not_displaced():
+    # issue 13: decide([2.0], margin_pp=1.2) was "displaced" with p = 0.5
+    decision = decide([2.0], margin_pp=1.2)
+    assert (decision.outcome, decision.p_value) == ("undetermined", 0.5)
+
+
+@pytest.mark.parametrize(
+    ("replicates", "outcome", "p_value"),
+    [
+        pytest.param(4, "undetermined", 0.0625, id="R4-p0.0625-misses-0.05"),
+        pytest.param(5, "displaced", 0.03125, id="R5-p0.03125"),
+        pytest.param(10, "displaced", 0.5**10, id="R10-papers"),
+    ],
+)
+def test_displaced_needs_the_sign_test_to_reach_the_level(replicates, outcome, p_value):
+    decision = decide([-40.0] * replicates, margin_pp=1.2)
+    assert (decision.outcome, decision.p_value) == (outcome, p_value)
+
+
+def test_the_level_of_the_sign_test_follows_the_tost_level():
+    # level 0.80: alpha = 0.10 per side, so four agreeing replicates (p = 0.0625) are displaced
+    assert decide([3.0] * 4, margin_pp=1.2, level=0.80).outcome == "displaced"
+
+
+def test_two_sided_p_value_is_offered_beside_the_one_sided_one():
+    decision = decide([2.0] * 10, margin_pp=1.2)
+    assert (decision.p_value, decision.p_two_sided) == (0.5**10, 0.5**9)
+    assert sign_test([2.0, -2.0], margin_pp=1.2).p_two_sided == 1.0
+    assert decide([0.1, -0.1] * 5, margin_pp=1.2).p_two_sided is None  # equivalent: no sign-test decision
 
 
 @pytest.mark.parametrize(

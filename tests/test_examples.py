@@ -23,7 +23,7 @@ EXPECTED_FILES = sorted([
                                                      "broken/undeclared", "releases/convnet-bn", "releases/convnet-gn")
       for name in ("README.md", "model.safetensors")),
     "tests/fixtures/releases/annotated/README.md",
-    "tests/fixtures/releases/annotated/bnconvention/refit-cf0188d529c9.json",
+    "tests/fixtures/releases/annotated/bnconvention/refit-704ef37d920d.json",
     "tests/fixtures/releases/annotated/model.safetensors",
     "tests/fixtures/releases/card-only/README.md", "tests/fixtures/releases/card-only/model.safetensors",
     "tests/fixtures/releases/layer-mismatch/README.md", "tests/fixtures/releases/layer-mismatch/model.safetensors",

@@ -135,7 +135,7 @@ def test_fixture_releases() -> None:
     ]
     notes = {os.path.relpath(s.file, FIXTURES): s.note for s in report.files}
     assert notes["card-only/model.safetensors"].endswith("card-only/README.md; digests match the tensors")
-    assert notes["annotated/bnconvention/refit-cf0188d529c9.json"].startswith("refit annotation of model.safetensors")
+    assert notes["annotated/bnconvention/refit-704ef37d920d.json"].startswith("refit annotation of model.safetensors")
 
 
 def test_a_stale_card_record_fails_the_card_and_no_ok_line_reports_a_mismatch(tmp_path: Path) -> None:

@@ -116,6 +116,8 @@ def reporting_line(*, spec: AuditSpec, cells: Sequence[Cell], signs: Mapping[str
         detail = "not anchored: shipped cells do not reproduce the published ones, no decision"
     elif cell.decision.outcome == "displaced":
         detail = f"{sign.beyond}/{plural(replicates, 'replicate')}, p = {format_p(cell.decision.p_value)}"
+    elif cell.decision.outcome == "equivalent" and cell.decision.p_value is None:
+        detail = f"equivalent within ±{spec.margin_pp:g}pp: the same shift on every replicate"
     elif cell.decision.outcome == "equivalent":
         detail = f"equivalent within ±{spec.margin_pp:g}pp, TOST p = {format_p(cell.decision.p_value)}"
     else:

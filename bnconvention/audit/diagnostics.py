@@ -1,6 +1,7 @@
-"""The diagnostics of seed 003 and seed 001 beyond the replicate cells: recoverability and the provenance contrast.
+"""The headline recoverability of seed 003: forget accuracy after a refit on B = 10 unlabeled images.
 
-Both use the audit's :class:`~bnconvention.audit.evaluation.Refitter`, so φ is back to the shipped state afterwards.
+The curve over budgets is :mod:`.recovery`; the provenance contrast of seed 001 is :mod:`.provenance`. Both use
+the audit's :class:`~bnconvention.audit.evaluation.Refitter`, so φ is back to the shipped state afterwards.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import numpy as np
 
 from bnconvention.audit.data import AuditData, Split
 from bnconvention.audit.evaluation import BaseCells, Refitter, data_split, forget_accuracy, stream, torch_seed
-from bnconvention.audit.spec import AuditSpec, ProvenanceSpec, RecoverabilitySpec
+from bnconvention.audit.spec import AuditSpec, RecoverabilitySpec
 from bnconvention.formats.text import plural
-from bnconvention.standard.models import ProvenanceContrast, Recoverability
+from bnconvention.standard.models import Recoverability
 
 
 def recoverability(refitter: Refitter, settings: RecoverabilitySpec, *, spec: AuditSpec, data: AuditData,
@@ -37,33 +38,3 @@ def recoverability(refitter: Refitter, settings: RecoverabilitySpec, *, spec: Au
     return Recoverability(images=settings.images, source=settings.source, rule=rule,
                           forget_accuracy_shipped=shipped["df"], forget_accuracy_after=after,
                           shift_pp=100.0 * (after - shipped["df"]))
-
-
-def provenance_contrast(refitter: Refitter, settings: ProvenanceSpec, *, spec: AuditSpec, data: AuditData,
-                        batch_size: int) -> ProvenanceContrast:
-    """Refit on a fixed-size retained pool and on the same pool with ``exchanged`` records swapped for forget
-    records (same size, same augmentation seed); report the distance between the two fitted states and the shift
-    of forget accuracy (seed 001, appendix P). Draws from ``SeedSequence(seed, spawn_key=(2,))``."""
-    import torch
-
-    from bnconvention.refit import running_state, staleness_distance
-
-    rng = stream(spec.seed, 2)
-    retained = np.sort(rng.choice(len(data.retain.ids), size=settings.pool_size, replace=False))
-    exchanged = np.sort(rng.choice(len(data.forget.ids), size=settings.exchanged, replace=False))
-    seed = torch_seed(rng)
-    transform = data.transform(spec.refit.transform)
-    pool_a = data.retain.x[torch.from_numpy(retained)]
-    # the same pool with its first k retained records exchanged for forget records: same size, same seed
-    pool_b = torch.cat([data.forget.x[torch.from_numpy(exchanged)], pool_a[settings.exchanged:]])
-    results = []
-    for label, pool in (("retain", pool_a), ("exchanged", pool_b)):
-        refitter.run(pool, rule=spec.refit.rule, transform=transform, seed=seed, batch_size=spec.refit.batch_size,
-                     data_split=data_split(data, role="other", subset=f"provenance pool ({label})", ids=None,
-                                            count=settings.pool_size, seed=spec.seed))
-        results.append((running_state(refitter.model), forget_accuracy(refitter.model, data, batch_size=batch_size)))
-        refitter.restore()
-    distance = staleness_distance(results[1][0], results[0][0])
-    return ProvenanceContrast(pool_size=settings.pool_size, exchanged=settings.exchanged,
-                              mean_distance=distance.mean_distance, var_distance=distance.var_distance,
-                              forget_shift_pp=100.0 * (results[1][1] - results[0][1]))

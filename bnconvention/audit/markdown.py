@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.decisions import format_p
+from bnconvention.audit.markdown_readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
 from bnconvention.audit.result import AuditResult
 from bnconvention.formats.text import plural, signed
 
@@ -81,13 +82,15 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
         s = a.staleness
         lines += ["", "## Staleness", "",
                   "Distance of the shipped statistics from a retain refit (seed 003, Eq. 15), layer-averaged; the "
-                  "reference band is the same distance between two independent retain refits.", ""]
+                  "reference band is the 1 − level quantile of the same distance between independent retain refits, "
+                  "and 'exceeds' is an exact rank test at that level.", ""]
         band = s.reference_band
         lines += _table(["", "shipped vs refit", "reference band"], [
             ["mean ‖µ−µ̂‖/‖σ̂‖", f"{s.mean_distance:.5f}", f"{band.mean_distance:.5f}" if band else "—"],
             ["variance ‖σ²−σ̂²‖/‖σ̂²‖", f"{s.var_distance:.5f}", f"{band.var_distance:.5f}" if band else "—"],
         ])
-        lines += ["", f"Exceeds the band (both distances): {_yes(s.exceeds_band)}; {plural(len(s.layers), 'layer')}."]
+        lines += ["", f"Exceeds the band: {_yes(s.exceeds_band)}; {plural(len(s.layers), 'layer')}."]
+        lines += null_lines(result.staleness_null)
     if a.recoverability is not None:
         r = a.recoverability
         lines += ["", "## Recoverability", "",
@@ -100,6 +103,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
                   f"Exchanging {p.exchanged} of {plural(p.pool_size, 'retained record')} for forget records in a "
                   f"fixed pool moves the refit statistics by {p.mean_distance:.5f} (mean) / "
                   f"{p.var_distance:.5f} (variance) and forget accuracy by {shift}."]
+    lines += arms_lines(result.provenance_arms) + curve_lines(result.recoverability_curve)
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{kind}]({name})" for kind, name in plots.items()]
@@ -116,7 +120,7 @@ def census_markdown(census: Mapping[str, Any]) -> str:
     counts = census["counts"]
     q = census["fdr_q"]
     margin = census["margin_pp"]
-    eligible = counts["eligible"]
+    eligible = counts.get("decided", counts["eligible"])  # anchored and not a control (audit/controls.py)
     lines = [f"# Census of {plural(counts['checkpoints'], 'checkpoint')}", "",
              f"Spec `{census['spec_name'] or census['spec_sha256'][:12]}`; "
              f"{plural(census['replicates'], 'replicate')} per checkpoint; margin ±{margin:g} pp; "
@@ -124,7 +128,9 @@ def census_markdown(census: Mapping[str, Any]) -> str:
     rows = [
         ["Shipped cells reproduce the published ones (anchored)", str(counts["anchoring_checked"]),
          str(counts["anchored"])],
-        ["Checkpoints decided (anchored, or no published cells)", str(counts["checkpoints"]), str(eligible)],
+        ["Controls (known answer; outside the BY family)", str(counts["checkpoints"]), str(counts.get("controls", 0))],
+        ["Checkpoints decided (anchored or nothing to anchor to; not controls)", str(counts["checkpoints"]),
+         str(eligible)],
         ["Channel absent (no running statistics)", str(counts["checkpoints"]), str(counts["channel_absent"])],
     ]
     for metric, cell in census["cells"].items():
@@ -141,7 +147,8 @@ def census_markdown(census: Mapping[str, Any]) -> str:
     lines += _table(["Question", "n", "Result"], rows)
     lines += ["", "## Per checkpoint", ""]
     metrics = list(census["cells"])
-    header = ["checkpoint", "channel", "anchored"] + [f"`{m}` shift pp" for m in metrics] + ["flips", "annotation"]
+    header = (["checkpoint", "channel", "anchored"] + [f"`{m}` shift pp" for m in metrics]
+              + ["flips", "mechanism", "annotation"])
     table_rows = []
     for entry in census["checkpoints"]:
         row = [entry["checkpoint"], entry["channel"], _yes(entry["anchored"])]
@@ -152,9 +159,10 @@ def census_markdown(census: Mapping[str, Any]) -> str:
                 mark = " displaced (not after BY)"
             row.append(f"{_pp(cell['shift_pp'])}{mark}")
         flips = ", ".join(f"`{f['criterion']}` {f['direction'].replace('_', ' ')}" for f in entry["flips"]) or "—"
-        row += [flips, f"[json]({entry['annotation']})"]
+        row += [flips, mechanism_cell(entry), f"[json]({entry['annotation']})"]
         table_rows.append(row)
     lines += _table(header, table_rows)
+    lines += readings_lines(census.get("readings"))
     timing = census.get("timing")
     if timing:
         lines += ["", f"Audit time per checkpoint: median {timing['median_seconds']:.1f} s, total "

@@ -6,7 +6,8 @@ In the output folder:
   in the models' field order with a trailing newline; it passes ``bnconvention validate``. Indented rather than
   canonical because people read it; its canonical form (and sha256) is one call away
   (:func:`bnconvention.formats.canonical.canonical_json`), which is what the hub scripts name the pushed file by.
-* ``summary.md`` — the Markdown summary; ``cells.png`` and ``staleness.png`` — the plots.
+* ``summary.md`` — the Markdown summary; ``cells.png`` and ``staleness.png`` — the plots (and ``recoverability.png``
+  when the audit ran a recoverability curve).
 * ``result.json`` — the full :class:`~bnconvention.audit.result.AuditResult` (annotation plus sign tests, reference
   band per layer, per-replicate pools and timings), the census journal's format.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.audit.markdown import PLOT_FILES, audit_markdown
-from bnconvention.audit.plots import cells_figure, staleness_figure
+from bnconvention.audit.plots import cells_figure, recoverability_figure, staleness_figure
 from bnconvention.audit.result import AuditResult
 from bnconvention.formats.atomic import atomic_write_bytes, atomic_write_text
 from bnconvention.standard.models import to_dict
@@ -26,6 +27,7 @@ from bnconvention.standard.models import to_dict
 ANNOTATION_FILE = "annotation.json"
 SUMMARY_FILE = "summary.md"
 RESULT_FILE = "result.json"
+CURVE_PLOT = "recoverability.png"
 
 
 def json_text(value: Any) -> str:
@@ -42,10 +44,15 @@ def write_audit_outputs(result: AuditResult, out_dir: str | Path, *, plots: bool
     out = Path(out_dir)
     # render everything first: a failure while plotting must not leave half of the files behind
     files: dict[str, bytes] = {ANNOTATION_FILE: annotation_text(result).encode("utf-8")}
+    embedded = dict(PLOT_FILES)
     if plots:
         files[PLOT_FILES["cells"]] = cells_figure(result)
         files[PLOT_FILES["staleness"]] = staleness_figure(result)
-    files[SUMMARY_FILE] = audit_markdown(result, plots=PLOT_FILES if plots else None).encode("utf-8")
+        curve = recoverability_figure(result)
+        if curve is not None:  # only when the audit ran a recoverability curve
+            files[CURVE_PLOT] = curve
+            embedded["recoverability"] = CURVE_PLOT
+    files[SUMMARY_FILE] = audit_markdown(result, plots=embedded if plots else None).encode("utf-8")
     files[RESULT_FILE] = json_text(result.model_dump(mode="json")).encode("utf-8")
     out.mkdir(parents=True, exist_ok=True)
     written = {}

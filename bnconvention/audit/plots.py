@@ -3,7 +3,11 @@
 * :func:`cells_figure`: each cell as shipped and as refit on every replicate (the spread), and the shifts in pp
   against the ±margin band.
 * :func:`staleness_figure`: the per-layer staleness profile (seed 003, Eq. 15) of the shipped statistics against a
-  retain refit, with the reference band (two independent retain refits) per layer.
+  retain refit, with one pair of independent retain refits (replicates 0 and 1) per layer for scale; the band's
+  decision is made on the whole null (:mod:`bnconvention.audit.band`).
+
+* :func:`recoverability_figure`: the recoverability curve, forget accuracy against the budget B per proxy source
+  (mean over seeds, the seeds' range shaded), the shipped forget accuracy as a line.
 
 Each function returns PNG bytes, so callers write them atomically.
 """
@@ -101,11 +105,34 @@ def staleness_figure(result: AuditResult) -> bytes:
                     label="shipped vs retain refit")
             if band:
                 ax.fill_between(positions, floor, [max(v, floor) for v in reference], color="tab:green",
-                                alpha=0.25, label="reference band (two refits)")
+                                alpha=0.25, label="one refit pair (replicates 0, 1)")
             ax.set_xticks(positions, names, rotation=45, ha="right", fontsize=8)
             ax.set_title(title)
             ax.set_yscale("log")
             ax.set_ylim(bottom=floor)
             ax.legend(fontsize=8, loc="best")
     figure.suptitle(f"staleness per layer: {a.subject.filename}", fontsize=10)
+    return _png(figure)
+
+
+def recoverability_figure(result: AuditResult) -> bytes | None:
+    """Forget accuracy after a refit on B proxy images, per source; None when the audit ran no curve."""
+    curve = result.recoverability_curve
+    if curve is None or not curve.points:
+        return None
+    figure, (ax,) = _figure(6.0, 3.8)
+    for source in sorted({p.source for p in curve.points}):
+        points = sorted((p for p in curve.points if p.source == source), key=lambda p: p.budget)
+        budgets = [p.budget for p in points]
+        ax.plot(budgets, [p.mean_forget_accuracy for p in points], marker="o", label=source)
+        ax.fill_between(budgets, [min(p.forget_accuracy) for p in points], [max(p.forget_accuracy) for p in points],
+                        alpha=0.2)
+    ax.axhline(curve.forget_accuracy_shipped, color="black", linestyle="--", linewidth=1, label="shipped")
+    ax.set_xscale("log")
+    ax.set_xlabel("proxy images B")
+    ax.set_ylabel("forget accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8, loc="best")
+    figure.suptitle(f"recoverability ({plural(curve.seeds, 'seed')}): {result.annotation.subject.filename}",
+                    fontsize=10)
     return _png(figure)

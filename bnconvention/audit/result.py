@@ -37,20 +37,103 @@ class SignRecord(_Result):
     direction: Literal["up", "down"] | None
 
 
+class StalenessNull(_Result):
+    """The reference band as a null distribution of N independent retain refits (:mod:`bnconvention.audit.band`)."""
+
+    refits: int = Field(description="Independent retain refits N forming the null.")
+    pairs: int = Field(description="Ordered refit pairs whose distances form the null distribution.")
+    level: float = Field(description="Nominal false-positive rate of 'exceeds band'.")
+    exact_level: float = Field(description="floor(level * (N + 1)) / (N + 1): the rate the rank test holds.")
+    shipped_score: float = Field(description="Median combined distance of the shipped state to the N refits.")
+    null_scores: list[float] = Field(description="Each refit's median combined distance to the others.")
+    band_mean_distance: float | None = Field(description="1 - level quantile of the null mean distances.")
+    band_var_distance: float | None = Field(description="1 - level quantile of the null variance distances.")
+    band_combined: float | None = Field(description="1 - level quantile of the null combined distances.")
+    null_median_combined: float | None = Field(description="Median combined distance of the null pairs.")
+    p_value: float = Field(description="(1 + #{null score >= shipped score}) / (N + 1).")
+    exceeds_band: bool | None = Field(description="p <= level; None when N is too small to reach the level.")
+    one_pair_false_positive_rate: float | None = Field(description=(
+        "How often the one-pair rule (d(s, r0) > d(r1, r0) on both parts) fires on disjoint triples of refits."))
+    one_pair_triples: int
+
+
+class ProvenanceDraw(_Result):
+    """One draw of one provenance arm: the exchanged pool against the base pool, and the null swap beside it."""
+
+    draw: int
+    mean_distance: float
+    var_distance: float
+    forget_shift_pp: float
+    null_mean_distance: float = Field(description="Same k retained records swapped for k other retained ones.")
+    null_var_distance: float
+    null_forget_shift_pp: float
+
+
+class ProvenanceArm(_Result):
+    arm: Literal["deployment", "ceiling"] = Field(description=(
+        "'deployment': the removed share of the training data; 'ceiling': every removed record in the pool."))
+    pool_size: int
+    exchanged: int
+    draws: list[ProvenanceDraw]
+    distance: float = Field(description="Combined distance (mean of the two parts), averaged over draws.")
+    forget_shift_pp: float = Field(description="Forget-accuracy contrast averaged over draws.")
+    null_band: float = Field(description="Largest combined distance of the null swaps over the draws.")
+    null_shift_band_pp: float = Field(description="Largest |forget shift| of the null swaps over the draws.")
+    exceeds_null: bool = Field(description="The arm's mean combined distance is above the null band.")
+    staleness_ratio: float | None = Field(default=None, description=(
+        "Shipped-state staleness (combined) over this arm's distance; None without staleness or at distance 0."))
+    shift_exceeds_null: bool = Field(description="The arm's |mean forget shift| is above the null shift band.")
+
+
+class RecoveryPoint(_Result):
+    source: Literal["test", "retain", "noise"]
+    budget: int
+    forget_accuracy: list[float] = Field(description="One per seed.")
+    mean_forget_accuracy: float
+    mean_shift_pp: float = Field(description="Mean over seeds of (after - shipped) forget accuracy, pp.")
+
+
+class RecoverabilityCurve(_Result):
+    forget_accuracy_shipped: float
+    rule: str
+    seeds: int
+    points: list[RecoveryPoint]
+    skipped: list[str] = Field(default_factory=list, description="Budgets not run, and why.")
+    headline: RecoveryPoint | None = Field(default=None, description="The B = images point of the spec's source.")
+
+
+class MechanismEvidence(_Result):
+    """What the checkpoint's own metadata says about how its buffers were treated (:mod:`.mechanism`)."""
+
+    mechanism: Literal["corruption", "misalignment", "neither"] | None
+    source: Literal["observation", "declaration", "sidecar"] | None
+    reason: str
+    base: str | None = Field(default=None, description="The base checkpoint's name, from the sidecar's parent.")
+
+
 class AuditResult(_Result):
     format: Literal["bnconvention-audit-result/1"] = RESULT_FORMAT
     checkpoint: str = Field(description="File name without .safetensors.")
     weights_path: str
     weights_key: str = Field(description="sha256 over the file's trainable and running digests.")
     spec_sha256: str
+    measurement_sha256: str | None = Field(default=None, description=(
+        "Digest of the spec without its decision-only fields (margin, q, sweeps, controls): the journal key."))
     factory: str
     anchored: bool | None = Field(description="None when no published cells were given.")
     annotation: RefitAnnotation
     sign_tests: dict[str, SignRecord]
     band_layers: list[LayerStaleness] | None = Field(
-        default=None, description="Per-layer distance between two independent retain refits (the reference band).")
+        default=None, description=(
+            "Per-layer distance between two independent retain refits (replicates 0 and 1), for the plot."))
+    shipped_base_cells: dict[str, float] | None = Field(default=None, description=(
+        "df, dr, dt as shipped: with the replicate records, what a margin or pool-size sweep re-decides from."))
     replicate_records: list[ReplicateRecord]
     refits_run: Annotated[int, Field(ge=0)] = Field(description="Refit passes this audit ran (replicates and checks).")
     seconds: float
     seconds_shipped_eval: float
     warnings: list[str] = Field(default_factory=list)
+    staleness_null: StalenessNull | None = None
+    provenance_arms: list[ProvenanceArm] | None = None
+    recoverability_curve: RecoverabilityCurve | None = None
+    mechanism: MechanismEvidence | None = None

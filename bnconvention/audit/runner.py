@@ -27,6 +27,7 @@ from pathlib import Path
 from bnconvention.audit.checkpoint import load_checkpoint
 from bnconvention.audit.data import AuditData, load_audit_data
 from bnconvention.audit.evaluation import Refitter
+from bnconvention.audit.provenance import retained_needed
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stages import (
@@ -35,10 +36,13 @@ from bnconvention.audit.stages import (
     check_theta_unchanged,
     decide_cells,
     evaluate_shipped,
+    mechanism_evidence,
+    run_band_refits,
     run_diagnostics,
     run_replicates,
     staleness_with_band,
 )
+from bnconvention.audit.sweeps import measurement_sha256
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.text import plural
@@ -66,10 +70,12 @@ def check_data_fits(spec: AuditSpec, data: AuditData) -> None:
             raise AuditSpecError("recoverability with a train-mode rule needs at least 2 images",
                                  field="/recoverability/images")
     if spec.provenance is not None:
-        if spec.provenance.pool_size > retain:
-            raise AuditSpecError(f"provenance.pool_size is {spec.provenance.pool_size} but the retain split has "
-                                 f"{plural(retain, 'record')}", field="/provenance/pool_size")
-        if spec.provenance.exchanged > len(data.forget.ids):
+        needed = retained_needed(spec.provenance, forget=len(data.forget.ids), retain=retain)
+        if needed > retain:
+            raise AuditSpecError(f"provenance.pool_size is {spec.provenance.pool_size}: with the records its null "
+                                 f"swaps bring in it needs {plural(needed, 'retained record')} but the retain split "
+                                 f"has {plural(retain, 'record')}", field="/provenance/pool_size")
+        if spec.provenance.exchanged is not None and spec.provenance.exchanged > len(data.forget.ids):
             raise AuditSpecError(f"provenance.exchanged is {spec.provenance.exchanged} but the forget split has "
                                  f"{plural(len(data.forget.ids), 'record')}", field="/provenance/exchanged")
 
@@ -105,8 +111,10 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
     replicates = run_replicates(prepared, refitter, progress=progress, on_replicate=on_replicate)
     decisions = decide_cells(spec, shipped, replicates.base, channel=replicates.channel,
                              published=checkpoint.published)
-    staleness = staleness_with_band(spec, replicates.first_report.staleness, replicates.kept_states)
-    diagnostics = run_diagnostics(prepared, refitter, shipped)
+    band_states = run_band_refits(prepared, refitter)
+    staleness = staleness_with_band(spec, replicates.first_report.staleness, [*replicates.kept_states, *band_states],
+                                    shipped_state=refitter.shipped)
+    diagnostics = run_diagnostics(prepared, refitter, shipped, staleness=staleness.combined)
     check_theta_unchanged(checkpoint.path, before=theta_before, after=model_digests(model).trainable_sha256)
     annotation = build_annotation(prepared, shipped, replicates, decisions, staleness, diagnostics)
     digests = checkpoint.file_digests
@@ -115,16 +123,22 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
         weights_path=str(checkpoint.path),
         weights_key=weights_key(digests.trainable_sha256, digests.running_sha256),
         spec_sha256=spec.sha256(),
+        measurement_sha256=measurement_sha256(spec),
         factory=checkpoint.choice.factory,
         anchored=None if shipped.anchoring is None else shipped.anchoring.anchored,
         annotation=annotation,
         sign_tests=decisions.signs,
         band_layers=staleness.band_layers,
+        shipped_base_cells=shipped.base,
         replicate_records=replicates.records,
         refits_run=refitter.count,
         seconds=time.perf_counter() - start,
         seconds_shipped_eval=shipped.seconds,
         warnings=[*checkpoint.warnings, *replicates.warnings, *staleness.warnings],
+        staleness_null=staleness.null,
+        provenance_arms=diagnostics.provenance_arms or None,
+        recoverability_curve=diagnostics.curve,
+        mechanism=mechanism_evidence(checkpoint) if replicates.channel == "present" else None,
     )
 
 

@@ -30,6 +30,7 @@ from pydantic_core import ErrorDetails
 
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
 from bnconvention.audit.rules import RuleMatch, check_rules
+from bnconvention.audit.spec_census import ControlsSpec, SweepSpec
 from bnconvention.audit.spec_data import (
     DatasetSpec,
     PositiveInt,
@@ -80,8 +81,40 @@ class RefitSpec(_Spec):
     batch_size: PositiveInt = Field(default=128, description="Batch size of the refit pass.")
 
 
+RecoverySource: TypeAlias = Literal["test", "retain", "noise"]
+DEFAULT_BUDGETS = (1, 2, 5, 10, 20, 50, 100)
+DEFAULT_SOURCES: tuple[RecoverySource, ...] = ("test", "retain", "noise")
+
+
+class RecoverabilityCurveSpec(_Spec):
+    """Forget accuracy after a refit on B proxy images, for several budgets, seeds and proxy sources."""
+
+    budgets: list[PositiveInt] = Field(default_factory=lambda: list(DEFAULT_BUDGETS), min_length=1, description=(
+        "Budgets B (images per refit); a budget larger than a source is skipped, as is B = 1 under a train-mode "
+        "rule."))
+    seeds: PositiveInt = Field(default=3, description="Independent draws per budget and source.")
+    sources: list[RecoverySource] = Field(default_factory=lambda: list(DEFAULT_SOURCES), min_length=1,
+                                          description=(
+        "Proxy sources: 'test' (the test split), 'retain' (retained records only), 'noise' (out of distribution: "
+        "Gaussian noise with the test split's per-pixel mean and standard deviation)."))
+
+
+class StalenessBandSpec(_Spec):
+    """The reference band as a null distribution of independent retain refits (bnconvention.audit.band)."""
+
+    refits: PositiveInt | None = Field(default=None, description=(
+        "Independent retain refits N forming the null: the R replicates, plus N - R more drawn the same way; "
+        "default: the R replicates (no extra refit)."))
+    level: Annotated[float, Field(gt=0, le=0.5)] = Field(default=0.1, description=(
+        "Nominal false-positive rate of 'exceeds band' (an exact rank test: it needs N >= 1/level - 1)."))
+
+
 class RecoverabilitySpec(_Spec):
     """Forget accuracy after a refit on B unlabeled proxy images (the papers' ten-image attack)."""
+
+    curve: RecoverabilityCurveSpec | None = Field(default=None, description=(
+        "Optional recoverability curve over budgets, seeds and proxy sources (the B = images point of source is "
+        "its headline); {} for the defaults."))
 
     images: PositiveInt = Field(default=10, description="Number of unlabeled images B.")
     source: Literal["test", "retain"] = Field(default="test", description="Split the images are drawn from.")
@@ -93,7 +126,12 @@ class ProvenanceSpec(_Spec):
     """Exchange k retained records for forget records in a fixed-size fitting pool (seed 001, appendix P)."""
 
     pool_size: PositiveInt = Field(description="Size of the fitting pool (records).")
-    exchanged: Annotated[int, Field(ge=1)] = Field(description="Retained records exchanged for forget records.")
+    exchanged: Annotated[int, Field(ge=1)] | None = Field(default=None, description=(
+        "Retained records exchanged for forget records in the deployment arm; default: the removed share of the "
+        "training data (forget / (forget + retain)) times pool_size."))
+    draws: PositiveInt = Field(default=3, description="Independent draws of the pools per arm.")
+    ceiling: bool = Field(default=True, description=(
+        "Also run the ceiling arm: every removed record in the pool (as many as fit)."))
 
 
 class RuleSpec(_Spec):
@@ -160,16 +198,22 @@ class AuditSpec(_Spec):
     margin_pp: Annotated[float, Field(gt=0)] = Field(default=1.2, description="Displacement margin (pp).")
     fdr_q: Annotated[float, Field(gt=0, lt=1)] = Field(default=0.05, description=(
         "False-discovery level of the census: Benjamini-Yekutieli across checkpoints, per cell."))
-    replicates: PositiveInt = Field(default=10, description="Number of replicates R (independent refits).")
+    replicates: Annotated[int, Field(ge=2)] = Field(default=10, description=(
+        "Number of replicates R (independent refits); at least 2, since one refit cannot decide a cell."))
     seed: Annotated[int, Field(ge=0)] = Field(default=0, description=(
         "Root seed; replicate r draws its pool and augmentation from (seed, r), so results are deterministic."))
     refit: RefitSpec = Field(default_factory=RefitSpec)
     staleness: bool = Field(default=True, description=(
         "Report the staleness distance of shipped statistics from a retain refit, and the reference band."))
+    staleness_band: StalenessBandSpec = Field(default_factory=StalenessBandSpec)
     recoverability: RecoverabilitySpec | None = Field(default_factory=RecoverabilitySpec, description=(
         "The ten-image recovery check; null to skip it."))
     provenance: ProvenanceSpec | None = Field(default=None, description="Optional provenance contrast.")
     eval_batch_size: PositiveInt = Field(default=512, description="Batch size of evaluation forwards.")
+    sweeps: SweepSpec = Field(default_factory=SweepSpec, description=(
+        "Census sweeps over margins, false-discovery levels and pool sizes, read from stored replicates."))
+    controls: ControlsSpec = Field(default_factory=ControlsSpec, description=(
+        "Census controls: known-answer checkpoints kept out of the multiplicity family, and the detection floor."))
 
     # --- derived, checked once ------------------------------------------------------------------------------------
 
@@ -221,7 +265,8 @@ class AuditSpec(_Spec):
         """The checks a JSON Schema cannot express (expressions, field combinations), with exact JSON pointers."""
         check_dataset(self.dataset)
         check_splits(self.splits, self.dataset)
-        if self.provenance is not None and self.provenance.exchanged > self.provenance.pool_size:
+        if (self.provenance is not None and self.provenance.exchanged is not None
+                and self.provenance.exchanged > self.provenance.pool_size):
             raise AuditSpecError(f"provenance.exchanged ({self.provenance.exchanged}) exceeds provenance.pool_size "
                                  f"({self.provenance.pool_size}); exchange at most the whole pool",
                                  field="/provenance/exchanged")
@@ -278,6 +323,9 @@ def _message(error: ErrorDetails) -> str:
     text = error["msg"]
     if error["type"] == "missing":
         return "required field is missing"
+    if tuple(error["loc"]) == ("replicates",) and error["type"] == "greater_than_equal":
+        return (f"a decision needs at least 2 replicates (found {found!r}): one refit reaches no sign-test level "
+                "and gives no TOST interval; the papers use 10")
     if error["type"] == "extra_forbidden":
         return f"unknown field (found {found!r}); check the spelling against the schema"
     if isinstance(found, (str, int, float, bool)) or found is None:

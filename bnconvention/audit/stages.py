@@ -2,8 +2,9 @@
 
 :func:`bnconvention.audit.runner.run_audit` composes them in order: :func:`evaluate_shipped` (cells and anchoring as
 shipped) → :func:`run_replicates` (R refits on redrawn retained pools, φ restored after each) → :func:`decide_cells`
-(decisions and verdicts, from numbers alone) → :func:`staleness_with_band` (seed 003, Eq. 15, against the reference
-band) → :func:`run_diagnostics` (recoverability, provenance contrast) → :func:`check_theta_unchanged` →
+(decisions and verdicts, from numbers alone) → :func:`run_band_refits` (the retain refits the band needs beyond the
+replicates) → :func:`staleness_with_band` (seed 003, Eq. 15, against the null band of :mod:`.band`) →
+:func:`run_diagnostics` (recoverability and its curve, provenance arms) → :func:`check_theta_unchanged` →
 :func:`build_annotation`. The model-free stages (decisions, staleness, annotation) run on any numbers given to them.
 """
 
@@ -17,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bnconvention.audit.band import band_null, combined
 from bnconvention.audit.checkpoint import LoadedCheckpoint
 from bnconvention.audit.data import AuditData
 from bnconvention.audit.decisions import anchoring, decide_cell, evaluate_cell, reporting_line, verdict
-from bnconvention.audit.diagnostics import provenance_contrast, recoverability
+from bnconvention.audit.diagnostics import recoverability
 from bnconvention.audit.evaluation import (
     BaseCells,
     Refitter,
@@ -30,10 +32,20 @@ from bnconvention.audit.evaluation import (
     stream,
     torch_seed,
 )
-from bnconvention.audit.result import ReplicateRecord, SignRecord
+from bnconvention.audit.mechanism import from_metadata
+from bnconvention.audit.provenance import annotation_contrast, provenance_arms
+from bnconvention.audit.recovery import recoverability_curve
+from bnconvention.audit.result import (
+    MechanismEvidence,
+    ProvenanceArm,
+    RecoverabilityCurve,
+    ReplicateRecord,
+    SignRecord,
+    StalenessNull,
+)
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.authoring.declaration import default_producer, make_convention
-from bnconvention.errors import WeightsChangedError
+from bnconvention.errors import AuditSpecError, UntrustedInputError, WeightsChangedError
 from bnconvention.standard.models import (
     SPEC_VERSION,
     Anchoring,
@@ -105,7 +117,7 @@ class Replicates:
 
     records: list[ReplicateRecord]
     base: list[BaseCells]
-    kept_states: list[RunningState]  # the refit φ of replicates 0 and 1 when the spec asks for staleness
+    kept_states: list[RunningState]  # the refit φ of every replicate when the spec asks for staleness
     first_report: RefitReport
     channel: Channel
     transform_mode: str  # of the refit transform: "train" or "eval"
@@ -130,7 +142,7 @@ def run_replicates(prepared: PreparedAudit, refitter: Refitter, *, progress: boo
     try:
         for r in bar:
             record, cells, report, state = _replicate(prepared, refitter, r, transform=transform,
-                                                      describe_pool=describe_pool, keep_state=r < 2 and spec.staleness)
+                                                      describe_pool=describe_pool, keep_state=spec.staleness)
             records.append(record)
             base.append(cells)
             reports.append(report)
@@ -144,6 +156,19 @@ def run_replicates(prepared: PreparedAudit, refitter: Refitter, *, progress: boo
     first = reports[0]
     return Replicates(records=records, base=base, kept_states=kept, first_report=first, channel=reports[-1].channel,
                       transform_mode=transform.mode, warnings=[f"refit: {w}" for w in first.warnings])
+
+
+def replicate_record(prepared: PreparedAudit, refitter: Refitter, r: int) -> ReplicateRecord:
+    """Replicate ``r`` on its own, the same draw, refit and evaluation as inside :func:`run_replicates` (a sweep's
+    missing replicate); φ is restored after it."""
+    spec, data = prepared.spec, prepared.data
+    describe_pool = retain_split_description(pool_size=spec.refit.pool_size, seed=spec.seed, data=data)
+    try:
+        record, _, _, _ = _replicate(prepared, refitter, r, transform=data.transform(spec.refit.transform),
+                                     describe_pool=describe_pool, keep_state=False)
+    finally:
+        refitter.restore()
+    return record
 
 
 def _replicate(prepared: PreparedAudit, refitter: Refitter, r: int, *, transform: Any, describe_pool: str,
@@ -171,6 +196,39 @@ def _replicate(prepared: PreparedAudit, refitter: Refitter, r: int, *, transform
                              augmentation_seed=augmentation_seed, base_cells=cells,
                              seconds=time.perf_counter() - start)
     return record, cells, report, state
+
+
+def band_refit_count(spec: AuditSpec) -> int:
+    """Retain refits the band needs beyond the replicates (0 by default: the replicates are the null)."""
+    if not spec.staleness or spec.staleness_band.refits is None:
+        return 0
+    return max(0, spec.staleness_band.refits - spec.replicates)
+
+
+def run_band_refits(prepared: PreparedAudit, refitter: Refitter) -> list[RunningState]:
+    """Refits ``R .. N-1`` of the null, drawn exactly like replicates (``SeedSequence(seed, spawn_key=(0, r))``) but
+    neither evaluated nor counted as replicates; φ is restored after each."""
+    import torch
+
+    from bnconvention.refit import running_state
+
+    spec, data = prepared.spec, prepared.data
+    transform = data.transform(spec.refit.transform)
+    states: list[RunningState] = []
+    try:
+        for r in range(spec.replicates, spec.replicates + band_refit_count(spec)):
+            rng = stream(spec.seed, 0, r)
+            chosen = np.sort(rng.choice(len(data.retain.ids), size=spec.refit.pool_size, replace=False))
+            ids = data.retain.ids[chosen]
+            refitter.run(data.retain.x[torch.from_numpy(chosen)], rule=spec.refit.rule, transform=transform,
+                         seed=torch_seed(rng), batch_size=spec.refit.batch_size,
+                         data_split=data_split(data, role="retain", subset=f"reference band refit {r}", ids=ids,
+                                               count=spec.refit.pool_size, seed=spec.seed))
+            states.append(running_state(refitter.model))
+            refitter.restore()
+    finally:
+        refitter.restore()
+    return states
 
 
 # --- decisions ------------------------------------------------------------------------------------------------------
@@ -207,17 +265,24 @@ def decide_cells(spec: AuditSpec, shipped: ShippedCells, replicates: Sequence[Ba
 
 @dataclass(frozen=True)
 class StalenessOutcome:
-    """The annotation's staleness (None when the spec skips it), the band per layer, and why a band is missing."""
+    """The annotation's staleness (None when the spec skips it), the band per layer, its null, and warnings."""
 
     staleness: Staleness | None
     band_layers: list[LayerStaleness] | None
     warnings: list[str] = field(default_factory=list)
+    null: StalenessNull | None = None
+
+    @property
+    def combined(self) -> float | None:
+        """The shipped state's combined distance from replicate 0's refit (the provenance ratio's numerator)."""
+        return None if self.staleness is None else combined(self.staleness.mean_distance, self.staleness.var_distance)
 
 
-def staleness_with_band(spec: AuditSpec, shipped_vs_first: Staleness,
-                        kept_states: Sequence[RunningState]) -> StalenessOutcome:
-    """Shipped φ against replicate 0's refit (``shipped_vs_first``, the refit's own staleness), and the reference
-    band: replicate 1's refit against replicate 0's. ``exceeds_band`` when both averaged distances exceed it."""
+def staleness_with_band(spec: AuditSpec, shipped_vs_first: Staleness, kept_states: Sequence[RunningState], *,
+                        shipped_state: RunningState) -> StalenessOutcome:
+    """Shipped φ against replicate 0's refit (``shipped_vs_first``, the refit's own staleness), decided against the
+    null of ``kept_states`` (every independent retain refit: :func:`bnconvention.audit.band.band_null`). The
+    annotation's band is the null's ``1 - level`` quantile of each distance; ``exceeds_band`` is the rank test."""
     from bnconvention.refit import staleness_distance
 
     if not spec.staleness:
@@ -225,13 +290,22 @@ def staleness_with_band(spec: AuditSpec, shipped_vs_first: Staleness,
     if len(kept_states) < 2:
         return StalenessOutcome(staleness=shipped_vs_first, band_layers=None,
                                 warnings=["reference band not computed: it needs two replicates (R >= 2)"])
-    band = staleness_distance(kept_states[1], kept_states[0])
-    exceeds = (shipped_vs_first.mean_distance > band.mean_distance
-               and shipped_vs_first.var_distance > band.var_distance)
-    staleness = shipped_vs_first.model_copy(update={
-        "reference_band": StalenessBand(mean_distance=band.mean_distance, var_distance=band.var_distance),
-        "exceeds_band": exceeds})
-    return StalenessOutcome(staleness=staleness, band_layers=list(band.layers))
+    level = spec.staleness_band.level
+    null = band_null(shipped_state, kept_states, level=level)
+    warnings = [] if null.exceeds_band is not None else [
+        f"reference band: {len(kept_states)} refits cannot reach level {level:g} (the smallest p is "
+        f"1/{len(kept_states) + 1}); set staleness_band.refits to at least {_refits_for(level)}"]
+    band = None if null.band_mean_distance is None or null.band_var_distance is None else StalenessBand(
+        mean_distance=null.band_mean_distance, var_distance=null.band_var_distance)
+    staleness = shipped_vs_first.model_copy(update={"reference_band": band, "exceeds_band": null.exceeds_band})
+    layers = staleness_distance(kept_states[1], kept_states[0]).layers
+    return StalenessOutcome(staleness=staleness, band_layers=list(layers), warnings=warnings, null=null)
+
+
+def _refits_for(level: float) -> int:
+    import math
+
+    return math.ceil(1 / level - 1 - 1e-9)
 
 
 # --- diagnostics and the θ check ----------------------------------------------------------------------------------
@@ -241,18 +315,41 @@ def staleness_with_band(spec: AuditSpec, shipped_vs_first: Staleness,
 class Diagnostics:
     recoverability: Recoverability | None
     provenance: ProvenanceContrast | None
+    curve: RecoverabilityCurve | None = None
+    provenance_arms: list[ProvenanceArm] = field(default_factory=list)
 
 
-def run_diagnostics(prepared: PreparedAudit, refitter: Refitter, shipped: ShippedCells) -> Diagnostics:
-    """Recoverability (one refit) and the provenance contrast (two), each when the spec asks for it."""
+def run_diagnostics(prepared: PreparedAudit, refitter: Refitter, shipped: ShippedCells, *,
+                    staleness: float | None = None) -> Diagnostics:
+    """Recoverability (one refit) and its curve, and the provenance arms, each when the spec asks for it.
+    ``staleness``: the shipped state's combined staleness, for the provenance ratio."""
     spec, data, batch = prepared.spec, prepared.data, prepared.spec.eval_batch_size
-    recovery = provenance = None
+    recovery = curve = None
     if spec.recoverability is not None:
         recovery = recoverability(refitter, spec.recoverability, spec=spec, data=data, shipped=shipped.base,
                                   batch_size=batch)
-    if spec.provenance is not None:
-        provenance = provenance_contrast(refitter, spec.provenance, spec=spec, data=data, batch_size=batch)
-    return Diagnostics(recoverability=recovery, provenance=provenance)
+        curve = recoverability_curve(refitter, spec.recoverability, spec=spec, data=data,
+                                     shipped_df=shipped.base["df"], batch_size=batch)
+    arms = provenance_arms(refitter, spec=spec, data=data, batch_size=batch, staleness=staleness)
+    return Diagnostics(recoverability=recovery, provenance=annotation_contrast(arms), curve=curve,
+                       provenance_arms=arms)
+
+
+def mechanism_evidence(checkpoint: LoadedCheckpoint) -> MechanismEvidence:
+    """What the checkpoint's stamped record and sidecar say about its buffers (:mod:`.mechanism`); an unreadable
+    record or sidecar is no evidence (the checkpoint's loader already warned about it)."""
+    from bnconvention.audit.checkpoint import read_sidecar
+    from bnconvention.standard.locations import record_from_header
+
+    try:
+        record = record_from_header(checkpoint.header, source=str(checkpoint.path))
+    except UntrustedInputError:
+        record = None
+    try:
+        sidecar = read_sidecar(checkpoint.path)
+    except (UntrustedInputError, AuditSpecError, OSError):
+        sidecar = None
+    return from_metadata(record=record if isinstance(record, dict) else None, sidecar=sidecar)
 
 
 def check_theta_unchanged(path: Path, *, before: str, after: str) -> None:

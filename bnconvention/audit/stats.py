@@ -1,127 +1,47 @@
-"""The decision rules of the audit (seed 001: census design; seed 003: recalibration diagnostics).
+"""The audit's statistics: the standard's decision rules (re-exported from
+:mod:`bnconvention.standard.decision_rules`, where the validator reads them too) and Benjamini–Yekutieli across a
+census.
 
-For one cell of one checkpoint we have R replicate shifts ``s_1..s_R`` (refit minus shipped, in percentage points)
-and a margin ``M`` (default 1.2 pp):
-
-* **displaced** — every replicate clears the margin in the same direction. The exact sign test gives
-  ``p = P(Binom(R, 1/2) >= k)`` for the ``k`` replicates beyond the margin in the majority direction, so
-  ``p = 0.5**R`` when all R agree (R = 10: 0.0009765625).
-* **equivalent** — two one-sided t-tests (TOST) at the 90 % level: the 90 % confidence interval of the mean shift
-  lies inside ``(-M, +M)``; ``p = max(p_lower, p_upper)``. With zero spread (a GroupNorm model: every shift exactly
-  0.00) the interval is the point itself.
-* **undetermined** — neither.
-
-Across a census, the sign-test p-values are adjusted with Benjamini–Yekutieli
+Across a census, the sign-test p-values of one cell are adjusted with Benjamini–Yekutieli
 (``scipy.stats.false_discovery_control(..., method="by")``), valid under arbitrary dependence.
-
->>> decide([2.0] * 10, margin_pp=1.2).outcome, decide([2.0] * 10, margin_pp=1.2).p_value
-('displaced', 0.0009765625)
->>> decide([0.1, -0.1] * 5, margin_pp=1.2).outcome
-'equivalent'
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 from scipy import stats
 
-from bnconvention.standard.models import DecisionOutcome
+from bnconvention.standard.decision_rules import (
+    EXACT_EQUALITY_METHOD,
+    NO_METHOD,
+    SIGN_METHOD,
+    Decision,
+    Direction,
+    SignTest,
+    Tost,
+    binomial_tail,
+    decide,
+    sign_decides,
+    sign_test,
+    tost,
+)
 
-Direction = Literal["up", "down"]
-
-
-@dataclass(frozen=True)
-class SignTest:
-    direction: Direction | None  # majority direction beyond the margin, None when no replicate clears it
-    beyond: int  # replicates beyond the margin in that direction
-    replicates: int
-    p_value: float
-
-
-@dataclass(frozen=True)
-class Tost:
-    mean: float
-    lower: float  # 90 % confidence interval of the mean shift
-    upper: float
-    p_value: float | None  # None when it cannot be computed (a single replicate)
-
-
-@dataclass(frozen=True)
-class Decision:
-    outcome: DecisionOutcome
-    p_value: float | None
-    method: str
-    sign_test: SignTest
-    tost: Tost
-
-
-def _check(shifts_pp: Sequence[float], margin_pp: float) -> list[float]:
-    values = [float(s) for s in shifts_pp]
-    if not values:
-        raise ValueError("at least one replicate shift is needed to decide a cell")
-    if not all(math.isfinite(v) for v in values):
-        raise ValueError(f"replicate shifts must be finite numbers, got {values}")
-    if not margin_pp > 0:
-        raise ValueError(f"margin must be positive (in percentage points), got {margin_pp}")
-    return values
-
-
-def sign_test(shifts_pp: Sequence[float], *, margin_pp: float) -> SignTest:
-    """Exact one-sided sign test of 'the shift clears the margin' in the majority direction.
-
-    >>> sign_test([2, 3, -0.5], margin_pp=1.2)
-    SignTest(direction='up', beyond=2, replicates=3, p_value=0.5)
-    """
-    values = _check(shifts_pp, margin_pp)
-    up = sum(v > margin_pp for v in values)
-    down = sum(v < -margin_pp for v in values)
-    if up == down == 0:
-        return SignTest(direction=None, beyond=0, replicates=len(values), p_value=1.0)
-    direction: Direction = "up" if up >= down else "down"
-    beyond = max(up, down)
-    p_value = float(stats.binomtest(beyond, len(values), 0.5, alternative="greater").pvalue)
-    return SignTest(direction=direction, beyond=beyond, replicates=len(values), p_value=p_value)
-
-
-def tost(shifts_pp: Sequence[float], *, margin_pp: float, level: float = 0.90) -> Tost:
-    """Two one-sided t-tests against ``±margin_pp`` with a ``level`` confidence interval.
-
-    >>> t = tost([0.0] * 10, margin_pp=1.2)
-    >>> (t.lower, t.upper, t.p_value)
-    (0.0, 0.0, 0.0)
-    """
-    values = _check(shifts_pp, margin_pp)
-    n = len(values)
-    mean = math.fsum(values) / n
-    if n < 2:
-        return Tost(mean=mean, lower=-math.inf, upper=math.inf, p_value=None)
-    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
-    se = math.sqrt(variance / n)
-    alpha = (1 - level) / 2
-    if se == 0:
-        inside = -margin_pp < mean < margin_pp
-        return Tost(mean=mean, lower=mean, upper=mean, p_value=0.0 if inside else 1.0)
-    critical = float(stats.t.ppf(1 - alpha, df=n - 1))
-    p_lower = float(stats.t.sf((mean + margin_pp) / se, df=n - 1))  # H0: mean <= -margin
-    p_upper = float(stats.t.cdf((mean - margin_pp) / se, df=n - 1))  # H0: mean >= +margin
-    return Tost(mean=mean, lower=mean - critical * se, upper=mean + critical * se, p_value=max(p_lower, p_upper))
-
-
-def decide(shifts_pp: Sequence[float], *, margin_pp: float = 1.2, level: float = 0.90) -> Decision:
-    """Displaced, equivalent or undetermined, with the p-value and method of the rule that decided."""
-    signs = sign_test(shifts_pp, margin_pp=margin_pp)
-    equivalence = tost(shifts_pp, margin_pp=margin_pp, level=level)
-    if signs.direction is not None and signs.beyond == signs.replicates:
-        return Decision("displaced", signs.p_value, "exact-sign-test", signs, equivalence)
-    alpha = (1 - level) / 2
-    if equivalence.p_value is not None and equivalence.p_value < alpha:
-        return Decision("equivalent", equivalence.p_value, f"tost-{round(level * 100)}", signs, equivalence)
-    p_value = equivalence.p_value if equivalence.p_value is not None else signs.p_value
-    return Decision("undetermined", p_value, "none", signs, equivalence)
+__all__ = [
+    "EXACT_EQUALITY_METHOD",
+    "NO_METHOD",
+    "SIGN_METHOD",
+    "Decision",
+    "Direction",
+    "SignTest",
+    "Tost",
+    "binomial_tail",
+    "by_adjust",
+    "decide",
+    "sign_decides",
+    "sign_test",
+    "tost",
+]
 
 
 def by_adjust(p_values: Sequence[float]) -> list[float]:

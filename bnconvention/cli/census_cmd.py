@@ -6,6 +6,7 @@ from __future__ import annotations
 # and every other command stays light (cli/main.py).
 import argparse
 from pathlib import Path
+from typing import Any
 
 from bnconvention.cli.audit_cmd import add_common_options, allow_factories
 from bnconvention.cli.progress import show_progress
@@ -15,11 +16,16 @@ from bnconvention.formats.text import plural, signed
 EPILOG = """examples:
   bnconvention census zoo --spec examples/audit/digits-zoo.yaml --out census-zoo
   bnconvention census a.safetensors b.safetensors --spec audit.yaml --out census --workers 2
+  bnconvention census zoo --spec examples/audit/digits-zoo.yaml --out census-zoo --margins 1,1.5,2 --pool-sizes 256
 
 PATHS are .safetensors files, shard indexes (.safetensors.index.json) or folders searched recursively (a sharded
 checkpoint there is one checkpoint: its index). Every checkpoint is checked before any is audited.
 Each finished audit is journaled in DIR/journal/, so an interrupted census resumes where it stopped (rerun the
 same command). Outputs: DIR/census.json, DIR/census.md and DIR/checkpoints/<name>/ per checkpoint.
+
+Margins and q levels are re-read from the journaled replicates (no refit); stored replicates are kept per pool
+size in DIR/replicates/. Controls (spec controls.checkpoints, and channel-absent models) are reported apart and
+kept out of the Benjamini-Yekutieli family; census.md adds the detection floor and the recalibration budget.
 
 Exit codes: 0 census written (displaced cells and flips are findings, not failures), 1 an audit could not run (a
 checkpoint does not fit its model, a factory failed, a dependency is missing), 2 invalid spec, unreadable or
@@ -41,8 +47,39 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (also holds the resume journal)")
     parser.add_argument("--workers", type=int, default=1, metavar="N", help="audit N checkpoints in parallel "
                         "processes (default: 1)")
+    parser.add_argument("--margins", type=_numbers(float), metavar="PP,...", help="margins of the margin sweep, "
+                        "e.g. 1,1.2,1.5,2 (overrides sweeps.margins_pp; re-decided from stored replicates, no refit)")
+    parser.add_argument("--pool-sizes", type=_numbers(int), metavar="N,...", help="pool sizes to sweep beside "
+                        "refit.pool_size (overrides sweeps.pool_sizes; a pool size stored once is never refit)")
     add_common_options(parser)
     parser.set_defaults(func=run)
+
+
+def _numbers(kind: type) -> Any:
+    def parse(text: str) -> list[Any]:
+        try:
+            return [kind(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    return parse
+
+
+def _with_sweeps(spec: Any, args: argparse.Namespace) -> Any:
+    """The spec with the command line's sweep lists, checked as the spec's own would be."""
+    from pydantic import ValidationError
+
+    from bnconvention.audit.spec_census import SweepSpec
+
+    sweeps = dict(spec.sweeps.model_dump(mode="json"))
+    if args.margins is not None:
+        sweeps["margins_pp"] = args.margins
+    if args.pool_sizes is not None:
+        sweeps["pool_sizes"] = args.pool_sizes
+    try:
+        return spec.model_copy(update={"sweeps": SweepSpec.model_validate(sweeps)})
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False)[0]
+        raise UsageError(f"--margins/--pool-sizes: {problem['msg']} (found {problem.get('input')!r})") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
     allow_factories(args.allow_factory)
     spec = load_spec(args.spec, replicates=args.replicates)
+    if args.margins is not None or args.pool_sizes is not None:
+        spec = _with_sweeps(spec, args)
     outcome = run_census(args.paths, spec, Path(args.out), workers=args.workers, progress=show_progress(args.progress),
                          allowed_factories=args.allow_factory)
     summary = outcome.summary
@@ -66,9 +105,15 @@ def run(args: argparse.Namespace) -> int:
     for criterion, verdict in summary["verdicts"].items():
         print(f"  {criterion}: {plural(verdict['flips'], 'flip')} (pass->fail {verdict['pass_to_fail']}, fail->pass "
               f"{verdict['fail_to_pass']})")
+    controls = summary["controls"]
+    print(f"  controls: {controls['as_expected']} of {controls['controls']} gave their known answer (outside BY)")
+    for row in summary["sweeps"]["margins"]:
+        cells = ", ".join(f"{m} {c['displaced']}" for m, c in row["cells"].items())
+        print(f"  margin {row['margin_pp']:g}pp: displaced {cells}")
     largest = summary["largest_shift"]
     if largest:
         print(f"  largest shift {signed(largest['shift_pp'])}pp ({largest['cell']}, {largest['checkpoint']})")
-    print(f"{outcome.audits_run} audited, {outcome.audits_reused} reused from the journal; wrote "
+    print(f"{outcome.audits_run} audited, {outcome.audits_reused} reused from the journal, "
+          f"{plural(summary['invocation']['refits_run'], 'refit')}; wrote "
           f"{outcome.out_dir / 'census.json'} and {outcome.out_dir / 'census.md'}")
     return 0

@@ -33,6 +33,7 @@ COMMAND_MODULES: list[str] = [
     # pipelines
     "bnconvention.cli.validate_cmd",
     "bnconvention.cli.schema_cmd",
+    "bnconvention.cli.migrate_cmd",
     # authors
     "bnconvention.cli.declare_cmd",
     "bnconvention.cli.stamp_cmd",

@@ -237,7 +237,7 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
                              org: str) -> dict[str, Any] | None:
     """``audit.json`` and ``audit.md`` over every audited file (reused ones included), linking each annotation
     where :func:`write_repo_outputs` put it; None (nothing written) when no file was audited."""
-    from bnconvention.audit.census import summarize
+    from bnconvention.audit.census_summary import summarize
     from bnconvention.audit.markdown import census_markdown
     from bnconvention.audit.outputs import ANNOTATION_FILE, write_json
     from bnconvention.formats.atomic import atomic_write_text

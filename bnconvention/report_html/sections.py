@@ -106,7 +106,8 @@ def _staleness(result: AuditResult) -> str:
     exceeds = {True: badge("exceeds the reference band", "displaced"),
                False: badge("within the reference band", "equivalent"), None: "—"}[s.exceeds_band]
     parts = [f"<p>Layer-averaged distance of the shipped statistics from a retain refit: mean "
-             f"{s.mean_distance:.5f}, variance {s.var_distance:.5f}; reference band (two independent retain refits): "
+             f"{s.mean_distance:.5f}, variance {s.var_distance:.5f}; reference band (null of independent retain "
+             "refits): "
              + (f"mean {band.mean_distance:.5f}, variance {band.var_distance:.5f}" if band else "—")
              + f". {exceeds}</p>"]
     reference = {layer.name: layer for layer in (result.band_layers or [])}

@@ -7,7 +7,9 @@ from typing import Annotated, Any, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
-SPEC_VERSION: Final = "1.0"
+SPEC_VERSION: Final = "1.0"  # what producers write unless a record needs a later version's field
+LATEST_SPEC_VERSION: Final = "1.1"
+SPEC_VERSIONS: Final = ("1.0", "1.1")  # every version this release reads; older ones stay valid and mean the same
 SCHEMA_ID = "https://bnconvention.github.io/schema/v1/bnconvention.schema.json"
 DIGEST_ALGORITHM: Final = "bnconvention-tensors/1"  # Final: typed as the Literal the records declare
 

@@ -6,10 +6,12 @@ in the type declarations only (patterns, enums, bounds, discriminated unions), s
 accept exactly the same documents. Rules that need more than one field (a canonical name that must match the other
 fields, digests that must match a file) are *semantic* checks in :mod:`bnconvention.validation`.
 
-This module is the standard's one import point: the two record kinds and their union live here, their parts in
+This module is the standard's one import point: the two record kinds (each in versions 1.0 and 1.1) and their
+union live here, their parts in
 modules by responsibility, all re-exported: :mod:`.fields` (versions, vocabularies, constrained types),
 :mod:`.convention` (the fitting convention), :mod:`.deployed` (deployed state, digests, producer), :mod:`.evidence`
-(recorder observation, staleness, refit details), :mod:`.annotation` (the refit annotation and its cells).
+(recorder observation, staleness, refit details), :mod:`.annotation` (the refit annotation and its cells),
+:mod:`.annotation_v11` (what 1.1 adds to an annotation).
 
 Serialize with :func:`to_dict` (drops ``None``); parse with :func:`parse_record`.
 """
@@ -30,6 +32,17 @@ from bnconvention.standard.annotation import (
     Recoverability,
     RefitAnnotation,
     Verdict,
+)
+from bnconvention.standard.annotation_v11 import (
+    CellDecisionV11,
+    CellV11,
+    CheckpointFamily,
+    NullBand,
+    ProvenanceArm,
+    RecoverabilityCurve,
+    RecoverabilityPoint,
+    RefitAnnotationV11,
+    TwinReference,
 )
 from bnconvention.standard.convention import (
     Accumulation,
@@ -56,8 +69,10 @@ from bnconvention.standard.evidence import (
 )
 from bnconvention.standard.fields import (
     DIGEST_ALGORITHM,
+    LATEST_SPEC_VERSION,
     SCHEMA_ID,
     SPEC_VERSION,
+    SPEC_VERSIONS,
     AccumulationRule,
     BufferUpdateMode,
     Channel,
@@ -98,9 +113,37 @@ class Declaration(StrictModel):
     refit: RefitDetails | None = Field(default=None, description="Present when the state was produced by a refit.")
 
 
+class DeclarationV11(Declaration):
+    """A declaration of spec version 1.1: the same fields as 1.0 (1.1 adds only to refit annotations)."""
 
-Record = Annotated[Declaration | RefitAnnotation, Field(discriminator="kind")]
+    spec_version: Literal["1.1"] = Field(  # type: ignore[assignment]
+        description="Version of the standard the record follows.")
+
+
+# Each record kind is a union tagged by spec_version, inside the union tagged by kind (the schema's $defs
+# DeclarationRecord and RefitAnnotationRecord, see standard/schema.py).
+AnyDeclaration = Annotated[Declaration | DeclarationV11, Field(discriminator="spec_version")]
+AnyRefitAnnotation = Annotated[RefitAnnotation | RefitAnnotationV11, Field(discriminator="spec_version")]
+Record = Annotated[AnyDeclaration | AnyRefitAnnotation, Field(discriminator="kind")]
 RECORD_ADAPTER: TypeAdapter[Declaration | RefitAnnotation] = TypeAdapter(Record)
+
+# The 1.0 model of each object 1.1 extends, and its 1.1 model: the fields 1.1 adds are their difference.
+VERSIONED_MODELS: tuple[tuple[type[BaseModel], type[BaseModel]], ...] = (
+    (Declaration, DeclarationV11),
+    (RefitAnnotation, RefitAnnotationV11),
+    (Cell, CellV11),
+    (CellDecision, CellDecisionV11),
+)
+
+
+def added_in_1_1() -> dict[str, tuple[str, ...]]:
+    """For each 1.0 object (by its schema title) the property names 1.1 adds to it.
+
+    >>> added_in_1_1()["CellDecision"]
+    ('by_p_value', 'by_family_size')
+    """
+    return {old.__name__: tuple(f for f in new.model_fields if f not in old.model_fields)
+            for old, new in VERSIONED_MODELS}
 
 
 def to_dict(model: BaseModel) -> dict[str, Any]:
@@ -115,9 +158,25 @@ def parse_record(data: Any) -> Declaration | RefitAnnotation:
 
 __all__ = [
     "DIGEST_ALGORITHM",
+    "LATEST_SPEC_VERSION",
     "RECORD_ADAPTER",
     "SCHEMA_ID",
     "SPEC_VERSION",
+    "SPEC_VERSIONS",
+    "VERSIONED_MODELS",
+    "AnyDeclaration",
+    "AnyRefitAnnotation",
+    "CellDecisionV11",
+    "CellV11",
+    "CheckpointFamily",
+    "DeclarationV11",
+    "NullBand",
+    "ProvenanceArm",
+    "RecoverabilityCurve",
+    "RecoverabilityPoint",
+    "RefitAnnotationV11",
+    "TwinReference",
+    "added_in_1_1",
     "Accumulation",
     "AccumulationRule",
     "AnchorCell",

@@ -17,6 +17,7 @@ from typing import Any
 
 from bnconvention.formats.atomic import sync_generated_file
 from bnconvention.formats.text import table_cell
+from bnconvention.standard.models import VERSIONED_MODELS
 from bnconvention.standard.schema import generate_schema
 from bnconvention.validation.issues import CODES
 
@@ -27,12 +28,18 @@ EXAMPLES = {
 }
 # Objects in reading order: the two record kinds first, then what they contain.
 ORDER = [
-    "Declaration", "RefitAnnotation", "FittingConvention", "DataSplit", "DatasetRef", "Transform",
-    "TransformDescription", "Normalization", "EmaAccumulation", "CumulativeAccumulation", "ExactAccumulation",
+    "DeclarationRecord", "RefitAnnotationRecord", "Declaration", "RefitAnnotation", "FittingConvention", "DataSplit",
+    "DatasetRef", "Transform", "TransformDescription", "Normalization", "EmaAccumulation", "CumulativeAccumulation",
+    "ExactAccumulation",
     "OtherModules", "BatchNormState", "BatchNormLayer", "TensorDigests", "Producer", "RefitDetails", "Staleness",
     "LayerStaleness", "StalenessBand", "Observation", "LayerObservation", "Contradiction", "AuditedFile", "Anchoring",
     "AnchorCell", "Cell", "CellDecision", "Verdict", "ProvenanceContrast", "Recoverability",
+    # spec version 1.1: the extended objects, then their new parts
+    "DeclarationV11", "RefitAnnotationV11", "CellV11", "CellDecisionV11", "CheckpointFamily", "ProvenanceArm",
+    "NullBand", "RecoverabilityCurve", "RecoverabilityPoint", "TwinReference",
 ]
+# A 1.1 object that extends a 1.0 one: its table lists only what differs.
+EXTENDS = {new.__name__: old.__name__ for old, new in VERSIONED_MODELS}
 _BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
                     re.DOTALL)
 
@@ -101,10 +108,21 @@ def field_tables() -> str:
         out.append(f"#### {name}\n")
         if schema.get("description"):
             out.append(_markdown(schema["description"]) + "\n")
+        if "properties" not in schema:  # a union by spec_version (DeclarationRecord): no fields of its own
+            mapping = schema["discriminator"]["mapping"]
+            out.append(", ".join(f"`{json.dumps(v)}`: {type_text({'$ref': ref})}" for v, ref in mapping.items())
+                       + "\n")
+            continue
+        properties: dict[str, Any] = schema["properties"]
+        base = EXTENDS.get(name)
+        if base is not None:
+            out.append(f"Every field of [{base}](#{_anchor(base)}), with these added or changed:\n")
+            inherited = defs[base]["properties"]
+            properties = {k: v for k, v in properties.items() if inherited.get(k) != v}
         out.append("| field | type | required | description |")
         out.append("|---|---|---|---|")
         required = set(schema.get("required", []))
-        for prop, sub in schema.get("properties", {}).items():
+        for prop, sub in properties.items():
             description = _markdown(_description(sub))
             out.append(f"| `{prop}` | {type_text(sub)} | {'yes' if prop in required else 'no'} | {description} |")
         out.append("")

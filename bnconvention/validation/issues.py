@@ -130,6 +130,11 @@ CODES: dict[str, CodeInfo] = {
     "record.replicate_count": _code(
         "A cell's replicate lists do not have one value per replicate (the annotation's 'replicates')."),
     "record.cell_mean": _code("A cell's refit or shift_pp is not the mean of its replicate values."),
+    "record.decision_inconsistent": _code(
+        "A cell's decision (outcome, method or p-value) is not what the decision rules of docs/statistics.md give "
+        "for its own replicate shifts and margin (p-values compared exactly or at two significant digits)."),
+    "record.twin_weights_differ": _code(
+        "A 1.1 annotation's twin has other trainable tensors than its subject: a frozen twin shares θ bit for bit."),
     "record.channel_absent_shift": _code("An annotation with channel 'absent' reports a non-zero shift."),
     "record.verdict_flip": _code("A verdict's flipped/direction fields disagree with its shipped and refit "
                                  "outcomes."),

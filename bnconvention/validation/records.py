@@ -2,7 +2,7 @@
 
 >>> issues = validate_record({"spec_version": "2.0", "kind": "declaration"}, source="r.json")
 >>> sorted({i.code for i in issues})
-['schema.required', 'schema.spec_version']
+['schema.spec_version']
 """
 
 from __future__ import annotations

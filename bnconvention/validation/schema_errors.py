@@ -20,7 +20,7 @@ from typing import Any
 from jsonschema import ValidationError
 from jsonschema.exceptions import best_match
 
-from bnconvention.standard.models import SPEC_VERSION
+from bnconvention.standard.models import LATEST_SPEC_VERSION, SPEC_VERSIONS, added_in_1_1
 from bnconvention.standard.schema import schema_validator
 from bnconvention.validation.issues import Issue, make_pointer, new_issue
 
@@ -115,9 +115,12 @@ def _union(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
             return
         value = instance[tag]
         if not isinstance(value, str) or value not in mapping:
+            if tag == "spec_version":
+                yield _unknown_version(value, source=source, pointer=pointer + make_pointer([tag]))
+                return
             yield new_issue("schema.discriminator", file=source, path=pointer + make_pointer([tag]), message=(
                 f"{show(value)} is not a known {tag}{_did_you_mean(value, known)}: {pointer}/{tag} must be "
-                f"one of {', '.join(known)}; records of version {SPEC_VERSION} know no other {tag}"))
+                f"one of {', '.join(known)}; records of versions {', '.join(SPEC_VERSIONS)} know no other {tag}"))
             return
         index = next((i for i, b in enumerate(branches) if isinstance(b, dict) and b.get("$ref") == mapping[value]),
                      None)
@@ -142,6 +145,39 @@ def _union(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
                 return
     yield new_issue("schema.invalid", file=source, path=pointer, message=(
         f"{show(instance)} does not match any allowed form of {_where(pointer)}; see docs/standard.md"))
+
+
+def _unknown_version(value: Any, *, source: str, pointer: str) -> Issue:
+    versions = " and ".join(show(v) for v in SPEC_VERSIONS)
+    return new_issue("schema.spec_version", file=source, path=pointer, message=(
+        f"{show(value)} is not a spec_version this validator reads: it reads versions {versions} (a quoted "
+        f"string); write \"spec_version\": \"1.0\" or \"{LATEST_SPEC_VERSION}\", or validate with a bnconvention "
+        "release that knows this version (older records stay valid: see the versioning policy in docs/standard.md)"))
+
+
+def _later_version_hint(title: Any, name: str) -> str:
+    """The hint for a 1.0 object carrying a property that version 1.1 adds to it."""
+    if isinstance(title, str) and name in added_in_1_1().get(title, ()):
+        return (f" in a spec_version 1.0 record: {show(name)} is a field of spec version {LATEST_SPEC_VERSION}; "
+                f"declare \"spec_version\": \"{LATEST_SPEC_VERSION}\" (bnconvention migrate upgrades a 1.0 record "
+                "without changing its meaning), or remove it")
+    return ""
+
+
+def _additional_properties(instance: Any, schema: dict[str, Any], *, source: str, pointer: str, of: str,
+                           title: Any) -> Iterator[Issue]:
+    """One issue per property the schema does not allow: a later spec version's field says so, else a typo hint."""
+    allowed = sorted(schema.get("properties", {}))
+    extras = [k for k in instance if k not in allowed] if isinstance(instance, dict) else []
+    for name in extras:
+        later = _later_version_hint(title, name)
+        if later:
+            yield new_issue("schema.additional_property", file=source, path=pointer, message=(
+                f"{show(name)} is not a property of {of}{later}"))
+            continue
+        yield new_issue("schema.additional_property", file=source, path=pointer, message=(
+            f"{show(name)} is not a property of {of}{_did_you_mean(name, allowed)}; remove it or fix its "
+            f"spelling (allowed: {', '.join(allowed)})"))
 
 
 def _leaf(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
@@ -174,12 +210,7 @@ def _leaf(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
             yield new_issue("schema.required", file=source, path=pointer, message=(
                 f"{show(name)} is a required property of {of}; add it{what}"))
     elif keyword == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        extras = [k for k in instance if k not in allowed] if isinstance(instance, dict) else []
-        for name in extras:
-            yield new_issue("schema.additional_property", file=source, path=pointer, message=(
-                f"{show(name)} is not a property of {of}{_did_you_mean(name, allowed)}; remove it or fix its "
-                f"spelling (allowed: {', '.join(allowed)})"))
+        yield from _additional_properties(instance, schema, source=source, pointer=pointer, of=of, title=title)
     elif keyword == "enum":
         choices = [str(c) for c in value]
         yield new_issue("schema.enum", file=source, path=pointer, message=(
@@ -187,10 +218,7 @@ def _leaf(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
             f"{', '.join(choices)}"))
     elif keyword == "const":
         if error.absolute_path and list(error.absolute_path)[-1] == "spec_version" and len(error.absolute_path) == 1:
-            yield new_issue("schema.spec_version", file=source, path=pointer, message=(
-                f"{show(instance)} is not a spec_version this validator reads: it reads version {show(SPEC_VERSION)} "
-                "records; write \"spec_version\": \"1.0\", or validate with a bnconvention release that knows "
-                "this version (older records stay valid: see the versioning policy in docs/standard.md)"))
+            yield _unknown_version(instance, source=source, pointer=pointer)
         else:
             yield new_issue("schema.const", file=source, path=pointer, message=(
                 f"{show(instance)} is not the allowed value: {where} must be exactly {show(value)}"))

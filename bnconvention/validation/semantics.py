@@ -20,6 +20,7 @@ from bnconvention.standard.models import (
     Staleness,
 )
 from bnconvention.standard.naming import canonical_name, transform_sha256
+from bnconvention.validation.decision_check import decision_issues
 from bnconvention.validation.issues import Issue, join_pointer, new_issue
 from bnconvention.validation.schema_errors import show
 
@@ -223,7 +224,19 @@ def annotation_issues(record: RefitAnnotation, *, source: str) -> list[Issue]:
                 f"{show(anchoring.tolerance)} they give {str(anchored).lower()}")))
     if record.staleness is not None:
         issues += staleness_issues(record.staleness, source=source, base="/staleness")
+    issues += decision_issues(record, source=source)
+    issues += twin_issues(record, source=source)
     return issues
+
+
+def twin_issues(record: RefitAnnotation, *, source: str) -> Iterator[Issue]:
+    """A 1.1 twin shares the subject's trainable tensors bit for bit (only its buffers took another path)."""
+    twin = getattr(record, "twin", None)
+    if twin is not None and twin.trainable_sha256 != record.subject.trainable_sha256:
+        yield new_issue("record.twin_weights_differ", file=source, path="/twin/trainable_sha256", message=(
+            f"{show(short(twin.trainable_sha256))} is not the subject's trainable digest "
+            f"{show(short(record.subject.trainable_sha256))}: a twin has bit-identical trainable tensors and differs "
+            "only in its running statistics; name the twin of this checkpoint, or drop the twin"))
 
 
 __all__ = ["TOLERANCE", "annotation_issues", "declaration_issues", "short"]

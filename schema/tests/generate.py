@@ -1,4 +1,4 @@
-"""Write the conformance vectors of the bnconvention standard (version 1.0) and their manifest.
+"""Write the conformance vectors of the bnconvention standard (versions 1.0 and 1.1) and their manifest.
 
     .venv/bin/python schema/tests/generate.py          # rewrite valid/, invalid/ and manifest.json
     .venv/bin/python schema/tests/generate.py --check  # exit 1 if the committed files differ from this script
@@ -30,6 +30,7 @@ from vector_records import (  # noqa: E402
     TWO_LAYERS,
     Record,
     annotation_minimal,
+    annotation_v11,
     base_annotation,
     base_annotation_absent,
     base_channel_absent,
@@ -41,7 +42,7 @@ from vector_records import (  # noqa: E402
 )
 
 from bnconvention.authoring.declaration import make_convention, make_transform  # noqa: E402
-from bnconvention.standard.models import SPEC_VERSION  # noqa: E402
+from bnconvention.standard.models import SPEC_VERSIONS  # noqa: E402
 
 # --- the vectors -----------------------------------------------------------------------------------------------------
 
@@ -176,9 +177,15 @@ def register_valid() -> None:
            _all(_set("/convention/buffer_update_mode", "train"),
                 _set("/convention/name", "train/retain/train-transform/exact")),
            warnings=[("record.refit_mode_mismatch", "/convention/buffer_update_mode")])
-    vector("refit-annotation-full", "An auditor's annotation with every section: anchoring, three cells "
-           "(displaced, equivalent, undetermined), verdicts with a flip, staleness, provenance, recoverability.",
-           base_annotation)
+    vector("refit-annotation-full", "An auditor's annotation with every section: anchoring, three cells over six "
+           "replicates (two displaced at p = 0.5^6, one equivalent by TOST), verdicts with a "
+           "flip, staleness, provenance, recoverability.", base_annotation)
+    vector("refit-annotation-v11", "Spec version 1.1: the full annotation with every field 1.1 adds (BY-adjusted "
+           "p-values, an undetermined cell, family, two provenance arms with a null band, recoverability curves, a "
+           "frozen twin).",
+           annotation_v11)
+    vector("declaration-v11", "Spec version 1.1 declares the same fields as 1.0.", base_ema,
+           _set("/spec_version", "1.1"))
     vector("refit-annotation-channel-absent", "Channel absent: every shift is exactly 0.", base_annotation_absent)
     vector("refit-annotation-minimal", "Only the required fields of an annotation.", annotation_minimal)
 
@@ -340,6 +347,60 @@ def register_semantic_invalid() -> None:
            issues=[("record.anchoring_inconsistent", "/anchoring/anchored")])
 
 
+def register_version_invalid() -> None:
+    vector("invalid-v10-family", "A 1.0 record carrying a 1.1 field: 1.0 stays strict.", base_annotation,
+           _set("/family", {"name": "gradient-ascent"}), level="schema",
+           issues=[("schema.additional_property", "")])
+    vector("invalid-v10-by-p-value", "A 1.0 cell decision carrying the 1.1 by_p_value.", base_annotation,
+           _set("/cells/0/decision/by_p_value", 0.5), level="schema",
+           issues=[("schema.additional_property", "/cells/0/decision")])
+    vector("invalid-v11-by-p-value-range", "by_p_value is a probability.", annotation_v11,
+           _set("/cells/0/decision/by_p_value", 1.5), level="schema",
+           issues=[("schema.range", "/cells/0/decision/by_p_value")])
+    vector("invalid-v11-provenance-arms-empty", "provenance_arms, when present, has an arm.", annotation_v11,
+           _set("/provenance_arms", []), level="schema", issues=[("schema.items", "/provenance_arms")])
+    vector("semantic-v11-twin-weights", "A twin has bit-identical trainable tensors.", annotation_v11,
+           _set("/twin/trainable_sha256", fake("other weights")), level="semantic",
+           issues=[("record.twin_weights_differ", "/twin/trainable_sha256")])
+
+
+def register_decision_invalid() -> None:
+    """Each way a cell's decision can contradict its own replicate shifts (issue 13)."""
+    def four_replicates(record: Record) -> None:
+        record["replicates"] = 4
+        record["cells"] = [record["cells"][0]]
+        df = record["cells"][0]
+        df["replicate_values"] = df["replicate_values"][:4]
+        df["replicate_shifts_pp"] = df["replicate_shifts_pp"][:4]
+        df["refit"] = 0.625
+        df["shift_pp"] = 50.0
+        df["decision"]["p_value"] = 0.0625
+        for key in ("verdicts", "anchoring"):
+            record.pop(key)
+
+    vector("semantic-decision-displaced-level", "Four agreeing replicates give p = 0.0625: the sign test does not "
+           "reach 0.05, so the cell is not displaced.", base_annotation, four_replicates, level="semantic",
+           issues=[("record.decision_inconsistent", "/cells/0/decision/outcome")])
+    vector("semantic-decision-p-value", "Six replicates give p = 0.5^6, not the papers' 0.5^10.", base_annotation,
+           _set("/cells/0/decision/p_value", 0.0009765625), level="semantic",
+           issues=[("record.decision_inconsistent", "/cells/0/decision/p_value")])
+    vector("semantic-decision-undetermined", "Six shifts all <= -38 pp are displaced, not undetermined.",
+           base_annotation, _all(_set("/cells/2/decision", {"outcome": "undetermined", "method": "none",
+                                                           "p_value": 1.0})), level="semantic",
+           issues=[("record.decision_inconsistent", "/cells/2/decision/outcome")])
+    vector("semantic-decision-method", "An equivalent cell is decided by TOST, not the sign test.", base_annotation,
+           _set("/cells/1/decision/method", "exact-sign-test"), level="semantic",
+           issues=[("record.decision_inconsistent", "/cells/1/decision/method")])
+    vector("semantic-decision-zero-spread", "Zero spread is an exact equality, not TOST with p = 0.", base_annotation,
+           _all(_set("/cells/1/replicate_values", [0.8671875] * 6), _set("/cells/1/replicate_shifts_pp", [0.0] * 6),
+                _set("/cells/1/refit", 0.8671875), _set("/cells/1/shift_pp", 0.0),
+                _set("/cells/1/decision/p_value", 0.0)), level="semantic",
+           issues=[("record.decision_inconsistent", "/cells/1/decision/method")])
+    vector("semantic-decision-not-anchored", "A checkpoint that does not anchor is not decided.", base_annotation,
+           _set("/cells/0/decision", {"outcome": "displaced", "method": "not-anchored"}), level="semantic",
+           issues=[("record.decision_inconsistent", "/cells/0/decision/outcome")])
+
+
 def register_parse_invalid() -> None:
     raw_vector("parse-duplicate-key", "A JSON object with a repeated key (loaders would silently keep the last).",
                b'{"spec_version": "1.0", "kind": "declaration", "kind": "refit_annotation"}\n', "json.duplicate_key")
@@ -356,6 +417,8 @@ def build() -> tuple[dict[str, bytes], bytes]:
     register_valid()
     register_schema_invalid()
     register_semantic_invalid()
+    register_version_invalid()
+    register_decision_invalid()
     register_parse_invalid()
     files: dict[str, bytes] = {}
     entries = []
@@ -378,7 +441,7 @@ def build() -> tuple[dict[str, bytes], bytes]:
             "issues": sorted(v["issues"], key=lambda i: (i["path"], i["code"])),
         })
     manifest = {
-        "spec_version": SPEC_VERSION,
+        "spec_versions": list(SPEC_VERSIONS),
         "schema": "../v1/bnconvention.schema.json",
         "about": ("Conformance vectors of the bnconvention standard. valid: both the schema and the semantic "
                   "rules accept the record (it may still carry warnings). level 'schema': the JSON Schema rejects "

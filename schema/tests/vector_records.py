@@ -106,7 +106,7 @@ def base_channel_absent() -> Record:
 
 
 def cell(metric: str, split: str | None, shipped: float, values: list[float], *, margin: float = 1.2,
-         outcome: str = "displaced", p_value: float | None = 0.0009765625, method: str = "exact-sign-test") -> Record:
+         outcome: str = "displaced", p_value: float | None, method: str = "exact-sign-test") -> Record:
     shifts = [round((v - shipped) * 100, 10) for v in values]
     out: Record = {
         "metric": metric,
@@ -137,25 +137,29 @@ def base_annotation() -> Record:
                     "declared_convention": "train/train/train-transform/ema-m0.1"},
         "convention": to_dict(convention),
         "channel": "present",
-        "replicates": 4,
+        "replicates": 6,
         "margin_pp": 1.2,
         "anchoring": {"tolerance": 0.02, "anchored": True, "cells": [
             {"metric": "df", "published": 0.125, "shipped": 0.125, "abs_diff": 0.0},
             {"metric": "dt", "published": 0.875, "shipped": 0.8671875, "abs_diff": 0.0078125},
         ]},
+        # The decisions are the rules' (docs/statistics.md), worked out by hand: six replicates beyond the margin
+        # in one direction give the one-sided sign-test p = 0.5**6 = 0.015625 <= 0.05 (displaced); dt's shifts
+        # (mean 0.1953 pp, sd 0.5924 pp, se 0.2419 pp) give TOST p = P(t_5 < (0.1953 - 1.2) / 0.2419) = 0.0044371
+        # (equivalent).
         "cells": [
-            cell("df", "forget", 0.125, [0.625, 0.5, 0.75, 0.625]),
-            cell("dt", "test", 0.8671875, [0.875, 0.859375, 0.8671875, 0.875], outcome="equivalent", p_value=0.03125,
-                 method="tost-90"),
-            cell("abs(df - dt)", None, 0.7421875, [0.25, 0.359375, 0.1171875, 0.25], outcome="undetermined",
-                 p_value=None),
+            cell("df", "forget", 0.125, [0.625, 0.5, 0.75, 0.625, 0.5625, 0.6875], p_value=0.015625),
+            cell("dt", "test", 0.8671875, [0.875, 0.859375, 0.8671875, 0.875, 0.87109375, 0.8671875],
+                 outcome="equivalent", p_value=0.004437115077114705, method="tost-90"),
+            cell("abs(df - dt)", None, 0.7421875, [0.25, 0.359375, 0.1171875, 0.25, 0.30859375, 0.1796875],
+                 p_value=0.015625),
         ],
         "verdicts": [{"criterion": "abs(df - dt) <= 0.05", "shipped": False, "refit": False, "flipped": False,
                       "refit_pass_replicates": 0},
                      {"criterion": "df <= 0.2", "shipped": True, "refit": False, "flipped": True,
                       "direction": "pass_to_fail", "refit_pass_replicates": 0},
                      {"criterion": "abs(df - dt) <= 0.5", "shipped": False, "refit": True, "flipped": True,
-                      "direction": "fail_to_pass", "refit_pass_replicates": 4}],
+                      "direction": "fail_to_pass", "refit_pass_replicates": 6}],
         "staleness": {**staleness([("features.1", 1.5, 2.5), ("features.4", 0.5, 0.5)]),
                       "reference_band": {"mean_distance": 0.125, "var_distance": 0.25}, "exceeds_band": True},
         "provenance": {"pool_size": 512, "exchanged": 64, "mean_distance": 0.0625, "var_distance": 0.125,
@@ -176,7 +180,7 @@ def base_annotation_absent() -> Record:
         "subject": {"filename": "model.safetensors", "trainable_sha256": fake("trainable gn")},
         "convention": to_dict(convention), "channel": "absent", "replicates": 2, "margin_pp": 1.2,
         "cells": [cell("df", "forget", 0.25, [0.25, 0.25], outcome="equivalent", p_value=None,
-                       method="channel-absent")],
+                       method="channel-absent")],  # zero spread: an exact equality, no p-value
         "producer": producer(),
         "reporting_line": "no running statistics (GroupNorm): channel absent, every shift is 0.00pp",
     }
@@ -188,4 +192,41 @@ def annotation_minimal() -> Record:
         record.pop(key)
     record["subject"] = {"filename": "weights/model.safetensors", "trainable_sha256": fake("trainable")}
     record["cells"] = record["cells"][:1]
+    return record
+
+
+def annotation_v11() -> Record:
+    """The full annotation as spec version 1.1, with every field 1.1 adds (docs/standard.md, "What changed in 1.1").
+
+    The BY p-values are those of a family of m = 12 checkpoints in which this one has the smallest p (0.015625):
+    0.015625 * 12 * c(12) / 1 with c(12) = sum 1/j = 3.1032 (the others at 0.5 adjust higher).
+    """
+    record = base_annotation()
+    record["spec_version"] = "1.1"
+    # An undetermined cell: dr's shifts (mean 0, sd 2.7951 pp) give TOST p = P(t_5 > 1.2 / 1.1411) = 0.17056 and
+    # only 2/6 replicates beyond the margin.
+    record["cells"].append(cell("dr", "retain", 0.96875, [1.0, 0.9375, 1.0, 0.9375, 0.96875, 0.96875],
+                                outcome="undetermined", p_value=0.17055822997970438, method="none"))
+    for cell_record in record["cells"]:
+        if cell_record["decision"]["outcome"] == "displaced":
+            cell_record["decision"]["by_p_value"] = 0.5818520021645022
+            cell_record["decision"]["by_family_size"] = 12
+    record["family"] = {"name": "gradient-ascent", "variant": "train-mode", "removal": "instances 5%", "seed": 1}
+    band = {"lower": -1.5, "upper": 1.75, "level": 0.95}
+    record["provenance_arms"] = [
+        {"arm": "deployment-share", "pool_size": 512, "exchanged": 26, "forget_shift_pp": [0.5, -0.25, 1.0],
+         "null_band": band, "outside_null": False},
+        {"arm": "ceiling", "pool_size": 512, "exchanged": 90, "forget_shift_pp": [6.25, 4.5, 5.75],
+         "null_band": band, "outside_null": True},
+    ]
+    record["recoverability_curves"] = [
+        {"source": "test", "rule": "cumulative", "seeds": [0, 1], "forget_accuracy_shipped": 0.125,
+         "points": [{"images": 1, "forget_accuracy": [0.125, 0.25]}, {"images": 10, "forget_accuracy": [0.5, 0.625]},
+                    {"images": 100, "forget_accuracy": [0.625, 0.625]}]},
+        {"source": "other", "description": "gaussian noise", "rule": "cumulative", "seeds": [0, 1],
+         "forget_accuracy_shipped": 0.125, "points": [{"images": 10, "forget_accuracy": [0.125, 0.1875]}]},
+    ]
+    record["twin"] = {"filename": "twin-frozen/model.safetensors", "trainable_sha256": fake("trainable"),
+                      "running_sha256": fake("twin running"), "buffer_update_mode": "frozen", "metric": "df",
+                      "gap_pp": 33.75}
     return record

@@ -1,0 +1,55 @@
+"""Each census checkpoint's annotation with the Benjamini–Yekutieli adjusted p-values of its cells (spec 1.1).
+
+An audit writes a 1.0 annotation: one checkpoint knows no multiplicity family. The census adjusts the sign-test
+p-values of each cell across its decided checkpoints (controls are outside the family) (``census.json``'s
+``by_p_value``) and then rewrites each eligible checkpoint's ``annotation.json`` as spec version 1.1 with
+``decision.by_p_value`` and ``decision.by_family_size``: the producer writes 1.1 exactly when a 1.1 field is filled.
+Checkpoints outside the family (not anchored) keep their 1.0 annotation. The journal (``result.json``) keeps the
+audit's 1.0 annotation, so a rerun with another population adjusts again from the unadjusted p-values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bnconvention.audit.outputs import ANNOTATION_FILE, json_text
+from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.standard.models import LATEST_SPEC_VERSION, RefitAnnotation, parse_record, to_dict
+
+
+def annotation_with_by(annotation: RefitAnnotation, by_p_values: Mapping[str, float | None], *,
+                       family_size: int) -> RefitAnnotation:
+    """``annotation`` as 1.1 with each cell's adjusted p-value; the annotation itself when no cell has one."""
+    if all(by_p_values.get(cell.metric) is None for cell in annotation.cells):
+        return annotation
+    data = to_dict(annotation)
+    data["spec_version"] = LATEST_SPEC_VERSION
+    for cell in data["cells"]:
+        p_by = by_p_values.get(cell["metric"])
+        if p_by is not None:
+            cell["decision"]["by_p_value"] = p_by
+            cell["decision"]["by_family_size"] = family_size
+    record = parse_record(data)
+    if not isinstance(record, RefitAnnotation):  # a refit_annotation stays one; a guard for the type checker
+        raise TypeError("the annotation did not parse as a refit annotation")
+    return record
+
+
+def write_by_annotations(out_dir: Path, annotations: Sequence[RefitAnnotation], summary: Mapping[str, Any]) -> int:
+    """Rewrite the annotation file of every checkpoint of ``summary`` that has adjusted p-values; how many."""
+    counts = summary["counts"]
+    family_size = int(counts.get("decided", counts["eligible"]))  # controls sit outside the family
+    written = 0
+    for annotation, row in zip(annotations, summary["checkpoints"], strict=True):
+        by_p_values = {metric: cell["by_p_value"] for metric, cell in row["cells"].items()}
+        adjusted = annotation_with_by(annotation, by_p_values, family_size=family_size)
+        if adjusted is annotation:
+            continue
+        atomic_write_text(out_dir / row["annotation"], json_text(to_dict(adjusted)))
+        written += 1
+    return written
+
+
+__all__ = ["ANNOTATION_FILE", "annotation_with_by", "write_by_annotations"]

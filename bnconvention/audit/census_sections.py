@@ -1,0 +1,30 @@
+"""The census's readings beyond the per-cell counts: controls, sweeps, detection floor, recalibration budget.
+
+:func:`census_sections` assembles them for :func:`bnconvention.audit.census.summarize` over the decided checkpoints
+(anchored, not controls); the pool-size sweep needs refits and is added by
+:func:`bnconvention.audit.census.run_census`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bnconvention.audit.detection import detection_floor, recalibration_budget
+from bnconvention.audit.result import AuditResult
+from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.sweeps import margin_sweep, sweep_qs
+
+
+def census_sections(decided: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec, *,
+                    controls: dict[str, Any]) -> dict[str, Any]:
+    """The census's controls, sweeps (margins and q here; pool sizes added by :func:`run_census`), detection floor
+    and recalibration budget, over the decided checkpoints (named by ``names``)."""
+    return {
+        "decided": list(names),
+        "controls": controls,
+        "sweeps": {"margins": margin_sweep(decided, spec), "fdr_qs": sweep_qs(spec),
+                   "pool_sizes": []},
+        "detection_floor": detection_floor(decided, spec),
+        "recalibration_budget": recalibration_budget(list(zip(names, decided, strict=True)), spec),
+    }

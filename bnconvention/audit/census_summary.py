@@ -1,0 +1,162 @@
+"""The census summary: population counts with Benjamini–Yekutieli across the decided checkpoints, per cell, the
+controls and sweeps sections and the readings, and one row per checkpoint (deterministic: no timings).
+
+Pure: audit results in, the ``census.json`` mapping out (:func:`summarize`); :mod:`bnconvention.audit.census` runs
+the audits and writes it, ``hub audit`` summarises an organisation with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bnconvention.audit.census_sections import census_sections
+from bnconvention.audit.controls import control_label, controls_table
+from bnconvention.audit.outputs import ANNOTATION_FILE
+from bnconvention.audit.readings import census_readings
+from bnconvention.audit.result import AuditResult
+from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.stats import by_adjust
+from bnconvention.standard.models import Cell
+
+CENSUS_FORMAT = "bnconvention-census/1"
+CHECKPOINTS_DIR = "checkpoints"
+
+
+def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec, *,
+              annotations: Sequence[str] | None = None) -> dict[str, Any]:
+    """Population counts with Benjamini–Yekutieli across the census, per cell (deterministic: no timings).
+
+    ``annotations`` are the paths of the checkpoints' annotation files relative to the output folder (default: the
+    census layout, ``checkpoints/<name>/annotation.json``); the summary links them. Only the eligible checkpoints
+    (anchored, or with nothing to anchor to) enter the counts and the multiplicity family."""
+    if annotations is None:
+        annotations = [f"{CHECKPOINTS_DIR}/{name}/{ANNOTATION_FILE}" for name in names]
+    metrics = [cell.text for cell in spec.cell_expressions()]
+    labels = [control_label(name, result, spec) for name, result in zip(names, results, strict=True)]
+    eligible = [i for i, r in enumerate(results) if r.anchored is not False and labels[i] is None]
+    adjusted = {metric: adjusted_p_values(results, eligible, metric) for metric in metrics}
+    counts = population_counts(results, [i for i, r in enumerate(results) if r.anchored is not False])
+    counts.update({"controls": sum(label is not None for label in labels), "decided": len(eligible)})
+    summary: dict[str, Any] = {
+        "format": CENSUS_FORMAT,
+        "spec_name": spec.name,
+        "spec_sha256": spec.sha256(),
+        "replicates": spec.replicates,
+        "margin_pp": spec.margin_pp,
+        "fdr_q": spec.fdr_q,
+        "counts": counts,
+        "cells": {metric: cell_counts([results[i] for i in eligible], metric,
+                                      [adjusted[metric][i] for i in eligible], fdr_q=spec.fdr_q)
+                  for metric in metrics},
+        "verdicts": {criterion.text: verdict_tally([results[i] for i in eligible], criterion.text)
+                     for criterion in spec.criterion_expressions()},
+        "largest_shift": largest_shift([(names[i], results[i]) for i in eligible], metrics),
+        "checkpoints": [checkpoint_row(result, name, annotation, metrics, fdr_q=spec.fdr_q,
+                                       by_p_values={metric: adjusted[metric].get(i) for metric in metrics})
+                        for i, (result, name, annotation) in enumerate(zip(results, names, annotations, strict=True))],
+        "readings": census_readings(results, names, headline=spec.headline_cell().text),
+        **census_sections([results[i] for i in eligible], [names[i] for i in eligible], spec,
+                          controls=controls_table(results, names, labels)),
+    }
+    for row in summary["checkpoints"]:
+        row["mechanism"] = summary["readings"]["mechanism"]["per_checkpoint"][row["checkpoint"]]
+    return summary
+
+
+def adjusted_p_values(results: Sequence[AuditResult], eligible: Sequence[int], metric: str) -> dict[int, float]:
+    """Benjamini–Yekutieli adjusted sign-test p-values of one cell over the eligible checkpoints, by index."""
+    p_values = [results[i].sign_tests[metric].p_value for i in eligible]
+    return dict(zip(eligible, by_adjust(p_values), strict=True))
+
+
+def population_counts(results: Sequence[AuditResult], eligible: Sequence[int]) -> dict[str, int]:
+    return {
+        "checkpoints": len(results),
+        "anchoring_checked": sum(r.anchored is not None for r in results),
+        "anchored": sum(r.anchored is True for r in results),
+        "eligible": len(eligible),
+        "channel_absent": sum(r.annotation.channel == "absent" for r in results),
+        "staleness_exceeds_band": sum(bool(r.annotation.staleness and r.annotation.staleness.exceeds_band)
+                                      for r in results),
+    }
+
+
+def cell_counts(eligible: Sequence[AuditResult], metric: str, by_p_values: Sequence[float], *,
+                fdr_q: float) -> dict[str, int]:
+    """Decisions on one cell over the eligible checkpoints; ``displaced_by`` counts the displaced ones whose
+    adjusted p-value (``by_p_values``, one per checkpoint) is at most ``fdr_q``."""
+    counts = {"displaced": 0, "displaced_by": 0, "equivalent": 0, "undetermined": 0}
+    for result, p_by in zip(eligible, by_p_values, strict=True):
+        outcome = _cell(result, metric).decision.outcome
+        counts[outcome] += 1
+        if outcome == "displaced" and p_by <= fdr_q:
+            counts["displaced_by"] += 1
+    return counts
+
+
+def verdict_tally(eligible: Sequence[AuditResult], criterion: str) -> dict[str, int]:
+    """Flips of one criterion by direction, and how many flip on every replicate."""
+    tally = {"flips": 0, "pass_to_fail": 0, "fail_to_pass": 0, "flips_on_every_replicate": 0}
+    for result in eligible:
+        verdict = next(v for v in result.annotation.verdicts if v.criterion == criterion)
+        if verdict.flipped and verdict.direction is not None:
+            tally["flips"] += 1
+            tally[verdict.direction] += 1
+            every = (verdict.refit_pass_replicates == result.annotation.replicates if verdict.refit
+                     else verdict.refit_pass_replicates == 0)
+            tally["flips_on_every_replicate"] += int(every)
+    return tally
+
+
+def largest_shift(eligible: Sequence[tuple[str, AuditResult]], metrics: Sequence[str]) -> dict[str, Any] | None:
+    """The largest absolute mean shift over the eligible checkpoints and cells (the first one on a tie)."""
+    largest: dict[str, Any] | None = None
+    for name, result in eligible:
+        for metric in metrics:
+            shift = _cell(result, metric).shift_pp
+            if largest is None or abs(shift) > abs(largest["shift_pp"]):
+                largest = {"checkpoint": name, "cell": metric, "shift_pp": shift}
+    return largest
+
+
+def checkpoint_row(result: AuditResult, name: str, annotation: str, metrics: Sequence[str], *,
+                   by_p_values: Mapping[str, float | None], fdr_q: float) -> dict[str, Any]:
+    """One checkpoint's line of the census: its cells with every p-value, flips, staleness, recoverability."""
+    a = result.annotation
+    return {
+        "checkpoint": name,
+        "file": a.subject.filename,
+        "path": result.weights_path,
+        "factory": result.factory,
+        "trainable_sha256": a.subject.trainable_sha256,
+        "channel": a.channel,
+        "anchored": result.anchored,
+        "cells": {metric: _cell_row(result, metric, by_p_values[metric], fdr_q=fdr_q) for metric in metrics},
+        "flips": [{"criterion": v.criterion, "direction": v.direction,
+                   "refit_pass_replicates": v.refit_pass_replicates} for v in a.verdicts if v.flipped],
+        "staleness": None if a.staleness is None else {
+            "mean_distance": a.staleness.mean_distance, "var_distance": a.staleness.var_distance,
+            "exceeds_band": a.staleness.exceeds_band,
+            "band_p_value": None if result.staleness_null is None else result.staleness_null.p_value},
+        "recoverability_shift_pp": None if a.recoverability is None else a.recoverability.shift_pp,
+        "reporting_line": a.reporting_line,
+        "annotation": annotation,
+    }
+
+
+def _cell_row(result: AuditResult, metric: str, p_by: float | None, *, fdr_q: float) -> dict[str, Any]:
+    cell = _cell(result, metric)
+    sign = result.sign_tests[metric]
+    return {
+        "shipped": cell.shipped, "refit": cell.refit, "shift_pp": cell.shift_pp,
+        "min_shift_pp": min(cell.replicate_shifts_pp), "max_shift_pp": max(cell.replicate_shifts_pp),
+        "outcome": cell.decision.outcome, "method": cell.decision.method,
+        "p_value": cell.decision.p_value, "sign_p_value": sign.p_value, "sign_beyond": sign.beyond,
+        "by_p_value": p_by,
+        "displaced_by": bool(cell.decision.outcome == "displaced" and p_by is not None and p_by <= fdr_q),
+    }
+
+
+def _cell(result: AuditResult, metric: str) -> Cell:
+    return next(c for c in result.annotation.cells if c.metric == metric)

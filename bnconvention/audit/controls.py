@@ -1,0 +1,59 @@
+"""Known-answer negative controls of a census: which checkpoints they are, and whether each gave its answer.
+
+A control is a checkpoint whose answer is known before the audit: a channel-absent model (GroupNorm, LayerNorm: no
+running statistics, so a refit is the identity and every replicate shift is exactly 0.00 pp), and the checkpoints
+the spec names under ``controls.checkpoints`` (the no-removal base, the retrain reference: no cell displaced).
+Controls are reported in their own table and never enter the Benjamini–Yekutieli family, the population counts,
+the sweeps or the detection floor: m counts the checkpoints whose answer is not known.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from typing import Any
+
+from bnconvention.audit.result import AuditResult
+from bnconvention.audit.spec import AuditSpec
+
+CHANNEL_ABSENT_LABEL = "channel absent"
+EXPECT_ZERO = "every replicate shift exactly 0.00 pp"
+EXPECT_NOT_DISPLACED = "no cell displaced"
+
+
+def control_label(name: str, result: AuditResult, spec: AuditSpec) -> str | None:
+    """The control's label (the first spec pattern matching the name, else 'channel absent'), or None."""
+    for pattern, label in spec.controls.checkpoints.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return label
+    if spec.controls.channel_absent and result.annotation.channel == "absent":
+        return CHANNEL_ABSENT_LABEL
+    return None
+
+
+def control_row(name: str, label: str, result: AuditResult) -> dict[str, Any]:
+    """One control: its known answer, whether it held, and each cell's outcome and largest |shift|."""
+    cells = result.annotation.cells
+    absent = result.annotation.channel == "absent"
+    if absent:
+        holds = all(s == 0.0 for c in cells for s in c.replicate_shifts_pp)
+    else:
+        holds = all(c.decision.outcome != "displaced" for c in cells)
+    return {
+        "checkpoint": name,
+        "label": label,
+        "channel": result.annotation.channel,
+        "anchored": result.anchored,
+        "expected": EXPECT_ZERO if absent else EXPECT_NOT_DISPLACED,
+        "holds": holds,
+        "cells": {c.metric: {"outcome": c.decision.outcome, "shift_pp": c.shift_pp,
+                             "max_abs_shift_pp": max(abs(s) for s in c.replicate_shifts_pp)} for c in cells},
+    }
+
+
+def controls_table(results: Sequence[AuditResult], names: Sequence[str],
+                   labels: Sequence[str | None]) -> dict[str, Any]:
+    """The controls' table for census.json: how many, how many gave their known answer, one row each."""
+    rows = [control_row(name, label, result)
+            for result, name, label in zip(results, names, labels, strict=True) if label is not None]
+    return {"controls": len(rows), "as_expected": sum(row["holds"] for row in rows), "rows": rows}

@@ -1,0 +1,111 @@
+"""What the census design can see: the planted-effect detection floor and the recalibration budget.
+
+**Detection floor** (seed 001, appendix C). For every decided checkpoint and cell that is *not* displaced, a shift
+of known size δ is added to each of its replicate shifts, in the direction of its mean shift (up when the mean is
+0), and the cell is decided again by the census rules: the margin, the exact sign test and Benjamini–Yekutieli at
+q across the census (the planted cells' p-values replace theirs in the family; the displaced cells keep theirs).
+``recovered`` counts planted cells decided displaced, ``recovered_by`` those that also survive BY. A planted zero
+leaves every cell as it was, so nothing is recovered.
+
+**Recalibration budget** (seed 001). How far a cell moves between two independent retain refits of the same
+checkpoint: the largest |difference| between the disjoint replicate pairs (0, 1), (2, 3), … in pp. A verdict flip
+*clears the budget* when the shift of some compared cell exceeds that checkpoint's budget for it (a second refit
+alone would not move it that far), and *holds on every replicate* when every replicate's refit cells give the
+flipped outcome.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from bnconvention.audit.result import AuditResult
+from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.stats import by_adjust, decide
+from bnconvention.standard.models import Cell
+
+
+def plant(shifts_pp: Sequence[float], size_pp: float) -> list[float]:
+    """Replicate shifts with ``size_pp`` added in the direction of their mean (up for a zero mean)."""
+    direction = -1.0 if math.fsum(shifts_pp) < 0 else 1.0
+    return [s + direction * size_pp for s in shifts_pp]
+
+
+def detection_floor(decided: Sequence[AuditResult], spec: AuditSpec) -> list[dict[str, Any]]:
+    """One row per planted size: the non-displaced cells planted, recovered, recovered after BY."""
+    metrics = [c.text for c in spec.cell_expressions()]
+    return [_planted_row(decided, metrics, size, spec) for size in spec.controls.planted_pp]
+
+
+def _planted_row(decided: Sequence[AuditResult], metrics: Sequence[str], size: float,
+                 spec: AuditSpec) -> dict[str, Any]:
+    planted = recovered = recovered_by = 0
+    for metric in metrics:
+        p_values: list[float] = []
+        targets: list[bool] = []  # planted and decided displaced
+        for result in decided:
+            cell = _cell(result, metric)
+            if cell.decision.outcome == "displaced":
+                p_values.append(result.sign_tests[metric].p_value)
+                targets.append(False)
+                continue
+            decision = decide(plant(cell.replicate_shifts_pp, size), margin_pp=spec.margin_pp)
+            p_values.append(decision.sign_test.p_value)
+            targets.append(decision.outcome == "displaced")
+            planted += 1
+            recovered += decision.outcome == "displaced"
+        adjusted = by_adjust(p_values)
+        recovered_by += sum(hit and p <= spec.fdr_q for hit, p in zip(targets, adjusted, strict=True))
+    return {"planted_pp": size, "cells": planted, "recovered": recovered, "recovered_by": recovered_by}
+
+
+def pair_budget_pp(values: Sequence[float]) -> float | None:
+    """Largest |difference| (pp) between disjoint pairs of independent refits; None with fewer than two."""
+    if len(values) < 2:
+        return None
+    return max(100.0 * abs(values[i] - values[i + 1]) for i in range(0, len(values) - 1, 2))
+
+
+def recalibration_budget(decided: Sequence[tuple[str, AuditResult]], spec: AuditSpec) -> dict[str, Any]:
+    """The budget per cell over the decided checkpoints, and each verdict flip against its checkpoint's budget."""
+    per_cell: dict[str, Any] = {}
+    for expression in spec.cell_expressions():
+        budgets = [b for _, r in decided if (b := pair_budget_pp(_cell(r, expression.text).replicate_values))
+                   is not None]
+        per_cell[expression.text] = None if not budgets else {
+            "max_pp": max(budgets), "median_pp": statistics.median(budgets)}
+    flips = [row for name, result in decided for row in _flip_rows(name, result, spec)]
+    return {
+        "cells": per_cell,
+        "flips": flips,
+        "counts": {"flips": len(flips), "clear_budget": sum(f["clears_budget"] for f in flips),
+                   "hold_every_replicate": sum(f["holds_every_replicate"] for f in flips),
+                   "clear_and_hold": sum(f["clears_budget"] and f["holds_every_replicate"] for f in flips)},
+    }
+
+
+def _flip_rows(name: str, result: AuditResult, spec: AuditSpec) -> list[dict[str, Any]]:
+    operands = {c.text: [o.text for o in c.operands] for c in spec.criterion_expressions()}
+    replicates = result.annotation.replicates
+    rows = []
+    for verdict in result.annotation.verdicts:
+        if not verdict.flipped:
+            continue
+        compared: list[dict[str, Any]] = []
+        for metric in operands.get(verdict.criterion, []):
+            cell = _cell(result, metric)
+            compared.append({"cell": metric, "shift_pp": cell.shift_pp,
+                             "budget_pp": pair_budget_pp(cell.replicate_values)})
+        every = verdict.refit_pass_replicates == (replicates if verdict.refit else 0)
+        rows.append({"checkpoint": name, "criterion": verdict.criterion, "direction": verdict.direction,
+                     "compared": compared,
+                     "clears_budget": any(c["budget_pp"] is not None and abs(c["shift_pp"]) > c["budget_pp"]
+                                          for c in compared),
+                     "holds_every_replicate": every})
+    return rows
+
+
+def _cell(result: AuditResult, metric: str) -> Cell:
+    return next(c for c in result.annotation.cells if c.metric == metric)

@@ -1,0 +1,102 @@
+"""The census.md sections of the controls, the sweeps, the detection floor and the recalibration budget, from the
+census JSON (:mod:`bnconvention.audit.census_sections`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bnconvention.formats.text import signed
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return lines
+
+
+def _budget(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def census_sections_markdown(census: Mapping[str, Any]) -> str:
+    """Every section, each headed, each a table (an empty section says so)."""
+    lines: list[str] = []
+    for section in (_controls, _margins, _pool_sizes, _detection, _budget_section):
+        lines += ["", *section(census)]
+    return "\n".join(lines) + "\n"
+
+
+def _controls(census: Mapping[str, Any]) -> list[str]:
+    controls = census["controls"]
+    lines = ["## Controls", "", f"{controls['as_expected']} of {controls['controls']} known-answer controls gave "
+             "their answer. Controls are outside the Benjamini–Yekutieli family and every count above.", ""]
+    if not controls["rows"]:
+        return lines + ["No controls in this census (name them under `controls.checkpoints` in the spec)."]
+    rows = []
+    for row in controls["rows"]:
+        largest = max(cell["max_abs_shift_pp"] for cell in row["cells"].values())
+        outcomes = ", ".join(f"`{m}` {c['outcome']}" for m, c in row["cells"].items())
+        rows.append([row["checkpoint"], row["label"], row["expected"], "yes" if row["holds"] else "**no**",
+                     f"{largest:.2f}", outcomes])
+    return lines + _table(["checkpoint", "control", "known answer", "holds", "largest |shift| pp", "outcomes"], rows)
+
+
+def _design_rows(rows: Sequence[Mapping[str, Any]], key: str) -> list[list[str]]:
+    table = []
+    for row in rows:
+        for metric, cell in row["cells"].items():
+            flips = ", ".join(f"{n}" for n in row["flips"].values()) or "—"
+            by_q = ", ".join(f"{n} (q={level})" for level, n in cell["displaced_by"].items())
+            table.append([f"{row[key]:g}", f"`{metric}`", f"{cell['displaced']}", by_q,
+                          str(cell["equivalent"]), str(cell["undetermined"]), flips])
+    return table
+
+
+def _margins(census: Mapping[str, Any]) -> list[str]:
+    header = ["margin pp", "cell", "displaced", "displaced after BY", "equivalent", "undetermined",
+              "flips (" + ", ".join(f"`{c}`" for c in census["verdicts"]) + ")"]
+    return ["## Margin sweep", "", "Re-decided from the stored replicate shifts (no refit). Flips compare criteria "
+            "on cell values and do not depend on the margin.", "",
+            *_table(header, _design_rows(census["sweeps"]["margins"], "margin_pp"))]
+
+
+def _pool_sizes(census: Mapping[str, Any]) -> list[str]:
+    rows = census["sweeps"]["pool_sizes"]
+    lines = ["## Pool-size sweep", ""]
+    if not rows:
+        return lines + ["No pool sizes swept (list them under `sweeps.pool_sizes` in the spec)."]
+    added = ", ".join(f"{row['pool_size']}: {row['refits_added']}" for row in rows)
+    header = ["pool size", "cell", "displaced", "displaced after BY", "equivalent", "undetermined", "flips"]
+    return lines + [f"At margin ±{census['margin_pp']:g} pp. Refits added by this run per pool size: {added}.", "",
+                    *_table(header, _design_rows(rows, "pool_size"))]
+
+
+def _detection(census: Mapping[str, Any]) -> list[str]:
+    rows = [[f"{row['planted_pp']:g}", str(row["cells"]), str(row["recovered"]), str(row["recovered_by"])]
+            for row in census["detection_floor"]]
+    return ["## Detection floor", "", f"Shifts planted in the replicate shifts of every non-displaced cell, decided "
+            f"at the census design (±{census['margin_pp']:g} pp, R = {census['replicates']}, BY at q = "
+            f"{census['fdr_q']:g}).", "",
+            *_table(["planted pp", "cells planted", "recovered", "recovered after BY"], rows)]
+
+
+def _budget_section(census: Mapping[str, Any]) -> list[str]:
+    budget = census["recalibration_budget"]
+    cells = [[f"`{metric}`", _budget(b and b["max_pp"]), _budget(b and b["median_pp"])]
+             for metric, b in budget["cells"].items()]
+    counts = budget["counts"]
+    lines = ["## Recalibration budget", "", "How far a cell moves between two independent retain refits of the same "
+             "checkpoint (largest |difference| over disjoint replicate pairs).", "",
+             *_table(["cell", "largest budget pp", "median budget pp"], cells), "",
+             f"{counts['flips']} flips: {counts['clear_budget']} clear their checkpoint's budget, "
+             f"{counts['hold_every_replicate']} hold on every replicate, {counts['clear_and_hold']} both."]
+    if budget["flips"]:
+        rows = [[f["checkpoint"], f"`{f['criterion']}`", (f["direction"] or "").replace("_", " "),
+                 ", ".join(f"`{c['cell']}` {signed(c['shift_pp'])} vs {_budget(c['budget_pp'])}"
+                           for c in f["compared"]),
+                 "yes" if f["clears_budget"] else "no", "yes" if f["holds_every_replicate"] else "no"]
+                for f in budget["flips"]]
+        lines += ["", *_table(["checkpoint", "criterion", "direction", "shift pp vs budget pp", "clears budget",
+                               "holds on every replicate"], rows)]
+    return lines

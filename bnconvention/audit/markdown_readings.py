@@ -1,0 +1,134 @@
+"""Markdown of the census readings (:mod:`bnconvention.audit.readings`): band, staleness vs shift, provenance,
+recoverability curve, mechanism counts; and the same sections of one audit. Pure functions to lines."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bnconvention.audit.result import ProvenanceArm, RecoverabilityCurve, StalenessNull
+from bnconvention.formats.text import signed
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+
+
+def _num(value: float | None, digits: int = 5) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def staleness_lines(s: Mapping[str, Any]) -> list[str]:
+    corr = s["staleness_vs_abs_shift"]
+    rho = "undefined" if corr["rho"] is None else f"{signed(corr['rho'], 3)} (p = {corr['p_value']:.3g})"
+    level = "—" if s["level"] is None else f"{s['level']:g} (exact {s['exact_level']:.4f})"
+    one_pair = "—" if s["one_pair_false_positive_rate"] is None else (
+        f"{s['one_pair_false_positive_rate']:.2f} on {s['one_pair_triples']} disjoint refit triples")
+    return ["", "## Staleness and its reference band", "",
+            "The band is the null distribution of distances between independent retain refits (N per checkpoint); "
+            "'exceeds' is an exact rank test at the stated level, so on never-stale checkpoints it fires at that "
+            "rate.", ""] + _table(["", ""], [
+        ["BatchNorm checkpoints", str(s["checkpoints"])],
+        ["refits N per band", ", ".join(map(str, s["band_refits"])) or "—"],
+        ["nominal level", level],
+        ["exceed the band (of decided)", f"{s['exceeds_band']} of {s['decided']} (expected if none were stale: "
+                                         f"{s['expected_false_positives_if_none_stale']:.2f})"],
+        ["one-pair band's false-positive rate, measured on the null", one_pair],
+        [f"Spearman ρ, staleness vs |shift| of `{corr['cell']}`", f"{rho}, n = {corr['n']}"],
+    ])
+
+
+def provenance_lines(p: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for arm, a in p.items():
+        ratio = "—" if a["staleness_ratio_median"] is None else (
+            f"{a['staleness_ratio_median']:.2f} ({a['staleness_ratio_range'][0]:.2f} … "
+            f"{a['staleness_ratio_range'][1]:.2f})")
+        rows.append([arm, str(a["checkpoints"]), "/".join(map(str, a["draws"])),
+                     f"{signed(a['pooled_forget_shift_pp'])} pp", f"{signed(a['largest_forget_shift_pp'])} pp",
+                     f"{_num(a['median_distance'])} / {_num(a['median_null_band'])}",
+                     f"{a['exceeds_null']} / {a['shift_exceeds_null']}", ratio])
+    return ["", "## Provenance contrasts (seed 001, appendix P)", "",
+            "Exchanging retained for removed records inside a fixed pool (deployment share; ceiling: every removed "
+            "record that fits), against a null that exchanges the same places for other retained records.", ""
+            ] + _table(["arm", "checkpoints", "draws", "pooled forget shift", "largest", "median distance / null band",
+                        "above null: distance / shift", "staleness ÷ provenance, median (range)"], rows)
+
+
+def recoverability_lines(r: Mapping[str, Any]) -> list[str]:
+    sources = sorted({row["source"] for row in r["curve"]})
+    budgets = sorted({row["budget"] for row in r["curve"]})
+    cell = {(row["source"], row["budget"]): row for row in r["curve"]}
+    rows = [[f"B = {b}" + (" (headline)" if b == r["headline_budget"] else "")] + [
+        "—" if (s, b) not in cell else f"{signed(cell[(s, b)]['mean_shift_pp'])}" for s in sources] for b in budgets]
+    return ["", "## Recoverability curve", "",
+            f"Mean forget-accuracy shift (pp) after a refit on B proxy images, over {r['checkpoints']} BatchNorm "
+            f"checkpoints and {'/'.join(map(str, r['seeds']))} seeds each.", ""] + _table(["budget", *sources], rows)
+
+
+def mechanism_lines(m: Mapping[str, Any]) -> list[str]:
+    c = m["counts"]
+    return ["", "## Mechanism (seed 003)", "",
+            f"Corruption {c['corruption']}, misalignment {c['misalignment']}, neither {c['neither']}, undetermined "
+            f"{c['undetermined']}; metadata and base disagree on {c['inconsistent']}."]
+
+
+def readings_lines(readings: Mapping[str, Any] | None) -> list[str]:
+    if not readings:
+        return []
+    lines = staleness_lines(readings["staleness"])
+    if readings.get("provenance"):
+        lines += provenance_lines(readings["provenance"])
+    if readings.get("recoverability"):
+        lines += recoverability_lines(readings["recoverability"])
+    return lines + mechanism_lines(readings["mechanism"])
+
+
+def mechanism_cell(entry: Mapping[str, Any]) -> str:
+    m = entry.get("mechanism")
+    if not m or m["mechanism"] is None:
+        return "—"
+    flag = "" if m["consistent"] is not False else " (base disagrees)"
+    return f"{m['mechanism']} ({m['evidence']}){flag}"
+
+
+# --- one audit -------------------------------------------------------------------------------------------------------
+
+
+def null_lines(null: StalenessNull | None) -> list[str]:
+    if null is None:
+        return []
+    one_pair = ("—" if null.one_pair_false_positive_rate is None
+                else f"{null.one_pair_false_positive_rate:.2f} on {null.one_pair_triples} disjoint triples")
+    return ["", f"Null of {null.refits} independent retain refits ({null.pairs} ordered pairs): median combined "
+                f"distance {_num(null.null_median_combined)}, band (1 − {null.level:g} quantile) "
+                f"{_num(null.band_combined)}; the shipped state's score {null.shipped_score:.5f}, rank p = "
+                f"{null.p_value:.4f} (exact level {null.exact_level:.4f}). The one-pair band fires on the null at "
+                f"{one_pair}."]
+
+
+def arms_lines(arms: Sequence[ProvenanceArm] | None) -> list[str]:
+    if not arms:
+        return []
+    rows = [[a.arm, f"{a.exchanged} of {a.pool_size}", str(len(a.draws)), f"{a.distance:.5f}", f"{a.null_band:.5f}",
+             f"{signed(a.forget_shift_pp)} pp", f"{a.null_shift_band_pp:.2f} pp",
+             "yes" if a.exceeds_null else "no", "—" if a.staleness_ratio is None else f"{a.staleness_ratio:.2f}"]
+            for a in arms]
+    return ["", "## Provenance arms", ""] + _table(
+        ["arm", "exchanged", "draws", "distance", "null band", "forget shift", "null |shift| band", "above null",
+         "staleness ÷ distance"], rows)
+
+
+def curve_lines(curve: RecoverabilityCurve | None) -> list[str]:
+    if curve is None:
+        return []
+    sources = sorted({p.source for p in curve.points})
+    budgets = sorted({p.budget for p in curve.points})
+    cell = {(p.source, p.budget): p for p in curve.points}
+    rows = [[f"B = {b}"] + ["—" if (s, b) not in cell else f"{cell[(s, b)].mean_forget_accuracy:.4f}"
+                            for s in sources] for b in budgets]
+    lines = ["", "## Recoverability curve", "",
+             f"Forget accuracy (shipped {curve.forget_accuracy_shipped:.4f}) after a refit ({curve.rule}) on B proxy "
+             f"images, mean over {curve.seeds} seeds.", ""] + _table(["budget", *sources], rows)
+    return lines + ([""] + [f"- skipped: {reason}" for reason in curve.skipped] if curve.skipped else [])

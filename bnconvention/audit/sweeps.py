@@ -1,0 +1,172 @@
+"""Sweeps from stored replicates: what a refit depends on keys it, so margins and q levels re-decide without refits.
+
+A replicate's refit and evaluation depend on the checkpoint (its trainable and running digests), the data and
+splits, the refit convention (rule, transform, batch size), the pool size, the root seed and the replicate index
+(its pool and augmentation come from ``SeedSequence(seed, spawn_key=(0, r))``) — never on the margin, the q level,
+the number of replicates R, the cells or the criteria. So:
+
+* :func:`measurement_sha256` — the census journal key: the spec without its decision-only fields
+  (:data:`DECISION_FIELDS`). A census rerun with another ``margin_pp`` or ``fdr_q`` reuses every journaled audit
+  and re-decides it (:func:`redecide`) from the stored shipped and replicate cells;
+* :func:`replicate_key` and :class:`ReplicateStore` — one file per replicate under ``OUT/replicates/``, keyed by
+  checkpoint, design (:data:`REPLICATE_FIELDS`, with the pool size) and index: a pool-size sweep
+  (:mod:`bnconvention.audit.pool_sweep`) refits only the replicates no earlier run stored;
+* :func:`margin_sweep` — the census counts at every margin of ``sweeps.margins_pp`` and every level of
+  ``sweeps.fdr_qs``, from the stored shifts alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from bnconvention.audit.decisions import decide_cell, reporting_line
+from bnconvention.audit.evaluation import BaseCells
+from bnconvention.audit.expressions import parse_cell
+from bnconvention.audit.outputs import write_json
+from bnconvention.audit.result import AuditResult, ReplicateRecord
+from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.stages import ShippedCells, decide_cells
+from bnconvention.audit.stats import by_adjust
+from bnconvention.formats.canonical import canonical_sha256, loads_strict
+
+DECISION_FIELDS = ("name", "margin_pp", "fdr_q", "sweeps", "controls")
+REPLICATE_FIELDS = ("dataset", "splits", "transform", "model", "rules", "refit", "seed", "eval_batch_size")
+REPLICATES_DIR = "replicates"
+REPLICATE_FORMAT = "bnconvention-replicate/1"
+OUTCOMES = ("displaced", "equivalent", "undetermined")
+
+
+def measurement_sha256(spec: AuditSpec) -> str:
+    """Digest of everything in the spec that changes what an audit measures (not how it decides)."""
+    data = spec.model_dump(mode="json")
+    return canonical_sha256({k: v for k, v in data.items() if k not in DECISION_FIELDS})
+
+
+def replicate_key(weights: str, spec: AuditSpec, *, pool_size: int, index: int) -> str:
+    """The identity of one stored replicate: checkpoint, refit design at ``pool_size``, replicate index."""
+    data = spec.model_dump(mode="json")
+    design = {k: data[k] for k in REPLICATE_FIELDS}
+    design["refit"] = {**design["refit"], "pool_size": pool_size}
+    return canonical_sha256({"design": design, "replicate": index, "weights_key": weights})
+
+
+def with_pool_size(spec: AuditSpec, pool_size: int) -> AuditSpec:
+    return spec.model_copy(update={"refit": spec.refit.model_copy(update={"pool_size": pool_size})})
+
+
+class ReplicateStore:
+    """Stored replicates, one JSON file each (written atomically); an unreadable or foreign file is a miss."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{key[:32]}.json"
+
+    def get(self, key: str) -> ReplicateRecord | None:
+        try:
+            entry = loads_strict(self._path(key).read_bytes(), source=str(self._path(key)))
+            if not isinstance(entry, dict) or entry.get("key") != key or entry.get("format") != REPLICATE_FORMAT:
+                return None
+            return ReplicateRecord.model_validate(entry.get("record"))
+        except (OSError, ValueError, ValidationError):
+            return None
+
+    def put(self, key: str, record: ReplicateRecord) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_json(self._path(key), {"format": REPLICATE_FORMAT, "key": key,
+                                     "record": record.model_dump(mode="json")})
+
+    def keep(self, weights: str, spec: AuditSpec, records: Sequence[ReplicateRecord]) -> None:
+        """Store an audit's replicates (at the spec's pool size) unless already stored."""
+        for record in records:
+            key = replicate_key(weights, spec, pool_size=spec.refit.pool_size, index=record.index)
+            if self.get(key) is None:
+                self.put(key, record)
+
+
+def redecide(result: AuditResult, spec: AuditSpec, *, replicates: Sequence[BaseCells] | None = None
+             ) -> AuditResult:
+    """The result's decisions, verdicts and reporting line under ``spec`` (another margin, say), from its stored
+    shipped cells and ``replicates`` (default: its own replicate cells) — no model, no refit."""
+    if replicates is None and result.spec_sha256 == spec.sha256():
+        return result
+    if result.shipped_base_cells is None:
+        raise ValueError(f"{result.checkpoint}: the result carries no shipped cells to re-decide from")
+    a = result.annotation
+    replicate_cells = replicates if replicates is not None else [r.base_cells for r in result.replicate_records]
+    shipped = ShippedCells(base=result.shipped_base_cells, cells={c.metric: c.shipped for c in a.cells},
+                           anchoring=a.anchoring, seconds=result.seconds_shipped_eval)
+    published = {c.metric: c.published for c in a.cells if c.published is not None}
+    decisions = decide_cells(spec, shipped, list(replicate_cells), channel=a.channel, published=published)
+    line = reporting_line(spec=spec, cells=decisions.cells, signs=decisions.signs, channel=a.channel,
+                          transform_mode=a.convention.transform.mode)
+    annotation = a.model_copy(update={"margin_pp": spec.margin_pp, "replicates": len(replicate_cells),
+                                      "cells": decisions.cells, "verdicts": decisions.verdicts,
+                                      "reporting_line": line})
+    return result.model_copy(update={"annotation": annotation, "sign_tests": decisions.signs,
+                                     "spec_sha256": spec.sha256()})
+
+
+CellOutcomes = dict[str, tuple[str, float]]  # cell -> (outcome, sign-test p) of one checkpoint
+
+
+def cell_outcomes(result: AuditResult, spec: AuditSpec) -> CellOutcomes:
+    """Each cell of a decided checkpoint re-decided at ``spec``'s margin from its stored replicate values."""
+    a = result.annotation
+    outcomes: CellOutcomes = {}
+    for cell in a.cells:
+        record, sign = decide_cell(parse_cell(cell.metric), cell.shipped, list(cell.replicate_values), spec=spec,
+                                   anchored=result.anchored is not False, channel=a.channel, published=None)
+        outcomes[cell.metric] = (record.decision.outcome, sign.p_value)
+    return outcomes
+
+
+def design_counts(outcomes: Sequence[CellOutcomes], flips: Mapping[str, int], *,
+                  fdr_qs: Sequence[float]) -> dict[str, Any]:
+    """Decisions per cell over one family of decided checkpoints (displaced after BY at each q) and the flips
+    per criterion: one row of a sweep."""
+    cells: dict[str, Any] = {}
+    for metric in (outcomes[0] if outcomes else {}):
+        decided = [o[metric] for o in outcomes]
+        adjusted = by_adjust([p for _, p in decided])
+        counts: dict[str, Any] = {outcome: sum(d == outcome for d, _ in decided) for outcome in OUTCOMES}
+        counts["displaced_by"] = {_q_key(q): sum(d == "displaced" and p <= q
+                                                 for (d, _), p in zip(decided, adjusted, strict=True))
+                                  for q in fdr_qs}
+        cells[metric] = counts
+    return {"cells": cells, "flips": dict(flips)}
+
+
+def flip_counts(results: Sequence[AuditResult], spec: AuditSpec) -> dict[str, int]:
+    """Flips per criterion (criteria compare cell values: no margin enters)."""
+    return {c.text: sum(v.flipped for r in results for v in r.annotation.verdicts if v.criterion == c.text)
+            for c in spec.criterion_expressions()}
+
+
+def margin_sweep(decided: Sequence[AuditResult], spec: AuditSpec) -> list[dict[str, Any]]:
+    """The census counts at each margin of the sweep (and the spec's own), re-decided from stored shifts."""
+    flips = flip_counts(decided, spec)
+    rows = []
+    for margin in sorted({*spec.sweeps.margins_pp, spec.margin_pp}):
+        at = spec.model_copy(update={"margin_pp": margin})
+        row = design_counts([cell_outcomes(r, at) for r in decided], flips, fdr_qs=sweep_qs(spec))
+        rows.append({"margin_pp": margin, **row})
+    return rows
+
+
+def sweep_qs(spec: AuditSpec) -> list[float]:
+    return sorted({*spec.sweeps.fdr_qs, spec.fdr_q})
+
+
+def _q_key(q: float) -> str:
+    return f"{q:g}"
+
+
+def counts_at(row: Mapping[str, Any], metric: str, q: float) -> int:
+    """Displaced-after-BY count of one sweep row at level ``q``."""
+    return int(row["cells"][metric]["displaced_by"][_q_key(q)])

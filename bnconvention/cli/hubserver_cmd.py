@@ -103,11 +103,14 @@ def run(args: argparse.Namespace) -> int:
                    seed=args.seed, page_size=args.page_size, lfs=args.lfs)
     hub.start()
     stop_logging = _log_to_stderr()
-    try:
+    def announce() -> None:
         print(f"endpoint: {hub.endpoint}", flush=True)
         print(f"serving {args.root} with {plural(len(tokens), 'token')}; Ctrl-C to stop", file=sys.stderr,
               flush=True)
-        wait_until_stopped()
+
+    try:
+        # announced inside the wait: a Ctrl-C that comes as soon as the endpoint is read still stops cleanly
+        wait_until_stopped(announce=announce)
     finally:
         hub.stop()
         stop_logging()
@@ -115,9 +118,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def wait_until_stopped(*, poll_s: float = 0.5) -> None:
+def wait_until_stopped(*, poll_s: float = 0.5, announce: Callable[[], None] | None = None) -> None:
     """Block until Ctrl-C (SIGINT) or SIGTERM: the normal end of a server command, so it returns rather than
-    raising. The previous SIGTERM handler comes back afterwards."""
+    raising. ``announce`` runs once the signals are handled (a client told the endpoint may stop the server at
+    once). The previous SIGTERM handler comes back afterwards."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -125,6 +129,8 @@ def wait_until_stopped(*, poll_s: float = 0.5) -> None:
 
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
+        if announce is not None:
+            announce()
         while not stop.wait(poll_s):
             pass
     except KeyboardInterrupt:

@@ -55,6 +55,7 @@ from bnconvention.audit.checkpoint import (
 from bnconvention.audit.data import AuditData, load_audit_data
 from bnconvention.audit.markdown import census_markdown
 from bnconvention.audit.markdown_census import census_sections_markdown
+from bnconvention.audit.markdown_families import families_markdown
 from bnconvention.audit.outputs import write_audit_outputs, write_json
 from bnconvention.audit.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
 from bnconvention.audit.result import AuditResult
@@ -265,7 +266,8 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     summary["timing"] = _timing(ordered, audits_run=ran, audits_reused=reused)
     write_by_annotations(out, [r.annotation for r in ordered], summary)  # spec 1.1: by_p_value in each annotation
     write_json(out / "census.json", summary)
-    atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary))
+    atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary)
+                      + families_markdown(summary))
     return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from bnconvention.audit.census_sections import census_sections
 from bnconvention.audit.controls import control_label, controls_table
+from bnconvention.audit.families import family_readings, twin_gaps
 from bnconvention.audit.outputs import ANNOTATION_FILE
 from bnconvention.audit.readings import census_readings
 from bnconvention.audit.result import AuditResult
@@ -61,7 +62,25 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
     }
     for row in summary["checkpoints"]:
         row["mechanism"] = summary["readings"]["mechanism"]["per_checkpoint"][row["checkpoint"]]
+    summary.update(population_sections(results, names, spec, rows=summary["checkpoints"],
+                                       decided=summary["decided"]))
     return summary
+
+
+def population_sections(results: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec, *,
+                        rows: Sequence[Mapping[str, Any]], decided: Sequence[str]) -> dict[str, Any]:
+    """``families`` and ``twin_gaps`` (:mod:`bnconvention.audit.families`) when the checkpoints' sidecars name a
+    family or a twin; nothing at all for a census without population metadata (the digits zoo)."""
+    meta = {name: result.population for name, result in zip(names, results, strict=True)}
+    if not any(m is not None for m in meta.values()):
+        return {}
+    return {
+        "families": family_readings(rows, meta, decided=set(decided),
+                                    metrics=[cell.text for cell in spec.cell_expressions()],
+                                    criteria=[c.text for c in spec.criterion_expressions()],
+                                    margin_pp=spec.margin_pp),
+        "twin_gaps": twin_gaps(rows, meta, headline=spec.headline_cell().text),
+    }
 
 
 def adjusted_p_values(results: Sequence[AuditResult], eligible: Sequence[int], metric: str) -> dict[int, float]:

@@ -111,6 +111,21 @@ class MechanismEvidence(_Result):
     base: str | None = Field(default=None, description="The base checkpoint's name, from the sidecar's parent.")
 
 
+class PopulationMetadata(_Result):
+    """Where a checkpoint sits in a structured population, from its sidecar (:mod:`.families`): the family readings
+    group by family and variant, cluster by seed and removal, and pair twins by arm and level."""
+
+    role: str | None = None
+    family: str | None = None
+    variant: str | None = None
+    removal: str | None = None
+    seed: int | None = None
+    parent: str | None = None
+    twin_arm: str | None = None
+    twin_level: int | None = None
+    twin_partner: str | None = None
+
+
 class AuditResult(_Result):
     format: Literal["bnconvention-audit-result/1"] = RESULT_FORMAT
     checkpoint: str = Field(description="File name without .safetensors.")
@@ -137,3 +152,5 @@ class AuditResult(_Result):
     provenance_arms: list[ProvenanceArm] | None = None
     recoverability_curve: RecoverabilityCurve | None = None
     mechanism: MechanismEvidence | None = None
+    population: PopulationMetadata | None = Field(default=None, description=(
+        "The sidecar's population metadata (family, variant, removal, seed, role, twin); None without one."))

@@ -37,6 +37,7 @@ from bnconvention.audit.stages import (
     decide_cells,
     evaluate_shipped,
     mechanism_evidence,
+    population_evidence,
     run_band_refits,
     run_diagnostics,
     run_replicates,
@@ -139,6 +140,7 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
         provenance_arms=diagnostics.provenance_arms or None,
         recoverability_curve=diagnostics.curve,
         mechanism=mechanism_evidence(checkpoint) if replicates.channel == "present" else None,
+        population=population_evidence(checkpoint),
     )
 
 

@@ -32,11 +32,13 @@ from bnconvention.audit.evaluation import (
     stream,
     torch_seed,
 )
+from bnconvention.audit.families import population_metadata
 from bnconvention.audit.mechanism import from_metadata
 from bnconvention.audit.provenance import annotation_contrast, provenance_arms
 from bnconvention.audit.recovery import recoverability_curve
 from bnconvention.audit.result import (
     MechanismEvidence,
+    PopulationMetadata,
     ProvenanceArm,
     RecoverabilityCurve,
     ReplicateRecord,
@@ -338,18 +340,28 @@ def run_diagnostics(prepared: PreparedAudit, refitter: Refitter, shipped: Shippe
 def mechanism_evidence(checkpoint: LoadedCheckpoint) -> MechanismEvidence:
     """What the checkpoint's stamped record and sidecar say about its buffers (:mod:`.mechanism`); an unreadable
     record or sidecar is no evidence (the checkpoint's loader already warned about it)."""
-    from bnconvention.audit.checkpoint import read_sidecar
     from bnconvention.standard.locations import record_from_header
 
     try:
         record = record_from_header(checkpoint.header, source=str(checkpoint.path))
     except UntrustedInputError:
         record = None
+    return from_metadata(record=record if isinstance(record, dict) else None, sidecar=_sidecar(checkpoint))
+
+
+def _sidecar(checkpoint: LoadedCheckpoint) -> dict[str, Any] | None:
+    from bnconvention.audit.checkpoint import read_sidecar
+
     try:
-        sidecar = read_sidecar(checkpoint.path)
+        return read_sidecar(checkpoint.path)
     except (UntrustedInputError, AuditSpecError, OSError):
-        sidecar = None
-    return from_metadata(record=record if isinstance(record, dict) else None, sidecar=sidecar)
+        return None
+
+
+def population_evidence(checkpoint: LoadedCheckpoint) -> PopulationMetadata | None:
+    """The sidecar's population metadata (family, variant, removal, seed, role, twin) for the family readings; an
+    unreadable sidecar is none (the checkpoint's loader already warned about it)."""
+    return population_metadata(_sidecar(checkpoint))
 
 
 def check_theta_unchanged(path: Path, *, before: str, after: str) -> None:

@@ -1,0 +1,186 @@
+"""Per-family readings of a structured population and the frozen-twin gap (issue 13, items 2 and 8).
+
+The paper's central reading is "per checkpoint, not per method": a family of unlearning runs (one procedure, one
+treatment of the BatchNorm buffers) can be equivalent to zero on average and still contain displaced checkpoints.
+To show it the census needs the family's mean shift with an interval that respects how the population was drawn:
+the checkpoints of one family share seeds and removals, so they are not independent draws. Each (seed, removal)
+cluster contributes its mean shift, and the family mean gets a t-interval over the clusters at the TOST level of
+the per-checkpoint decisions (90 %, :func:`bnconvention.audit.stats.tost`); the family is equivalent on average
+when that interval lies inside ±margin, displaced on average when it lies wholly outside, undetermined otherwise
+(also with a single cluster: no interval). Beside it: how many of the family's decided checkpoints are displaced
+(after Benjamini–Yekutieli, and raw), and each criterion's flips by direction.
+
+The frozen twins are pairs with bit-identical θ whose buffers took different trajectories (the ``online`` arm kept
+what the run's train-mode BN accumulated, the ``frozen`` arm the base's buffers). Their gap is the headline cell as
+shipped, online minus frozen, in pp; per weight-movement level the mean gap over the pairs (one per seed) gets a
+95 % t-interval across seeds.
+
+Pure functions: sidecar dicts and census rows in, JSON-ready dicts out (:func:`population_metadata` is what the
+audit keeps of a sidecar; :mod:`bnconvention.audit.markdown_families` renders the rest). A census whose checkpoints
+carry no family metadata (the digits zoo) has no family section and no twin section.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from bnconvention.audit.result import PopulationMetadata
+from bnconvention.audit.stats import tost
+
+FAMILY_LEVEL = 0.90  # the TOST level of the per-checkpoint decisions (decide's default)
+TWIN_LEVEL = 0.95  # a two-sided confidence interval of the twin gap across seeds
+ONLINE, FROZEN = "online", "frozen"
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def population_metadata(sidecar: Mapping[str, Any] | None) -> PopulationMetadata | None:
+    """The population fields of a checkpoint's sidecar, or None when it names neither a family nor a twin (a
+    digits-zoo sidecar, or none). Fields of the wrong type are left out rather than trusted."""
+    if not sidecar:
+        return None
+    twin = sidecar.get("twin") if isinstance(sidecar.get("twin"), Mapping) else {}
+    family = _text(sidecar.get("family"))
+    if family is None and not twin:
+        return None
+    removal = sidecar.get("removal")
+    removal_name = _text(removal.get("name")) if isinstance(removal, Mapping) else _text(removal)
+    return PopulationMetadata(role=_text(sidecar.get("role")), family=family, variant=_text(sidecar.get("variant")),
+                              removal=removal_name, seed=_int(sidecar.get("seed")),
+                              parent=_text(sidecar.get("parent")), twin_arm=_text(twin.get("arm")),
+                              twin_level=_int(twin.get("level")), twin_partner=_text(twin.get("partner")))
+
+
+def mean_interval(values: Sequence[float], *, level: float) -> tuple[float, float | None, float | None]:
+    """The mean and its two-sided ``level`` t-interval (None, None with fewer than 2 values). The interval is
+    :func:`tost`'s, which does not depend on the margin it is given."""
+    t = tost(values, margin_pp=1.0, level=level)  # mean ± t(1 - (1 - level) / 2) · se
+    if not math.isfinite(t.lower):
+        return t.mean, None, None
+    return t.mean, t.lower, t.upper
+
+
+def family_cell(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, PopulationMetadata], metric: str, *,
+                margin_pp: float, level: float = FAMILY_LEVEL) -> dict[str, Any]:
+    """One cell of one family: cluster means over (seed, removal), the family mean with its clustered interval
+    and equivalence decision, and the displaced checkpoints in the family."""
+    clusters: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        m = meta[row["checkpoint"]]
+        clusters.setdefault((str(m.seed), str(m.removal)), []).append(row["cells"][metric]["shift_pp"])
+    means = [statistics.fmean(clusters[key]) for key in sorted(clusters)]
+    t = tost(means, margin_pp=margin_pp, level=level)
+    lower, upper = (t.lower, t.upper) if math.isfinite(t.lower) else (None, None)
+    if lower is None or upper is None:
+        outcome = "undetermined"
+    elif -margin_pp < lower and upper < margin_pp:
+        outcome = "equivalent"
+    elif lower > margin_pp or upper < -margin_pp:
+        outcome = "displaced"
+    else:
+        outcome = "undetermined"
+    cells = [row["cells"][metric] for row in rows]
+    return {"clusters": len(means), "cluster_means_pp": means, "mean_shift_pp": t.mean, "lower_pp": lower,
+            "upper_pp": upper, "tost_p_value": t.p_value, "exact": t.exact, "outcome": outcome,
+            "displaced_by": sum(bool(c["displaced_by"]) for c in cells),
+            "displaced": sum(c["outcome"] == "displaced" for c in cells),
+            "equivalent": sum(c["outcome"] == "equivalent" for c in cells)}
+
+
+def flip_tally(rows: Sequence[Mapping[str, Any]], criterion: str) -> dict[str, int]:
+    """A criterion's flips in the family, by direction."""
+    flips = [f for row in rows for f in row["flips"] if f["criterion"] == criterion]
+    return {"flips": len(flips), "pass_to_fail": sum(f["direction"] == "pass_to_fail" for f in flips),
+            "fail_to_pass": sum(f["direction"] == "fail_to_pass" for f in flips)}
+
+
+def statement(label: str, metric: str, cell: Mapping[str, Any], *, margin_pp: float) -> str:
+    """The plain reading of one family's cell, chosen by the data."""
+    n = cell["displaced_by"]
+    count = f"{n} displaced checkpoint{'s' if n != 1 else ''}"
+    if cell["outcome"] == "equivalent":
+        if n:
+            return (f"{label} is equivalent on average on `{metric}` yet contains {count}: per checkpoint, "
+                    "not per method.")
+        return f"{label} is equivalent on average on `{metric}` and contains no displaced checkpoint."
+    if cell["outcome"] == "displaced":
+        return f"{label} is displaced on average on `{metric}` beyond ±{margin_pp:g} pp ({count})."
+    why = ("one seed×removal cluster gives no interval" if cell["lower_pp"] is None
+           else f"its interval is not inside ±{margin_pp:g} pp")
+    return f"{label} is not shown equivalent on average on `{metric}` ({why}); it contains {count}."
+
+
+def family_readings(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, PopulationMetadata | None], *,
+                    decided: Collection[str], metrics: Sequence[str], criteria: Sequence[str],
+                    margin_pp: float) -> dict[str, Any] | None:
+    """Per family × variant over the decided checkpoints that name a family (twins are read apart): each cell's
+    clustered family mean and displaced count, each criterion's flips, and the plain statements. None when no
+    decided checkpoint names a family."""
+    known = {name: m for name, m in meta.items() if m is not None}
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        m = known.get(row["checkpoint"])
+        if m is None or m.family is None or m.role == "twin" or row["checkpoint"] not in decided:
+            continue
+        groups.setdefault((m.family, m.variant or "—"), []).append(row)
+    if not groups:
+        return None
+    out = []
+    for (family, variant), members in sorted(groups.items()):
+        cells = {metric: family_cell(members, known, metric, margin_pp=margin_pp) for metric in metrics}
+        label = f"Family `{family}` ({variant})"
+        out.append({"family": family, "variant": variant, "checkpoints": len(members),
+                    "seeds": sorted({known[r["checkpoint"]].seed for r in members}, key=str),
+                    "removals": sorted({str(known[r["checkpoint"]].removal) for r in members}),
+                    "cells": cells, "flips": {c: flip_tally(members, c) for c in criteria},
+                    "statements": [statement(label, metric, cell, margin_pp=margin_pp)
+                                   for metric, cell in cells.items()]})
+    return {"level": FAMILY_LEVEL, "margin_pp": margin_pp, "clustered_by": ["seed", "removal"], "families": out}
+
+
+def twin_pairs(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, PopulationMetadata | None], *,
+               headline: str) -> list[dict[str, Any]]:
+    """Each online twin with its frozen partner in the census: the headline cell as shipped in both arms and the
+    gap (online − frozen, pp), and whether θ is bit-identical as the design says."""
+    by_name = {row["checkpoint"]: row for row in rows if row.get("anchored") is not False}
+    pairs = []
+    for name, row in sorted(by_name.items()):
+        m = meta.get(name)
+        if m is None or m.twin_arm != ONLINE or m.twin_partner not in by_name:
+            continue
+        partner = by_name[m.twin_partner]
+        if headline not in row["cells"] or headline not in partner["cells"]:
+            continue
+        online, frozen = row["cells"][headline]["shipped"], partner["cells"][headline]["shipped"]
+        pairs.append({"online": name, "frozen": m.twin_partner, "seed": m.seed, "level": m.twin_level,
+                      "online_shipped": online, "frozen_shipped": frozen, "gap_pp": (online - frozen) * 100,
+                      "same_theta": row["trainable_sha256"] == partner["trainable_sha256"]})
+    return pairs
+
+
+def twin_gaps(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, PopulationMetadata | None], *,
+              headline: str) -> dict[str, Any] | None:
+    """The twin pairs and, per weight-movement level (one group when the sidecars name none), the mean gap with
+    its confidence interval across seeds. None when the census holds no complete pair."""
+    pairs = twin_pairs(rows, meta, headline=headline)
+    if not pairs:
+        return None
+    by_level: dict[int | None, list[dict[str, Any]]] = {}
+    for pair in pairs:
+        by_level.setdefault(pair["level"], []).append(pair)
+    levels = []
+    for level, members in sorted(by_level.items(), key=lambda item: (item[0] is None, item[0] or 0)):
+        mean, lower, upper = mean_interval([p["gap_pp"] for p in members], level=TWIN_LEVEL)
+        levels.append({"level": level, "pairs": len(members), "seeds": sorted({p["seed"] for p in members}, key=str),
+                       "mean_gap_pp": mean, "lower_pp": lower, "upper_pp": upper,
+                       "same_theta": all(p["same_theta"] for p in members)})
+    return {"cell": headline, "confidence": TWIN_LEVEL, "levels": levels, "pairs": pairs}

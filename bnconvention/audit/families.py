@@ -48,7 +48,8 @@ def population_metadata(sidecar: Mapping[str, Any] | None) -> PopulationMetadata
     digits-zoo sidecar, or none). Fields of the wrong type are left out rather than trusted."""
     if not sidecar:
         return None
-    twin = sidecar.get("twin") if isinstance(sidecar.get("twin"), Mapping) else {}
+    raw_twin = sidecar.get("twin")
+    twin: Mapping[str, Any] = raw_twin if isinstance(raw_twin, Mapping) else {}
     family = _text(sidecar.get("family"))
     if family is None and not twin:
         return None

@@ -1,0 +1,242 @@
+"""Per-family readings and the frozen-twin gap (bnconvention.audit.families, issue 13 items 2 and 8): clustered
+family means by hand, the "equivalent on average yet contains displaced checkpoints" statement exactly when the data
+has it, flips in both directions, twin gaps with their interval across seeds, and no section without metadata."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bnconvention.audit.census_summary import summarize
+from bnconvention.audit.families import family_readings, population_metadata, twin_gaps
+from bnconvention.audit.markdown_families import families_markdown
+from bnconvention.audit.result import AuditResult, PopulationMetadata
+from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.stats import decide, sign_test
+from bnconvention.authoring.declaration import make_convention, make_transform
+from bnconvention.standard.models import (
+    SPEC_VERSION,
+    AuditedFile,
+    Cell,
+    CellDecision,
+    Producer,
+    RefitAnnotation,
+    Verdict,
+)
+
+# Two-sided t critical values from a table: t(0.95; 5) for a 90 % interval over 6 clusters, t(0.975; 2) for a
+# 95 % interval over 3 seeds.
+T_95_DF5 = 2.015048
+T_975_DF2 = 4.302653
+SHIFTS = [1.3, 0.0, 0.1, -0.1, 0.0, 0.1]  # three seeds × two removals, one checkpoint per cluster
+CLUSTERS = [(s, r) for s in (0, 1, 2) for r in ("r05", "r10")]
+
+
+def _row(name: str, shift: float, *, outcome: str = "undetermined", displaced_by: bool = False,
+         flips: list[dict[str, Any]] | None = None, shipped: float = 0.5, theta: str = "t") -> dict[str, Any]:
+    """A census row (checkpoint_row's shape) with the fields the family readings read."""
+    return {"checkpoint": name, "anchored": True, "trainable_sha256": theta, "flips": flips or [],
+            "cells": {"df": {"shift_pp": shift, "outcome": outcome, "displaced_by": displaced_by,
+                             "shipped": shipped}}}
+
+
+def _family(shifts: list[float], *, displaced_first: bool, family: str = "finetune", variant: str = "train"):
+    rows, meta = [], {}
+    for i, ((seed, removal), shift) in enumerate(zip(CLUSTERS, shifts, strict=True)):
+        name = f"{removal}-s{seed}-{family}-{variant}"
+        displaced = displaced_first and i == 0
+        rows.append(_row(name, shift, outcome="displaced" if displaced else "equivalent", displaced_by=displaced))
+        meta[name] = PopulationMetadata(role="unlearned", family=family, variant=variant, removal=removal, seed=seed)
+    return rows, meta
+
+
+def _readings(rows, meta, criteria=()):
+    return family_readings(rows, meta, decided={r["checkpoint"] for r in rows}, metrics=["df"],
+                           criteria=list(criteria), margin_pp=1.2)
+
+
+def test_family_mean_and_clustered_interval_by_hand():
+    rows, meta = _family(SHIFTS, displaced_first=True)
+    cell = _readings(rows, meta)["families"][0]["cells"]["df"]
+    mean = sum(SHIFTS) / 6  # 0.2333
+    se = math.sqrt(sum((s - mean) ** 2 for s in SHIFTS) / 5 / 6)  # 0.2155
+    assert cell["clusters"] == 6 and cell["mean_shift_pp"] == pytest.approx(mean)
+    assert cell["lower_pp"] == pytest.approx(mean - T_95_DF5 * se, abs=1e-5)  # -0.2009
+    assert cell["upper_pp"] == pytest.approx(mean + T_95_DF5 * se, abs=1e-5)  # +0.6676, inside ±1.2
+    assert cell["outcome"] == "equivalent" and cell["displaced_by"] == 1 and cell["displaced"] == 1
+
+
+def test_two_checkpoints_of_one_cluster_count_once():
+    rows, meta = _family(SHIFTS, displaced_first=False)
+    extra = "r05-s0-finetune-train-b"
+    rows.append(_row(extra, 0.7))  # same (seed 0, r05) cluster as the 1.3 one: the cluster mean becomes 1.0
+    meta[extra] = PopulationMetadata(role="unlearned", family="finetune", variant="train", removal="r05", seed=0)
+    cell = _readings(rows, meta)["families"][0]["cells"]["df"]
+    assert cell["clusters"] == 6 and cell["cluster_means_pp"][0] == pytest.approx(1.0)
+    assert cell["mean_shift_pp"] == pytest.approx((1.0 + 0.1) / 6)
+
+
+def test_the_equivalent_yet_displaced_statement_appears_exactly_when_the_data_has_it():
+    with_displaced = _readings(*_family(SHIFTS, displaced_first=True))["families"][0]["statements"]
+    assert with_displaced == ["Family `finetune` (train) is equivalent on average on `df` yet contains 1 displaced "
+                              "checkpoint: per checkpoint, not per method."]
+    without = _readings(*_family(SHIFTS, displaced_first=False))["families"][0]["statements"]
+    assert without == ["Family `finetune` (train) is equivalent on average on `df` and contains no displaced "
+                       "checkpoint."]
+    wide = _readings(*_family([3.0, -2.0, 2.5, 0.0, 1.0, -1.0], displaced_first=True))["families"][0]
+    assert wide["cells"]["df"]["outcome"] == "undetermined"
+    assert wide["statements"] == ["Family `finetune` (train) is not shown equivalent on average on `df` (its "
+                                  "interval is not inside ±1.2 pp); it contains 1 displaced checkpoint."]
+    moved = _readings(*_family([5.0, 5.2, 4.8, 5.1, 4.9, 5.0], displaced_first=True))["families"][0]
+    assert moved["cells"]["df"]["outcome"] == "displaced" and "displaced on average" in moved["statements"][0]
+    text = families_markdown({"families": _readings(*_family(SHIFTS, displaced_first=True))})
+    assert "yet contains 1 displaced checkpoint: per checkpoint, not per method." in text
+
+
+def test_families_group_by_variant_leave_out_twins_and_undecided_and_count_flips_both_ways():
+    rows, meta = _family(SHIFTS, displaced_first=False)
+    criterion = "abs(df - dt) <= 0.05"
+    rows[0]["flips"] = [{"criterion": criterion, "direction": "pass_to_fail", "refit_pass_replicates": 0}]
+    rows[1]["flips"] = [{"criterion": criterion, "direction": "fail_to_pass", "refit_pass_replicates": 2}]
+    rows[2]["flips"] = [{"criterion": criterion, "direction": "pass_to_fail", "refit_pass_replicates": 0}]
+    eval_rows, eval_meta = _family(SHIFTS, displaced_first=False, variant="eval")
+    twin = _row("r10-s0-twin1-online", 9.0)
+    readings = family_readings(
+        [*rows, *eval_rows, twin, _row("undecided", 50.0)],
+        {**meta, **eval_meta, "undecided": meta[rows[0]["checkpoint"]],
+         twin["checkpoint"]: PopulationMetadata(role="twin", family="relabel", variant="train", seed=0)},
+        decided={r["checkpoint"] for r in [*rows, *eval_rows, twin]}, metrics=["df"], criteria=[criterion],
+        margin_pp=1.2)
+    assert [(f["family"], f["variant"], f["checkpoints"]) for f in readings["families"]] == [
+        ("finetune", "eval", 6), ("finetune", "train", 6)]
+    assert readings["families"][1]["flips"][criterion] == {"flips": 3, "pass_to_fail": 2, "fail_to_pass": 1}
+    assert readings["families"][0]["flips"][criterion] == {"flips": 0, "pass_to_fail": 0, "fail_to_pass": 0}
+
+
+def test_one_cluster_gives_no_interval():
+    rows, meta = _family(SHIFTS, displaced_first=False)
+    cell = _readings(rows[:1], meta)["families"][0]["cells"]["df"]
+    assert cell["lower_pp"] is None and cell["outcome"] == "undetermined"
+
+
+def _twins(level: int, seed: int, online: float, frozen: float, *, theta_frozen: str = "t"):
+    names = (f"r10-s{seed}-twin{level}-online", f"r10-s{seed}-twin{level}-frozen")
+    rows = [_row(names[0], 0.0, shipped=online, theta=f"t{level}{seed}"),
+            _row(names[1], 0.0, shipped=frozen, theta=theta_frozen if theta_frozen != "t" else f"t{level}{seed}")]
+    meta = {names[0]: PopulationMetadata(role="twin", seed=seed, twin_arm="online", twin_level=level,
+                                         twin_partner=names[1]),
+            names[1]: PopulationMetadata(role="twin", seed=seed, twin_arm="frozen", twin_level=level,
+                                         twin_partner=names[0])}
+    return rows, meta
+
+
+def test_twin_gap_per_level_with_its_interval_across_seeds_by_hand():
+    rows: list[dict[str, Any]] = []
+    meta: dict[str, PopulationMetadata | None] = {}
+    for level, seed, online, frozen, theta in [(1, 0, 0.60, 0.50, "t"), (1, 1, 0.58, 0.50, "t"),
+                                               (1, 2, 0.62, 0.50, "t"), (2, 0, 0.70, 0.40, "other")]:
+        r, m = _twins(level, seed, online, frozen, theta_frozen=theta)
+        rows += r
+        meta.update(m)
+    rows.append(_row("r10-s5-twin1-online", 0.0, shipped=0.9))  # its partner is not in the census: no pair
+    meta["r10-s5-twin1-online"] = PopulationMetadata(role="twin", seed=5, twin_arm="online", twin_level=1,
+                                                     twin_partner="missing")
+    gaps = twin_gaps(rows, meta, headline="df")
+    assert gaps is not None and gaps["cell"] == "df" and len(gaps["pairs"]) == 4
+    one, two = gaps["levels"]
+    # gaps 10, 8, 12 pp: mean 10, sd 2, se 2/√3; 95 % interval 10 ± 4.302653 · 1.154701 = [5.0317, 14.9683]
+    assert one["level"] == 1 and one["pairs"] == 3 and one["seeds"] == [0, 1, 2]
+    assert one["mean_gap_pp"] == pytest.approx(10.0)
+    assert one["lower_pp"] == pytest.approx(10 - T_975_DF2 * 2 / math.sqrt(3), abs=1e-4)
+    assert one["upper_pp"] == pytest.approx(10 + T_975_DF2 * 2 / math.sqrt(3), abs=1e-4)
+    assert one["same_theta"] is True
+    assert two["mean_gap_pp"] == pytest.approx(30.0) and two["lower_pp"] is None  # one seed: no interval
+    assert two["same_theta"] is False  # the design's bit-identical θ is checked, not assumed
+    text = families_markdown({"twin_gaps": gaps})
+    assert "## Frozen twins" in text and "| 1 | 3 | 0, 1, 2 | +10.00 pp | [+5.03, +14.97] | yes |" in text
+    assert twin_gaps(rows[:1], meta, headline="df") is None
+
+
+def test_population_metadata_from_a_sidecar_and_none_without_one():
+    sidecar = {"role": "twin", "family": "relabel", "variant": "train", "seed": 1, "parent": "s1-base",
+               "removal": {"name": "r10", "kind": "instances", "ratio": 0.1, "class": None},
+               "twin": {"arm": "frozen", "level": 4, "partner": "r10-s1-twin4-online"}}
+    assert population_metadata(sidecar) == PopulationMetadata(
+        role="twin", family="relabel", variant="train", removal="r10", seed=1, parent="s1-base", twin_arm="frozen",
+        twin_level=4, twin_partner="r10-s1-twin4-online")
+    assert population_metadata({"architecture": {"factory": "zoo/convnet-bn"}}) is None  # a digits-zoo sidecar
+    assert population_metadata(None) is None
+    assert population_metadata({"family": "ga", "seed": True}).seed is None  # wrong types are not trusted
+
+
+def _result(name: str, shifts: list[float], population: PopulationMetadata | None) -> AuditResult:
+    decision, sign = decide(shifts, margin_pp=1.2), sign_test(shifts, margin_pp=1.2)
+    values = [0.5 + s / 100 for s in shifts]
+    annotation = RefitAnnotation(
+        spec_version=SPEC_VERSION, kind="refit_annotation",
+        subject=AuditedFile(filename=f"{name}.safetensors", trainable_sha256="0" * 64),
+        convention=make_convention(buffer_update_mode="refit", role="retain", dataset_id="d", subset="s",
+                                   transform=make_transform(mode="train"), rule="exact"),
+        channel="present", replicates=len(shifts), margin_pp=1.2,
+        cells=[Cell(metric="df", split="forget", shipped=0.5, refit=sum(values) / len(values),
+                    shift_pp=sum(shifts) / len(shifts), replicate_values=values, replicate_shifts_pp=shifts,
+                    margin_pp=1.2, decision=CellDecision(outcome=decision.outcome, p_value=decision.p_value,
+                                                         method=decision.method))],
+        verdicts=[Verdict(criterion="df <= 0.05", shipped=False, refit=False, flipped=False, direction=None,
+                          refit_pass_replicates=0)], producer=Producer(tool="t", version="0"), reporting_line="l")
+    return AuditResult(checkpoint=name, weights_path=name, weights_key="k", spec_sha256="s", factory="f",
+                       anchored=True, annotation=annotation,
+                       sign_tests={"df": {"p_value": sign.p_value, "beyond": sign.beyond,
+                                          "direction": sign.direction}},
+                       replicate_records=[], refits_run=len(shifts), seconds=1.0, seconds_shipped_eval=0.1,
+                       population=population)
+
+
+def test_summary_carries_families_only_when_the_checkpoints_name_one():
+    from audit_support import PATTERN_SPEC
+
+    spec = parse_spec({**PATTERN_SPEC, "cells": ["df"], "criteria": ["df <= 0.05"], "replicates": 10})
+    # one checkpoint displaced on every replicate (sign p = 0.5^10, survives BY), five near zero
+    per_cluster = [[2.0] * 10] + [[0.1, -0.1] * 5] * 5
+    results = [_result(f"{r}-s{s}-ga-train", shifts, PopulationMetadata(role="unlearned", family="ga",
+                                                                        variant="train", removal=r, seed=s))
+               for (s, r), shifts in zip(CLUSTERS, per_cluster, strict=True)]
+    summary = summarize(results, [r.checkpoint for r in results], spec)
+    family = summary["families"]["families"][0]
+    assert family["cells"]["df"]["displaced_by"] == 1
+    assert family["cells"]["df"]["mean_shift_pp"] == pytest.approx(2.0 / 6)
+    assert family["cells"]["df"]["outcome"] == "equivalent" and "yet contains 1 displaced" in family["statements"][0]
+    assert summary["twin_gaps"] is None
+    json.dumps(summary)  # JSON-ready
+    digits = summarize([_result("bn-ga-train", [2.0] * 10, None)], ["bn-ga-train"], spec)
+    assert "families" not in digits and "twin_gaps" not in digits
+    assert families_markdown(digits) == ""
+
+
+@pytest.mark.slow
+def test_the_tiny_population_census_reports_families_and_the_twin_gap(tiny_population, tmp_path: Path):
+    from bnconvention.audit.census import run_census
+    from bnconvention.audit.spec import load_spec
+
+    spec = load_spec(tiny_population.root / "population.yaml", replicates=2)
+    spec = spec.model_copy(update={"recoverability": None, "provenance": None})
+    outcome = run_census([tiny_population.root], spec, tmp_path / "census")
+    written = json.loads((tmp_path / "census" / "census.json").read_text())
+    families = {(f["family"], f["variant"]): f for f in written["families"]["families"]}
+    unlearned = tiny_population.select(role="unlearned")
+    assert sum(f["checkpoints"] for f in families.values()) == len(unlearned)
+    assert set(families) == {(tiny_population.sidecar(n)["family"], tiny_population.sidecar(n)["variant"])
+                             for n in unlearned}
+    pairs = written["twin_gaps"]["pairs"]
+    assert len(pairs) == len(tiny_population.select(role="twin")) // 2 and all(p["same_theta"] for p in pairs)
+    for pair in pairs:
+        online = tiny_population.sidecar(pair["online"])["measured_at_release"]["forget"]
+        frozen = tiny_population.sidecar(pair["frozen"])["measured_at_release"]["forget"]
+        assert pair["gap_pp"] == pytest.approx((online - frozen) * 100, abs=1e-7)
+    text = (tmp_path / "census" / "census.md").read_text()
+    assert "## Per family" in text and "## Frozen twins" in text
+    assert outcome.summary["families"] == written["families"]

@@ -94,4 +94,12 @@ staleness: true
 recoverability:
   images: 10
   source: test
+
+# Known-answer controls, in their own table and outside the Benjamini-Yekutieli family: the retrain reference
+# (never saw the forget set) and the no-removal base (whose refit pool lacks the forget set: where it does not
+# hold, the table says so).
+controls:
+  checkpoints:
+    "*-retrain": retrain reference
+    "*-base": no-removal base
 """

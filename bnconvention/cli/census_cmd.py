@@ -97,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
     summary = outcome.summary
     counts = summary["counts"]
     print(f"census of {plural(counts['checkpoints'], 'checkpoint')}: {counts['anchored']} anchored of "
-          f"{counts['anchoring_checked']} checked, {counts['eligible']} decided, {counts['channel_absent']} channel "
-          f"absent")
+          f"{counts['anchoring_checked']} checked, {counts.get('decided', counts['eligible'])} decided, "
+          f"{counts.get('controls', 0)} controls ({counts['channel_absent']} channel absent)")
     for metric, cell in summary["cells"].items():
         print(f"  {metric:<16} displaced {cell['displaced_by']} (BY q={summary['fdr_q']:g}; raw {cell['displaced']}), "
               f"equivalent {cell['equivalent']}, undetermined {cell['undetermined']}")

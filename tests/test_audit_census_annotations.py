@@ -49,3 +49,26 @@ def test_write_by_annotations_rewrites_the_eligible_ones_only(tmp_path: Path) ->
     assert written["spec_version"] == "1.1" and written["cells"][0]["decision"]["by_p_value"] == 0.5
     assert "by_p_value" not in written["cells"][1]["decision"]  # dt has no adjusted p in this summary
     assert (tmp_path / rows[1]["annotation"]).read_text(encoding="utf-8") == "untouched"
+
+
+def test_a_population_checkpoint_carries_its_family_in_the_1_1_annotation() -> None:
+    from bnconvention.audit.census_annotations import annotation_family
+    from bnconvention.audit.result import PopulationMetadata
+
+    population = PopulationMetadata(role="unlearned", family="relabel", variant="eval", removal="r05", seed=2)
+    family = annotation_family(population)
+    assert family == {"name": "relabel", "variant": "eval", "removal": "r05", "seed": 2}
+    annotation = _annotation()
+    adjusted = annotation_with_by(annotation, {"df": None}, family_size=12, family=family)  # no BY p, a family
+    data = to_dict(adjusted)
+    assert data["spec_version"] == "1.1" and data["family"] == family and validate_record(data) == []
+    assert {k: v for k, v in data.items() if k not in ("family", "spec_version")} == {
+        k: v for k, v in to_dict(annotation).items() if k != "spec_version"}
+
+
+def test_bases_retrains_and_zoo_checkpoints_have_no_family() -> None:
+    from bnconvention.audit.census_annotations import annotation_family
+    from bnconvention.audit.result import PopulationMetadata
+
+    assert annotation_family(None) is None
+    assert annotation_family(PopulationMetadata(role="retrain", removal="r05", seed=0)) is None

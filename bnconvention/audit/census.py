@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bnconvention.audit.census_annotations import write_by_annotations
+from bnconvention.audit.census_annotations import annotation_family, write_by_annotations
 from bnconvention.audit.census_summary import (  # re-exported: the census's public summary
     CHECKPOINTS_DIR,
     summarize,
@@ -264,7 +264,8 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     summary["sweeps"]["pool_sizes"], sweep_refits = pool_size_sweep(swept, spec, store, data=data)
     summary["invocation"] = {"audits_run": ran, "audits_reused": reused, "refits_run": refits + sweep_refits}
     summary["timing"] = _timing(ordered, audits_run=ran, audits_reused=reused)
-    write_by_annotations(out, [r.annotation for r in ordered], summary)  # spec 1.1: by_p_value in each annotation
+    write_by_annotations(out, [r.annotation for r in ordered], summary,  # spec 1.1: by_p_value, family
+                         families=[annotation_family(r.population) for r in ordered])
     write_json(out / "census.json", summary)
     atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary)
                       + families_markdown(summary))

@@ -20,12 +20,15 @@ from bnconvention.standard.models import LATEST_SPEC_VERSION, RefitAnnotation, p
 
 
 def annotation_with_by(annotation: RefitAnnotation, by_p_values: Mapping[str, float | None], *,
-                       family_size: int) -> RefitAnnotation:
-    """``annotation`` as 1.1 with each cell's adjusted p-value; the annotation itself when no cell has one."""
-    if all(by_p_values.get(cell.metric) is None for cell in annotation.cells):
+                       family_size: int, family: Mapping[str, Any] | None = None) -> RefitAnnotation:
+    """``annotation`` as 1.1 with each cell's adjusted p-value and, for a checkpoint of a structured population, its
+    ``family`` (name, variant, removal, seed); the annotation itself when it gains neither."""
+    if family is None and all(by_p_values.get(cell.metric) is None for cell in annotation.cells):
         return annotation
     data = to_dict(annotation)
     data["spec_version"] = LATEST_SPEC_VERSION
+    if family is not None:
+        data["family"] = dict(family)
     for cell in data["cells"]:
         p_by = by_p_values.get(cell["metric"])
         if p_by is not None:
@@ -37,14 +40,27 @@ def annotation_with_by(annotation: RefitAnnotation, by_p_values: Mapping[str, fl
     return record
 
 
-def write_by_annotations(out_dir: Path, annotations: Sequence[RefitAnnotation], summary: Mapping[str, Any]) -> int:
-    """Rewrite the annotation file of every checkpoint of ``summary`` that has adjusted p-values; how many."""
+def annotation_family(population: Any) -> dict[str, Any] | None:
+    """The 1.1 ``family`` of a checkpoint from its population metadata (:class:`~.result.PopulationMetadata`), or
+    None when it names no family (a base, a retrain, a twin, or no population at all)."""
+    if population is None or not getattr(population, "family", None):
+        return None
+    found = {"name": population.family, "variant": population.variant, "removal": population.removal,
+             "seed": population.seed}
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def write_by_annotations(out_dir: Path, annotations: Sequence[RefitAnnotation], summary: Mapping[str, Any], *,
+                         families: Sequence[Mapping[str, Any] | None] | None = None) -> int:
+    """Rewrite the annotation file of every checkpoint of ``summary`` that has adjusted p-values or a family (one
+    per annotation in ``families``); how many."""
     counts = summary["counts"]
     family_size = int(counts.get("decided", counts["eligible"]))  # controls sit outside the family
     written = 0
-    for annotation, row in zip(annotations, summary["checkpoints"], strict=True):
+    own_families = list(families) if families is not None else [None] * len(annotations)
+    for annotation, row, family in zip(annotations, summary["checkpoints"], own_families, strict=True):
         by_p_values = {metric: cell["by_p_value"] for metric, cell in row["cells"].items()}
-        adjusted = annotation_with_by(annotation, by_p_values, family_size=family_size)
+        adjusted = annotation_with_by(annotation, by_p_values, family_size=family_size, family=family)
         if adjusted is annotation:
             continue
         atomic_write_text(out_dir / row["annotation"], json_text(to_dict(adjusted)))
@@ -52,4 +68,4 @@ def write_by_annotations(out_dir: Path, annotations: Sequence[RefitAnnotation], 
     return written
 
 
-__all__ = ["ANNOTATION_FILE", "annotation_with_by", "write_by_annotations"]
+__all__ = ["ANNOTATION_FILE", "annotation_family", "annotation_with_by", "write_by_annotations"]

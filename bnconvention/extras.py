@@ -32,6 +32,7 @@ True
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from bnconvention.errors import MissingDependencyError
 
@@ -98,4 +99,15 @@ def missing_dependency(exc: ModuleNotFoundError, *, extra: str | None = None,
         f"pip install 'bnconvention[{brackets}]'", module=module, extra=brackets)
 
 
-__all__ = ["EXTRA_INCLUDES", "MODULE_EXTRAS", "extras_for", "missing_dependency", "needs_extra"]
+def import_extra(module: str, *, command: str) -> Any:
+    """Import an optional library, or raise the one-line :func:`missing_dependency` error naming its extra and
+    ``command`` (who needs it); a missing module that is not an extra's is re-raised as it is."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise (missing_dependency(exc, command=command) or exc) from exc
+
+
+__all__ = ["EXTRA_INCLUDES", "MODULE_EXTRAS", "extras_for", "import_extra", "missing_dependency", "needs_extra"]

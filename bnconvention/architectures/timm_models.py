@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from bnconvention.errors import ArchitectureConfigError, BnConventionError, FactoryCallError
-from bnconvention.extras import missing_dependency
+from bnconvention.extras import import_extra
 from bnconvention.formats.text import one_line
 
 # timm and torch are imported inside the functions that use them: importing this module does not import torch.
@@ -167,14 +167,7 @@ def build_timm(name: str, kwargs: Mapping[str, Any] | None = None, *, source: st
 
 
 def _import_timm(needed_by: str) -> Any:
-    try:
-        import timm
-    except ModuleNotFoundError as exc:
-        error = missing_dependency(exc, command=f"building {needed_by}")
-        if error is None:
-            raise
-        raise error from exc
-    return timm
+    return import_extra("timm", command=f"building {needed_by}")
 
 
 __all__ = ["PREFIX", "REFUSED_KEYS", "build_timm", "is_timm_config", "safe_timm_kwargs", "timm_architecture",

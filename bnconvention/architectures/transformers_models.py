@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from bnconvention.architectures.timm_models import safe_timm_kwargs, timm_name
 from bnconvention.errors import ArchitectureConfigError, BnConventionError, FactoryCallError
-from bnconvention.extras import missing_dependency
+from bnconvention.extras import import_extra
 from bnconvention.formats.text import one_line
 
 # transformers and torch are imported inside the functions that use them: importing this module does not import
@@ -157,14 +157,7 @@ def build_transformers(class_name: str, config: Mapping[str, Any] | None = None,
 
 
 def _import_transformers(needed_by: str) -> Any:
-    try:
-        import transformers
-    except ModuleNotFoundError as exc:
-        error = missing_dependency(exc, command=f"building {needed_by}")
-        if error is None:
-            raise
-        raise error from exc
-    return transformers
+    return import_extra("transformers", command=f"building {needed_by}")
 
 
 __all__ = ["PREFIX", "REMOTE_CODE_KEYS", "build_transformers", "check_no_remote_code", "check_transformers_config",

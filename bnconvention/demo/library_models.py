@@ -32,7 +32,7 @@ import torch
 from filelock import FileLock
 
 from bnconvention.errors import BnConventionError
-from bnconvention.extras import missing_dependency
+from bnconvention.extras import import_extra
 from bnconvention.formats.atomic import atomic_write_bytes, file_sha256
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 
@@ -72,10 +72,7 @@ LIBRARY_MODELS: tuple[LibraryModel, ...] = (
 
 
 def _import(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        raise (missing_dependency(exc, command="bnconvention demo") or exc) from exc
+    return import_extra(module, command="bnconvention demo")
 
 
 def require_libraries() -> None:

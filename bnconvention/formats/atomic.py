@@ -20,9 +20,11 @@ import secrets
 import shutil
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from bnconvention.errors import UsageError
 
 try:
     import fcntl
@@ -166,6 +168,22 @@ def atomic_write_text(path: Path, text: str, *, newline: str | None = "") -> Non
     """Replace ``path`` with ``text`` (UTF-8) atomically; ``newline=""`` writes line endings exactly as given."""
     data = text.encode("utf-8") if newline == "" else text.replace("\n", newline or os.linesep).encode("utf-8")
     atomic_write_bytes(Path(path), data)
+
+
+def refuse_foreign_folder(out_dir: Path, *, what: str, is_ours: Callable[[Path], bool]) -> None:
+    """Before a build replaces ``out_dir`` (:func:`replace_directory`): refuse a file, or a non-empty folder that
+    ``is_ours`` does not recognise as an earlier build of ``what`` (e.g. ``"zoo"``); an unreadable one is not ours."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"{what} output {out_dir} exists and is not a folder; choose another --out")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        try:
+            ours = is_ours(out_dir)
+        except (ValueError, OSError):
+            ours = False
+        if not ours:
+            raise UsageError(f"{what} output {out_dir} is a non-empty folder without a {what} manifest.json; a build "
+                             "replaces the whole folder, so choose an empty or new --out (or delete the folder "
+                             "yourself)")
 
 
 def replace_directory(partial: Path, target: Path) -> None:

@@ -41,7 +41,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from bnconvention.errors import UsageError
-from bnconvention.formats.atomic import atomic_write_bytes, replace_directory
+from bnconvention.formats.atomic import atomic_write_bytes, refuse_foreign_folder, replace_directory
 from bnconvention.zoo.manifest import (
     MANIFEST_NAME,
     ZooManifest,
@@ -130,18 +130,7 @@ def build_zoo(out_dir: Path | str, *, seed: int = 0, progress: bool = True, obse
 
 def _refuse_foreign_folder(out_dir: Path) -> None:
     """A build replaces ``out_dir``: never do that to a file or to a non-empty folder that is not a zoo."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"zoo output {out_dir} exists and is not a folder; choose another --out")
-    if out_dir.is_dir() and any(out_dir.iterdir()):
-        try:
-            is_zoo = read_manifest(out_dir).format == ZOO_FORMAT
-        except (ValueError, OSError):
-            is_zoo = False
-        if not is_zoo:
-            raise UsageError(
-                f"zoo output {out_dir} is a non-empty folder without a zoo manifest.json; a build replaces the whole "
-                "folder, so choose an empty or new --out (or delete the folder yourself)"
-            )
+    refuse_foreign_folder(out_dir, what="zoo", is_ours=lambda folder: read_manifest(folder).format == ZOO_FORMAT)
 
 
 def _prepare_partial(partial: Path, *, seed: int, code: str, observed: bool, resume: bool) -> None:

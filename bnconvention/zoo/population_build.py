@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from bnconvention.authoring.recorder import BNRecorder
 from bnconvention.errors import UsageError
-from bnconvention.formats.atomic import atomic_write_bytes, file_sha256, replace_directory
+from bnconvention.formats.atomic import atomic_write_bytes, file_sha256, refuse_foreign_folder, replace_directory
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.standard.models import Observation, to_dict
 from bnconvention.zoo.population_data import TASK_FILE, noisy_digits, write_task
@@ -109,16 +109,8 @@ def _reusable(out_dir: Path, *, seed: int, code: str) -> PopulationManifest | No
 
 def _refuse_foreign_folder(out_dir: Path) -> None:
     """A build replaces ``out_dir``: never do that to a file or to a non-empty folder that is not a population."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"population output {out_dir} exists and is not a folder; choose another --out")
-    if out_dir.is_dir() and any(out_dir.iterdir()):
-        try:
-            ours = read_population_manifest(out_dir).format == POPULATION_FORMAT
-        except (ValueError, OSError):
-            ours = False
-        if not ours:
-            raise UsageError(f"population output {out_dir} is a non-empty folder without a population "
-                             "manifest.json; a build replaces the whole folder, so choose an empty or new --out")
+    refuse_foreign_folder(out_dir, what="population",
+                          is_ours=lambda folder: read_population_manifest(folder).format == POPULATION_FORMAT)
 
 
 def _prepare_partial(partial: Path, *, seed: int, code: str, resume: bool) -> None:

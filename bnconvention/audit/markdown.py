@@ -5,13 +5,13 @@ Pure functions from results to text; writing files is :mod:`bnconvention.audit.o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.audit.decisions import format_p
 from bnconvention.audit.markdown_readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
 from bnconvention.audit.result import AuditResult
-from bnconvention.formats.text import plural, signed
+from bnconvention.formats.text import markdown_table, plural, signed
 
 PLOT_FILES = {"cells": "cells.png", "staleness": "staleness.png"}
 
@@ -28,12 +28,6 @@ def _yes(flag: bool | None) -> str:
     return {True: "yes", False: "no", None: "—"}[flag]
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return lines
-
-
 def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = None) -> str:
     """The summary of one audit; ``plots`` maps plot kind to a relative file name to embed."""
     a = result.annotation
@@ -43,7 +37,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
         anchoring = (f"{'anchored' if a.anchoring.anchored else 'NOT anchored (excluded from decisions)'} "
                      f"(tolerance {a.anchoring.tolerance:g})")
     lines = [f"# Audit of `{a.subject.filename}`", "", f"> {a.reporting_line}", ""]
-    lines += _table(["", ""], [
+    lines += markdown_table(["", ""], [
         ["trainable sha256", f"`{a.subject.trainable_sha256}` (bit-identical before and after the audit)"],
         ["shipped running sha256", f"`{a.subject.running_sha256}`" if a.subject.running_sha256 else "— (none)"],
         ["declared convention", f"`{a.subject.declared_convention}`" if a.subject.declared_convention else "none"],
@@ -65,16 +59,16 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
         rows.append([f"`{cell.metric}`", _value(cell.published), _value(cell.shipped), _value(cell.refit),
                      _pp(cell.shift_pp), spread, beyond, cell.decision.outcome, cell.decision.method,
                      format_p(cell.decision.p_value)])
-    lines += _table(["cell", "published", "shipped", "refit (mean)", "shift pp", "replicate range pp",
+    lines += markdown_table(["cell", "published", "shipped", "refit (mean)", "shift pp", "replicate range pp",
                      "beyond margin", "decision", "rule", "p"], rows)
     if a.anchoring is not None:
         lines += ["", "## Anchoring", ""]
-        lines += _table(["cell", "published", "shipped", "|difference|"],
+        lines += markdown_table(["cell", "published", "shipped", "|difference|"],
                         [[f"`{c.metric}`", _value(c.published), _value(c.shipped), f"{c.abs_diff:.4f}"]
                          for c in a.anchoring.cells])
     if a.verdicts:
         lines += ["", "## Verdicts", ""]
-        lines += _table(["criterion", "shipped", "refit (mean cells)", "refit passes", "flip"], [
+        lines += markdown_table(["criterion", "shipped", "refit (mean cells)", "refit passes", "flip"], [
             [f"`{v.criterion}`", "pass" if v.shipped else "fail", "pass" if v.refit else "fail",
              f"{v.refit_pass_replicates}/{a.replicates}", (v.direction or "").replace("_", " ") or "—"]
             for v in a.verdicts])
@@ -85,7 +79,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
                   "reference band is the 1 − level quantile of the same distance between independent retain refits, "
                   "and 'exceeds' is an exact rank test at that level.", ""]
         band = s.reference_band
-        lines += _table(["", "shipped vs refit", "reference band"], [
+        lines += markdown_table(["", "shipped vs refit", "reference band"], [
             ["mean ‖µ−µ̂‖/‖σ̂‖", f"{s.mean_distance:.5f}", f"{band.mean_distance:.5f}" if band else "—"],
             ["variance ‖σ²−σ̂²‖/‖σ̂²‖", f"{s.var_distance:.5f}", f"{band.var_distance:.5f}" if band else "—"],
         ])
@@ -144,7 +138,7 @@ def census_markdown(census: Mapping[str, Any]) -> str:
     if largest:
         rows.append(["Largest shift", "", f"{_pp(largest['shift_pp'])} pp (`{largest['cell']}`, "
                                           f"{largest['checkpoint']})"])
-    lines += _table(["Question", "n", "Result"], rows)
+    lines += markdown_table(["Question", "n", "Result"], rows)
     lines += ["", "## Per checkpoint", ""]
     metrics = list(census["cells"])
     header = (["checkpoint", "channel", "anchored"] + [f"`{m}` shift pp" for m in metrics]
@@ -161,7 +155,7 @@ def census_markdown(census: Mapping[str, Any]) -> str:
         flips = ", ".join(f"`{f['criterion']}` {f['direction'].replace('_', ' ')}" for f in entry["flips"]) or "—"
         row += [flips, mechanism_cell(entry), f"[json]({entry['annotation']})"]
         table_rows.append(row)
-    lines += _table(header, table_rows)
+    lines += markdown_table(header, table_rows)
     lines += readings_lines(census.get("readings"))
     timing = census.get("timing")
     if timing:

@@ -6,13 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.formats.text import signed
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return lines
+from bnconvention.formats.text import markdown_table, signed
 
 
 def _budget(value: float | None) -> str:
@@ -39,7 +33,8 @@ def _controls(census: Mapping[str, Any]) -> list[str]:
         outcomes = ", ".join(f"`{m}` {c['outcome']}" for m, c in row["cells"].items())
         rows.append([row["checkpoint"], row["label"], row["expected"], "yes" if row["holds"] else "**no**",
                      f"{largest:.2f}", outcomes])
-    return lines + _table(["checkpoint", "control", "known answer", "holds", "largest |shift| pp", "outcomes"], rows)
+    header = ["checkpoint", "control", "known answer", "holds", "largest |shift| pp", "outcomes"]
+    return lines + markdown_table(header, rows)
 
 
 def _design_rows(rows: Sequence[Mapping[str, Any]], key: str) -> list[list[str]]:
@@ -58,7 +53,7 @@ def _margins(census: Mapping[str, Any]) -> list[str]:
               "flips (" + ", ".join(f"`{c}`" for c in census["verdicts"]) + ")"]
     return ["## Margin sweep", "", "Re-decided from the stored replicate shifts (no refit). Flips compare criteria "
             "on cell values and do not depend on the margin.", "",
-            *_table(header, _design_rows(census["sweeps"]["margins"], "margin_pp"))]
+            *markdown_table(header, _design_rows(census["sweeps"]["margins"], "margin_pp"))]
 
 
 def _pool_sizes(census: Mapping[str, Any]) -> list[str]:
@@ -69,7 +64,7 @@ def _pool_sizes(census: Mapping[str, Any]) -> list[str]:
     added = ", ".join(f"{row['pool_size']}: {row['refits_added']}" for row in rows)
     header = ["pool size", "cell", "displaced", "displaced after BY", "equivalent", "undetermined", "flips"]
     return lines + [f"At margin ±{census['margin_pp']:g} pp. Refits added by this run per pool size: {added}.", "",
-                    *_table(header, _design_rows(rows, "pool_size"))]
+                    *markdown_table(header, _design_rows(rows, "pool_size"))]
 
 
 def _detection(census: Mapping[str, Any]) -> list[str]:
@@ -78,7 +73,7 @@ def _detection(census: Mapping[str, Any]) -> list[str]:
     return ["## Detection floor", "", f"Shifts planted in the replicate shifts of every non-displaced cell, decided "
             f"at the census design (±{census['margin_pp']:g} pp, R = {census['replicates']}, BY at q = "
             f"{census['fdr_q']:g}).", "",
-            *_table(["planted pp", "cells planted", "recovered", "recovered after BY"], rows)]
+            *markdown_table(["planted pp", "cells planted", "recovered", "recovered after BY"], rows)]
 
 
 def _budget_section(census: Mapping[str, Any]) -> list[str]:
@@ -88,7 +83,7 @@ def _budget_section(census: Mapping[str, Any]) -> list[str]:
     counts = budget["counts"]
     lines = ["## Recalibration budget", "", "How far a cell moves between two independent retain refits of the same "
              "checkpoint (largest |difference| over disjoint replicate pairs).", "",
-             *_table(["cell", "largest budget pp", "median budget pp"], cells), "",
+             *markdown_table(["cell", "largest budget pp", "median budget pp"], cells), "",
              f"{counts['flips']} flips: {counts['clear_budget']} clear their checkpoint's budget, "
              f"{counts['hold_every_replicate']} hold on every replicate, {counts['clear_and_hold']} both."]
     if budget["flips"]:
@@ -97,6 +92,6 @@ def _budget_section(census: Mapping[str, Any]) -> list[str]:
                            for c in f["compared"]),
                  "yes" if f["clears_budget"] else "no", "yes" if f["holds_every_replicate"] else "no"]
                 for f in budget["flips"]]
-        lines += ["", *_table(["checkpoint", "criterion", "direction", "shift pp vs budget pp", "clears budget",
+        lines += ["", *markdown_table(["checkpoint", "criterion", "direction", "shift pp vs budget pp", "clears budget",
                                "holds on every replicate"], rows)]
     return lines

@@ -3,15 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from bnconvention.formats.text import signed
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+from bnconvention.formats.text import markdown_table, signed
 
 
 def _interval(lower: float | None, upper: float | None) -> str:
@@ -44,12 +39,12 @@ def family_lines(f: Mapping[str, Any]) -> list[str]:
         for criterion, tally in fam["flips"].items():
             flips.append([f"`{fam['family']}`", fam["variant"], f"`{criterion}`", str(tally["flips"]),
                           str(tally["pass_to_fail"]), str(tally["fail_to_pass"])])
-    lines += _table(["family", "variant", "cell", "checkpoints", "clusters", "family mean",
+    lines += markdown_table(["family", "variant", "cell", "checkpoints", "clusters", "family mean",
                      f"{level} % interval (pp)", "on average", "displaced"], rows)
     lines += ["", *[f"- {text}" for fam in f["families"] for text in fam["statements"]]]
     if flips:
         lines += ["", "Criterion flips per family, both directions:", ""]
-        lines += _table(["family", "variant", "criterion", "flips", "pass→fail", "fail→pass"], flips)
+        lines += markdown_table(["family", "variant", "criterion", "flips", "pass→fail", "fail→pass"], flips)
     return lines
 
 
@@ -59,11 +54,11 @@ def twin_lines(t: Mapping[str, Any]) -> list[str]:
              f"Pairs with bit-identical θ whose buffers took different trajectories: the gap is `{t['cell']}` as "
              f"shipped, online arm minus frozen arm, with a {confidence} % t-interval across seeds per "
              "weight-movement level.", ""]
-    lines += _table(["level", "pairs", "seeds", "mean gap", f"{confidence} % interval (pp)", "θ identical"], [
+    lines += markdown_table(["level", "pairs", "seeds", "mean gap", f"{confidence} % interval (pp)", "θ identical"], [
         ["—" if row["level"] is None else str(row["level"]), str(row["pairs"]), ", ".join(map(str, row["seeds"])),
          f"{signed(row['mean_gap_pp'])} pp", _interval(row["lower_pp"], row["upper_pp"]),
          "yes" if row["same_theta"] else "**no**"] for row in t["levels"]])
-    lines += ["", *_table(["online", "frozen", "seed", "level", "online shipped", "frozen shipped", "gap"], [
+    lines += ["", *markdown_table(["online", "frozen", "seed", "level", "online shipped", "frozen shipped", "gap"], [
         [p["online"], p["frozen"], str(p["seed"]), str(p["level"]), f"{p['online_shipped']:.4f}",
          f"{p['frozen_shipped']:.4f}", f"{signed(p['gap_pp'])} pp"] for p in t["pairs"]])]
     return lines

@@ -7,12 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.result import ProvenanceArm, RecoverabilityCurve, StalenessNull
-from bnconvention.formats.text import signed
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+from bnconvention.formats.text import markdown_table, signed
 
 
 def _num(value: float | None, digits: int = 5) -> str:
@@ -28,7 +23,7 @@ def staleness_lines(s: Mapping[str, Any]) -> list[str]:
     return ["", "## Staleness and its reference band", "",
             "The band is the null distribution of distances between independent retain refits (N per checkpoint); "
             "'exceeds' is an exact rank test at the stated level, so on never-stale checkpoints it fires at that "
-            "rate.", ""] + _table(["", ""], [
+            "rate.", ""] + markdown_table(["", ""], [
         ["BatchNorm checkpoints", str(s["checkpoints"])],
         ["refits N per band", ", ".join(map(str, s["band_refits"])) or "—"],
         ["nominal level", level],
@@ -52,8 +47,9 @@ def provenance_lines(p: Mapping[str, Any]) -> list[str]:
     return ["", "## Provenance contrasts (seed 001, appendix P)", "",
             "Exchanging retained for removed records inside a fixed pool (deployment share; ceiling: every removed "
             "record that fits), against a null that exchanges the same places for other retained records.", ""
-            ] + _table(["arm", "checkpoints", "draws", "pooled forget shift", "largest", "median distance / null band",
-                        "above null: distance / shift", "staleness ÷ provenance, median (range)"], rows)
+            ] + markdown_table(["arm", "checkpoints", "draws", "pooled forget shift", "largest",
+                                "median distance / null band", "above null: distance / shift",
+                                "staleness ÷ provenance, median (range)"], rows)
 
 
 def recoverability_lines(r: Mapping[str, Any]) -> list[str]:
@@ -64,7 +60,8 @@ def recoverability_lines(r: Mapping[str, Any]) -> list[str]:
         "—" if (s, b) not in cell else f"{signed(cell[(s, b)]['mean_shift_pp'])}" for s in sources] for b in budgets]
     return ["", "## Recoverability curve", "",
             f"Mean forget-accuracy shift (pp) after a refit on B proxy images, over {r['checkpoints']} BatchNorm "
-            f"checkpoints and {'/'.join(map(str, r['seeds']))} seeds each.", ""] + _table(["budget", *sources], rows)
+            f"checkpoints and {'/'.join(map(str, r['seeds']))} seeds each.", "",
+            *markdown_table(["budget", *sources], rows)]
 
 
 def mechanism_lines(m: Mapping[str, Any]) -> list[str]:
@@ -115,7 +112,7 @@ def arms_lines(arms: Sequence[ProvenanceArm] | None) -> list[str]:
              f"{signed(a.forget_shift_pp)} pp", f"{a.null_shift_band_pp:.2f} pp",
              "yes" if a.exceeds_null else "no", "—" if a.staleness_ratio is None else f"{a.staleness_ratio:.2f}"]
             for a in arms]
-    return ["", "## Provenance arms", ""] + _table(
+    return ["", "## Provenance arms", ""] + markdown_table(
         ["arm", "exchanged", "draws", "distance", "null band", "forget shift", "null |shift| band", "above null",
          "staleness ÷ distance"], rows)
 
@@ -130,5 +127,5 @@ def curve_lines(curve: RecoverabilityCurve | None) -> list[str]:
                             for s in sources] for b in budgets]
     lines = ["", "## Recoverability curve", "",
              f"Forget accuracy (shipped {curve.forget_accuracy_shipped:.4f}) after a refit ({curve.rule}) on B proxy "
-             f"images, mean over {curve.seeds} seeds.", ""] + _table(["budget", *sources], rows)
+             f"images, mean over {curve.seeds} seeds.", ""] + markdown_table(["budget", *sources], rows)
     return lines + ([""] + [f"- skipped: {reason}" for reason in curve.skipped] if curve.skipped else [])

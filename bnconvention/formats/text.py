@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 def plural(count: int, word: str, plural_form: str | None = None) -> str:
     """``count`` followed by ``word``, in the plural unless the count is exactly one."""
@@ -39,3 +41,10 @@ def table_cell(value: object) -> str:
     """:func:`one_line` made safe for a Markdown table cell: no pipes, no HTML (a value from a card or a header
     must not be able to end the table, or a generated section's comment markers)."""
     return one_line(value).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """A Markdown table's lines: the header, the rule, one line per row with pipes in cells escaped (the cells are
+    the report's own text; values from untrusted input go through :func:`table_cell` first)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]

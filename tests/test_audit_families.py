@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,11 @@ def test_the_tiny_population_census_reports_families_and_the_twin_gap(tiny_popul
     text = (tmp_path / "census" / "census.md").read_text()
     assert "## Per family" in text and "## Frozen twins" in text
     assert outcome.summary["families"] == written["families"]
+    # the census page draws every checkpoint of the real census once, and each family's mean
+    from bnconvention.report_html.census_figures import forest_plot
+
+    svg = forest_plot(written)
+    assert svg is not None
+    drawn = sorted(point.split(":")[0] for point in re.findall(r'data-point="([^"]+)"', svg))
+    assert drawn == sorted(tiny_population.names)
+    assert len(re.findall(r"data-mean=", svg)) == len(families)

@@ -168,11 +168,27 @@ def test_observed_zoo_has_the_shared_zoo_bytes(demo: DemoRun, zoo) -> None:  # n
 
 
 @pytest.mark.slow
+def test_the_population_census_tells_its_story_from_the_data(demo: DemoRun, tiny_population) -> None:  # noqa: ANN001
+    census = json.loads((demo.out / "population-census" / "census.json").read_text("utf-8"))
+    assert census["counts"]["checkpoints"] == len(tiny_population.names)
+    assert census["families"] is not None and census["twin_gaps"] is not None
+    from bnconvention.audit.census_story import population_story
+
+    story = population_story(census)  # what the summary and the page say is what census.json holds
+    assert f"  headline: {story[0]}" in demo.stdout
+    page = (demo.out / "report" / "population.html").read_text("utf-8")
+    assert all(f'id="{section}"' in page for section in ("forest-plot", "margin-sweep-plot", "detection-floor-table",
+                                                           "recoverability-plot", "twin-gap-plot", "staleness-scatter"))
+    index = demo.report.read_text("utf-8")
+    assert 'href="population.html"' in index and 'id="population"' in index
+
+
+@pytest.mark.slow
 def test_rerun_reuses_everything(demo: DemoRun) -> None:
     done = run_demo_cli(demo.out, demo.home, demo.zoo)
     assert done.returncode == 0, done.stderr[-4000:]
     last = done.stdout.strip().splitlines()[-1]
-    assert "reused: zoo, publish, 13 census, 12 audits, 12 pushes" in last
+    assert "reused: zoo, publish, 13 census, 12 audits, 12 pushes, 14 population audits" in last
     assert "pull requests with refit annotations: 12 (0 opened in this run, 12 from an earlier run)" in done.stdout
     # the same findings: census, audits, headline, flagged releases
     def findings(text: str) -> str:

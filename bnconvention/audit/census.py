@@ -250,7 +250,7 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
                 finish(item, result)
                 bar.update(1)
         else:
-            _run_parallel(todo, spec, workers=workers, threads=torch.get_num_threads(),
+            _run_parallel(todo, spec, workers=workers, threads=max(1, torch.get_num_threads() // workers),
                           allowed=list(allowed_factories), finish=finish, bar=bar)
     finally:
         bar.close()

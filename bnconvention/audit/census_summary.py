@@ -46,6 +46,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
         "replicates": spec.replicates,
         "margin_pp": spec.margin_pp,
         "fdr_q": spec.fdr_q,
+        "headline": spec.headline_cell().text,
         "counts": counts,
         "cells": {metric: cell_counts([results[i] for i in eligible], metric,
                                       [adjusted[metric][i] for i in eligible], fdr_q=spec.fdr_q)
@@ -143,7 +144,7 @@ def checkpoint_row(result: AuditResult, name: str, annotation: str, metrics: Seq
                    by_p_values: Mapping[str, float | None], fdr_q: float) -> dict[str, Any]:
     """One checkpoint's line of the census: its cells with every p-value, flips, staleness, recoverability."""
     a = result.annotation
-    return {
+    row: dict[str, Any] = {
         "checkpoint": name,
         "file": a.subject.filename,
         "path": result.weights_path,
@@ -162,6 +163,9 @@ def checkpoint_row(result: AuditResult, name: str, annotation: str, metrics: Seq
         "reporting_line": a.reporting_line,
         "annotation": annotation,
     }
+    if result.population is not None:  # where it sits in a structured population (the report groups by it)
+        row["population"] = result.population.model_dump(mode="json", exclude_none=True)
+    return row
 
 
 def _cell_row(result: AuditResult, metric: str, p_by: float | None, *, fdr_q: float) -> dict[str, Any]:

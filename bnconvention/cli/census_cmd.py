@@ -21,7 +21,9 @@ EPILOG = """examples:
 PATHS are .safetensors files, shard indexes (.safetensors.index.json) or folders searched recursively (a sharded
 checkpoint there is one checkpoint: its index). Every checkpoint is checked before any is audited.
 Each finished audit is journaled in DIR/journal/, so an interrupted census resumes where it stopped (rerun the
-same command). Outputs: DIR/census.json, DIR/census.md and DIR/checkpoints/<name>/ per checkpoint.
+same command). Outputs: DIR/census.json, DIR/census.md, DIR/census.html (the readings with a forest plot by family,
+the margin sweep, detection floor, recoverability curve, twin gaps and staleness scatter; opens from disk) and
+DIR/checkpoints/<name>/ per checkpoint.
 
 Margins and q levels are re-read from the journaled replicates (no refit); stored replicates are kept per pool
 size in DIR/replicates/. Controls (spec controls.checkpoints, and channel-absent models) are reported apart and
@@ -84,7 +86,9 @@ def _with_sweeps(spec: Any, args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from bnconvention.audit.census import run_census
+    from bnconvention.audit.census_story import headline
     from bnconvention.audit.spec import load_spec
+    from bnconvention.report_html.census_page import CENSUS_HTML, write_census_html
 
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
@@ -95,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = run_census(args.paths, spec, Path(args.out), workers=args.workers, progress=show_progress(args.progress),
                          allowed_factories=args.allow_factory)
     summary = outcome.summary
+    page = write_census_html(summary, outcome.out_dir / CENSUS_HTML)
     counts = summary["counts"]
     print(f"census of {plural(counts['checkpoints'], 'checkpoint')}: {counts['anchored']} anchored of "
           f"{counts['anchoring_checked']} checked, {counts.get('decided', counts['eligible'])} decided, "
@@ -113,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
     largest = summary["largest_shift"]
     if largest:
         print(f"  largest shift {signed(largest['shift_pp'])}pp ({largest['cell']}, {largest['checkpoint']})")
+    print(f"headline: {headline(summary)}")
     print(f"{outcome.audits_run} audited, {outcome.audits_reused} reused from the journal, "
           f"{plural(summary['invocation']['refits_run'], 'refit')}; wrote "
-          f"{outcome.out_dir / 'census.json'} and {outcome.out_dir / 'census.md'}")
+          f"{outcome.out_dir / 'census.json'}, {outcome.out_dir / 'census.md'} and {page}")
     return 0

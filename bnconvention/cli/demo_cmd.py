@@ -11,6 +11,7 @@ import sys
 
 from bnconvention.cli.hubserver_cmd import wait_until_stopped
 from bnconvention.cli.progress import add_progress_option, show_progress
+from bnconvention.demo.population_stage import POPULATION_SIZES
 from bnconvention.errors import UsageError
 from bnconvention.extras import needs_extra
 from bnconvention.formats.atomic import atomic_write_text
@@ -26,11 +27,15 @@ local Hub-compatible server (127.0.0.1, a free port) through huggingface_hub, th
 stamped releases, undeclared ones, one whose declaration no longer matches its weights, GroupNorm twins, a repo
 without weights, and a timm and a transformers release pushed by those libraries' own code (trained once, a few
 seconds, and kept beside the zoo in ZOO-libraries/); then, as an auditor: census from the safetensors headers,
-audits at bit-identical weights, one annotation pull request per audited repo, validation of the organisation, and
-the HTML report OUT/report/index.html.
+audits at bit-identical weights, one annotation pull request per audited repo, validation of the organisation; then
+the structured population (families x BatchNorm variants x removals x seeds, known-answer controls, frozen twins;
+OUT/population, built once) censused with the same instrument (OUT/population-census); and the HTML report
+OUT/report/index.html with the population's census page (forest plot by family, margin sweep, detection floor,
+recoverability curve, twin gaps, staleness scatter), its headline chosen by the data.
 Nothing is downloaded from the internet. A rerun reuses the zoo, the published organisation and every finished
-census entry, audit and pull request (OUT/crawl/journal.sqlite). Exit codes: 0 done, 1 a stage failed, 2 bad
-usage (e.g. --out is a folder the demo did not create), 130 interrupted (rerun to resume).
+census entry, audit and pull request (OUT/crawl/journal.sqlite), and the population and its audits. Exit codes:
+0 done, 1 a stage failed, 2 bad usage (e.g. --out is a folder the demo did not create), 130 interrupted (rerun to
+resume).
 
 --serve runs the first two stages only, into OUT/serve/ (published afresh at every start; a full run's crawl is not
 touched), then keeps the Hub up with digits-lab as its authors published it, before any census, audit or pull
@@ -51,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="output folder, created or reused (default: demo-output)")
     parser.add_argument("--zoo", default=None, metavar="DIR",
                         help="keep the recorded zoo in DIR instead of OUT/zoo (reused when complete)")
+    parser.add_argument("--population", default=None, metavar="DIR",
+                        help="keep the structured population in DIR instead of OUT/population (reused when complete)")
+    parser.add_argument("--population-size", choices=POPULATION_SIZES, default="full",
+                        help="full: the 114-checkpoint population (default); tiny: 14 checkpoints of the same code, "
+                             "built in seconds (a quick look; its census has one seed)")
     parser.add_argument("--fresh", action="store_true", help="remove what an earlier run built and start over")
     add_progress_option(parser, help="progress bars on stderr (default: only when stderr is a terminal); "
                                      "--no-progress also hides the stage lines")
@@ -78,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
     from bnconvention.demo import run_demo, summary_text
 
-    result = run_demo(args.out, zoo_dir=args.zoo, fresh=args.fresh, progress=show_progress(args.progress),
+    result = run_demo(args.out, zoo_dir=args.zoo, population_dir=args.population,
+                      population_size=args.population_size, fresh=args.fresh, progress=show_progress(args.progress),
                       stage_lines=args.progress is not False)
     text = summary_text(result)
     atomic_write_text(result.out / "summary.txt", text)

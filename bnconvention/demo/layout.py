@@ -6,11 +6,13 @@ Layout of ``OUT``::
     .bnconvention-demo.lock held by the running demo (a second demo in the same folder is refused)
     zoo/                    the digits zoo, built with the recorder observing every variant's training
     zoo-libraries/          the timm and transformers models, trained once (beside the zoo, wherever it is)
+    population/             the structured population (families x variants x removals x seeds, controls, twins)
+    population-census/      its census: journal/ (resumable), checkpoints/, census.json, census.md, census.html
     releases/<name>/        the authors' release folders, as they were published
     hub/                    the local Hub's store (repos, commits, pull requests)
     hub-published.json      written once the organisation is fully published; a rerun reuses the store
     crawl/                  the auditor's crawl: journal.sqlite, census, audits/<repo>/..., population, validation
-    report/                 the HTML report (index.html, plots/, annotations/)
+    report/                 the HTML report (index.html, population.html, plots/, annotations/)
     serve/                  ``demo --serve``: hub/ (the store it serves) and releases/, published afresh at each
                             start (the crawl above and its hub/ are not touched)
     hf-home/                HF_HOME for this run: huggingface_hub never writes to ~/.cache
@@ -34,11 +36,19 @@ DEFAULT_OUT = "demo-output"
 class DemoPaths:
     root: Path
     zoo: Path
+    population: Path
 
     @classmethod
-    def under(cls, root: str | os.PathLike[str], *, zoo: str | os.PathLike[str] | None = None) -> DemoPaths:
+    def under(cls, root: str | os.PathLike[str], *, zoo: str | os.PathLike[str] | None = None,
+              population: str | os.PathLike[str] | None = None) -> DemoPaths:
         base = Path(root).resolve()
-        return cls(root=base, zoo=Path(zoo).resolve() if zoo is not None else base / "zoo")
+        return cls(root=base, zoo=Path(zoo).resolve() if zoo is not None else base / "zoo",
+                   population=Path(population).resolve() if population is not None else base / "population")
+
+    @property
+    def population_census(self) -> Path:
+        """The population's census: journal, replicates, per-checkpoint outputs, census.json/md/html."""
+        return self.root / "population-census"
 
     @property
     def marker(self) -> Path:
@@ -133,7 +143,9 @@ class DemoPaths:
                 shutil.rmtree(path)
             elif path.exists():
                 path.unlink()
-        for cache in (self.zoo, self.library_models):
+        if self.population_census.is_dir():
+            shutil.rmtree(self.population_census)
+        for cache in (self.zoo, self.library_models, self.population):
             if cache.parent == self.root and cache.is_dir():
                 shutil.rmtree(cache)
 

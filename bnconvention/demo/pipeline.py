@@ -11,7 +11,9 @@ Stages (each with a progress bar on stderr, each reusing what a previous run fin
 5. **push** — one pull request per audited repo with its refit annotation (never to ``main``; never twice);
 6. **validate** — the submission-pipeline check of the organisation's cards and weights, and of the headline pull
    request's revision;
-7. **report** — the static HTML report.
+7. **population** — build (or reuse) the structured population and census it with the same instrument
+   (:mod:`bnconvention.demo.population_stage`; its journal makes a rerun audit nothing twice);
+8. **report** — the static HTML report, with the population's census page.
 
 The Hub's tokens are made up for each run and never leave this process.
 """
@@ -37,6 +39,7 @@ from bnconvention._version import __version__
 from bnconvention.demo.access import DemoAccess, demo_hub
 from bnconvention.demo.crawl import audit_channel_absent, ensure_outputs, population
 from bnconvention.demo.layout import DEFAULT_OUT, DemoPaths
+from bnconvention.demo.population_stage import PopulationRun, PopulationSize, run_population
 from bnconvention.demo.releases import DEMO_ORG, RELEASES, publish_org, release_notes
 from bnconvention.demo.spec import DEMO_SPEC, demo_spec
 from bnconvention.errors import UsageError
@@ -50,7 +53,7 @@ DEMO_FORMAT = "bnconvention-demo/1"
 # The crawl journal is bound to the Hub it crawled. The demo's Hub is its store (hub/), served on a new port each
 # run, so the journal names the store rather than the port.
 JOURNAL_ENDPOINT = "bnconvention-demo-local-hub"
-STAGES = ("zoo", "publish", "census", "audit", "push", "validate", "report")
+STAGES = ("zoo", "publish", "census", "audit", "push", "validate", "population", "report")
 
 
 @dataclass
@@ -66,6 +69,7 @@ class DemoResult:
     pushes: list[Any]  # PushOutcome
     validation: list[Any]  # validator Issue
     pr_check: tuple[str, int, int] | None  # (repo id, pull request number, validation exit code)
+    population_census: PopulationRun | None = None  # the structured population's census (stage 7)
     seconds: dict[str, float] = field(default_factory=dict)
     reused: dict[str, Any] = field(default_factory=dict)
 
@@ -140,10 +144,10 @@ def _published_before(paths: DemoPaths, plan: str) -> dict[str, Any] | None:
 
 @contextlib.contextmanager
 def demo_folder(out: str | os.PathLike[str], *, zoo_dir: str | os.PathLike[str] | None,
-                fresh: bool) -> Iterator[DemoPaths]:
+                fresh: bool, population_dir: str | os.PathLike[str] | None = None) -> Iterator[DemoPaths]:
     """The demo's output folder, claimed and locked for one run: a folder the demo did not create, or one another
     demo (or ``demo --serve``) is using, is refused (UsageError); ``fresh`` empties it first."""
-    paths = DemoPaths.under(out, zoo=zoo_dir)
+    paths = DemoPaths.under(out, zoo=zoo_dir, population=population_dir)
     paths.claim()
     lock = FileLock(str(paths.lock), blocking=False)
     try:
@@ -161,20 +165,22 @@ def demo_folder(out: str | os.PathLike[str], *, zoo_dir: str | os.PathLike[str] 
 
 
 def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.PathLike[str] | None = None,
+             population_dir: str | os.PathLike[str] | None = None, population_size: PopulationSize = "full",
              fresh: bool = False, progress: bool = True, stage_lines: bool | None = None,
              stream: TextIO | None = None) -> DemoResult:
     """Run every stage into ``out`` and return what was found. Stage lines go to ``stream`` (default stderr),
     progress bars to stderr; ``progress=False`` silences both unless ``stage_lines`` keeps the stage lines (the
     CLI does, when stderr is not a terminal: a few lines for a log, no bar redraws). ``zoo_dir`` keeps the zoo
-    elsewhere (default ``out/zoo``); ``fresh`` rebuilds everything. A second demo in the same ``out`` is refused
-    (UsageError)."""
-    with demo_folder(out, zoo_dir=zoo_dir, fresh=fresh) as paths:
+    elsewhere (default ``out/zoo``), ``population_dir`` the population (default ``out/population``; ``tiny``
+    builds 14 checkpoints instead of 114); ``fresh`` rebuilds everything. A second demo in the same ``out`` is
+    refused (UsageError)."""
+    with demo_folder(out, zoo_dir=zoo_dir, fresh=fresh, population_dir=population_dir) as paths:
         stages = Stages(stream or sys.stderr, quiet=not (progress if stage_lines is None else stage_lines))
         with hub_environment(paths.hf_home):
-            return _run(paths, stages, progress=progress)
+            return _run(paths, stages, progress=progress, population_size=population_size)
 
 
-def _run(paths: DemoPaths, stages: Stages, *, progress: bool) -> DemoResult:
+def _run(paths: DemoPaths, stages: Stages, *, progress: bool, population_size: PopulationSize) -> DemoResult:
     reused: dict[str, Any] = {}
     with stages.stage("zoo", f"digits zoo with the recorder observing training, and the timm and transformers "
                              f"models ({paths.zoo})"):
@@ -192,7 +198,8 @@ def _run(paths: DemoPaths, stages: Stages, *, progress: bool) -> DemoResult:
             reused["publish"] = state is not None
             if state is None:
                 _publish(paths, hub, (zoo, libraries), access.author_token, plan, progress=progress)
-        return _crawl(paths, stages, hub.endpoint, access.auditor_token, reused, progress=progress)
+        return _crawl(paths, stages, hub.endpoint, access.auditor_token, reused, progress=progress,
+                      population_size=population_size)
 
 
 def prepare_models(paths: DemoPaths, *, progress: bool) -> tuple[Any, Any, bool]:
@@ -229,7 +236,7 @@ def _publish(paths: DemoPaths, hub: Any, models: tuple[Any, Any], token: str, pl
 
 
 def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: dict[str, Any], *,
-           progress: bool) -> DemoResult:
+           progress: bool, population_size: PopulationSize) -> DemoResult:
     client = make_client(endpoint=endpoint, token=token)
     spec = demo_spec()
     paths.crawl.mkdir(parents=True, exist_ok=True)
@@ -259,16 +266,20 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
         atomic_write_text(paths.crawl / "validation.json",
                           json.dumps([i.to_dict() for i in issues], indent=2) + "\n")
         pr_check = _check_headline_pr(client, audits, push_run.outcomes)
+    with stages.stage("population", f"the {population_size} population in {paths.population} and its census"):
+        censused = run_population(paths.population, paths.population_census, size=population_size,
+                                  progress=progress)
+        reused["population"] = censused.build_reused and censused.audits_run == 0
     with stages.stage("report", f"HTML report in {paths.report}"):
         files = ensure_outputs(audits, paths.crawl)
         report = write_report(ReportInput(
             org=DEMO_ORG, endpoint=endpoint, census=census, audits=audits, audit_summary=summary,
             pushes=push_run.outcomes, validation=issues, files=files, release_notes=release_notes(),
             title=f"The BatchNorm illusion on {DEMO_ORG}: census, audits and refit annotations",
-            generator=_generator()), paths.report)
+            generator=_generator(), population_census=censused.summary), paths.report)
     return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census, audits=audits,
                       population=summary, pushes=list(push_run.outcomes), validation=issues, pr_check=pr_check,
-                      seconds=dict(stages.seconds), reused=reused)
+                      population_census=censused, seconds=dict(stages.seconds), reused=reused)
 
 
 def headline(audits: list[Any]) -> tuple[str, Any] | None:

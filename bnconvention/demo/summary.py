@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bnconvention.audit.census_story import population_story
 from bnconvention.demo.pipeline import DemoResult, headline
 from bnconvention.demo.spec import DEMO_SPEC
 from bnconvention.formats.text import one_line, plural, signed
@@ -98,14 +99,32 @@ def summary_text(result: DemoResult) -> str:
         lines.append(f"  {repo_id} pull request #{number} (refs/pr/{number}) validates: exit {code}")
     errors = sum(i.severity == "error" for i in result.validation)
     warnings = sum(i.severity == "warning" for i in result.validation)
-    lines += [f"validation of {census['org']}: {plural(errors, 'error')}, {plural(warnings, 'warning')}", "",
-              f"report: {result.report}"]
+    lines += [f"validation of {census['org']}: {plural(errors, 'error')}, {plural(warnings, 'warning')}"]
+    lines += population_lines(result)
+    lines += ["", f"report: {result.report}"]
     timing = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in result.seconds.items())
     reuse = [name for name in ("zoo", "publish") if result.reused.get(name)]
     reuse += [f"{result.reused[k]} {k}" for k in ("census", "audits", "pushes") if result.reused.get(k)]
+    if result.population_census is not None and result.population_census.audits_reused:
+        reuse.append(f"{result.population_census.audits_reused} population audits")
     lines.append(f"time: {sum(result.seconds.values()):.1f}s ({timing})"
                  + (f"; reused: {', '.join(reuse)}" if reuse else ""))
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["flagged", "summary_text"]
+def population_lines(result: DemoResult) -> list[str]:
+    """The population census in brief: what was censused, the headline chosen by its data, the readings."""
+    run = result.population_census
+    if run is None:
+        return []
+    counts = run.summary["counts"]
+    story = population_story(run.summary)
+    lines = ["", f"population census ({run.checkpoints} checkpoints in {run.folder}: {counts['decided']} decided, "
+                 f"{counts['controls']} controls; {run.audits_run} audited now, {run.audits_reused} from the journal):",
+             f"  headline: {story[0]}"]
+    lines += [f"  {line}" for line in story[1:]]
+    lines.append(f"  census page: {result.report.with_name('population.html')} (and {run.census_dir}/census.md)")
+    return lines
+
+
+__all__ = ["flagged", "population_lines", "summary_text"]

@@ -44,12 +44,26 @@ img { max-width: 100%; height: auto; border: 1px solid #d7dce3; background: #fff
 .absent { background: #e6e9ef; color: #39414d; }
 .muted { color: #5f6b7a; font-size: 0.85rem; }
 nav a { margin-right: 1rem; }
+figure.chart { margin: 0.8rem 0; overflow-x: auto; }
+figure.chart svg { background: #fff; border: 1px solid #d7dce3; max-width: 100%; height: auto; }
 """
 
 
 def esc(value: Any) -> str:
     """``value`` as HTML text (``html.escape`` with quotes): safe in element content and in quoted attributes."""
     return html.escape(str(value), quote=True)
+
+
+def esc_code(text: str) -> str:
+    """``text`` escaped, with Markdown-style `backtick` spans shown as ``<code>`` (the census readings use them).
+
+    >>> esc_code("verdict `df <= 0.05` flips")
+    'verdict <code>df &lt;= 0.05</code> flips'
+    """
+    parts = esc(text).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: leave the text as it is
+        return esc(text)
+    return "".join(f"<code>{part}</code>" if index % 2 else part for index, part in enumerate(parts))
 
 
 def href(path: str) -> str:
@@ -80,4 +94,24 @@ def table(header: Sequence[str] | None, rows: Iterable[Sequence[str]], *, table_
     return "\n".join(lines)
 
 
-__all__ = ["CSS", "badge", "esc", "href", "table"]
+def page(title: str, body: Sequence[str]) -> str:
+    """A whole HTML document: ``title`` (plain text, escaped here) and ``body`` (ready HTML) with the inline CSS."""
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        # no favicon request: a file:// page would log a failed fetch for /favicon.ico otherwise
+        '<link rel="icon" href="data:,">',
+        f"<title>{esc(title)}</title>",
+        f"<style>{CSS}</style>",
+        "</head>",
+        "<body><main>",
+        *body,
+        "</main></body>",
+        "</html>",
+    ]) + "\n"
+
+
+__all__ = ["CSS", "badge", "esc", "esc_code", "href", "page", "table"]

@@ -61,6 +61,8 @@ class ReportInput:
     release_notes: Mapping[str, str] = field(default_factory=dict)  # repo id -> how it was released
     title: str | None = None
     generator: str = "bnconvention"
+    # census.json of a local population (``bnconvention census``): its page is written beside index.html
+    population_census: Mapping[str, Any] | None = None
 
     def repos(self) -> list[dict[str, Any]]:
         """The census entries, sorted by repo id."""

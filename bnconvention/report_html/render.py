@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bnconvention.audit.census_story import population_story
 from bnconvention.formats.text import plural, signed
 from bnconvention.hub.audit import RepoAudit
-from bnconvention.report_html.markup import CSS, badge, esc, table
+from bnconvention.report_html.markup import badge, esc, esc_code, href, page, table
 from bnconvention.report_html.model import ReportInput, checkpoint_key
 from bnconvention.report_html.sections import audit_section, class_label
 
@@ -142,6 +143,27 @@ def validation_section(report: ReportInput) -> str:
     return "\n".join(parts)
 
 
+POPULATION_PAGE = "population.html"
+
+
+def population_section(report: ReportInput) -> str:
+    """The population census in brief, its headline chosen by the data, linking the census page."""
+    census = report.population_census
+    if census is None:
+        return ""
+    story = population_story(census)
+    counts = census["counts"]
+    return "\n".join([
+        '<h2 id="population">Population census</h2>',
+        f"<p>A structured population of {counts['checkpoints']} checkpoints ({counts['decided']} decided, "
+        f"{counts['controls']} known-answer controls), censused with the same instrument: "
+        f'<a href="{href(POPULATION_PAGE)}">the census page</a> has the forest plot by family, the margin sweep, '
+        "the detection floor, the recoverability curve, the twin gaps and the staleness scatter.</p>",
+        f"<blockquote><strong>{esc_code(story[0])}</strong></blockquote>",
+        "<ul>" + "".join(f"<li>{esc_code(line)}</li>" for line in story[1:]) + "</ul>",
+    ])
+
+
 def render_index(report: ReportInput, *, links: Mapping[tuple[str, str], Mapping[str, str]]) -> str:
     """The whole page. ``links[(repo id, filename)]`` maps ``cells``/``staleness``/``annotation`` to paths
     relative to ``index.html`` (files the writer copied there)."""
@@ -154,30 +176,18 @@ def render_index(report: ReportInput, *, links: Mapping[tuple[str, str], Mapping
         f'<p class="muted">Hub endpoint <code>{esc(report.endpoint)}</code>; written by {esc(report.generator)}. '
         "Shifts are refit minus shipped, in percentage points; cells are fractions.</p>",
         '<nav><a href="#overview">Overview</a><a href="#census-table">Census</a><a href="#audits">Audits</a>'
-        '<a href="#validation">Validation</a></nav></header>',
+        '<a href="#validation">Validation</a>'
+        + ('<a href="#population">Population census</a>' if report.population_census is not None else "")
+        + "</nav></header>",
         overview(report),
         '<h2 id="census-table">Census</h2>',
         census_table(report),
         f'<h2 id="audits">Audited checkpoints ({len(audited)})</h2>',
         *sections,
         validation_section(report),
+        population_section(report),
     ]
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        # no favicon request: a file:// page would log a failed fetch for /favicon.ico otherwise
-        '<link rel="icon" href="data:,">',
-        f"<title>{esc(title)}</title>",
-        f"<style>{CSS}</style>",
-        "</head>",
-        "<body><main>",
-        *body,
-        "</main></body>",
-        "</html>",
-    ]) + "\n"
+    return page(title, body)
 
 
-__all__ = ["census_table", "overview", "render_index", "validation_section"]
+__all__ = ["POPULATION_PAGE", "census_table", "overview", "population_section", "render_index", "validation_section"]

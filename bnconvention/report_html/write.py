@@ -1,4 +1,5 @@
-"""Write the report folder: ``index.html``, ``plots/*.png`` and ``annotations/*.json`` copied next to it.
+"""Write the report folder: ``index.html``, ``plots/*.png`` and ``annotations/*.json`` copied next to it, and
+``population.html`` (the census page of a population) when the report has one.
 
 The folder is built complete in ``.<name>.partial`` beside the target and then swapped into place, so a reader
 (or a browser) never sees half a report, and a failure leaves the previous report as it was.
@@ -12,8 +13,9 @@ from pathlib import Path
 
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_bytes, atomic_write_text, replace_directory
+from bnconvention.report_html.census_page import render_census_page
 from bnconvention.report_html.model import ReportInput, checkpoint_key, slug
-from bnconvention.report_html.render import render_index
+from bnconvention.report_html.render import POPULATION_PAGE, render_index
 
 INDEX = "index.html"
 PLOTS_DIR = "plots"
@@ -45,6 +47,8 @@ def _build(report: ReportInput, folder: Path) -> None:
             _copy(Path(files.annotation), folder / name)
             entry["annotation"] = name
         links[(audit.repo_id, item.filename)] = entry
+    if report.population_census is not None:
+        atomic_write_text(folder / POPULATION_PAGE, render_census_page(report.population_census))
     atomic_write_text(folder / INDEX, render_index(report, links=links))
     atomic_write_text(folder / MARKER, "a bnconvention HTML report; rewritten as a whole on every run\n")
 

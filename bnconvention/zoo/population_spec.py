@@ -91,9 +91,12 @@ refit:
 
 staleness: true
 
+# Ten test images are the headline; the curve adds budgets 1-100 from the test split, retained records only and
+# noise (two draws each), for the report's recoverability curve.
 recoverability:
   images: 10
   source: test
+  curve: {{seeds: 2}}
 
 # Known-answer controls, in their own table and outside the Benjamini-Yekutieli family: the retrain reference
 # (never saw the forget set) and the no-removal base (whose refit pool lacks the forget set: where it does not

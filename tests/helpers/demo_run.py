@@ -60,8 +60,17 @@ def _demo_env(home: Path) -> dict[str, str]:
     return env
 
 
+def tiny_population_dir() -> Path:
+    """The tiny population the ``population`` fixture builds (conftest.py): the demo's tests census it."""
+    from bnconvention.zoo.population_build import default_population_dir
+    from bnconvention.zoo.population_plan import TINY_CONFIG
+
+    return default_population_dir(REPO_ROOT / ".cache", seed=0, config=TINY_CONFIG)
+
+
 def _demo_command(out: Path, zoo: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "bnconvention", "demo", "--out", str(out), "--zoo", str(zoo), "--no-progress",
+            "--population", str(tiny_population_dir()), "--population-size", "tiny",
             *extra]
 
 

@@ -1,0 +1,222 @@
+"""The census figures of the report, drawn from ``census.json`` alone (inline SVG, :mod:`.svg`).
+
+- :func:`forest_plot`: each checkpoint's headline shift with its replicate range, grouped by family and variant
+  (then twins and controls), each family closed by its clustered mean and interval, the ±margin band shaded;
+- :func:`margin_sweep_plot`: displaced / equivalent / undetermined headline cells at each swept margin;
+- :func:`recoverability_plot`: the recoverability curve, mean forget shift per budget and proxy source;
+- :func:`twin_gap_plot`: the frozen-twin gap per weight-movement level, pairs and the mean with its interval;
+- :func:`staleness_scatter`: staleness of the shipped statistics against |shift|, with the rank correlation.
+
+Each returns ``None`` when the census has no such section, so a report of a census without a population (the
+digits zoo) simply has fewer figures. Points carry ``data-point`` attributes naming what they show, for tests and
+for anyone reading the SVG.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bnconvention.audit.census_story import headline_cell
+from bnconvention.report_html.svg import COLOURS, SERIES, Axis, Figure, padded_range
+
+WIDTH = 900
+ROW, GROUP_ROW, TOP, BOTTOM, LABELS = 11, 18, 34, 46, 200
+
+
+def checkpoint_group(row: Mapping[str, Any], controls: Mapping[str, str]) -> str:
+    """The forest plot's group of a census row: ``family (variant)``, ``twins``, ``control: <label>`` (from the
+    census's controls table), the population role, or ``checkpoints``."""
+    population = row.get("population") or {}
+    if row["checkpoint"] in controls:
+        return f"control: {controls[row['checkpoint']]}"
+    if population.get("role") == "twin":
+        return "twins"
+    if population.get("family"):
+        return f"{population['family']} ({population.get('variant') or '—'})"
+    return str(population.get("role") or "checkpoints")
+
+
+def _groups(census: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Mapping[str, Any]]]]:
+    controls = {r["checkpoint"]: r["label"] for r in (census.get("controls") or {}).get("rows") or []}
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(checkpoint_group(row, controls), []).append(row)
+    families = sorted(name for name in groups if "(" in name)
+    return [(name, groups[name]) for name in [*families, *sorted(set(groups) - set(families))]]
+
+
+def _family_means(census: Mapping[str, Any], cell: str) -> dict[str, Mapping[str, Any]]:
+    families = (census.get("families") or {}).get("families") or []
+    return {f"{f['family']} ({f['variant']})": f["cells"][cell] for f in families if cell in f["cells"]}
+
+
+def _shift_range(rows: Sequence[Mapping[str, Any]], means: Mapping[str, Mapping[str, Any]], cell: str,
+                 margin: float) -> tuple[float, float]:
+    values = [v for row in rows for v in (row["cells"][cell].get("min_shift_pp"), row["cells"][cell].get(
+        "max_shift_pp"), row["cells"][cell]["shift_pp"]) if v is not None]
+    values += [v for m in means.values() for v in (m.get("lower_pp"), m.get("upper_pp")) if v is not None]
+    return padded_range(values, include=(-margin, margin))
+
+
+def forest_plot(census: Mapping[str, Any]) -> str | None:
+    """Shifts of the headline cell per checkpoint, grouped by family with the family means (None: no rows)."""
+    cell = headline_cell(census)
+    rows = [r for r in census.get("checkpoints") or [] if cell in r.get("cells", {})]
+    if not rows:
+        return None
+    groups, means = _groups(census, rows), _family_means(census, cell)
+    height = TOP + BOTTOM + sum(GROUP_ROW + ROW * (len(g) + (name in means)) for name, g in groups)
+    fig = Figure(WIDTH, height, title=f"Forest plot: refit − shipped shift of {cell} per checkpoint, by family")
+    margin = float(census["margin_pp"])
+    x = Axis(*_shift_range(rows, means, cell, margin), LABELS, WIDTH - 20)
+    fig.rect(x(-margin), TOP, x(margin) - x(-margin), height - TOP - BOTTOM, fill=COLOURS["band"])
+    fig.x_axis(x, y=height - BOTTOM, top=TOP, label=f"shift of {cell}, pp (refit − shipped; band ±{margin:g})")
+    fig.line(x(0.0), TOP, x(0.0), height - BOTTOM, colour=COLOURS["mean"], dash="3 3")
+    fig.text(8, 20, f"{cell}: replicate mean (point) and range (bar) per checkpoint; ◆ family mean, "
+                    f"{(census.get('families') or {}).get('level', 0.9):.0%} clustered interval", size=11)
+    y = float(TOP)
+    for name, members in groups:
+        y += GROUP_ROW
+        fig.text(8, y - 4, name, weight="bold")
+        for row in members:
+            y += ROW
+            _forest_row(fig, x, y - ROW / 2, row, cell)
+        if name in means:
+            y += ROW
+            _mean_row(fig, x, y - ROW / 2, name, means[name])
+    return fig.render()
+
+
+def _forest_row(fig: Figure, x: Axis, y: float, row: Mapping[str, Any], cell: str) -> None:
+    c = row["cells"][cell]
+    kind = c.get("outcome") or "undetermined"
+    if row.get("channel") == "absent":
+        kind = "absent"
+    fig.text(LABELS - 6, y + 3.5, row["checkpoint"], anchor="end", size=9)
+    if c.get("min_shift_pp") is not None and c.get("max_shift_pp") is not None:
+        fig.line(x(c["min_shift_pp"]), y, x(c["max_shift_pp"]), y, colour=COLOURS.get(kind, kind), width=1.5)
+    fig.circle(x(c["shift_pp"]), y, 3, kind=kind, data=f"{row['checkpoint']}:{c['shift_pp']:.4f}",
+               tip=f"{row['checkpoint']}: {c['shift_pp']:+.2f} pp ({kind})")
+
+
+def _mean_row(fig: Figure, x: Axis, y: float, name: str, mean: Mapping[str, Any]) -> None:
+    fig.text(LABELS - 6, y + 3.5, f"mean ({mean['displaced_by']} displaced)", anchor="end", size=9,
+             weight="bold")
+    if mean.get("lower_pp") is not None:
+        fig.line(x(mean["lower_pp"]), y, x(mean["upper_pp"]), y, colour=COLOURS["mean"], width=2.5)
+    interval = ("no interval" if mean.get("lower_pp") is None
+                else f"[{mean['lower_pp']:+.2f}, {mean['upper_pp']:+.2f}]")
+    fig.diamond(x(mean["mean_shift_pp"]), y, 5, data=f"{name}:{mean['mean_shift_pp']:.4f}",
+                tip=f"{name}: mean {mean['mean_shift_pp']:+.2f} pp {interval}, {mean['outcome']} on average")
+
+
+def _line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *, x_label: str, y_label: str,
+                log_x: bool = False, height: int = 300, colours: Mapping[str, str] | None = None) -> str:
+    xs = [px for points in series.values() for px, _ in points]
+    ys = [py for points in series.values() for _, py in points]
+    x_lo, x_hi = (min(xs) / 1.2, max(xs) * 1.2) if log_x else padded_range(xs)
+    x = Axis(x_lo, x_hi, 60, WIDTH - 160, log=log_x)
+    y = Axis(*padded_range(ys, include=(0.0,)), height - 50, 30)
+    fig = Figure(WIDTH, height, title=title)
+    fig.y_axis(y, x=60, right=WIDTH - 160, label=y_label)
+    ticks = sorted(set(xs)) if log_x else None
+    fig.x_axis(x, y=height - 50, top=30, label=x_label, ticks=ticks)
+    for index, (name, points) in enumerate(series.items()):
+        colour = (colours or {}).get(name) or SERIES[index % len(SERIES)]
+        fig.polyline([(x(px), y(py)) for px, py in points], colour=colour)
+        for px, py in points:
+            fig.circle(x(px), y(py), 3, kind=colour, data=f"{name}:{px:g}:{py:.4f}", tip=f"{name}: {px:g} → {py:.2f}")
+        fig.text(WIDTH - 150, 40 + 16 * index, name, colour=colour)
+    return fig.render()
+
+
+def margin_sweep_plot(census: Mapping[str, Any]) -> str | None:
+    """Headline cells displaced / equivalent / undetermined at each margin of the sweep (None: no sweep)."""
+    cell = headline_cell(census)
+    margins = [m for m in (census.get("sweeps") or {}).get("margins") or [] if cell in m["cells"]]
+    if len(margins) < 2:
+        return None
+    series = {outcome: [(m["margin_pp"], float(m["cells"][cell][outcome])) for m in margins]
+              for outcome in ("displaced", "equivalent", "undetermined")}
+    return _line_chart(f"Margin sweep of {cell}: decided cells per outcome at each margin", series,
+                       x_label="margin, pp", y_label="checkpoints", colours=COLOURS)
+
+
+def recoverability_plot(census: Mapping[str, Any]) -> str | None:
+    """Mean forget shift after a refit on B proxy images, per source (None: the census measured no curve)."""
+    reading = (census.get("readings") or {}).get("recoverability")
+    if not reading or not reading.get("curve"):
+        return None
+    series: dict[str, list[tuple[float, float]]] = {}
+    for point in reading["curve"]:
+        series.setdefault(point["source"], []).append((float(point["budget"]), point["mean_shift_pp"]))
+    return _line_chart("Recoverability curve: forget-accuracy shift after a refit on B unlabeled proxy images",
+                       {k: sorted(v) for k, v in sorted(series.items())}, x_label="budget B (images, log scale)",
+                       y_label="mean forget shift, pp", log_x=True)
+
+
+def twin_gap_plot(census: Mapping[str, Any]) -> str | None:
+    """The frozen-twin gap per level: each pair's gap and the mean with its interval (None: no twins)."""
+    twins = census.get("twin_gaps")
+    if not twins or not twins.get("levels"):
+        return None
+    levels = [t["level"] for t in twins["levels"]]
+    gaps = [p["gap_pp"] for p in twins["pairs"]]
+    bounds = [v for t in twins["levels"] for v in (t.get("lower_pp"), t.get("upper_pp")) if v is not None]
+    height = 300
+    x = Axis(min(levels) - 0.5, max(levels) + 0.5, 60, WIDTH - 160)
+    y = Axis(*padded_range(gaps + bounds, include=(0.0,)), height - 50, 30)
+    fig = Figure(WIDTH, height, title=f"Frozen-twin gap of {twins['cell']} as shipped (online − frozen arm)")
+    fig.y_axis(y, x=60, right=WIDTH - 160, label="gap, pp")
+    fig.x_axis(x, y=height - 50, top=30, label="weight-movement level (epochs)", ticks=[float(v) for v in levels])
+    for pair in twins["pairs"]:
+        fig.circle(x(pair["level"]) - 12, y(pair["gap_pp"]), 3, kind="control",
+                   data=f"{pair['online']}:{pair['gap_pp']:.4f}", tip=f"seed {pair['seed']}: {pair['gap_pp']:+.2f} pp")
+    for t in twins["levels"]:
+        if t.get("lower_pp") is not None:
+            fig.line(x(t["level"]), y(t["lower_pp"]), x(t["level"]), y(t["upper_pp"]), colour=COLOURS["mean"],
+                     width=2.5)
+        fig.diamond(x(t["level"]), y(t["mean_gap_pp"]), 6, data=f"level {t['level']}:{t['mean_gap_pp']:.4f}",
+                    tip=f"level {t['level']}: mean {t['mean_gap_pp']:+.2f} pp over {t['pairs']} pairs")
+    fig.text(WIDTH - 150, 40, "● pairs", colour=COLOURS["control"])
+    fig.text(WIDTH - 150, 56, f"◆ mean, {twins['confidence']:.0%} interval")
+    return fig.render()
+
+
+def staleness_scatter(census: Mapping[str, Any]) -> str | None:
+    """Staleness (mean distance to the refit statistics) against |shift| of the headline cell (None: no staleness)."""
+    cell = headline_cell(census)
+    points = [(r["staleness"]["mean_distance"], abs(r["cells"][cell]["shift_pp"]), r)
+              for r in census.get("checkpoints") or [] if r.get("staleness") and cell in r.get("cells", {})]
+    points = [p for p in points if p[0] > 0]
+    if len(points) < 2:
+        return None
+    height = 360
+    stale = [p[0] for p in points]
+    x = Axis(min(stale) / 1.3, max(stale) * 1.3, 60, WIDTH - 160, log=True)
+    y = Axis(*padded_range([p[1] for p in points], include=(0.0,)), height - 50, 30)
+    fig = Figure(WIDTH, height, title=f"Staleness of the shipped statistics against |shift| of {cell}")
+    fig.y_axis(y, x=60, right=WIDTH - 160, label=f"|shift| of {cell}, pp")
+    fig.x_axis(x, y=height - 50, top=30, label="staleness: mean distance to the refit statistics (log scale)",
+               ticks=_decades(x.lo, x.hi))
+    for distance, shift, row in points:
+        kind = "displaced" if row["staleness"].get("exceeds_band") else "equivalent"
+        fig.circle(x(distance), y(shift), 3, kind=kind, data=f"{row['checkpoint']}:{distance:.6g}:{shift:.4f}",
+                   tip=f"{row['checkpoint']}: staleness {distance:.4g}, |shift| {shift:.2f} pp")
+    fig.text(WIDTH - 150, 40, "● exceeds band", colour=COLOURS["displaced"])
+    fig.text(WIDTH - 150, 56, "● within band", colour=COLOURS["equivalent"])
+    rank = ((census.get("readings") or {}).get("staleness") or {}).get("staleness_vs_abs_shift") or {}
+    if rank.get("rho") is not None:
+        fig.text(WIDTH - 150, 80, f"Spearman ρ = {rank['rho']:.2f}")
+        fig.text(WIDTH - 150, 96, f"n = {rank['n']}, p = {rank['p_value']:.2g}")
+    return fig.render()
+
+
+def _decades(lo: float, hi: float) -> list[float]:
+    return [10.0 ** k for k in range(math.ceil(math.log10(lo)), math.floor(math.log10(hi)) + 1)] or [lo, hi]
+
+
+__all__ = ["checkpoint_group", "forest_plot", "margin_sweep_plot", "recoverability_plot", "staleness_scatter",
+           "twin_gap_plot"]

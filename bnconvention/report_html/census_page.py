@@ -1,0 +1,169 @@
+"""The census page: a population's story, figures and tables from ``census.json`` (``census.html``).
+
+``bnconvention census`` writes it beside ``census.md``; the demo links it from its report. The page opens from disk
+(inline CSS and SVG, no scripts). Sections appear only when the census has them: a census of the digits zoo has no
+families, twins or curve, and the page says what it has.
+
+>>> html_text = render_census_page({"headline": "df", "margin_pp": 1.2, "replicates": 10, "fdr_q": 0.05,
+...     "spec_name": "demo", "counts": {"checkpoints": 0, "decided": 0, "controls": 0},
+...     "cells": {"df": {"displaced_by": 0, "displaced": 0, "equivalent": 0, "undetermined": 0}}, "verdicts": {}})
+>>> "No decided checkpoint is displaced" in html_text
+True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bnconvention.audit.census_story import headline_cell, population_story
+from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.report_html import census_figures as figures
+from bnconvention.report_html.markup import badge, esc, esc_code, page, table
+
+CENSUS_HTML = "census.html"
+
+
+def _figure(svg: str | None, caption: str, figure_id: str) -> str:
+    if svg is None:
+        return ""
+    return (f'<figure class="chart" id="{esc(figure_id)}">{svg}'
+            f'<figcaption class="muted">{esc(caption)}</figcaption></figure>')
+
+
+def _section(section_id: str, heading: str, content: str) -> str:
+    """A headed section, or nothing when the census has nothing to put in it."""
+    return f'<h2 id="{esc(section_id)}">{esc(heading)}</h2>\n{content}' if content else ""
+
+
+def _pp(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.2f}"
+
+
+def _counts(census: Mapping[str, Any]) -> str:
+    rows = [[f"<code>{esc(cell)}</code>", str(c["displaced_by"]), str(c["equivalent"]), str(c["undetermined"])]
+            for cell, c in census["cells"].items()]
+    rows += [[f"verdict <code>{esc(v)}</code> flips", str(t["flips"]), f"{t['pass_to_fail']} pass→fail",
+              f"{t['fail_to_pass']} fail→pass"] for v, t in census.get("verdicts", {}).items()]
+    return table(["Cell", "Displaced (BY)", "Equivalent", "Undetermined"], rows, table_id="census-counts",
+                 numeric=(1, 2, 3))
+
+
+def _families(census: Mapping[str, Any], cell: str) -> str:
+    families = (census.get("families") or {}).get("families") or []
+    if not families:
+        return ""
+    rows = []
+    for f in families:
+        c = f["cells"][cell]
+        interval = "—" if c["lower_pp"] is None else f"[{c['lower_pp']:+.2f}, {c['upper_pp']:+.2f}]"
+        rows.append([esc(f["family"]), esc(f["variant"]), str(f["checkpoints"]), str(c["clusters"]),
+                     _pp(c["mean_shift_pp"]), interval, badge(c["outcome"], c["outcome"]),
+                     f"{c['displaced_by']} of {f['checkpoints']}"])
+    header = ["Family", "Variant", "Checkpoints", "Clusters", f"Mean shift of {cell}, pp",
+              f"{census['families']['level']:.0%} interval", "On average", "Displaced checkpoints"]
+    statements = "".join(f"<li>{esc_code(s)}</li>" for f in families for s in f["statements"][:1])
+    return (f"<h3>Families</h3>{table(header, rows, table_id='families', numeric=(2, 3, 4, 5))}"
+            f"<ul>{statements}</ul>")
+
+
+def _sweep_table(census: Mapping[str, Any], cell: str) -> str:
+    margins = (census.get("sweeps") or {}).get("margins") or []
+    rows = [[f"{m['margin_pp']:g}", str(m["cells"][cell]["displaced"]), str(m["cells"][cell]["equivalent"]),
+             str(m["cells"][cell]["undetermined"]), "; ".join(f"{esc(k)}: {v}" for k, v in m["flips"].items())]
+            for m in margins if cell in m["cells"]]
+    if not rows:
+        return ""
+    return table(["Margin, pp", "Displaced", "Equivalent", "Undetermined", "Flips"], rows, table_id="margin-sweep",
+                 numeric=(0, 1, 2, 3))
+
+
+def _detection_floor(census: Mapping[str, Any]) -> str:
+    floor = census.get("detection_floor") or []
+    if not floor:
+        return ""
+    rows = [[f"{r['planted_pp']:g}", str(r["cells"]), str(r["recovered"]), str(r["recovered_by"]),
+             "—" if not r["cells"] else f"{r['recovered_by'] / r['cells']:.0%}"] for r in floor]
+    return ('<h3 id="detection-floor">Detection floor</h3><p class="muted">Shifts of known size planted in the '
+            "replicate shifts of every non-displaced decided cell, and how many the census design recovers.</p>"
+            + table(["Planted, pp", "Cells", "Recovered", "Recovered (BY)", "Share"], rows,
+                    table_id="detection-floor-table", numeric=(0, 1, 2, 3, 4)))
+
+
+def _twins_table(census: Mapping[str, Any]) -> str:
+    twins = census.get("twin_gaps")
+    if not twins or not twins.get("levels"):
+        return ""
+    rows = [[str(t["level"]), str(t["pairs"]), _pp(t["mean_gap_pp"]),
+             "—" if t.get("lower_pp") is None else f"[{t['lower_pp']:+.2f}, {t['upper_pp']:+.2f}]",
+             "yes" if t["same_theta"] else "no"] for t in twins["levels"]]
+    return table(["Level", "Pairs", "Mean gap, pp", f"{twins['confidence']:.0%} interval", "θ bit-identical"],
+                 rows, table_id="twin-gaps", numeric=(0, 1, 2))
+
+
+def _controls(census: Mapping[str, Any]) -> str:
+    controls = census.get("controls") or {}
+    if not controls.get("rows"):
+        return ""
+    rows = [[f"<code>{esc(r['checkpoint'])}</code>", esc(r["label"]), esc(r["expected"]),
+             badge("holds", "ok") if r["holds"] else badge("does not hold", "flag")] for r in controls["rows"]]
+    return (f'<h3 id="controls">Known-answer controls ({controls["as_expected"]} of {controls["controls"]} hold)</h3>'
+            '<p class="muted">Outside the multiplicity family: they test the instrument, not the releases.</p>'
+            + table(["Checkpoint", "Control", "Expected", "Result"], rows, table_id="controls-table"))
+
+
+def _recoverability_note(census: Mapping[str, Any]) -> str:
+    if (census.get("readings") or {}).get("recoverability"):
+        return ""
+    return ('<p class="muted">No recoverability curve: the spec measured one budget per checkpoint (add '
+            "<code>recoverability: {curve: {}}</code> to the spec for the curve).</p>")
+
+
+def render_census_page(census: Mapping[str, Any], *, title: str | None = None) -> str:
+    """The whole census page (see the module docstring)."""
+    cell = headline_cell(census)
+    title = title or f"BatchNorm census: {census.get('spec_name', 'census')}"
+    story = population_story(census)
+    counts = census["counts"]
+    body = [
+        f"<header><h1>{esc(title)}</h1>",
+        f'<p class="muted">{counts["checkpoints"]} checkpoints, {counts["decided"]} decided, {counts["controls"]} '
+        f"controls; {census['replicates']} replicates per checkpoint, margin ±{census['margin_pp']:g} pp, "
+        f"Benjamini–Yekutieli at q = {census['fdr_q']:g}. Shifts are refit minus shipped, in percentage points.</p>"
+        "</header>",
+        f'<blockquote id="headline"><strong>{esc_code(story[0])}</strong></blockquote>',
+        "<ul>" + "".join(f"<li>{esc_code(line)}</li>" for line in story[1:]) + "</ul>",
+        "<h2>Counts</h2>", _counts(census),
+        '<h2 id="forest">Shifts per checkpoint</h2>',
+        _figure(figures.forest_plot(census), f"Refit − shipped shift of {cell} per checkpoint, grouped by family "
+                "and variant, with each family's clustered mean.", "forest-plot"),
+        _families(census, cell),
+        '<h2 id="sweeps">Margin sweep</h2>',
+        _figure(figures.margin_sweep_plot(census), "Decided checkpoints per outcome at each margin, recounted from "
+                "the stored replicates (no refit added).", "margin-sweep-plot"),
+        _sweep_table(census, cell),
+        _detection_floor(census),
+        '<h2 id="recoverability">Recoverability</h2>',
+        _figure(figures.recoverability_plot(census), "Mean forget shift after a refit on B unlabeled proxy images, "
+                "per proxy source.", "recoverability-plot") or _recoverability_note(census),
+        _section("twins", "Frozen twins",
+                 _figure(figures.twin_gap_plot(census), "Shipped gap between the twins' arms (bit-identical θ).",
+                         "twin-gap-plot") + _twins_table(census)),
+        _section("staleness", "Staleness and displacement",
+                 _figure(figures.staleness_scatter(census), f"Staleness of the shipped statistics against |shift| of "
+                         f"{cell}.", "staleness-scatter")),
+        _controls(census),
+    ]
+    return page(title, [part for part in body if part])
+
+
+def write_census_html(census: Mapping[str, Any], path: str | os.PathLike[str], *, title: str | None = None) -> Path:
+    """Write the census page to ``path`` atomically and return it."""
+    target = Path(path)
+    atomic_write_text(target, render_census_page(census, title=title))
+    return target
+
+
+__all__ = ["CENSUS_HTML", "render_census_page", "write_census_html"]

@@ -224,7 +224,11 @@ def test_the_tiny_population_census_reports_families_and_the_twin_gap(tiny_popul
     from bnconvention.audit.spec import load_spec
 
     spec = load_spec(tiny_population.root / "population.yaml", replicates=2)
-    spec = spec.model_copy(update={"recoverability": None, "provenance": None})
+    from bnconvention.audit.spec import RecoverabilitySpec
+
+    curve = {"budgets": [2, 5], "seeds": 1, "sources": ["test", "noise"]}
+    spec = spec.model_copy(update={"recoverability": RecoverabilitySpec.model_validate({"images": 2, "curve": curve}),
+                                   "provenance": None})
     outcome = run_census([tiny_population.root], spec, tmp_path / "census")
     written = json.loads((tmp_path / "census" / "census.json").read_text())
     families = {(f["family"], f["variant"]): f for f in written["families"]["families"]}
@@ -249,3 +253,28 @@ def test_the_tiny_population_census_reports_families_and_the_twin_gap(tiny_popul
     drawn = sorted(point.split(":")[0] for point in re.findall(r'data-point="([^"]+)"', svg))
     assert drawn == sorted(tiny_population.names)
     assert len(re.findall(r"data-mean=", svg)) == len(families)
+    _check_v11_annotations(tmp_path / "census", written)
+
+
+def _check_v11_annotations(out: Path, census: dict[str, Any]) -> None:
+    """Each annotation carries the 1.1 readings the census measured: the twin with its gap, the curves; and
+    validates as the standard says."""
+    from bnconvention.validation import validate_record
+
+    rows = {row["checkpoint"]: row for row in census["checkpoints"]}
+    for pair in census["twin_gaps"]["pairs"]:
+        for arm, other, sign in (("online", "frozen", 1.0), ("frozen", "online", -1.0)):
+            annotation = json.loads((out / rows[pair[arm]]["annotation"]).read_text())
+            twin = annotation["twin"]
+            assert annotation["spec_version"] == "1.1" and twin["filename"] == f"{pair[other]}.safetensors"
+            assert twin["gap_pp"] == pytest.approx(sign * pair["gap_pp"], abs=1e-9)
+            assert twin["trainable_sha256"] == annotation["subject"]["trainable_sha256"]  # bit-identical θ
+            assert twin["buffer_update_mode"] == {"online": "train", "frozen": "frozen"}[other]
+    for name, row in rows.items():
+        annotation = json.loads((out / row["annotation"]).read_text())
+        if row["channel"] == "present":
+            curves = {c["source"]: c for c in annotation["recoverability_curves"]}
+            assert set(curves) == {"test", "other"}, name  # noise is out of distribution: "other"
+            assert [p["images"] for p in curves["test"]["points"]] == [2, 5]
+            assert all(len(p["forget_accuracy"]) == 1 for p in curves["test"]["points"])
+        assert validate_record(annotation) == [], name

@@ -44,6 +44,7 @@ from bnconvention.audit.census_summary import (  # re-exported: the census's pub
     CHECKPOINTS_DIR,
     summarize,
 )
+from bnconvention.audit.census_v11 import v11_fields
 from bnconvention.audit.checkpoint import (
     ModelChoice,
     build_architecture,
@@ -264,8 +265,9 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     summary["sweeps"]["pool_sizes"], sweep_refits = pool_size_sweep(swept, spec, store, data=data)
     summary["invocation"] = {"audits_run": ran, "audits_reused": reused, "refits_run": refits + sweep_refits}
     summary["timing"] = _timing(ordered, audits_run=ran, audits_reused=reused)
-    write_by_annotations(out, [r.annotation for r in ordered], summary,  # spec 1.1: by_p_value, family
-                         families=[annotation_family(r.population) for r in ordered])
+    write_by_annotations(out, [r.annotation for r in ordered], summary,  # spec 1.1: by_p_value, family, ...
+                         families=[annotation_family(r.population) for r in ordered],
+                         extras=v11_fields(ordered, names, metric=spec.headline_cell().text))
     write_json(out / "census.json", summary)
     atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary)
                       + families_markdown(summary))

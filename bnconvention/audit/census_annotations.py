@@ -20,15 +20,19 @@ from bnconvention.standard.models import LATEST_SPEC_VERSION, RefitAnnotation, p
 
 
 def annotation_with_by(annotation: RefitAnnotation, by_p_values: Mapping[str, float | None], *,
-                       family_size: int, family: Mapping[str, Any] | None = None) -> RefitAnnotation:
+                       family_size: int, family: Mapping[str, Any] | None = None,
+                       extra: Mapping[str, Any] | None = None) -> RefitAnnotation:
     """``annotation`` as 1.1 with each cell's adjusted p-value and, for a checkpoint of a structured population, its
-    ``family`` (name, variant, removal, seed); the annotation itself when it gains neither."""
-    if family is None and all(by_p_values.get(cell.metric) is None for cell in annotation.cells):
+    ``family`` (name, variant, removal, seed), plus ``extra`` 1.1 fields (:func:`.census_v11.v11_fields`:
+    recoverability curves, provenance arms, twin); the annotation itself when it gains none of them."""
+    if (family is None and not extra
+            and all(by_p_values.get(cell.metric) is None for cell in annotation.cells)):
         return annotation
     data = to_dict(annotation)
     data["spec_version"] = LATEST_SPEC_VERSION
     if family is not None:
         data["family"] = dict(family)
+    data.update(extra or {})
     for cell in data["cells"]:
         p_by = by_p_values.get(cell["metric"])
         if p_by is not None:
@@ -51,16 +55,20 @@ def annotation_family(population: Any) -> dict[str, Any] | None:
 
 
 def write_by_annotations(out_dir: Path, annotations: Sequence[RefitAnnotation], summary: Mapping[str, Any], *,
-                         families: Sequence[Mapping[str, Any] | None] | None = None) -> int:
-    """Rewrite the annotation file of every checkpoint of ``summary`` that has adjusted p-values or a family (one
-    per annotation in ``families``); how many."""
+                         families: Sequence[Mapping[str, Any] | None] | None = None,
+                         extras: Sequence[Mapping[str, Any]] | None = None) -> int:
+    """Rewrite the annotation file of every checkpoint of ``summary`` that has adjusted p-values, a family (one
+    per annotation in ``families``) or other 1.1 fields (``extras``); how many."""
     counts = summary["counts"]
     family_size = int(counts.get("decided", counts["eligible"]))  # controls sit outside the family
     written = 0
     own_families = list(families) if families is not None else [None] * len(annotations)
-    for annotation, row, family in zip(annotations, summary["checkpoints"], own_families, strict=True):
+    own_extras = list(extras) if extras is not None else [{}] * len(annotations)
+    for annotation, row, family, extra in zip(annotations, summary["checkpoints"], own_families, own_extras,
+                                              strict=True):
         by_p_values = {metric: cell["by_p_value"] for metric, cell in row["cells"].items()}
-        adjusted = annotation_with_by(annotation, by_p_values, family_size=family_size, family=family)
+        adjusted = annotation_with_by(annotation, by_p_values, family_size=family_size, family=family,
+                                      extra=extra)
         if adjusted is annotation:
             continue
         atomic_write_text(out_dir / row["annotation"], json_text(to_dict(adjusted)))

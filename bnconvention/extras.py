@@ -11,7 +11,9 @@ an extra:
 * ``bnconvention[timm]``, ``[transformers]``: the refit extra plus that library, for releases whose
   ``config.json`` names a timm or transformers architecture;
 * ``bnconvention[datasets]``: the refit extra plus Hugging Face ``datasets`` (with pyarrow and pandas), for pools
-  held as a dataset repo, a ``save_to_disk`` folder or parquet files.
+  held as a dataset repo, a ``save_to_disk`` folder or parquet files;
+* ``bnconvention[lightning]``: the refit extra plus Lightning, for the Lightning callback that records the
+  convention (the ``transformers`` extra gives the ``Trainer`` one).
 
 The library extras sit beside ``audit`` rather than inside it, so the error for a missing one names both when the
 command needs both (``pip install 'bnconvention[audit,timm]'``): one install, and the command works.
@@ -48,6 +50,7 @@ MODULE_EXTRAS: dict[str, str] = {
     "timm": "timm",
     "transformers": "transformers",
     "datasets": "datasets",
+    "lightning": "lightning",
 }
 # Extra -> the extras it installs too (pyproject.toml's self-references, followed; tests/test_extras.py checks it).
 EXTRA_INCLUDES: dict[str, frozenset[str]] = {
@@ -57,6 +60,7 @@ EXTRA_INCLUDES: dict[str, frozenset[str]] = {
     "timm": frozenset({"refit"}),
     "transformers": frozenset({"refit"}),
     "datasets": frozenset({"refit"}),
+    "lightning": frozenset({"refit"}),
 }
 # The pip distribution name where it differs from the module's.
 _DISTRIBUTIONS = {"sklearn": "scikit-learn"}

@@ -14,6 +14,10 @@ Events of one layer, in order (each stamped with a run-wide tick):
 
 How a layer's mode is derived (:func:`layer_mode`):
 
+0. Written outside a forward or refit (``load_state_dict``, ``reset_running_stats()``, by hand: the buffers'
+   version counters moved between two forwards, :mod:`bnconvention.authoring.recorder_events`) after the last
+   update or refit: ``unknown``. Such a write *before* the last update keeps the mode, and is listed as a
+   contradiction (the moving average continued from those values).
 1. No update and no refit: ``frozen`` if the trainable tensors changed during the run (the model was trained with
    these buffers held fixed), ``untouched`` if not; ``unknown`` if the buffers changed anyway (something the
    recorder cannot see wrote them: ``load_state_dict``, a direct assignment, a refit outside bnconvention).
@@ -72,14 +76,17 @@ DECLARED_REFIT_NO_REFIT = "declared-refit-no-refit"
 DECLARED_MODE_MISMATCH = "declared-mode-mismatch"
 SPLIT_MISMATCH = "split-mismatch"
 DECLARED_RULE_MISMATCH = "declared-rule-mismatch"
+LAYERS_CHANGED = "batchnorm-layers-changed"
 
 
 def layer_mode(*, tracks: bool, updates: int, refits: int, last_update_tick: int, last_refit_tick: int,
-               last_frozen_tick: int, buffers_changed: bool, trainable_changed: bool) -> BufferUpdateMode | None:
+               last_frozen_tick: int, buffers_changed: bool, trainable_changed: bool,
+               last_external_tick: int = 0) -> BufferUpdateMode | None:
     """The buffer-update mode of one layer from its events (rules in the module docstring).
 
     Ticks are positive and increase through the run; 0 means "never". ``None`` for a layer without running
     statistics (``track_running_stats=False``): it has no deployed state and takes no part in the model's mode.
+    ``last_external_tick``: the last write outside a forward or refit the recorder noticed (rule 0).
     """
     if not tracks:
         return None
@@ -88,6 +95,8 @@ def layer_mode(*, tracks: bool, updates: int, refits: int, last_update_tick: int
             return "unknown"
         return "frozen" if trainable_changed else "untouched"
     last_write = max(last_update_tick, last_refit_tick)
+    if last_external_tick > last_write:
+        return "unknown"
     if last_update_tick > last_refit_tick and not buffers_changed:
         return "unknown"
     stale = trainable_changed and last_frozen_tick > last_write

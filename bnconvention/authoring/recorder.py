@@ -29,16 +29,16 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bnconvention.authoring import refit_listeners
-from bnconvention.authoring.declaration import declare
 from bnconvention.authoring.observation import (
+    LAYERS_CHANGED,
     combine_modes,
-    convention_from_observation,
     layer_mode,
     observed_contradictions,
     with_declared,
 )
-from bnconvention.authoring.transforms import as_standard_transform
-from bnconvention.errors import RecordError, UsageError
+from bnconvention.authoring.recorder_declaration import recorder_declaration
+from bnconvention.authoring.recorder_events import LayerEvents, check_tag, structure_contradictions
+from bnconvention.errors import UsageError
 from bnconvention.formats.digests import DigestSet, model_digests
 from bnconvention.standard.models import (
     AccumulationRule,
@@ -59,12 +59,10 @@ from bnconvention.standard.models import (
 # torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
-    from torch.nn.modules.batchnorm import _BatchNorm
 
 __all__ = ["BNRecorder", "MOMENTUM_OUT_OF_RANGE"]
 
 MOMENTUM_OUT_OF_RANGE = "momentum-out-of-range"
-_UNSET = object()
 _PRECISIONS: dict[str, Precision] = {
     "torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32", "torch.float64": "float64",
 }
@@ -74,27 +72,6 @@ class TransformSource(Protocol):
     """Anything that can describe itself as a transform of the standard (e.g. the zoo's ``BatchTransform``)."""
 
     def standard(self) -> Transform: ...
-
-
-class _LayerEvents:
-    """Mutable counters of one BatchNorm layer; written by its hook on every forward, so kept minimal."""
-
-    __slots__ = ("name", "module", "train_forwards", "eval_forwards", "frozen_forwards", "updates", "refits",
-                 "momenta", "last_momentum", "last_update_tick", "last_refit_tick", "last_frozen_tick")
-
-    def __init__(self, name: str, module: _BatchNorm) -> None:
-        self.name = name
-        self.module = module
-        self.train_forwards = 0
-        self.eval_forwards = 0
-        self.frozen_forwards = 0
-        self.updates = 0
-        self.refits = 0
-        self.momenta: list[float | None] = []
-        self.last_momentum: Any = _UNSET
-        self.last_update_tick = 0
-        self.last_refit_tick = 0
-        self.last_frozen_tick = 0
 
 
 class BNRecorder:
@@ -123,7 +100,7 @@ class BNRecorder:
         if not isinstance(model, torch.nn.Module):
             raise UsageError(f"BNRecorder records a torch.nn.Module, got {type(model).__name__}")
         self.model = model
-        self._split = _check_tag(split)
+        self._split = check_tag(split)
         self._state: typing.Literal["new", "active", "done"] = "new"
         self._tick = 0
         self._bs_min: int | None = None
@@ -141,7 +118,7 @@ class BNRecorder:
         from torch.nn.modules.batchnorm import _BatchNorm
         from torch.nn.modules.dropout import _DropoutNd
 
-        self._layers = [_LayerEvents(name, module) for name, module in model.named_modules()
+        self._layers = [LayerEvents(name, module) for name, module in model.named_modules()
                         if isinstance(module, _BatchNorm)]
         self._dropouts = [module for module in model.modules() if isinstance(module, _DropoutNd)]
         self._dropout_ids = {id(module) for module in self._dropouts}
@@ -153,21 +130,26 @@ class BNRecorder:
             raise UsageError("a BNRecorder records one run; create a new one for the next run")
         self._start = model_digests(self.model)
         for events in self._layers:
+            events.resync()
             self._handles.append(events.module.register_forward_pre_hook(self._layer_hook(events)))
+            self._handles.append(events.module.register_forward_hook(self._seen_hook(events)))
         for module in self._dropouts:
             self._handles.append(module.register_forward_pre_hook(self._dropout_hook))
         refit_listeners.add_refit_listener(self._on_refit)
+        refit_listeners.add_window_listener(self._on_refit_window)
         self._state = "active"
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self._detach()
+        self._check_external()
         self._end = model_digests(self.model)
         self._state = "done"
 
     def _detach(self) -> None:
         refit_listeners.remove_refit_listener(self._on_refit)
+        refit_listeners.remove_window_listener(self._on_refit_window)
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -181,7 +163,7 @@ class BNRecorder:
 
     def set_split(self, split: str) -> None:
         """Tag the following batches as coming from ``split`` (e.g. ``"forget"`` for gradient ascent steps)."""
-        self._split = _check_tag(split)
+        self._split = check_tag(split)
         self._split_noted = False
 
     @contextlib.contextmanager
@@ -196,7 +178,7 @@ class BNRecorder:
 
     # --- hooks (hot path: keep them short) ---------------------------------------------------------------------
 
-    def _layer_hook(self, events: _LayerEvents) -> Callable[[Any, tuple[Any, ...]], None]:
+    def _layer_hook(self, events: LayerEvents) -> Callable[[Any, tuple[Any, ...]], None]:
         import torch
 
         is_grad_enabled = torch.is_grad_enabled
@@ -205,6 +187,8 @@ class BNRecorder:
         def hook(module: Any, args: tuple[Any, ...]) -> None:
             if module is not events.module:
                 return  # a deep copy of the model (a teacher) inherited the hook: not the recorded model
+            if events.check_external(recorder._tick + 1):
+                recorder._tick += 1  # written since the last forward: load_state_dict, by hand
             if module.training:
                 events.train_forwards += 1
                 # the same condition as _BatchNorm.forward for writing the buffers
@@ -229,6 +213,33 @@ class BNRecorder:
                     events.last_frozen_tick = tick
 
         return hook
+
+    @staticmethod
+    def _seen_hook(events: LayerEvents) -> Callable[[Any, tuple[Any, ...], Any], None]:
+        def hook(module: Any, args: tuple[Any, ...], output: Any) -> None:
+            if module is events.module:
+                events.resync()  # what the forward itself wrote is seen
+
+        return hook
+
+    def _check_external(self) -> None:
+        for events in self._layers:
+            if events.check_external(self._tick + 1):
+                self._tick += 1
+
+    def _on_refit_window(self, model: Any, entering: bool) -> None:
+        """Refit window listener: the refit engine writes (or restores) the buffers of ``model``'s layers between
+        the two calls; those writes are the refit's, announced by :meth:`_on_refit`, not external ones."""
+        try:
+            inside = {id(module) for module in model.modules()}
+        except AttributeError:
+            return
+        for events in self._layers:
+            if id(events.module) in inside:
+                if entering and self._state == "active" and events.check_external(self._tick + 1):
+                    self._tick += 1
+                events.in_refit = entering
+                events.resync()
 
     def _note_batch(self, args: tuple[Any, ...]) -> None:
         try:
@@ -285,6 +296,8 @@ class BNRecorder:
         """
         if self._state == "new" or self._start is None:
             raise UsageError("the recorder has not run yet: use it as `with BNRecorder(model) as rec:` first")
+        if self._state == "active":
+            self._check_external()
         end = self._end if self._end is not None else model_digests(self.model)
         trainable_changed = end.trainable_sha256 != self._start.trainable_sha256
         layers: list[LayerObservation] = []
@@ -303,7 +316,7 @@ class BNRecorder:
                 mode=layer_mode(tracks=tracks, updates=events.updates, refits=events.refits,
                                 last_update_tick=events.last_update_tick, last_refit_tick=events.last_refit_tick,
                                 last_frozen_tick=events.last_frozen_tick, buffers_changed=changed,
-                                trainable_changed=trainable_changed),
+                                trainable_changed=trainable_changed, last_external_tick=events.last_external_tick),
             ))
         last_write, observed_rule, observed_momentum = self._last_write()
         if observed_rule == "ema" and not (observed_momentum is not None and 0 < observed_momentum <= 1):
@@ -328,14 +341,18 @@ class BNRecorder:
             dropout=self._dropout_mode(),
             precision=self._precision(),
         )
-        contradictions = observed_contradictions(observation)
+        contradictions = observed_contradictions(observation) + structure_contradictions(self.model, self._layers,
+                                                                                         layers)
         if bad_momenta:
             contradictions.append(Contradiction(
                 code=MOMENTUM_OUT_OF_RANGE, layers=bad_momenta,
                 message="buffer updates ran with a momentum outside (0, 1], which the standard cannot name; "
                         "set the layers' momentum to a value in (0, 1] (PyTorch's default is 0.1)",
             ))
-        observation = observation.model_copy(update={"contradictions": contradictions})
+        update: dict[str, Any] = {"contradictions": contradictions}
+        if any(c.code == LAYERS_CHANGED for c in contradictions):
+            update["mode"] = "unknown"  # the layers it saw are not the model's now
+        observation = observation.model_copy(update=update)
         return with_declared(observation, declared_mode=declared_mode, role=role, rule=rule, momentum=momentum)
 
     def _last_write(self) -> tuple[typing.Literal["update", "refit"] | None, AccumulationRule | None, float | None]:
@@ -391,44 +408,12 @@ class BNRecorder:
         the rule defaults to the layers' momentum setting. After a refit, anything not given is taken from the
         refit engine's own declaration.
         """
-        standard_transform = as_standard_transform(transform) if transform is not None else None
-        observation = self.observation(declared_mode=declared_mode, role=role, rule=rule, momentum=momentum)
-        if strict and observation.contradictions:
-            listing = "; ".join(f"[{c.code}] {c.message}" for c in observation.contradictions)
-            raise RecordError(f"the run contradicts the declaration: {listing}")
-        base = self._refit_conventions[-1] if observation.last_write == "refit" and self._refit_conventions else None
-        if base is not None:
-            dataset_id = dataset_id or base.data.dataset.id
-            subset = subset or base.data.subset
-            standard_transform = standard_transform or base.transform
-            record_count = record_count if record_count is not None else base.data.record_count
-            ids_sha256 = ids_sha256 or base.data.ids_sha256
-            sampling_seed = sampling_seed if sampling_seed is not None else base.data.sampling_seed
-            dataset_revision = dataset_revision or base.data.dataset.revision
-            batch_size = batch_size or base.accumulation.batch_size
-            num_batches = num_batches or base.accumulation.num_batches
-            precision = precision or base.accumulation.precision
-            dropout = dropout or base.other_modules.dropout
-            distributed = distributed or base.distributed
-        missing = [label for label, value in (("dataset_id", dataset_id), ("subset", subset),
-                                              ("transform", standard_transform)) if value is None]
-        if missing:
-            raise RecordError(f"declaration needs {', '.join(missing)}: the recorder sees tensors, not which "
-                              "dataset, subset and transform fed them")
-        if observation.mode not in ("train", "refit", "mixed") and rule is None:
-            rule, momentum = self._configured_rule()
-        if distributed is None:
-            distributed = "sync_batchnorm" if observation.buffer_updates and any(
-                type(e.module).__name__ == "SyncBatchNorm" for e in self._layers) else "none"
-        convention = convention_from_observation(
-            observation, dataset_id=typing.cast(str, dataset_id), subset=typing.cast(str, subset),
-            transform=typing.cast(Transform, standard_transform), role=role, rule=rule, momentum=momentum,
-            batch_size=batch_size, num_batches=num_batches, precision=precision, dropout=dropout,
-            distributed=distributed, record_count=record_count, ids_sha256=ids_sha256, sampling_seed=sampling_seed,
-            dataset_revision=dataset_revision,
-        )
-        refit = self._refit_details[-1] if observation.mode == "refit" and self._refit_details else None
-        return declare(self.model, convention, reporting_line=reporting_line, observation=observation, refit=refit)
+        return recorder_declaration(
+            self, dataset_id=dataset_id, subset=subset, transform=transform, role=role, declared_mode=declared_mode,
+            rule=rule, momentum=momentum, batch_size=batch_size, num_batches=num_batches, precision=precision,
+            dropout=dropout, distributed=distributed, record_count=record_count, ids_sha256=ids_sha256,
+            sampling_seed=sampling_seed, dataset_revision=dataset_revision, reporting_line=reporting_line,
+            strict=strict)
 
     def _configured_rule(self) -> tuple[AccumulationRule | None, float | None]:
         """The rule the layers are configured for, when they all agree: the best guess for an unseen earlier fit."""
@@ -440,8 +425,3 @@ class BNRecorder:
             return "cumulative", None
         return "ema", float(momentum)
 
-
-def _check_tag(split: str) -> str:
-    if not isinstance(split, str) or not split.strip():
-        raise UsageError(f"a split tag is a non-empty string such as 'train', 'retain' or 'forget', got {split!r}")
-    return split

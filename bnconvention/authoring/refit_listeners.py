@@ -7,12 +7,15 @@ Kept dependency-free so both sides can import it without importing each other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 RefitListener = Callable[[Any, Any], None]  # (model, RefitReport) -> None
+WindowListener = Callable[[Any, bool], None]  # (model, entering) -> None
 
 _listeners: list[RefitListener] = []
+_window_listeners: list[WindowListener] = []
 
 
 def add_refit_listener(listener: RefitListener) -> None:
@@ -28,3 +31,25 @@ def notify_refit(model: Any, report: Any) -> None:
     """Tell every active listener that ``model``'s running statistics were just replaced by a refit."""
     for listener in list(_listeners):
         listener(model, report)
+
+
+def add_window_listener(listener: WindowListener) -> None:
+    _window_listeners.append(listener)
+
+
+def remove_window_listener(listener: WindowListener) -> None:
+    if listener in _window_listeners:
+        _window_listeners.remove(listener)
+
+
+@contextlib.contextmanager
+def refit_window(model: Any) -> Iterator[None]:
+    """Around a refit's writes to ``model``'s buffers (and their restoration on failure): the recorder takes them
+    for the refit's, not for writes it could not explain."""
+    for listener in list(_window_listeners):
+        listener(model, True)
+    try:
+        yield
+    finally:
+        for listener in list(_window_listeners):
+            listener(model, False)

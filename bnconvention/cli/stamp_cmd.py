@@ -16,6 +16,7 @@ examples:
   bnconvention stamp model.safetensors --record record.json
   bnconvention stamp model.safetensors --record record.json --card README.md
   bnconvention stamp model.safetensors --record record.json --reserve 65536   # room for larger later records
+  bnconvention stamp model.safetensors --from-card README.md   # restore the record a re-save dropped
 
 The tensor data is never rewritten or loaded: the header is updated in place when the new one fits (a single
 one-page write), otherwise the file is copied next to itself with the new header and renamed over the original.
@@ -38,8 +39,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("weights", metavar="WEIGHTS.safetensors", type=Path, help="the file to stamp")
-    parser.add_argument("--record", required=True, type=Path, metavar="RECORD.json",
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--record", type=Path, metavar="RECORD.json",
                         help="the record (a declaration or a refit annotation) as JSON")
+    source.add_argument("--from-card", type=Path, metavar="README.md",
+                        help="the record of this model card's bnconvention block (restores a header another tool "
+                             "re-saved without it)")
     parser.add_argument("--card", type=Path, metavar="README.md",
                         help="also add the record to this model card (created if missing)")
     parser.add_argument("--no-check-digests", dest="check_digests", action="store_false",
@@ -57,12 +62,27 @@ def read_record_file(path: Path) -> Any:
     return loads_strict(path.read_bytes(), source=str(path))
 
 
+def _record_source(args: argparse.Namespace) -> tuple[Any, str]:
+    """The record's decoded JSON and where it came from: ``--record``, or the block of ``--from-card``."""
+    if args.record is not None:
+        return read_record_file(args.record), str(args.record)
+    from bnconvention.errors import RecordError
+    from bnconvention.formats.card import decode_card, read_card_record
+
+    block = read_card_record(decode_card(args.from_card.read_bytes(), source=str(args.from_card)),
+                             source=str(args.from_card))
+    if block is None:
+        raise RecordError(f"{args.from_card} has no bnconvention block to stamp", source=str(args.from_card))
+    return block, f"{args.from_card} bnconvention block"
+
+
 def run(args: argparse.Namespace) -> int:
     from bnconvention.authoring.card_stamp import stamp_card_file, stamp_card_text
     from bnconvention.authoring.stamp import DEFAULT_RESERVE, checked_record, stamp_file
     from bnconvention.formats.card import decode_card
 
-    model, _ = checked_record(read_record_file(args.record), source=str(args.record))
+    data, source = _record_source(args)
+    model, _ = checked_record(data, source=source)
     if args.card is not None and args.card.exists():
         # Fail on a malformed card before the weights are touched.
         stamp_card_text(decode_card(args.card.read_bytes(), source=str(args.card)), model, source=str(args.card))

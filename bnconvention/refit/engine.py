@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args
 
 from bnconvention.authoring.declaration import declare, make_convention, make_transform
-from bnconvention.authoring.refit_listeners import notify_refit
+from bnconvention.authoring.refit_listeners import notify_refit, refit_window
 from bnconvention.authoring.transforms import as_standard_transform
 from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChangedError
 from bnconvention.formats.digests import DigestSet, model_digests
@@ -96,16 +96,17 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
     before = model_digests(model)
     shipped = running_state(model)
     modes = ModuleModes.capture(model)
-    try:
-        outcome = run_pass(model, reader, setup, rule=rule, chunk_size=chunk_size, method=method,
-                           memory_budget=memory_budget, progress=progress, shipped=shipped)
-        after = model_digests(model)
-        check_theta_unchanged(before.trainable_sha256, after.trainable_sha256)
-    except BaseException:
-        restore_running_state(model, shipped)
-        raise
-    finally:
-        modes.restore()
+    with refit_window(model):
+        try:
+            outcome = run_pass(model, reader, setup, rule=rule, chunk_size=chunk_size, method=method,
+                               memory_budget=memory_budget, progress=progress, shipped=shipped)
+            after = model_digests(model)
+            check_theta_unchanged(before.trainable_sha256, after.trainable_sha256)
+        except BaseException:
+            restore_running_state(model, shipped)
+            raise
+        finally:
+            modes.restore()
     setup.warnings.extend(pool_warnings(rule=rule, sizes=reader.batch_sizes, samples=reader.samples, data=data))
     report = build_report(model, setup, outcome, rule=rule, data=data, transform=transform, producer=producer,
                           shipped=shipped, before=before, after=after, reader=reader, started=start)

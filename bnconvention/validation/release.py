@@ -208,6 +208,11 @@ def check_weights_file(weights: WeightsFile, card: ReleaseCard | None, *,
     result = check_consistency(header=weights.stored(), card=card.stored if card is not None else None,
                                shapes=weights.shapes(), display=weights.display, digests=weights.digest_set)
     issues = list(result.issues)
+    if card is not None and card.declaration is not None and weights.stored() is None and not weights.record_present:
+        issues.append(new_issue("release.header_missing_record", file=weights.display, message=(
+            f"{card.display} declares {card.declaration.convention.name} for {weights.display}, but its header "
+            "carries no record (re-saved by another tool, e.g. a library's save_pretrained or push_to_hub); "
+            f"restore it: bnconvention stamp {weights.display} --from-card {card.display}")))
     bn_layers = weights.header_bn_layers()
     if result.declaration is not None:
         mismatch = any(i.code.startswith("digests.") for i in result.issues)

@@ -62,53 +62,13 @@ class Generated(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
 def _hf_train(model: TinyNet, data: Generated, out: Path, callbacks: list[Any], *, steps: int = 3,
               save_steps: int | None = None) -> None:
-    """A real ``transformers.Trainer`` when ``accelerate`` is installed (the Trainer needs it); otherwise the same
-    events through transformers' own ``CallbackHandler``, ``TrainerState`` and ``TrainerControl``, in the order
-    the Trainer sends them, around a plain loop of ``steps`` steps (saving with ``save_file`` where it saves)."""
-    try:
-        import accelerate  # noqa: F401
-    except ModuleNotFoundError:
-        _handler_loop(model, data, out, callbacks, steps=steps, save_steps=save_steps)
-        return
+    """A real ``transformers.Trainer`` (with ``accelerate``, pinned in the test extra) for ``steps`` steps on CPU."""
     from transformers import Trainer, TrainingArguments
 
     args = TrainingArguments(output_dir=str(out), max_steps=steps, per_device_train_batch_size=8, use_cpu=True,
                              report_to=[], save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
                              logging_strategy="no", learning_rate=0.05, disable_tqdm=True, seed=0)
     Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks).train()
-
-
-def _handler_loop(model: TinyNet, data: Generated, out: Path, callbacks: list[Any], *, steps: int,
-                  save_steps: int | None) -> None:
-    from types import SimpleNamespace
-
-    from safetensors.torch import save_file
-    from transformers.trainer_callback import CallbackHandler, TrainerControl, TrainerState
-
-    loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True,
-                                         generator=torch.Generator().manual_seed(0))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    handler = CallbackHandler(callbacks, model, None, optimizer, None)
-    handler.train_dataloader = loader
-    args, state, control = SimpleNamespace(output_dir=str(out)), TrainerState(), TrainerControl()
-    handler.on_train_begin(args, state, control)
-    model.train()
-    batches = iter(loader)
-    for step in range(1, steps + 1):
-        handler.on_step_begin(args, state, control)
-        batch = next(batches)
-        loss = model(batch["x"], batch["labels"])["loss"]
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        state.global_step = step
-        handler.on_step_end(args, state, control)
-        if save_steps and step % save_steps == 0:
-            folder = out / f"checkpoint-{step}"
-            folder.mkdir(parents=True)
-            save_file(model.state_dict(), str(folder / "model.safetensors"))
-            handler.on_save(args, state, control)
-    handler.on_train_end(args, state, control)
 
 
 @pytest.fixture(scope="module")

@@ -239,6 +239,8 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
     where :func:`write_repo_outputs` put it; None (nothing written) when no file was audited."""
     from bnconvention.audit.census_summary import summarize
     from bnconvention.audit.markdown import census_markdown
+    from bnconvention.audit.markdown_census import census_sections_markdown
+    from bnconvention.audit.markdown_families import families_markdown
     from bnconvention.audit.outputs import ANNOTATION_FILE, write_json
     from bnconvention.formats.atomic import atomic_write_text
 
@@ -251,7 +253,8 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
                         annotations=[(d / ANNOTATION_FILE).relative_to(out_dir).as_posix() for _, _, d in audited])
     summary["org"] = org
     write_json(out_dir / "audit.json", summary)
-    atomic_write_text(out_dir / "audit.md", census_markdown(summary))
+    atomic_write_text(out_dir / "audit.md", census_markdown(summary) + census_sections_markdown(summary)
+                      + families_markdown(summary))
     return summary
 
 

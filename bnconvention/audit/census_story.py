@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bnconvention.formats.text import signed
+
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
@@ -25,7 +27,7 @@ def _plural(n: int, word: str) -> str:
 def _interval(cell: Mapping[str, Any]) -> str:
     if cell.get("lower_pp") is None:
         return "no interval"
-    return f"90 % interval [{cell['lower_pp']:+.2f}, {cell['upper_pp']:+.2f}] pp"
+    return f"90 % interval [{signed(cell['lower_pp'])}, {signed(cell['upper_pp'])}] pp"
 
 
 def headline_cell(census: Mapping[str, Any]) -> str:
@@ -42,7 +44,7 @@ def _equivalent_yet_displaced(census: Mapping[str, Any], cell: str) -> str | Non
         return None
     family, c = max(found, key=lambda pair: pair[1]["displaced_by"])
     return (f"Family {family['family']} ({family['variant']}) is equivalent to zero on average on `{cell}` "
-            f"(mean {c['mean_shift_pp']:+.2f} pp, {_interval(c)}) yet {_plural(c['displaced_by'], 'checkpoint')} "
+            f"(mean {signed(c['mean_shift_pp'])} pp, {_interval(c)}) yet {_plural(c['displaced_by'], 'checkpoint')} "
             f"of its {family['checkpoints']} are displaced: per checkpoint, not per method.")
 
 
@@ -65,7 +67,7 @@ def _displaced(census: Mapping[str, Any], cell: str) -> str:
         return (f"No decided checkpoint is displaced on `{cell}` ({decided} decided, ±{census['margin_pp']:g} pp): "
                 "the shipped statistics held.")
     largest = census.get("largest_shift") or {}
-    tail = (f"; the largest shift is {largest['shift_pp']:+.2f} pp (`{largest['cell']}`, {largest['checkpoint']})"
+    tail = (f"; the largest shift is {signed(largest['shift_pp'])} pp (`{largest['cell']}`, {largest['checkpoint']})"
             if largest else "")
     return (f"`{cell}` is displaced on {n} of {decided} decided checkpoints beyond ±{census['margin_pp']:g} pp "
             f"after Benjamini–Yekutieli{tail}.")
@@ -85,7 +87,7 @@ def _no_equivalent_family(census: Mapping[str, Any], cell: str) -> str | None:
     family = min(families, key=lambda f: abs(f["cells"][cell]["mean_shift_pp"]))
     c = family["cells"][cell]
     return (f"No family is shown equivalent to zero on average on `{cell}` while containing displaced checkpoints; "
-            f"the closest, {family['family']} ({family['variant']}), averages {c['mean_shift_pp']:+.2f} pp "
+            f"the closest, {family['family']} ({family['variant']}), averages {signed(c['mean_shift_pp'])} pp "
             f"({_interval(c)}, {c['outcome']}) and contains {_plural(c['displaced_by'], 'displaced checkpoint')}.")
 
 
@@ -107,8 +109,8 @@ def _twins(census: Mapping[str, Any]) -> str | None:
     twins = census.get("twin_gaps")
     if not twins or not twins.get("levels"):
         return None
-    parts = [f"{t['mean_gap_pp']:+.2f} pp at level {t['level']}"
-             + ("" if t.get("lower_pp") is None else f" [{t['lower_pp']:+.2f}, {t['upper_pp']:+.2f}]")
+    parts = [f"{signed(t['mean_gap_pp'])} pp at level {t['level']}"
+             + ("" if t.get("lower_pp") is None else f" [{signed(t['lower_pp'])}, {signed(t['upper_pp'])}]")
              for t in twins["levels"]]
     return (f"Frozen twins (bit-identical weights, different buffer trajectories) differ on `{twins['cell']}` as "
             f"shipped by " + ", ".join(parts) + f" ({twins['confidence']:.0%} intervals across seeds).")

@@ -12,13 +12,31 @@ without crawling it: the starting point of the quickstarts.
 >>> print(summary_text(result))                            # doctest: +SKIP
 """
 
-from bnconvention.demo.access import DemoAccess
-from bnconvention.demo.layout import DEFAULT_OUT, DemoPaths
-from bnconvention.demo.pipeline import DemoResult, headline, run_demo
-from bnconvention.demo.releases import AUDITOR, AUTHOR, DEMO_ORG, RELEASES, Release
-from bnconvention.demo.serve import ServedDemo, serve_demo, serve_text
-from bnconvention.demo.spec import DEMO_SPEC, demo_spec
-from bnconvention.demo.summary import flagged, summary_text
+from bnconvention._lazy import lazy_exports
+
+# Lazy: the CLI builds its parser from bnconvention.demo.population_stage without importing the demo machinery
+# (torch, the Hub client, the audit).
+_EXPORTS: dict[str, str] = {
+    "AUDITOR": "bnconvention.demo.releases",
+    "AUTHOR": "bnconvention.demo.releases",
+    "DEFAULT_OUT": "bnconvention.demo.layout",
+    "DEMO_ORG": "bnconvention.demo.releases",
+    "DEMO_SPEC": "bnconvention.demo.spec",
+    "demo_spec": "bnconvention.demo.spec",
+    "DemoAccess": "bnconvention.demo.access",
+    "DemoPaths": "bnconvention.demo.layout",
+    "DemoResult": "bnconvention.demo.pipeline",
+    "flagged": "bnconvention.demo.summary",
+    "headline": "bnconvention.demo.pipeline",
+    "Release": "bnconvention.demo.releases",
+    "RELEASES": "bnconvention.demo.releases",
+    "run_demo": "bnconvention.demo.pipeline",
+    "serve_demo": "bnconvention.demo.serve",
+    "serve_text": "bnconvention.demo.serve",
+    "ServedDemo": "bnconvention.demo.serve",
+    "summary_text": "bnconvention.demo.summary",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, namespace=globals())
 
 __all__ = [
     "AUDITOR",

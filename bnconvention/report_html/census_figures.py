@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.census_story import headline_cell
+from bnconvention.formats.text import signed
 from bnconvention.report_html.svg import COLOURS, SERIES, Axis, Figure, padded_range
 
 WIDTH = 900
@@ -98,7 +99,7 @@ def _forest_row(fig: Figure, x: Axis, y: float, row: Mapping[str, Any], cell: st
     if c.get("min_shift_pp") is not None and c.get("max_shift_pp") is not None:
         fig.line(x(c["min_shift_pp"]), y, x(c["max_shift_pp"]), y, colour=COLOURS.get(kind, kind), width=1.5)
     fig.circle(x(c["shift_pp"]), y, 3, kind=kind, data=f"{row['checkpoint']}:{c['shift_pp']:.4f}",
-               tip=f"{row['checkpoint']}: {c['shift_pp']:+.2f} pp ({kind})")
+               tip=f"{row['checkpoint']}: {signed(c['shift_pp'])} pp ({kind})")
 
 
 def _mean_row(fig: Figure, x: Axis, y: float, name: str, mean: Mapping[str, Any]) -> None:
@@ -107,9 +108,9 @@ def _mean_row(fig: Figure, x: Axis, y: float, name: str, mean: Mapping[str, Any]
     if mean.get("lower_pp") is not None:
         fig.line(x(mean["lower_pp"]), y, x(mean["upper_pp"]), y, colour=COLOURS["mean"], width=2.5)
     interval = ("no interval" if mean.get("lower_pp") is None
-                else f"[{mean['lower_pp']:+.2f}, {mean['upper_pp']:+.2f}]")
+                else f"[{signed(mean['lower_pp'])}, {signed(mean['upper_pp'])}]")
     fig.diamond(x(mean["mean_shift_pp"]), y, 5, data=f"{name}:{mean['mean_shift_pp']:.4f}",
-                tip=f"{name}: mean {mean['mean_shift_pp']:+.2f} pp {interval}, {mean['outcome']} on average")
+                tip=f"{name}: mean {signed(mean['mean_shift_pp'])} pp {interval}, {mean['outcome']} on average")
 
 
 def _line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *, x_label: str, y_label: str,
@@ -173,13 +174,14 @@ def twin_gap_plot(census: Mapping[str, Any]) -> str | None:
     fig.x_axis(x, y=height - 50, top=30, label="weight-movement level (epochs)", ticks=[float(v) for v in levels])
     for pair in twins["pairs"]:
         fig.circle(x(pair["level"]) - 12, y(pair["gap_pp"]), 3, kind="control",
-                   data=f"{pair['online']}:{pair['gap_pp']:.4f}", tip=f"seed {pair['seed']}: {pair['gap_pp']:+.2f} pp")
+                   data=f"{pair['online']}:{pair['gap_pp']:.4f}",
+                   tip=f"seed {pair['seed']}: {signed(pair['gap_pp'])} pp")
     for t in twins["levels"]:
         if t.get("lower_pp") is not None:
             fig.line(x(t["level"]), y(t["lower_pp"]), x(t["level"]), y(t["upper_pp"]), colour=COLOURS["mean"],
                      width=2.5)
         fig.diamond(x(t["level"]), y(t["mean_gap_pp"]), 6, data=f"level {t['level']}:{t['mean_gap_pp']:.4f}",
-                    tip=f"level {t['level']}: mean {t['mean_gap_pp']:+.2f} pp over {t['pairs']} pairs")
+                    tip=f"level {t['level']}: mean {signed(t['mean_gap_pp'])} pp over {t['pairs']} pairs")
     fig.text(WIDTH - 150, 40, "● pairs", colour=COLOURS["control"])
     fig.text(WIDTH - 150, 56, f"◆ mean, {twins['confidence']:.0%} interval")
     return fig.render()

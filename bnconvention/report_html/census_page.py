@@ -20,6 +20,7 @@ from typing import Any
 
 from bnconvention.audit.census_story import headline_cell, population_story
 from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.formats.text import signed
 from bnconvention.report_html import census_figures as figures
 from bnconvention.report_html.markup import badge, esc, esc_code, page, table
 
@@ -39,7 +40,7 @@ def _section(section_id: str, heading: str, content: str) -> str:
 
 
 def _pp(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.2f}"
+    return "—" if value is None else signed(value)
 
 
 def _counts(census: Mapping[str, Any]) -> str:
@@ -58,7 +59,7 @@ def _families(census: Mapping[str, Any], cell: str) -> str:
     rows = []
     for f in families:
         c = f["cells"][cell]
-        interval = "—" if c["lower_pp"] is None else f"[{c['lower_pp']:+.2f}, {c['upper_pp']:+.2f}]"
+        interval = "—" if c["lower_pp"] is None else f"[{signed(c['lower_pp'])}, {signed(c['upper_pp'])}]"
         rows.append([esc(f["family"]), esc(f["variant"]), str(f["checkpoints"]), str(c["clusters"]),
                      _pp(c["mean_shift_pp"]), interval, badge(c["outcome"], c["outcome"]),
                      f"{c['displaced_by']} of {f['checkpoints']}"])
@@ -97,7 +98,7 @@ def _twins_table(census: Mapping[str, Any]) -> str:
     if not twins or not twins.get("levels"):
         return ""
     rows = [[str(t["level"]), str(t["pairs"]), _pp(t["mean_gap_pp"]),
-             "—" if t.get("lower_pp") is None else f"[{t['lower_pp']:+.2f}, {t['upper_pp']:+.2f}]",
+             "—" if t.get("lower_pp") is None else f"[{signed(t['lower_pp'])}, {signed(t['upper_pp'])}]",
              "yes" if t["same_theta"] else "no"] for t in twins["levels"]]
     return table(["Level", "Pairs", "Mean gap, pp", f"{twins['confidence']:.0%} interval", "θ bit-identical"],
                  rows, table_id="twin-gaps", numeric=(0, 1, 2))

@@ -85,7 +85,7 @@ def hf_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     model.freeze_bn = True
     callback.next_phase(split="retain", subset="24 retained records")
     _hf_train(model, Generated(24, 1), out / "unlearn", [callback])
-    return {"model": model, "callback": callback, "trained": trained, "checkpoint": checkpoint,
+    return {"model": model, "callback": callback, "trained": trained, "checkpoint": checkpoint, "out": out,
             "unlearned": json.loads((out / "unlearn" / RECORD_NAME).read_text())}
 
 
@@ -123,6 +123,26 @@ def test_trainer_callback_record_stamps_and_validates(hf_run: dict[str, Any], tm
     save_file(hf_run["model"].state_dict(), str(path))
     stamp_file(path, hf_run["unlearned"])
     assert validate_paths([path], require_declaration=True).exit_code == 0
+
+
+def test_trainer_callback_saves_its_observation_to_declare_again(hf_run: dict[str, Any], tmp_path: Path) -> None:
+    # beside each declaration the callback saves the observation; `declare --from-observation` gives the same record
+    from safetensors.torch import save_file
+
+    from bnconvention.authoring.loop_recording import OBSERVATION_NAME
+    from bnconvention.cli.main import main
+
+    out, saved = hf_run["out"], hf_run["out"] / "unlearn" / OBSERVATION_NAME
+    assert (out / "train" / "checkpoint-2" / OBSERVATION_NAME).is_file()
+    weights = tmp_path / "model.safetensors"
+    save_file(hf_run["model"].state_dict(), str(weights))
+    again = tmp_path / "again.json"
+    # the frozen phase wrote no buffers: its split and rule are the training phase's, named here as the callback did
+    assert main(["declare", "--from-observation", str(saved), "--weights", str(weights), "--dataset-id",
+                 "generated/tiny", "--subset", "all 40 records", "--transform-mode", "train", "--transform-reference",
+                 "tests:generated", "--augmentation", "none", "--role", "train", "--rule", "ema", "--momentum", "0.1",
+                 "--batch-size", "8", "--num-batches", "3", "--record-count", "40", "-o", str(again)]) == 0
+    assert json.loads(again.read_text()) == hf_run["unlearned"]
 
 
 def test_trainer_callback_attached_twice_records_once(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from bnconvention.formats.digests import DigestSet, model_digests
 from bnconvention.standard.models import (
     SPEC_VERSION,
     AccumulationRule,
+    BatchNormState,
     BufferUpdateMode,
     CumulativeAccumulation,
     DatasetRef,
@@ -36,6 +37,7 @@ from bnconvention.standard.models import (
     Producer,
     RefitDetails,
     SplitRole,
+    TensorDigests,
     Transform,
     TransformDescription,
     TransformMode,
@@ -133,12 +135,21 @@ def declare(model: torch.nn.Module, convention: FittingConvention, *, reporting_
             digests: DigestSet | None = None, producer: Producer | None = None) -> Declaration:
     """A declaration of ``model``'s deployed state under ``convention``, bound to its tensors by digests."""
     digests = digests or model_digests(model)
+    return declare_state(convention, deployed_state=batchnorm_state(model, digests), digests=tensor_digests(digests),
+                         reporting_line=reporting_line, observation=observation, refit=refit, producer=producer)
+
+
+def declare_state(convention: FittingConvention, *, deployed_state: BatchNormState, digests: TensorDigests,
+                  reporting_line: str | None = None, observation: Observation | None = None,
+                  refit: RefitDetails | None = None, producer: Producer | None = None) -> Declaration:
+    """The declaration of a deployed state already described (a saved observation's layers and digests): what
+    :func:`declare` builds once it has read them off the model."""
     return Declaration(
         spec_version=SPEC_VERSION,
         kind="declaration",
         convention=convention,
-        deployed_state=[batchnorm_state(model, digests)],
-        digests=tensor_digests(digests),
+        deployed_state=[deployed_state],
+        digests=digests,
         producer=producer or default_producer(),
         reporting_line=reporting_line,
         observation=observation,

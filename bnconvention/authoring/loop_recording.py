@@ -1,6 +1,7 @@
 """What the training-loop callbacks share: one :class:`~bnconvention.authoring.recorder.BNRecorder` per phase of a
 run (training, then any unlearning or fine-tuning phase), the data each phase's loop sees, and the declaration
-written, atomically, when a phase ends or a checkpoint is saved.
+written, atomically, when a phase ends or a checkpoint is saved, with the phase's saved observation beside it
+(:func:`observation_path`; ``bnconvention declare --from-observation`` declares it again later, without the model).
 
 The library-specific callbacks (:mod:`~bnconvention.authoring.callbacks_transformers`,
 :mod:`~bnconvention.authoring.callbacks_lightning`) only translate their library's events into :meth:`begin`,
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bnconvention.authoring.recorder import BNRecorder
+from bnconvention.authoring.saved_observation import OBSERVATION_NAME
 from bnconvention.authoring.transforms import as_standard_transform
 from bnconvention.errors import BnConventionError, RecordError, UsageError
 from bnconvention.formats.atomic import atomic_write_text
@@ -40,7 +42,16 @@ if TYPE_CHECKING:
 RECORD_NAME = "bnconvention-declaration.json"  # the default file a callback writes, beside the run's outputs
 WRITTEN = ("train", "refit", "mixed")
 
-__all__ = ["RECORD_NAME", "LoopData", "LoopRecording", "PhaseSettings", "loop_data"]
+__all__ = ["OBSERVATION_NAME", "RECORD_NAME", "LoopData", "LoopRecording", "PhaseSettings", "loop_data",
+           "observation_path"]
+
+
+def observation_path(record_path: Path) -> Path:
+    """Where the saved observation goes beside a declaration: ``bnconvention-observation.json`` beside the default
+    record name, ``<stem>.observation.json`` beside any other."""
+    if record_path.name == RECORD_NAME:
+        return record_path.with_name(OBSERVATION_NAME)
+    return record_path.with_name(f"{record_path.stem}.observation.json")
 
 
 @dataclass(frozen=True)
@@ -159,7 +170,7 @@ class LoopRecording:
         if self._recorder is None:
             return None
         path = Path(folder) / RECORD_NAME
-        self._write(path, self._declare(self._recorder))
+        self._write(path, self._declare(self._recorder), self._recorder)
         return path
 
     def end(self) -> Declaration | None:
@@ -181,7 +192,7 @@ class LoopRecording:
         self._end_sha256 = record.digests.running_sha256
         self.declarations.append(record)
         if self.record_path is not None:
-            self._write(self.record_path, record)
+            self._write(self.record_path, record, recorder)
         return record
 
     def _declare(self, recorder: BNRecorder) -> Declaration:
@@ -207,7 +218,10 @@ class LoopRecording:
                               "ones it ended with)") from exc
 
     @staticmethod
-    def _write(path: Path, record: Declaration) -> None:
+    def _write(path: Path, record: Declaration, recorder: BNRecorder) -> None:
+        """The saved observation, then the declaration, each atomically (a crash between the two leaves an
+        observation that can be declared, never a declaration without its evidence beside it)."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        recorder.save_observation(observation_path(path))
         atomic_write_text(path, json.dumps(to_dict(record), indent=2, ensure_ascii=False) + "\n")
 

@@ -23,8 +23,11 @@ turns the counts into the standard's buffer-update mode and contradictions; the 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import typing
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,9 +39,10 @@ from bnconvention.authoring.observation import (
     observed_contradictions,
     with_declared,
 )
-from bnconvention.authoring.recorder_declaration import recorder_declaration
+from bnconvention.authoring.recorder_declaration import recorder_declaration, saved_observation
 from bnconvention.authoring.recorder_events import LayerEvents, check_tag, structure_contradictions
 from bnconvention.errors import UsageError
+from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.digests import DigestSet, model_digests
 from bnconvention.standard.models import (
     AccumulationRule,
@@ -54,6 +58,7 @@ from bnconvention.standard.models import (
     RefitDetails,
     SplitRole,
     Transform,
+    to_dict,
 )
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
@@ -414,6 +419,16 @@ class BNRecorder:
             dropout=dropout, distributed=distributed, record_count=record_count, ids_sha256=ids_sha256,
             sampling_seed=sampling_seed, dataset_revision=dataset_revision, reporting_line=reporting_line,
             strict=strict)
+
+    def save_observation(self, path: str | os.PathLike[str]) -> Path:
+        """Write what :meth:`declaration` reads (the observation, the BatchNorm layers, the digests) to ``path``,
+        atomically, so ``bnconvention declare --from-observation path --weights W`` can declare it later, elsewhere,
+        without the model (:mod:`bnconvention.authoring.saved_observation`). Save it beside the weights, at the same
+        point of the run: the declaration checks the file's tensors against the digests saved here."""
+        saved = saved_observation(self)
+        target = Path(path)
+        atomic_write_text(target, json.dumps(to_dict(saved), indent=2, ensure_ascii=False) + "\n")
+        return target
 
     def _configured_rule(self) -> tuple[AccumulationRule | None, float | None]:
         """The rule the layers are configured for, when they all agree: the best guess for an unseen earlier fit."""

@@ -1,6 +1,11 @@
 """The declaration :meth:`BNRecorder.declaration <bnconvention.authoring.recorder.BNRecorder.declaration>` builds:
 the recorder's observation, completed by what only the author knows, with no model factory (the recorder holds the
 model: its module tree, its BatchNorm layers and its state dict are what the record describes).
+
+Both routes go through one function: the recorder is first reduced to a
+:class:`~bnconvention.authoring.saved_observation.SavedObservation` (:func:`saved_observation`, the value
+``save_observation`` writes), and :func:`declaration_from_saved` completes it; ``bnconvention declare
+--from-observation`` reads the file and calls the same function, so the two records are equal by construction.
 """
 
 from __future__ import annotations
@@ -8,10 +13,13 @@ from __future__ import annotations
 import typing
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.authoring.declaration import declare
-from bnconvention.authoring.observation import SPLIT_ROLES, convention_from_observation
+from bnconvention.authoring.declaration import declare_state
+from bnconvention.authoring.deployed_state import batchnorm_state, tensor_digests
+from bnconvention.authoring.observation import SPLIT_ROLES, convention_from_observation, with_declared
+from bnconvention.authoring.saved_observation import FORMAT, SavedObservation
 from bnconvention.authoring.transforms import as_standard_transform
 from bnconvention.errors import RecordError
+from bnconvention.formats.digests import model_digests
 from bnconvention.standard.models import (
     AccumulationRule,
     BufferUpdateMode,
@@ -21,6 +29,7 @@ from bnconvention.standard.models import (
     Precision,
     SplitRole,
     Transform,
+    VarianceEstimator,
 )
 
 if TYPE_CHECKING:
@@ -35,26 +44,47 @@ def _role_of(tag: str) -> SplitRole | None:
     return typing.cast(SplitRole, tag) if tag in SPLIT_ROLES else None
 
 
-def recorder_declaration(
-    recorder: BNRecorder, *, dataset_id: str | None, subset: str | None, transform: Any,
+def saved_observation(recorder: BNRecorder) -> SavedObservation:
+    """What :func:`declaration_from_saved` needs of a recorder and its model, as one value (the file
+    :meth:`BNRecorder.save_observation` writes); the recorder's private counters are read here, their one other
+    reader."""
+    observation = recorder.observation()  # first: a recorder that never ran is refused before any digest
+    digests = model_digests(recorder.model)
+    rule, momentum = recorder._configured_rule()
+    refits, details = recorder._refit_conventions, recorder._refit_details
+    return SavedObservation(
+        format=FORMAT, observation=observation, deployed_state=batchnorm_state(recorder.model, digests),
+        digests=tensor_digests(digests), split=recorder.split, configured_rule=rule, configured_momentum=momentum,
+        sync_batchnorm=any(type(e.module).__name__ == "SyncBatchNorm" for e in recorder._layers),
+        refit_convention=refits[-1] if refits else None, refit=details[-1] if details else None)
+
+
+def recorder_declaration(recorder: BNRecorder, *, transform: Any, **author: Any) -> Declaration:
+    """See :meth:`BNRecorder.declaration`: the transform is checked before the run is read."""
+    standard_transform = as_standard_transform(transform) if transform is not None else None
+    return declaration_from_saved(saved_observation(recorder), transform=standard_transform, **author)
+
+
+def declaration_from_saved(
+    saved: SavedObservation, *, dataset_id: str | None, subset: str | None, transform: Transform | None,
     role: SplitRole | None, declared_mode: BufferUpdateMode | None, rule: AccumulationRule | None,
     momentum: float | None, batch_size: int | None, num_batches: int | None, precision: Precision | None,
     dropout: DropoutMode | None, distributed: DistributedMode | None, record_count: int | None,
     ids_sha256: str | None, sampling_seed: int | None, dataset_revision: str | None, reporting_line: str | None,
-    strict: bool,
+    strict: bool, variance_estimator: VarianceEstimator = "unbiased",
 ) -> Declaration:
-    """See :meth:`BNRecorder.declaration`; the recorder's private counters are read here, its one other reader."""
-    standard_transform = as_standard_transform(transform) if transform is not None else None
-    observation = recorder.observation(declared_mode=declared_mode, role=role, rule=rule, momentum=momentum)
+    """The declaration of a saved observation completed by the author's word: the same whether the recorder is
+    still in memory (``recorder.declaration``) or only its saved file is (``declare --from-observation``)."""
+    observation = with_declared(saved.observation, declared_mode=declared_mode, role=role, rule=rule,
+                                momentum=momentum)
     if strict and observation.contradictions:
         listing = "; ".join(f"[{c.code}] {c.message}" for c in observation.contradictions)
         raise RecordError(f"the run contradicts the declaration: {listing}")
-    refits = recorder._refit_conventions
-    base = refits[-1] if observation.last_write == "refit" and refits else None
+    base = saved.refit_convention if observation.last_write == "refit" else None
     if base is not None:
         dataset_id = dataset_id or base.data.dataset.id
         subset = subset or base.data.subset
-        standard_transform = standard_transform or base.transform
+        transform = transform or base.transform
         record_count = record_count if record_count is not None else base.data.record_count
         ids_sha256 = ids_sha256 or base.data.ids_sha256
         sampling_seed = sampling_seed if sampling_seed is not None else base.data.sampling_seed
@@ -65,29 +95,29 @@ def recorder_declaration(
         dropout = dropout or base.other_modules.dropout
         distributed = distributed or base.distributed
     missing = [label for label, value in (("dataset_id", dataset_id), ("subset", subset),
-                                          ("transform", standard_transform)) if value is None]
+                                          ("transform", transform)) if value is None]
     if missing:
         raise RecordError(f"declaration needs {', '.join(missing)}: the recorder sees tensors, not which "
                           "dataset, subset and transform fed them")
     if not any(layer.mode is not None for layer in observation.layers):
         # channel absent: no buffers to fit; the convention names the data the run trained on (docs/standard.md)
-        role = role or _role_of(recorder.split)
+        role = role or _role_of(saved.split)
         if rule is None:
             rule, momentum = "ema", CHANNEL_ABSENT_MOMENTUM
     elif observation.mode not in ("train", "refit", "mixed") and rule is None:
-        rule, momentum = recorder._configured_rule()
+        rule, momentum = saved.configured_rule, saved.configured_momentum
     if distributed is None:
-        distributed = "sync_batchnorm" if observation.buffer_updates and any(
-            type(e.module).__name__ == "SyncBatchNorm" for e in recorder._layers) else "none"
+        distributed = "sync_batchnorm" if observation.buffer_updates and saved.sync_batchnorm else "none"
     convention = convention_from_observation(
         observation, dataset_id=typing.cast(str, dataset_id), subset=typing.cast(str, subset),
-        transform=typing.cast(Transform, standard_transform), role=role, rule=rule, momentum=momentum,
-        batch_size=batch_size, num_batches=num_batches, precision=precision, dropout=dropout,
-        distributed=distributed, record_count=record_count, ids_sha256=ids_sha256, sampling_seed=sampling_seed,
-        dataset_revision=dataset_revision,
+        transform=typing.cast(Transform, transform), role=role, rule=rule, momentum=momentum,
+        batch_size=batch_size, num_batches=num_batches, precision=precision, variance_estimator=variance_estimator,
+        dropout=dropout, distributed=distributed, record_count=record_count, ids_sha256=ids_sha256,
+        sampling_seed=sampling_seed, dataset_revision=dataset_revision,
     )
-    refit = recorder._refit_details[-1] if observation.mode == "refit" and recorder._refit_details else None
-    return declare(recorder.model, convention, reporting_line=reporting_line, observation=observation, refit=refit)
+    refit = saved.refit if observation.mode == "refit" else None
+    return declare_state(convention, deployed_state=saved.deployed_state, digests=saved.digests,
+                         reporting_line=reporting_line, observation=observation, refit=refit)
 
 
-__all__ = ["CHANNEL_ABSENT_MOMENTUM", "recorder_declaration"]
+__all__ = ["CHANNEL_ABSENT_MOMENTUM", "declaration_from_saved", "recorder_declaration", "saved_observation"]

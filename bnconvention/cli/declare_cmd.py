@@ -1,4 +1,5 @@
-"""``bnconvention declare``: build a declaration for a weights file from flags or from a recorder's observation."""
+"""``bnconvention declare``: build a declaration for a weights file from flags, from a recorder's observation, or from
+a saved observation alone (``--from-observation``: no model factory)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bnconvention.errors import JSONInputError, RecordError, UsageError
+from bnconvention.errors import BnConventionError, JSONInputError, RecordError, UsageError
 from bnconvention.extras import needs_extra
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import loads_strict
@@ -33,6 +34,10 @@ MAX_OBSERVATION_BYTES = 16 * 1024 * 1024
 
 EPILOG = """\
 examples:
+  # from recorder.save_observation("observation.json"): no --arch, the file holds the layers and digests
+  bnconvention declare --from-observation observation.json --weights model.safetensors \\
+      --dataset-id sklearn/digits --subset "all classes except 3" --transform-mode train -o record.json
+
   # from a recorder's observation (mode, rule, momentum, batch size and updates as measured)
   bnconvention declare --arch zoo/convnet-bn --weights model.safetensors --observation observation.json \\
       --dataset-id sklearn/digits --subset "all classes except 3" --transform-mode train \\
@@ -43,8 +48,11 @@ examples:
       --mode frozen --role train --dataset-id imagenet-1k --subset "full train split" --transform-mode train \\
       --rule ema --momentum 0.1 --batch-size 256 -o record.json
 
-With --observation, --mode/--role/--rule/--momentum are what you believe: the record keeps the observed mode and
-rule, and any disagreement is listed under observation.contradictions (--strict makes it an error, exit 1).
+With --from-observation the weights must be the tensors the recorder saw (their digests are checked; a mismatch is
+an error and nothing is written), and the record equals what recorder.declaration(...) gives with the same values.
+With --observation or --from-observation, --mode/--role/--rule/--momentum are what you believe: the record keeps
+the observed mode and rule, and any disagreement is listed under observation.contradictions (--strict makes it an
+error, exit 1).
 The digests are those of the file's tensors; stamp the record with `bnconvention stamp`.
 """
 
@@ -63,8 +71,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     model = parser.add_argument_group("model")
-    model.add_argument("--arch", required=True, metavar="FACTORY",
-                       help="allowlisted architecture, e.g. zoo/convnet-bn or torchvision/resnet18")
+    model.add_argument("--arch", metavar="FACTORY",
+                       help="allowlisted architecture, e.g. zoo/convnet-bn or torchvision/resnet18 (required "
+                            "unless --from-observation)")
     model.add_argument("--arch-kwargs", default="{}", metavar="JSON",
                        help="keyword arguments of the factory as a JSON object of plain values")
     model.add_argument("--allow-factory", metavar="MODULE:FUNCTION",
@@ -75,6 +84,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     evidence = parser.add_argument_group("evidence")
     evidence.add_argument("--observation", type=Path, metavar="OBS.json",
                           help="a BNRecorder observation (JSON of recorder.observation()); the mode is taken from it")
+    evidence.add_argument("--from-observation", type=Path, metavar="SAVED.json",
+                          help="a file written by recorder.save_observation(): declare without --arch")
     evidence.add_argument("--mode", choices=_choices("BufferUpdateMode"),
                           help="buffer-update mode (required without --observation; checked against it with one)")
     evidence.add_argument("--strict", action="store_true", help="fail when the observation contradicts the flags")
@@ -110,7 +121,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     accumulation.add_argument("--precision", choices=_choices("Precision"))
     accumulation.add_argument("--dropout", choices=_choices("DropoutMode"),
                               help="dropout during fitting (default: observed, else off)")
-    accumulation.add_argument("--distributed", choices=_choices("DistributedMode"), default="none")
+    accumulation.add_argument("--distributed", choices=_choices("DistributedMode"),
+                              help="multi-process BatchNorm (default: sync_batchnorm when observed, else none)")
 
     out = parser.add_argument_group("output")
     out.add_argument("--reporting-line", help="the one sentence the release adds about its deployed state")
@@ -168,11 +180,52 @@ def load_declared_model(arch: str, kwargs_json: str, weights: Path) -> tuple[Any
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_observation is not None:
+        clash = [flag for flag, value in (("--arch", args.arch), ("--observation", args.observation),
+                                          ("--allow-factory", args.allow_factory)) if value is not None]
+        if clash:
+            raise UsageError(f"--from-observation declares without a model: drop {', '.join(clash)}")
+        record = _declare_from_saved(args)
+    elif args.arch is None:
+        raise UsageError("give --arch FACTORY (the model to load the weights into), or --from-observation "
+                         "SAVED.json written by recorder.save_observation()")
+    else:
+        record = _declare_from_model(args)
+    return _write_record(args, record)
+
+
+def _transform(args: argparse.Namespace) -> Any:
+    from bnconvention.authoring.declaration import make_transform
+
+    return make_transform(
+        mode=args.transform_mode, reference=args.transform_reference, resize=args.resize, crop=args.crop,
+        augmentations=args.augmentation, normalize_mean=args.normalize_mean, normalize_std=args.normalize_std)
+
+
+def _declare_from_saved(args: argparse.Namespace) -> Any:
+    """The record ``recorder.declaration(...)`` gives, from its saved observation, after binding it to --weights."""
+    from bnconvention.authoring.recorder_declaration import declaration_from_saved
+    from bnconvention.authoring.saved_observation import check_weights, read_saved_observation
+
+    saved = read_saved_observation(args.from_observation)
+    check_weights(saved, args.weights)  # before anything is declared or written
+    try:
+        return declaration_from_saved(
+            saved, dataset_id=args.dataset_id, subset=args.subset, transform=_transform(args), role=args.role,
+            declared_mode=args.mode, rule=args.rule, momentum=args.momentum, batch_size=args.batch_size,
+            num_batches=args.num_batches, precision=args.precision, dropout=args.dropout,
+            distributed=args.distributed, record_count=args.record_count, ids_sha256=args.ids_sha256,
+            sampling_seed=args.sampling_seed, dataset_revision=args.dataset_revision,
+            reporting_line=args.reporting_line, strict=args.strict, variance_estimator=args.variance_estimator)
+    except ValueError as exc:
+        _reraise_flag_error(exc)
+        raise
+
+
+def _declare_from_model(args: argparse.Namespace) -> Any:
     from bnconvention.architectures.factories import allow_user_factory
-    from bnconvention.authoring.declaration import declare, make_convention, make_transform
+    from bnconvention.authoring.declaration import declare, make_convention
     from bnconvention.authoring.observation import convention_from_observation, with_declared
-    from bnconvention.standard.models import to_dict
-    from bnconvention.validation.records import ensure_valid_record
 
     if args.allow_factory:
         allow_user_factory(args.allow_factory)
@@ -183,13 +236,10 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             raise UsageError(f"without --observation, give {', '.join(missing)}: nothing was measured, so the "
                              "record states only what the flags say")
-    transform = make_transform(
-        mode=args.transform_mode, reference=args.transform_reference, resize=args.resize, crop=args.crop,
-        augmentations=args.augmentation, normalize_mean=args.normalize_mean, normalize_std=args.normalize_std)
     common: dict[str, Any] = dict(
-        dataset_id=args.dataset_id, subset=args.subset, transform=transform, batch_size=args.batch_size,
+        dataset_id=args.dataset_id, subset=args.subset, transform=_transform(args), batch_size=args.batch_size,
         num_batches=args.num_batches, variance_estimator=args.variance_estimator, precision=args.precision,
-        distributed=args.distributed, record_count=args.record_count, ids_sha256=args.ids_sha256,
+        distributed=args.distributed or "none", record_count=args.record_count, ids_sha256=args.ids_sha256,
         sampling_seed=args.sampling_seed, dataset_revision=args.dataset_revision)
     try:
         if observation is not None:
@@ -204,13 +254,23 @@ def run(args: argparse.Namespace) -> int:
             convention = make_convention(buffer_update_mode=args.mode, role=args.role, rule=args.rule,
                                          momentum=args.momentum, dropout=args.dropout or "off", **common)
     except ValueError as exc:
-        if isinstance(exc, RecordError):
-            raise
-        # pydantic's ValidationError (a ValueError): a flag value out of range (momentum 0, batch size 0, bad hex)
-        raise UsageError(f"a flag value is not valid in a record: {_first_error(exc)}") from exc
+        _reraise_flag_error(exc)
+        raise
     model, digests = load_declared_model(args.arch, args.arch_kwargs, args.weights)
-    record = declare(model, convention, reporting_line=args.reporting_line, observation=observation,
-                     digests=digests)
+    return declare(model, convention, reporting_line=args.reporting_line, observation=observation, digests=digests)
+
+
+def _reraise_flag_error(exc: ValueError) -> None:
+    """A pydantic ``ValidationError`` (a ValueError): a flag value out of range (momentum 0, batch size 0, bad
+    hex) becomes a usage error naming the flag; our own errors (a RecordError) pass through."""
+    if not isinstance(exc, BnConventionError):
+        raise UsageError(f"a flag value is not valid in a record: {_first_error(exc)}") from exc
+
+
+def _write_record(args: argparse.Namespace, record: Any) -> int:
+    from bnconvention.standard.models import to_dict
+    from bnconvention.validation.records import ensure_valid_record
+
     data = to_dict(record)
     ensure_valid_record(loads_strict(json.dumps(data), source="record"), source="declared record")
     text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"

@@ -40,6 +40,7 @@ COMMAND_MODULES: list[str] = [
     "bnconvention.cli.card_cmd",
     "bnconvention.cli.inspect_cmd",
     "bnconvention.cli.publish_cmd",
+    "bnconvention.cli.push_to_hub_cmd",
     # auditors
     "bnconvention.cli.refit_cmd",
     "bnconvention.cli.audit_cmd",

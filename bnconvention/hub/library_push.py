@@ -22,8 +22,24 @@ from typing import Any
 
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import TEMP_GLOBS
+from bnconvention.formats.canonical import loads_strict
 
-__all__ = ["push_to_hub", "save_with_library"]
+__all__ = ["folder_library", "push_to_hub", "save_with_library"]
+
+
+def folder_library(folder: Path) -> str:
+    """Which library saved a release folder, from its ``config.json`` (read as untrusted JSON, nothing imported):
+    ``timm`` (``architecture``, as ``save_for_hf`` writes it), ``transformers`` (``model_type``/``architectures``),
+    else ``safetensors``."""
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        return "safetensors"
+    config = loads_strict(config_path.read_bytes(), source=str(config_path))
+    if isinstance(config, dict) and isinstance(config.get("architecture"), str):
+        return "timm"
+    if isinstance(config, dict) and ("model_type" in config or "architectures" in config):
+        return "transformers"
+    return "safetensors"
 
 
 def save_with_library(model: Any, folder: Path, *, model_args: dict[str, Any] | None = None,
@@ -47,13 +63,14 @@ def save_with_library(model: Any, folder: Path, *, model_args: dict[str, Any] | 
 def push_to_hub(model_or_folder: Any, repo_id: str, *, record: Any = None, card: str | None = None,
                 model_args: dict[str, Any] | None = None, data_config: dict[str, Any] | None = None,
                 create_pr: bool = False, commit_message: str | None = None, endpoint: str | None = None,
-                token: str | None = None, api: Any = None) -> Any:
+                token: str | None = None, dry_run: bool = False, api: Any = None) -> Any:
     """Save (or copy) the release, stamp ``record`` into its weights and card, validate it, upload it in one commit.
 
     ``model_or_folder``: a ``torch.nn.Module`` (saved by its library) or a release folder (copied). ``record``: a
     declaration (model, dict or JSON path; e.g. ``callback.declaration()`` or ``recorder.declaration(...)``); for a
     folder it may be omitted when the folder already carries one. ``card``: the README text to start from (a model's
-    release gets a minimal card otherwise). Returns :class:`bnconvention.authoring.publish.PublishResult`.
+    release gets a minimal card otherwise). ``dry_run``: stamp and validate the staged copy, upload nothing.
+    Returns :class:`bnconvention.authoring.publish.PublishResult` (its ``directory``, the staging folder, is gone).
     """
     from bnconvention.authoring.publish import publish
 
@@ -72,4 +89,4 @@ def push_to_hub(model_or_folder: Any, repo_id: str, *, record: Any = None, card:
         elif not readme.exists():
             readme.write_text(f"---\nlibrary_name: pytorch\n---\n# {repo_id.split('/')[-1]}\n", encoding="utf-8")
         return publish(stage, repo_id=repo_id, records=[] if record is None else [record], create_pr=create_pr,
-                       commit_message=commit_message, endpoint=endpoint, token=token, api=api)
+                       commit_message=commit_message, endpoint=endpoint, token=token, dry_run=dry_run, api=api)

@@ -1,0 +1,112 @@
+"""A recorder's observation saved with everything a declaration needs, so ``bnconvention declare --from-observation``
+(later, in another process, without the model or a factory) writes the record ``recorder.declaration(...)`` would.
+
+``to_dict(recorder.observation())`` holds the events but not the layers (type, eps, momentum, affine) nor the digests
+the record binds to; :meth:`BNRecorder.save_observation <bnconvention.authoring.recorder.BNRecorder.save_observation>`
+writes this file instead (:class:`SavedObservation`, format ``bnconvention.observation/1``): the observation, the
+BatchNorm layers as the record lists them, the tensor digests, and what the recorder itself reads when it declares
+(its last split tag, the layers' configured rule, SyncBatchNorm, the last refit's own declaration). Parsing is pure
+(:func:`parse_saved_observation` over bytes); reading it is untrusted input: strict JSON, a size limit, one-line
+errors. :func:`check_weights` binds it to a weights file before anything is declared.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Literal
+
+from pydantic import ValidationError
+
+from bnconvention.errors import DigestMismatchError, JSONInputError
+from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.digests import file_digests
+from bnconvention.formats.text import plural
+from bnconvention.standard.fields import StrictModel
+from bnconvention.standard.models import (
+    AccumulationRule,
+    BatchNormState,
+    FittingConvention,
+    Observation,
+    RefitDetails,
+    TensorDigests,
+)
+
+if TYPE_CHECKING:
+    from bnconvention.formats.digests import DigestSet
+
+FORMAT: Final = "bnconvention.observation/1"
+OBSERVATION_NAME = "bnconvention-observation.json"  # the file the callbacks write beside their declaration
+MAX_SAVED_OBSERVATION_BYTES = 16 * 1024 * 1024
+
+__all__ = ["FORMAT", "MAX_SAVED_OBSERVATION_BYTES", "OBSERVATION_NAME", "SavedObservation", "check_weights",
+           "parse_saved_observation", "read_saved_observation"]
+
+
+class SavedObservation(StrictModel):
+    """What a recorder saw, and what of the model a declaration describes (none of it the author's word)."""
+
+    format: Literal["bnconvention.observation/1"]
+    observation: Observation  # the events and derived mode, without the author's claims checked against it
+    deployed_state: BatchNormState  # every BatchNorm layer, in module order, with its running-statistics digest
+    digests: TensorDigests
+    split: str  # the recorder's split tag at the end: the role of a model without BatchNorm
+    configured_rule: AccumulationRule | None = None  # the rule all layers are set to (an unseen earlier fit's)
+    configured_momentum: float | None = None
+    sync_batchnorm: bool = False  # a SyncBatchNorm layer is among the recorded ones
+    refit_convention: FittingConvention | None = None  # the last refit's own declaration, when one ran
+    refit: RefitDetails | None = None
+
+    def layer_digests(self) -> dict[str, str | None]:
+        return {layer.name: layer.running_sha256 for layer in self.deployed_state.layers}
+
+
+def parse_saved_observation(data: bytes, *, source: str) -> SavedObservation:
+    """The saved observation in ``data`` (untrusted): strict JSON, then the model; one-line errors naming ``source``."""
+    value = loads_strict(data, source=source)
+    if isinstance(value, dict) and value.get("format") != FORMAT:
+        what = "a recorder observation without the layers and digests" if "layers" in value else (
+            "a record" if "kind" in value else "not a saved observation")
+        raise JSONInputError(
+            f"{source}: {what} (no \"format\": \"{FORMAT}\"); write it with recorder.save_observation(path), or "
+            "declare from this file with --observation and --arch", source=source)
+    try:
+        return SavedObservation.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "/".join(str(part) for part in first["loc"]) or "(top level)"
+        raise JSONInputError(
+            f"{source}: not a valid saved observation: at {where}: {first['msg']} "
+            f"({plural(exc.error_count(), 'problem')}); write it again with recorder.save_observation(path)",
+            source=source) from exc
+
+
+def read_saved_observation(path: str | os.PathLike[str]) -> SavedObservation:
+    """:func:`parse_saved_observation` of a file, refusing one over :data:`MAX_SAVED_OBSERVATION_BYTES`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"saved observation {str(path)!r} does not exist or is not a file")
+    size = path.stat().st_size
+    if size > MAX_SAVED_OBSERVATION_BYTES:
+        raise JSONInputError(f"{path}: {size} bytes, over the {MAX_SAVED_OBSERVATION_BYTES}-byte limit for a saved "
+                             "observation", source=path)
+    return parse_saved_observation(path.read_bytes(), source=str(path))
+
+
+def check_weights(saved: SavedObservation, weights: str | os.PathLike[str]) -> DigestSet:
+    """The digests of ``weights``, after checking they are the tensors the recorder saw
+    (:class:`~bnconvention.errors.DigestMismatchError` naming the first digest that differs)."""
+    path = Path(weights)
+    if not path.is_file():
+        raise FileNotFoundError(f"weights file {str(path)!r} does not exist or is not a file")
+    layers = saved.layer_digests()
+    found = file_digests(path, bn_layers=list(layers))
+    try:
+        found.check_against(trainable_sha256=saved.digests.trainable_sha256,
+                            running_sha256=saved.digests.running_sha256, layer_running_sha256=layers)
+    except DigestMismatchError as exc:
+        raise DigestMismatchError(
+            f"{path}: {exc.field} is {exc.found} in the file but {exc.expected} in the saved observation: these are "
+            "not the tensors the recorder saw; save the weights and the observation at the same point of the run",
+            field=exc.field, expected=exc.expected, found=exc.found) from exc
+    return found

@@ -160,8 +160,8 @@ CODES: dict[str, CodeInfo] = {
         "The weights carry a stamped record but the release's model card does not.", severity="warning"),
     "release.card_unbound": _code("The card's record matches none of the release's weights files."),
     "release.header_missing_record": _code(
-        "The model card declares a convention for a weights file whose header no longer carries it (re-saved by "
-        "another tool, e.g. a library's save_pretrained or push_to_hub).", severity="warning"),
+        "The model card declares a convention for a weights file whose header does not carry it (never stamped, "
+        "or re-saved by another tool, e.g. a library's save_pretrained or push_to_hub).", severity="warning"),
     "annotation.filename_mismatch": _code(
         "A refit annotation's file name is not bnconvention/refit-<first 12 hex of its sha256>.json.",
         severity="warning"),

@@ -211,7 +211,8 @@ def check_weights_file(weights: WeightsFile, card: ReleaseCard | None, *,
     if card is not None and card.declaration is not None and weights.stored() is None and not weights.record_present:
         issues.append(new_issue("release.header_missing_record", file=weights.display, message=(
             f"{card.display} declares {card.declaration.convention.name} for {weights.display}, but its header "
-            "carries no record (re-saved by another tool, e.g. a library's save_pretrained or push_to_hub); "
+            "carries no record (never stamped, or re-saved by another tool, e.g. a library's save_pretrained or "
+            "push_to_hub); "
             f"restore it: bnconvention stamp {weights.display} --from-card {card.display}")))
     bn_layers = weights.header_bn_layers()
     if result.declaration is not None:

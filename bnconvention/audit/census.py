@@ -53,6 +53,7 @@ from bnconvention.audit.checkpoint import (
     read_sidecar,
 )
 from bnconvention.audit.data import AuditData, load_audit_data
+from bnconvention.audit.encoder_report import encoder_census_markdown
 from bnconvention.audit.markdown import census_markdown
 from bnconvention.audit.markdown_census import census_sections_markdown
 from bnconvention.audit.markdown_families import families_markdown
@@ -268,7 +269,7 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
                          families=[annotation_family(r.population) for r in ordered])
     write_json(out / "census.json", summary)
     atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary)
-                      + families_markdown(summary))
+                      + families_markdown(summary) + encoder_census_markdown(summary))
     return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)
 
 

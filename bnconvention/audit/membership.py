@@ -6,9 +6,10 @@ scores of members (forget records) and non-members (test records) traces the att
 Mann-Whitney probability that a random member outscores a random non-member (ties count one half). 0.5 is an
 attacker who learns nothing.
 
-The interval is a percentile bootstrap over records: each resample redraws members and non-members with
-replacement (``SeedSequence(seed, spawn_key=(5,))``) and recomputes the AUC of the shipped state and the mean AUC of
-the refit replicates on the *same* records, so the shift's interval is paired.
+The records are drawn from ``SeedSequence(seed, spawn_key=(9,))``. The interval is a percentile bootstrap over
+records: each resample redraws members and non-members with replacement (``SeedSequence(seed, spawn_key=(9, 1))``)
+and recomputes the AUC of the shipped state and the mean AUC of the refit replicates on the *same* records, so the
+shift's interval is paired.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     import torch
 
 MIA_CELL = "mia_auc"
-ATTACK_STREAM = 5  # SeedSequence(seed, spawn_key=(5,)): the records drawn, then the bootstrap
+ATTACK_STREAM = 9  # SeedSequence(seed, spawn_key=(9,)): the records drawn, then the bootstrap
 FIELD = "/diagnostics/membership_inference"
 
 

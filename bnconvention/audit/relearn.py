@@ -6,7 +6,7 @@ The fine-tuning runs on a deep copy of the model; the audited model's tensors ne
 statistics are those of the state measured (shipped, or a refit) throughout: the number of steps says how far
 that state's weights are from relearning, not how fast train-mode BN would re-estimate the statistics. Plain SGD
 (no momentum, no weight decay), batches cycled in a fixed order over ``records`` forget records drawn with
-``SeedSequence(seed, spawn_key=(6,))``: no randomness is left, so the count is deterministic.
+``SeedSequence(seed, spawn_key=(10,))``: no randomness is left, so the count is deterministic.
 
 Step 0 is the state itself: a state already at the target needs 0 steps; one that does not reach it within
 ``max_steps`` is censored (None).
@@ -27,7 +27,7 @@ from bnconvention.formats.text import plural
 if TYPE_CHECKING:
     import torch
 
-RELEARN_STREAM = 6
+RELEARN_STREAM = 10
 FIELD = "/diagnostics/relearning"
 
 

@@ -268,3 +268,25 @@ def test_bad_diagnostics_input_is_refused_before_anything_is_written(zoo, tmp_pa
     assert line.startswith("bnconvention: invalid audit spec: cell lp_forget: linear_probe.per_class is 10000")
     assert not out.exists()
     assert file_digests(weights) == before
+
+
+def test_census_columns_and_table_from_the_annotation() -> None:
+    from bnconvention.audit.encoder_report import encoder_census_markdown, encoder_lines, encoder_row
+    from bnconvention.standard.models import parse_record
+
+    vectors = Path(__file__).resolve().parent.parent / "schema" / "tests" / "valid"
+    record = parse_record(json.loads((vectors / "refit-annotation-v11-encoder.json").read_text(encoding="utf-8")))
+    row = encoder_row(record)
+    assert row is not None
+    assert (row["lp_shipped"], row["lp_refit"], row["lp_reference"]) == (0.5, 0.75, 0.625)
+    assert (row["bn_residual_pp"]["estimate"], row["nc_residual_pp"]["estimate"]) == (-25.0, 12.5)
+    assert (row["relearn_steps_shipped"], row["relearn_steps_refit"]) == (7, [2, 3, None])
+    table = encoder_census_markdown({"checkpoints": [{"checkpoint": "c3-s0-x", "encoder": row},
+                                                     {"checkpoint": "plain"}]})
+    assert "| c3-s0-x | -25.00 [-25.00, -25.00] | +12.50 [+12.50, +12.50] | 0.562 | 0.562 | 7 | 2, 3, not reached |" \
+        in table
+    assert "plain" not in table and "hides encoder leakage" in table
+    assert "## Encoder-level diagnostics (seed 003)" in encoder_lines(record)
+    full = parse_record(json.loads((vectors / "refit-annotation-full.json").read_text(encoding="utf-8")))
+    assert encoder_row(full) is None and encoder_lines(full) == []
+    assert encoder_census_markdown({"checkpoints": [{"checkpoint": "plain"}]}) == ""

@@ -51,7 +51,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
         ["anchoring", anchoring],
     ])
     lines += ["", "## Cells", "",
-              "Cells are fractions; shifts are refit minus shipped in percentage points, per replicate.", ""]
+              "Cells are fractions (`mia_auc` an AUC); shifts are refit minus shipped in pp, per replicate.", ""]
     rows = []
     for cell in a.cells:
         sign = result.sign_tests.get(cell.metric)

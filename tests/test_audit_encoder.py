@@ -290,3 +290,42 @@ def test_census_columns_and_table_from_the_annotation() -> None:
     full = parse_record(json.loads((vectors / "refit-annotation-full.json").read_text(encoding="utf-8")))
     assert encoder_row(full) is None and encoder_lines(full) == []
     assert encoder_census_markdown({"checkpoints": [{"checkpoint": "plain"}]}) == ""
+
+
+def test_a_censored_shipped_relearning_count_survives_the_writer() -> None:
+    """Regression (found on the population's c3-s1-retrain): the writer drops None fields, so a shipped state that
+    never reaches the target must be valid with steps_shipped absent (absent and null mean the same)."""
+    from bnconvention.standard.models import parse_record, to_dict
+    from bnconvention.validation.records import validate_record
+
+    vectors = Path(__file__).resolve().parent.parent / "schema" / "tests" / "valid"
+    data = json.loads((vectors / "refit-annotation-v11-encoder.json").read_text(encoding="utf-8"))
+    data["relearning"]["steps_shipped"] = None
+    written = to_dict(parse_record(data))
+    assert "steps_shipped" not in written["relearning"] and written["relearning"]["steps_refit"] == [2, 3, None]
+    assert validate_record(written) == []
+
+
+@pytest.mark.slow
+def test_a_census_carries_the_diagnostics_and_re_decides_them_from_its_journal(zoo, tmp_path: Path) -> None:
+    """Regression (found on the population): the census's margin sweep parsed every annotation cell as a spec cell
+    expression and refused ``lp_forget``; controls and the BY family must keep to the spec's cells."""
+    from bnconvention.audit.census import run_census
+    from bnconvention.validation.records import validate_record
+
+    paths = [Path(zoo.root) / f"{name}.safetensors" for name in ("bn-ga-train", "bn-retrain")]
+    spec = {**ZOO_SPEC, "controls": {"checkpoints": {"bn-retrain": "retrain reference"}},
+            "diagnostics": {"reference": {"path": "bn-retrain.safetensors"}, "linear_probe": {"per_class": 8},
+                            "membership_inference": {"bootstrap": 20}}}
+    first = run_census(paths, parse_spec(spec), tmp_path / "census")
+    rows = {row["checkpoint"]: row for row in first.summary["checkpoints"]}
+    assert set(rows["bn-ga-train"]["encoder"]) >= {"bn_residual_pp", "nc_residual_pp", "mia_auc_shipped"}
+    assert set(first.summary["cells"]) == {"df", "dr", "dt"}  # the typed cells stay outside the family
+    assert "## Encoder-level diagnostics (seed 003)" in (tmp_path / "census" / "census.md").read_text("utf-8")
+    again = run_census(paths, parse_spec({**spec, "margin_pp": 50.0}), tmp_path / "census")
+    assert again.audits_run == 0  # the journal is reused and re-decided at the new margin
+    for result in again.results:
+        lp = next(c for c in result.annotation.cells if c.metric == "lp_forget")
+        assert lp.margin_pp == 50.0 and lp.unit == "fraction"
+        record = json.loads((tmp_path / "census" / "checkpoints" / result.checkpoint / "annotation.json").read_text())
+        assert validate_record(record) == []

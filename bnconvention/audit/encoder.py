@@ -44,7 +44,7 @@ from bnconvention.audit.relearn import draw_relearn, steps_to_target
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stats import decide
 from bnconvention.errors import AuditSpecError, UntrustedInputError
-from bnconvention.standard.models import LATEST_SPEC_VERSION, RefitAnnotation, parse_record, to_dict
+from bnconvention.standard.models import LATEST_SPEC_VERSION, CellV11, RefitAnnotation, parse_record, to_dict
 
 if TYPE_CHECKING:
     import torch
@@ -219,6 +219,32 @@ def typed_cell(metric: str, shipped: float, values: Sequence[float], *, unit: st
     return cell
 
 
+def redecide_typed_cells(annotation: RefitAnnotation, *, spec_cells: set[str], margin_pp: float, anchored: bool,
+                         replicates: int) -> list[CellV11]:
+    """The diagnostics' typed cells (the annotation's cells outside ``spec_cells``) re-decided at ``margin_pp`` from
+    their stored values, for a census that re-decides a journal entry; none when the replicate count changed (a
+    pool-size sweep re-decides only the spec's cells)."""
+    out = []
+    for cell in annotation.cells:
+        if cell.metric in spec_cells or len(cell.replicate_values) != replicates:
+            continue
+        unit = getattr(cell, "unit", None) or "fraction"
+        reference = getattr(cell, "reference", None)
+        data = typed_cell(cell.metric, cell.shipped, list(cell.replicate_values), unit=unit, margin_pp=margin_pp,
+                          anchored=anchored, channel=annotation.channel,
+                          reference=None if reference is None else reference.model_dump(mode="json", exclude_none=True))
+        out.append(CellV11.model_validate({**data, "split": cell.split} if cell.split else data))
+    return out
+
+
+def cells_for(annotation: RefitAnnotation, cells: Sequence[Any]) -> list[Any]:
+    """``cells`` as the annotation's version holds them (1.0 ``Cell`` records become ``CellV11`` in a 1.1 one)."""
+    if annotation.spec_version == "1.0":
+        return list(cells)
+    return [c if isinstance(c, CellV11) else CellV11.model_validate(c.model_dump(mode="json", exclude_none=True))
+            for c in cells]
+
+
 def _reference_arm(plan: EncoderPlan, value: float | None) -> dict[str, Any] | None:
     if plan.reference is None or value is None or plan.reference_filename is None:
         return None
@@ -291,5 +317,5 @@ def with_encoder(annotation: RefitAnnotation, spec: AuditSpec, plan: EncoderPlan
     return record
 
 
-__all__ = ["EncoderOutcome", "EncoderPlan", "StateMeasure", "measure_state", "plan_encoder", "run_encoder",
-           "typed_cell", "with_encoder"]
+__all__ = ["EncoderOutcome", "EncoderPlan", "StateMeasure", "cells_for", "measure_state", "plan_encoder",
+           "redecide_typed_cells", "run_encoder", "typed_cell", "with_encoder"]

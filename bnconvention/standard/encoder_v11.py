@@ -125,7 +125,8 @@ class Relearning(StrictModel):
     budget ran out first)."""
 
     protocol: RelearningProtocol = Field(description="The fine-tuning.")
-    steps_shipped: Count | None = Field(description="Steps with the shipped statistics; null when not reached.")
+    steps_shipped: Count | None = Field(default=None, description=(
+        "Steps with the shipped statistics; absent or null when not reached within the budget."))
     steps_refit: list[Count | None] = Field(min_length=1, description=(
         "Steps after each refit replicate (the first ones of the annotation's replicates); null when not reached."))
 

@@ -64,13 +64,19 @@ def test_bootstrap_intervals_contain_their_estimates_and_a_state_equal_to_shippe
 
 
 def test_attack_refuses_too_few_records_naming_the_cell() -> None:
+    test_labels = np.repeat(np.arange(10), 10)  # 10 test records of each of 10 classes
     with pytest.raises(AuditSpecError, match=r"^cell mia_auc: .*at least 10 per side") as info:
-        draw_attack(forget=9, test=100, spec=MembershipSpec(), seed=0)
+        draw_attack(forget_labels=np.full(9, 3), test_labels=test_labels, spec=MembershipSpec(), seed=0)
     assert info.value.field == "/diagnostics/membership_inference/records_per_side"
-    with pytest.raises(AuditSpecError, match="cell mia_auc"):
-        draw_attack(forget=50, test=50, spec=MembershipSpec(records_per_side=51), seed=0)
-    draw = draw_attack(forget=50, test=30, spec=MembershipSpec(), seed=0)
-    assert len(draw.members) == len(draw.nonmembers) == 30
+    with pytest.raises(AuditSpecError, match=r"cell mia_auc: .*test of the forget classes \(10 records\)"):
+        draw_attack(forget_labels=np.full(50, 3), test_labels=test_labels, spec=MembershipSpec(records_per_side=11),
+                    seed=0)
+    # class-matched: a class removal's non-members are the test records of that class
+    draw = draw_attack(forget_labels=np.full(50, 3), test_labels=test_labels, spec=MembershipSpec(), seed=0)
+    assert len(draw.members) == len(draw.nonmembers) == 10 and set(test_labels[draw.nonmembers]) == {3}
+    unmatched = draw_attack(forget_labels=np.full(50, 3), test_labels=test_labels,
+                            spec=MembershipSpec(class_matched=False), seed=0)
+    assert len(unmatched.members) == 50 and len(set(test_labels[unmatched.nonmembers])) > 1
 
 
 # --- linear probe ---------------------------------------------------------------------------------------------------

@@ -70,6 +70,9 @@ class MembershipSpec(SpecModel):
     records_per_side: PositiveInt | None = Field(default=None, description=(
         f"Forget (member) and test (non-member) records drawn per side; default the smaller split; at least "
         f"{MIN_ATTACK_RECORDS}."))
+    class_matched: bool = Field(default=True, description=(
+        "Draw non-members only among the test records of the forget split's classes (for a class removal: the "
+        "forget class), so the attack compares membership, not class."))
     bootstrap: Annotated[int, Field(ge=MIN_BOOTSTRAP)] = Field(default=200, description="Bootstrap resamples.")
     level: Annotated[float, Field(gt=0, lt=1)] = Field(default=0.95, description="Coverage of the intervals.")
 

@@ -78,7 +78,7 @@ def plan_encoder(spec: AuditSpec, data: AuditData, checkpoint: LoadedCheckpoint)
         probe = draw_probe(getattr(data, split).y.numpy(), data.forget.y.numpy(), diagnostics.linear_probe,
                            seed=spec.seed, train_split=split)
     if diagnostics.membership_inference is not None:
-        attack = draw_attack(forget=len(data.forget.ids), test=len(data.test.ids),
+        attack = draw_attack(forget_labels=data.forget.y.numpy(), test_labels=data.test.y.numpy(),
                              spec=diagnostics.membership_inference, seed=spec.seed)
     if diagnostics.relearning is not None:
         relearn = draw_relearn(len(data.forget.ids), diagnostics.relearning, seed=spec.seed)
@@ -273,7 +273,8 @@ def _attack_section(spec: AuditSpec, attack: MembershipSpec, draw: AttackDraw, *
                     refits: Sequence[Scores]) -> dict[str, Any]:
     intervals = bootstrap_intervals(shipped, refits, spec=attack, seed=spec.seed)
     protocol = {"attack": attack.attack, "members": "forget", "nonmembers": "test",
-                "records_per_side": len(draw.members), "seed": spec.seed, "bootstrap": attack.bootstrap}
+                "class_matched": attack.class_matched, "records_per_side": len(draw.members), "seed": spec.seed,
+                "bootstrap": attack.bootstrap}
     return {"metric": MIA_CELL, "protocol": protocol, "auc_shipped": intervals.shipped.model_dump(mode="json"),
             "auc_refit": intervals.refit.model_dump(mode="json"),
             "shift_pp": intervals.shift_pp.model_dump(mode="json")}

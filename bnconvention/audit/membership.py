@@ -2,7 +2,8 @@
 
 Each record gets one score from the model's logits: minus its cross-entropy loss (``loss-threshold``) or its
 largest softmax probability (``confidence-threshold``); a higher score says *member*. Sweeping a threshold over the
-scores of members (forget records) and non-members (test records) traces the attack's ROC curve, and its AUC is the
+scores of members (forget records) and non-members (test records; by default only those of the forget records'
+classes, so that a class removal compares membership and not class) traces the attack's ROC curve, and its AUC is the
 Mann-Whitney probability that a random member outscores a random non-member (ties count one half). 0.5 is an
 attacker who learns nothing.
 
@@ -66,17 +67,24 @@ class AttackDraw:
     seed: int
 
 
-def draw_attack(*, forget: int, test: int, spec: MembershipSpec, seed: int) -> AttackDraw:
-    """``records_per_side`` members and non-members (default: the smaller split), refused below the minimum."""
+def draw_attack(*, forget_labels: np.ndarray, test_labels: np.ndarray, spec: MembershipSpec,
+                seed: int) -> AttackDraw:
+    """``records_per_side`` members and non-members (default: the smaller side), refused below the minimum. With
+    ``class_matched`` the non-members come only from test records of the forget split's classes."""
+    pool = np.arange(len(test_labels))
+    if spec.class_matched:
+        pool = np.flatnonzero(np.isin(test_labels, np.unique(forget_labels)))
+    forget, test = len(forget_labels), len(pool)
     per_side = spec.records_per_side if spec.records_per_side is not None else min(forget, test)
     if per_side > min(forget, test) or per_side < MIN_ATTACK_RECORDS:
+        matched = " of the forget classes" if spec.class_matched else ""
         raise AuditSpecError(f"cell {MIA_CELL}: the attack draws {plural(per_side, 'record')} per side from forget "
-                             f"({plural(forget, 'record')}) and test ({plural(test, 'record')}); it needs at least "
-                             f"{MIN_ATTACK_RECORDS} per side and at most the smaller split",
+                             f"({plural(forget, 'record')}) and test{matched} ({plural(test, 'record')}); it needs at "
+                             f"least {MIN_ATTACK_RECORDS} per side and at most the smaller side",
                              field=f"{FIELD}/records_per_side")
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ATTACK_STREAM,)))
     members = np.sort(rng.choice(forget, size=per_side, replace=False))
-    nonmembers = np.sort(rng.choice(test, size=per_side, replace=False))
+    nonmembers = np.sort(rng.choice(pool, size=per_side, replace=False))
     return AttackDraw(members=members, nonmembers=nonmembers, seed=seed)
 
 

@@ -90,6 +90,9 @@ class AttackProtocol(StrictModel):
         "softmax probability); a higher score says member."))
     members: SplitRole = Field(description="Split of the member records ('forget').")
     nonmembers: SplitRole = Field(description="Split of the non-member records ('test').")
+    class_matched: bool = Field(description=(
+        "Non-members drawn only among the classes of the members (a class removal compares forget-class records "
+        "with test records of the same class, not with other classes the model still knows)."))
     records_per_side: PositiveInt = Field(description="Records drawn from each side.")
     seed: Int = Field(description="Seed of the draws and of the bootstrap.")
     bootstrap: PositiveInt = Field(description="Bootstrap resamples of the records.")

@@ -264,7 +264,8 @@ def annotation_v11_encoder() -> Record:
     }
     record["membership_inference"] = {
         "metric": "mia_auc",
-        "protocol": {"attack": "loss-threshold", "members": "forget", "nonmembers": "test", "records_per_side": 8,
+        "protocol": {"attack": "loss-threshold", "members": "forget", "nonmembers": "test", "class_matched": True,
+                     "records_per_side": 8,
                      "seed": 0, "bootstrap": 200},
         "auc_shipped": {"estimate": 0.5625, "lower": 0.3125, "upper": 0.8125, "level": 0.95,
                         "method": "bootstrap-percentile"},

@@ -335,3 +335,14 @@ def test_a_census_carries_the_diagnostics_and_re_decides_them_from_its_journal(z
         assert lp.margin_pp == 50.0 and lp.unit == "fraction"
         record = json.loads((tmp_path / "census" / "checkpoints" / result.checkpoint / "annotation.json").read_text())
         assert validate_record(record) == []
+
+
+def test_a_census_checks_every_retrain_reference_before_any_audit(zoo, tmp_path: Path) -> None:
+    from bnconvention.audit.census import run_census
+
+    paths = [Path(zoo.root) / f"{name}.safetensors" for name in ("bn-retrain", "bn-ga-train")]
+    spec = {**ZOO_SPEC, "diagnostics": {"reference": {"path": "{name}-missing.safetensors"}, "linear_probe": {}}}
+    with pytest.raises(AuditSpecError, match=r"the retrain reference of bn-retrain \(bn-retrain-missing") as info:
+        run_census(paths, parse_spec(spec), tmp_path / "census")
+    assert info.value.field == "/diagnostics/reference/path"
+    assert not list((tmp_path / "census").rglob("result.json"))  # no audit ran

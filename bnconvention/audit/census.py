@@ -53,6 +53,7 @@ from bnconvention.audit.checkpoint import (
     read_sidecar,
 )
 from bnconvention.audit.data import AuditData, load_audit_data
+from bnconvention.audit.encoder import reference_file
 from bnconvention.audit.encoder_report import encoder_census_markdown
 from bnconvention.audit.markdown import census_markdown
 from bnconvention.audit.markdown_census import census_sections_markdown
@@ -170,6 +171,7 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
         digests = checkpoint_digests(files)
         weights = weights_key(digests.trainable_sha256, digests.running_sha256)
         name = checkpoint_name(path)
+        reference_file(own, path, name=name)  # the diagnostics' retrain reference, when the spec names one
         if name in names:
             name = f"{name}-{weights[:8]}"
         names.add(name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -82,22 +83,32 @@ def plan_encoder(spec: AuditSpec, data: AuditData, checkpoint: LoadedCheckpoint)
                              spec=diagnostics.membership_inference, seed=spec.seed)
     if diagnostics.relearning is not None:
         relearn = draw_relearn(len(data.forget.ids), diagnostics.relearning, seed=spec.seed)
-    reference, filename = _load_reference(diagnostics, spec, checkpoint)
+    reference, filename = _load_reference(spec, checkpoint)
     return EncoderPlan(spec=diagnostics, layer=layer, reference=reference, reference_filename=filename, probe=probe,
                        attack=attack, relearn=relearn)
 
 
-def _load_reference(diagnostics: DiagnosticsSpec, spec: AuditSpec, checkpoint: LoadedCheckpoint
-                    ) -> tuple[LoadedCheckpoint | None, str | None]:
+def reference_file(spec: AuditSpec, weights: Path, *, name: str) -> tuple[Path, str] | None:
+    """The retrain reference of the checkpoint ``name`` at ``weights`` (its path, and as the spec names it), checked
+    to exist: a census checks every checkpoint's before any audit."""
+    reference = spec.diagnostics.reference if spec.diagnostics is not None and spec.diagnostics.any else None
+    if reference is None:
+        return None
+    relative = reference_path(reference.path, name=name)
+    path = (weights.parent / relative).resolve()
+    if not path.is_file():
+        raise AuditSpecError(f"the retrain reference of {name} ({relative}, {path}) does not exist; the cells "
+                             "lp_forget and mia_auc compare with it", field="/diagnostics/reference/path")
+    return path, relative
+
+
+def _load_reference(spec: AuditSpec, checkpoint: LoadedCheckpoint) -> tuple[LoadedCheckpoint | None, str | None]:
     from bnconvention.audit.checkpoint import load_checkpoint
 
-    if diagnostics.reference is None:
+    found = reference_file(spec, checkpoint.path, name=checkpoint.name)
+    if found is None:
         return None, None
-    relative = reference_path(diagnostics.reference.path, name=checkpoint.name)
-    path = (checkpoint.path.parent / relative).resolve()
-    if not path.is_file():
-        raise AuditSpecError(f"the retrain reference of {checkpoint.name} ({relative}, {path}) does not exist; "
-                             "the cells lp_forget and mia_auc compare with it", field="/diagnostics/reference/path")
+    path, relative = found
     try:
         reference = load_checkpoint(path, spec)
     except (UntrustedInputError, ValueError, OSError) as exc:
@@ -319,4 +330,4 @@ def with_encoder(annotation: RefitAnnotation, spec: AuditSpec, plan: EncoderPlan
 
 
 __all__ = ["EncoderOutcome", "EncoderPlan", "StateMeasure", "cells_for", "measure_state", "plan_encoder",
-           "redecide_typed_cells", "run_encoder", "typed_cell", "with_encoder"]
+           "redecide_typed_cells", "reference_file", "run_encoder", "typed_cell", "with_encoder"]

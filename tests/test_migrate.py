@@ -132,3 +132,26 @@ def test_cli_migrates_and_then_validates(tmp_path: Path, capsys: pytest.CaptureF
     assert capsys.readouterr().out == f"{source}: spec_version 1.0 -> 1.1, wrote {out}\n"
     assert loads_strict(out.read_bytes())["spec_version"] == "1.1"
     assert main(["validate", str(out)]) == 0
+
+
+def test_a_migrated_annotation_takes_the_encoder_diagnostics_and_round_trips(tmp_path: Path) -> None:
+    """Issue 14: a 1.0 annotation migrated to 1.1 can carry seed 003's diagnostics (typed cells, linear probe,
+    attack, relearning), and the 1.1 record round-trips byte for byte through the models and through migrate."""
+    from bnconvention.standard.models import parse_record, to_dict
+
+    vectors = Path(__file__).resolve().parent.parent / "schema" / "tests" / "valid"
+    full = json.loads((vectors / "refit-annotation-full.json").read_text(encoding="utf-8"))
+    encoder = json.loads((vectors / "refit-annotation-v11-encoder.json").read_text(encoding="utf-8"))
+    migrated = migrate_record_data(full, source="full.json")
+    for key in ("linear_probe", "membership_inference", "relearning"):
+        migrated[key] = encoder[key]
+    migrated["cells"] = [*migrated["cells"], *encoder["cells"][3:]]
+    assert migrated == encoder  # the encoder vector is the full 1.0 annotation, migrated, plus the diagnostics
+    assert validate_record(migrated) == []
+    assert to_dict(parse_record(encoder)) == encoder
+    path = tmp_path / "encoder.json"
+    path.write_text(json.dumps(encoder, indent=2) + "\n", encoding="utf-8")
+    before = path.read_bytes()
+    assert migrate_file(path).written is None and path.read_bytes() == before  # already 1.1: nothing written
+    with pytest.raises(RecordError, match='spec_version is "1.1"'):
+        migrate_record_data(encoder, source="encoder.json")

@@ -28,7 +28,7 @@ VECTORS = Path(__file__).resolve().parent.parent / "schema" / "tests"
 MANIFEST = json.loads((VECTORS / "manifest.json").read_text(encoding="utf-8"))
 # Vectors about the version itself: their issues depend on it.
 VERSION_VECTORS = {"invalid-spec-version-2", "invalid-spec-version-number", "invalid-v10-family",
-                   "invalid-v10-by-p-value"}
+                   "invalid-v10-by-p-value", "invalid-v10-cell-unit", "invalid-v10-linear-probe"}
 
 
 def _v10_entries() -> list[dict[str, Any]]:
@@ -76,10 +76,14 @@ def test_both_versions_parse_to_the_kind_s_model(version: str) -> None:
 def _with_field(record: dict[str, Any], owner: str, name: str) -> tuple[dict[str, Any], str]:
     """``record`` with a 1.1 field set on its object ``owner``, and that object's JSON pointer."""
     v11 = json.loads((VECTORS / "valid" / "refit-annotation-v11.json").read_text(encoding="utf-8"))
+    encoder = json.loads((VECTORS / "valid" / "refit-annotation-v11-encoder.json").read_text(encoding="utf-8"))
     out = copy.deepcopy(record)
     if owner == "RefitAnnotation":
-        out[name] = v11[name]
+        out[name] = v11[name] if name in v11 else encoder[name]
         return out, ""
+    if owner == "Cell":  # the encoder vector's linear-probe cell carries the cell's 1.1 fields (issue 14)
+        out["cells"][0][name] = encoder["cells"][3][name]
+        return out, "/cells/0"
     out["cells"][0]["decision"][name] = v11["cells"][0]["decision"][name]
     return out, "/cells/0/decision"
 
@@ -90,6 +94,8 @@ FIELDS_1_1 = [(owner, name) for owner, names in added_in_1_1().items() for name 
 def test_the_fields_1_1_adds() -> None:
     assert FIELDS_1_1 == [("RefitAnnotation", "family"), ("RefitAnnotation", "provenance_arms"),
                           ("RefitAnnotation", "recoverability_curves"), ("RefitAnnotation", "twin"),
+                          ("RefitAnnotation", "linear_probe"), ("RefitAnnotation", "membership_inference"),
+                          ("RefitAnnotation", "relearning"), ("Cell", "unit"), ("Cell", "reference"),
                           ("CellDecision", "by_p_value"), ("CellDecision", "by_family_size")]
 
 

@@ -54,6 +54,8 @@ from bnconvention.audit.checkpoint import (
     read_sidecar,
 )
 from bnconvention.audit.data import AuditData, load_audit_data
+from bnconvention.audit.encoder import reference_file
+from bnconvention.audit.encoder_report import encoder_census_markdown
 from bnconvention.audit.markdown import census_markdown
 from bnconvention.audit.markdown_census import census_sections_markdown
 from bnconvention.audit.markdown_families import families_markdown
@@ -170,6 +172,7 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
         digests = checkpoint_digests(files)
         weights = weights_key(digests.trainable_sha256, digests.running_sha256)
         name = checkpoint_name(path)
+        reference_file(own, path, name=name)  # the diagnostics' retrain reference, when the spec names one
         if name in names:
             name = f"{name}-{weights[:8]}"
         names.add(name)
@@ -270,7 +273,7 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
                          extras=v11_fields(ordered, names, metric=spec.headline_cell().text))
     write_json(out / "census.json", summary)
     atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary)
-                      + families_markdown(summary))
+                      + families_markdown(summary) + encoder_census_markdown(summary))
     return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from bnconvention.audit.census_sections import census_sections
 from bnconvention.audit.controls import control_label, controls_table
+from bnconvention.audit.encoder_report import encoder_row
 from bnconvention.audit.families import family_readings, twin_gaps
 from bnconvention.audit.outputs import ANNOTATION_FILE
 from bnconvention.audit.readings import census_readings
@@ -144,6 +145,7 @@ def checkpoint_row(result: AuditResult, name: str, annotation: str, metrics: Seq
                    by_p_values: Mapping[str, float | None], fdr_q: float) -> dict[str, Any]:
     """One checkpoint's line of the census: its cells with every p-value, flips, staleness, recoverability."""
     a = result.annotation
+    encoder = encoder_row(a)  # seed 003's diagnostics, only when the spec asked for them
     row: dict[str, Any] = {
         "checkpoint": name,
         "file": a.subject.filename,
@@ -162,6 +164,7 @@ def checkpoint_row(result: AuditResult, name: str, annotation: str, metrics: Seq
         "recoverability_shift_pp": None if a.recoverability is None else a.recoverability.shift_pp,
         "reporting_line": a.reporting_line,
         "annotation": annotation,
+        **({} if encoder is None else {"encoder": encoder}),
     }
     if result.population is not None:  # where it sits in a structured population (the report groups by it)
         row["population"] = result.population.model_dump(mode="json", exclude_none=True)

@@ -33,7 +33,8 @@ def control_label(name: str, result: AuditResult, spec: AuditSpec) -> str | None
 
 def control_row(name: str, label: str, result: AuditResult) -> dict[str, Any]:
     """One control: its known answer, whether it held, and each cell's outcome and largest |shift|."""
-    cells = result.annotation.cells
+    # the spec's cells (those with a sign test): the encoder diagnostics' typed cells answer other questions
+    cells = [c for c in result.annotation.cells if c.metric in result.sign_tests]
     absent = result.annotation.channel == "absent"
     if absent:
         holds = all(s == 0.0 for c in cells for s in c.replicate_shifts_pp)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.audit.decisions import format_p
+from bnconvention.audit.encoder_report import encoder_lines
 from bnconvention.audit.markdown_readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
 from bnconvention.audit.result import AuditResult
 from bnconvention.formats.text import markdown_table, plural, signed
@@ -50,7 +51,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
         ["anchoring", anchoring],
     ])
     lines += ["", "## Cells", "",
-              "Cells are fractions; shifts are refit minus shipped in percentage points, per replicate.", ""]
+              "Cells are fractions (`mia_auc` an AUC); shifts are refit minus shipped in pp, per replicate.", ""]
     rows = []
     for cell in a.cells:
         sign = result.sign_tests.get(cell.metric)
@@ -97,7 +98,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
                   f"Exchanging {p.exchanged} of {plural(p.pool_size, 'retained record')} for forget records in a "
                   f"fixed pool moves the refit statistics by {p.mean_distance:.5f} (mean) / "
                   f"{p.var_distance:.5f} (variance) and forget accuracy by {shift}."]
-    lines += arms_lines(result.provenance_arms) + curve_lines(result.recoverability_curve)
+    lines += arms_lines(result.provenance_arms) + curve_lines(result.recoverability_curve) + encoder_lines(a)
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{kind}]({name})" for kind, name in plots.items()]

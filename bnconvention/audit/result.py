@@ -12,7 +12,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bnconvention.standard.models import LayerStaleness, RefitAnnotation
+from bnconvention.standard.models import AnyRefitAnnotation, LayerStaleness
 
 RESULT_FORMAT: Final = "bnconvention-audit-result/1"
 
@@ -136,7 +136,8 @@ class AuditResult(_Result):
         "Digest of the spec without its decision-only fields (margin, q, sweeps, controls): the journal key."))
     factory: str
     anchored: bool | None = Field(description="None when no published cells were given.")
-    annotation: RefitAnnotation
+    annotation: AnyRefitAnnotation = Field(description=(
+        "1.0, or 1.1 when the spec's diagnostics filled a 1.1 field (audit/encoder.py)."))
     sign_tests: dict[str, SignRecord]
     band_layers: list[LayerStaleness] | None = Field(
         default=None, description=(

@@ -3,8 +3,9 @@
 The cost is what the design needs and no more: the shipped cells are evaluated once (eval transform, full splits);
 each replicate is one refit on its own redrawn retained pool plus one evaluation; the reference band reuses the
 running statistics of replicates 0 and 1 (no extra pass); recoverability and the optional provenance contrast add
-one and two refits. φ is restored to the shipped state after every refit, and the digest of θ is compared before
-and after the whole audit (:class:`~bnconvention.errors.WeightsChangedError` if it moved).
+one and two refits; the optional encoder-level diagnostics (:mod:`.encoder`) R exact refits and their probes. φ is
+restored to the shipped state after every refit, and the digest of θ is compared before and after the whole audit
+(:class:`~bnconvention.errors.WeightsChangedError` if it moved).
 
 Staleness (seed 003, Eq. 15): the shipped φ against replicate 0's refit, per layer and layer-averaged; the
 reference band is the same distance between the refits of replicates 0 and 1, and ``exceeds_band`` holds when both
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from bnconvention.audit.checkpoint import load_checkpoint
 from bnconvention.audit.data import AuditData, load_audit_data
+from bnconvention.audit.encoder import plan_encoder, run_encoder, with_encoder
 from bnconvention.audit.evaluation import Refitter
 from bnconvention.audit.provenance import retained_needed
 from bnconvention.audit.result import AuditResult
@@ -87,7 +89,8 @@ def prepare_audit(weights: str | Path, spec: AuditSpec, *, data: AuditData | Non
     data = data.for_repo(spec, repo_dir) if data is not None else load_audit_data(spec, repo_dir=repo_dir)
     check_data_fits(spec, data)
     checkpoint = load_checkpoint(weights, spec)
-    return PreparedAudit(spec=spec, data=data, checkpoint=checkpoint)
+    encoder = plan_encoder(spec, data, checkpoint)
+    return PreparedAudit(spec=spec, data=data, checkpoint=checkpoint, encoder=encoder)
 
 
 def audit_checkpoint(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None,
@@ -116,8 +119,11 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
     staleness = staleness_with_band(spec, replicates.first_report.staleness, [*replicates.kept_states, *band_states],
                                     shipped_state=refitter.shipped)
     diagnostics = run_diagnostics(prepared, refitter, shipped, staleness=staleness.combined)
+    encoder = None if prepared.encoder is None else run_encoder(spec, prepared.data, prepared.encoder, refitter)
     check_theta_unchanged(checkpoint.path, before=theta_before, after=model_digests(model).trainable_sha256)
     annotation = build_annotation(prepared, shipped, replicates, decisions, staleness, diagnostics)
+    if prepared.encoder is not None and encoder is not None:
+        annotation = with_encoder(annotation, spec, prepared.encoder, encoder, anchored=shipped.anchored)
     digests = checkpoint.file_digests
     return AuditResult(
         checkpoint=checkpoint.name,

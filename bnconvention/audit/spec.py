@@ -25,9 +25,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import Field, JsonValue, ValidationError
+from pydantic import Field, JsonValue, SerializerFunctionWrapHandler, ValidationError, model_serializer
 from pydantic_core import ErrorDetails
 
+from bnconvention.audit.diagnostics_spec import DiagnosticsSpec
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
 from bnconvention.audit.rules import RuleMatch, check_rules
 from bnconvention.audit.spec_census import ControlsSpec, SweepSpec
@@ -214,6 +215,17 @@ class AuditSpec(_Spec):
         "Census sweeps over margins, false-discovery levels and pool sizes, read from stored replicates."))
     controls: ControlsSpec = Field(default_factory=ControlsSpec, description=(
         "Census controls: known-answer checkpoints kept out of the multiplicity family, and the detection floor."))
+    diagnostics: DiagnosticsSpec | None = Field(default=None, description=(
+        "Optional encoder-level diagnostics of seed 003 (linear probe, membership attack, relearning), shipped and "
+        "after an exact retain refit; off when absent (audit/diagnostics_spec.py)."))
+
+    @model_serializer(mode="wrap")
+    def _without_absent_diagnostics(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A spec without diagnostics dumps, and so digests (journal keys), exactly as before the section existed.
+        data = handler(self)
+        if self.diagnostics is None and isinstance(data, dict):
+            data.pop("diagnostics", None)
+        return data
 
     # --- derived, checked once ------------------------------------------------------------------------------------
 

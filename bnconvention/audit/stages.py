@@ -23,6 +23,7 @@ from bnconvention.audit.checkpoint import LoadedCheckpoint
 from bnconvention.audit.data import AuditData
 from bnconvention.audit.decisions import anchoring, decide_cell, evaluate_cell, reporting_line, verdict
 from bnconvention.audit.diagnostics import recoverability
+from bnconvention.audit.encoder import EncoderPlan
 from bnconvention.audit.evaluation import (
     BaseCells,
     Refitter,
@@ -79,6 +80,7 @@ class PreparedAudit:
     spec: AuditSpec
     data: AuditData
     checkpoint: LoadedCheckpoint
+    encoder: EncoderPlan | None = None  # the encoder-level diagnostics (spec ``diagnostics``), drawn and checked
 
 
 # --- shipped ------------------------------------------------------------------------------------------------------

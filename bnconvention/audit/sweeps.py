@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from bnconvention.audit.decisions import decide_cell, reporting_line
+from bnconvention.audit.encoder import cells_for, redecide_typed_cells
 from bnconvention.audit.evaluation import BaseCells
 from bnconvention.audit.expressions import parse_cell
 from bnconvention.audit.outputs import write_json
@@ -105,8 +106,10 @@ def redecide(result: AuditResult, spec: AuditSpec, *, replicates: Sequence[BaseC
     decisions = decide_cells(spec, shipped, list(replicate_cells), channel=a.channel, published=published)
     line = reporting_line(spec=spec, cells=decisions.cells, signs=decisions.signs, channel=a.channel,
                           transform_mode=a.convention.transform.mode)
+    typed = redecide_typed_cells(a, spec_cells={c.text for c in spec.cell_expressions()}, margin_pp=spec.margin_pp,
+                                 anchored=shipped.anchored, replicates=len(replicate_cells))
     annotation = a.model_copy(update={"margin_pp": spec.margin_pp, "replicates": len(replicate_cells),
-                                      "cells": decisions.cells, "verdicts": decisions.verdicts,
+                                      "cells": cells_for(a, [*decisions.cells, *typed]), "verdicts": decisions.verdicts,
                                       "reporting_line": line})
     return result.model_copy(update={"annotation": annotation, "sign_tests": decisions.signs,
                                      "spec_sha256": spec.sha256()})
@@ -119,7 +122,8 @@ def cell_outcomes(result: AuditResult, spec: AuditSpec) -> CellOutcomes:
     """Each cell of a decided checkpoint re-decided at ``spec``'s margin from its stored replicate values."""
     a = result.annotation
     outcomes: CellOutcomes = {}
-    for cell in a.cells:
+    metrics = {c.text for c in spec.cell_expressions()}  # the diagnostics' typed cells are outside the family
+    for cell in (c for c in a.cells if c.metric in metrics):
         record, sign = decide_cell(parse_cell(cell.metric), cell.shipped, list(cell.replicate_values), spec=spec,
                                    anchored=result.anchored is not False, channel=a.channel, published=None)
         outcomes[cell.metric] = (record.decision.outcome, sign.p_value)

@@ -5,7 +5,9 @@ family a checkpoint belongs to, several provenance arms with their draws and nul
 and a twin with bit-identical trainable tensors. A 1.0 record means the same in 1.1 (``bnconvention migrate`` only
 rewrites ``spec_version``); a 1.0 record carrying one of these fields is invalid, since 1.0 objects admit no
 property they do not define. The criterion ``|df - dt|`` needs nothing new: it is the 1.0 cell ``abs(df - dt)``
-and a verdict on it (docs/standard.md, "What changed in 1.1").
+and a verdict on it (docs/standard.md, "What changed in 1.1"). The encoder-level diagnostics of seed 003 (typed
+cells with a unit and a reference arm, the linear-probe, attack and relearning protocols) are in
+:mod:`.encoder_v11`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from bnconvention.standard.annotation import Cell, CellDecision, RefitAnnotation
+from bnconvention.standard.encoder_v11 import (
+    CellReference,
+    CellUnit,
+    LinearProbeDecomposition,
+    MembershipInference,
+    Relearning,
+)
 from bnconvention.standard.fields import (
     AccumulationRule,
     BufferUpdateMode,
@@ -44,6 +53,12 @@ class CellV11(Cell):
     """One published number on one checkpoint, as shipped and as refit (1.1: the decision may carry by_p_value)."""
 
     decision: CellDecisionV11 = Field(description="Decision on the shift.")
+    unit: CellUnit | None = Field(default=None, description=(
+        "Unit of shipped, refit, the replicate values and published: 'fraction' (in [0, 1], the 1.0 meaning, also "
+        "when absent) or 'auc' (an attack AUC), both with shifts 100 x (refit - shipped) in pp; 'pp' (a difference "
+        "already in pp), shifts refit - shipped."))
+    reference: CellReference | None = Field(default=None, description=(
+        "The reference arm the cell compares with (the retrain checkpoint), with its value of the cell."))
 
 
 class CheckpointFamily(StrictModel):
@@ -122,6 +137,12 @@ class RefitAnnotationV11(RefitAnnotation):
     recoverability_curves: list[RecoverabilityCurve] | None = Field(default=None, min_length=1, description=(
         "Recoverability over budgets, one curve per proxy source."))
     twin: TwinReference | None = Field(default=None, description="The checkpoint's frozen twin, if it has one.")
+    linear_probe: LinearProbeDecomposition | None = Field(default=None, description=(
+        "Forget linear probe decomposed into BN- and NC-residual (seed 003, Proposition 1)."))
+    membership_inference: MembershipInference | None = Field(default=None, description=(
+        "Shadow-free membership attack, shipped and refit."))
+    relearning: Relearning | None = Field(default=None, description=(
+        "Relearning susceptibility, shipped and refit."))
 
 
 __all__ = [

@@ -31,6 +31,7 @@ from vector_records import (  # noqa: E402
     Record,
     annotation_minimal,
     annotation_v11,
+    annotation_v11_encoder,
     base_annotation,
     base_annotation_absent,
     base_channel_absent,
@@ -184,10 +185,25 @@ def register_valid() -> None:
            "p-values, an undetermined cell, family, two provenance arms with a null band, recoverability curves, a "
            "frozen twin).",
            annotation_v11)
+    vector("refit-annotation-v11-encoder", "Spec version 1.1 with seed 003's encoder diagnostics: a linear-probe "
+           "cell (unit fraction) against its retrain reference with the BN/NC decomposition, an attack-AUC cell "
+           "(unit auc) with its protocol and bootstrap intervals, relearning steps shipped and refit.",
+           annotation_v11_encoder)
+    vector("refit-annotation-v11-confidence-pp", "Spec version 1.1: a confidence-threshold attack, and a cell whose "
+           "unit is pp (shifts refit - shipped, not 100 x): 3.0 -> 1.0 pp on six replicates, displaced at 0.5^6.",
+           annotation_v11_encoder, _all(_set("/membership_inference/protocol/attack", "confidence-threshold"),
+                                        _append_pp_cell))
     vector("declaration-v11", "Spec version 1.1 declares the same fields as 1.0.", base_ema,
            _set("/spec_version", "1.1"))
     vector("refit-annotation-channel-absent", "Channel absent: every shift is exactly 0.", base_annotation_absent)
     vector("refit-annotation-minimal", "Only the required fields of an annotation.", annotation_minimal)
+
+
+def _append_pp_cell(record: Record) -> None:
+    record["cells"].append({"metric": "calibration_error_pp", "unit": "pp", "shipped": 3.0, "refit": 1.0,
+                            "shift_pp": -2.0, "replicate_values": [1.0] * 6, "replicate_shifts_pp": [-2.0] * 6,
+                            "margin_pp": 1.2, "decision": {"outcome": "displaced", "p_value": 0.015625,
+                                                           "method": "exact-sign-test"}})
 
 
 def register_schema_invalid() -> None:
@@ -359,6 +375,29 @@ def register_version_invalid() -> None:
            issues=[("schema.range", "/cells/0/decision/by_p_value")])
     vector("invalid-v11-provenance-arms-empty", "provenance_arms, when present, has an arm.", annotation_v11,
            _set("/provenance_arms", []), level="schema", issues=[("schema.items", "/provenance_arms")])
+    vector("invalid-v10-cell-unit", "A 1.0 cell carrying the 1.1 unit.", base_annotation,
+           _set("/cells/0/unit", "fraction"), level="schema",
+           issues=[("schema.additional_property", "/cells/0")])
+    vector("invalid-v10-linear-probe", "A 1.0 record carrying the 1.1 linear_probe.", base_annotation,
+           _set("/linear_probe", annotation_v11_encoder()["linear_probe"]), level="schema",
+           issues=[("schema.additional_property", "")])
+    vector("invalid-v11-cell-unit", "A cell's unit is fraction, pp or auc.", annotation_v11_encoder,
+           _set("/cells/3/unit", "percent"), level="schema", issues=[("schema.enum", "/cells/3/unit")])
+    vector("invalid-v11-reference-arm", "The reference arm of a cell is the retrain checkpoint.",
+           annotation_v11_encoder, _set("/cells/3/reference/arm", "base"), level="schema",
+           issues=[("schema.const", "/cells/3/reference/arm")])
+    vector("invalid-v11-probe-solver", "The linear probe's solver is lbfgs (seed 003).", annotation_v11_encoder,
+           _set("/linear_probe/protocol/solver", "adam"), level="schema",
+           issues=[("schema.const", "/linear_probe/protocol/solver")])
+    vector("invalid-v11-probe-one-class", "A probe is trained on at least two classes.", annotation_v11_encoder,
+           _set("/linear_probe/protocol/classes", 1), level="schema",
+           issues=[("schema.range", "/linear_probe/protocol/classes")])
+    vector("invalid-v11-attack-kind", "The attack is a loss or confidence threshold.", annotation_v11_encoder,
+           _set("/membership_inference/protocol/attack", "shadow-models"), level="schema",
+           issues=[("schema.enum", "/membership_inference/protocol/attack")])
+    vector("invalid-v11-relearning-empty", "relearning.steps_refit has a value per refit measured.",
+           annotation_v11_encoder, _set("/relearning/steps_refit", []), level="schema",
+           issues=[("schema.items", "/relearning/steps_refit")])
     vector("semantic-v11-twin-weights", "A twin has bit-identical trainable tensors.", annotation_v11,
            _set("/twin/trainable_sha256", fake("other weights")), level="semantic",
            issues=[("record.twin_weights_differ", "/twin/trainable_sha256")])

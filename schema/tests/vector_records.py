@@ -230,3 +230,52 @@ def annotation_v11() -> Record:
                       "running_sha256": fake("twin running"), "buffer_update_mode": "frozen", "metric": "df",
                       "gap_pp": 33.75}
     return record
+
+
+def annotation_v11_encoder() -> Record:
+    """A 1.1 annotation with seed 003's encoder-level diagnostics (issue 14): a linear-probe cell against its retrain
+    reference with the decomposition, an attack-AUC cell with the attack protocol, and relearning.
+
+    Hand arithmetic (six replicates): LP_M = 0.5, LP_Mcal = 0.75 on every replicate, LP_retr = 0.625, so the
+    BN-residual is 50 - 75 = -25 pp on each replicate (interval of zero width) and the NC-residual 75 - 62.5 =
+    +12.5 pp; the lp cell's six shifts of +25 pp clear the 1.2 pp margin: displaced at p = 0.5^6 = 0.015625.
+    The AUC cell stays at 0.5625 on every replicate: equivalent by exact equality (zero spread).
+    """
+    record = base_annotation()
+    record["spec_version"] = "1.1"
+    reference = {"arm": "retrain", "filename": "c3-s0-retrain/c3-s0-retrain.safetensors",
+                 "trainable_sha256": fake("retrain trainable"), "running_sha256": fake("retrain running")}
+    lp = cell("lp_forget", "forget", 0.5, [0.75] * 6, p_value=0.015625)
+    lp["unit"] = "fraction"
+    lp["reference"] = {**reference, "value": 0.625}
+    auc = cell("mia_auc", "forget", 0.5625, [0.5625] * 6, outcome="equivalent", p_value=None,
+               method="exact-equality")
+    auc["unit"] = "auc"
+    record["cells"] += [lp, auc]
+    zero_width = {"level": 0.95, "method": "t-replicates"}
+    record["linear_probe"] = {
+        "metric": "lp_forget",
+        "protocol": {"probe": "sklearn-logistic-regression", "solver": "lbfgs", "max_iter": 1000,
+                     "inverse_regularization": 1.0, "standardized": True, "feature_layer": "head",
+                     "train_split": "test", "per_class": 8, "classes": 10, "test_split": "forget", "test_records": 8,
+                     "seed": 0, "refit_rule": "exact"},
+        "bn_residual_pp": {"estimate": -25.0, "lower": -25.0, "upper": -25.0, **zero_width},
+        "nc_residual_pp": {"estimate": 12.5, "lower": 12.5, "upper": 12.5, **zero_width},
+    }
+    record["membership_inference"] = {
+        "metric": "mia_auc",
+        "protocol": {"attack": "loss-threshold", "members": "forget", "nonmembers": "test", "class_matched": True,
+                     "records_per_side": 8,
+                     "seed": 0, "bootstrap": 200},
+        "auc_shipped": {"estimate": 0.5625, "lower": 0.3125, "upper": 0.8125, "level": 0.95,
+                        "method": "bootstrap-percentile"},
+        "auc_refit": {"estimate": 0.5625, "lower": 0.3125, "upper": 0.8125, "level": 0.95,
+                      "method": "bootstrap-percentile"},
+        "shift_pp": {"estimate": 0.0, "lower": 0.0, "upper": 0.0, "level": 0.95, "method": "bootstrap-percentile"},
+    }
+    record["relearning"] = {
+        "protocol": {"optimizer": "sgd", "learning_rate": 0.05, "batch_size": 8, "records": 8, "max_steps": 20,
+                     "target_forget_accuracy": 0.9, "evaluated_on": "forget", "batchnorm": "frozen", "seed": 0},
+        "steps_shipped": 7, "steps_refit": [2, 3, None],
+    }
+    return record

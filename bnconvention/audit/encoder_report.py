@@ -1,0 +1,118 @@
+"""The encoder-level diagnostics in reports: the audit summary's section, the census row's columns, census.md's table.
+
+Pure functions over a (1.1) annotation or the census JSON. The reading (seed 003, Corollary 2): the BN-residual
+``LP_M - LP_Mcal`` is what the shipped running statistics do to the surface probe; negative means the shipped state
+*hides* encoder leakage that the exact refit reveals, positive that the surface probe overstates it. The
+NC-residual ``LP_Mcal - LP_retr`` is what the encoder keeps beyond a model retrained without the removed records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bnconvention.formats.text import markdown_table, plural, signed
+
+READING = ("BN-residual = LP_M − LP_Mcal (shipped minus exact retain refit); negative: the shipped state hides "
+           "encoder leakage the refit reveals. NC-residual = LP_Mcal − LP_retr: what the encoder keeps beyond the "
+           "retrain reference.")
+
+
+def _interval(value: Any) -> str:
+    return "—" if value is None else f"{signed(value.estimate)} [{signed(value.lower)}, {signed(value.upper)}]"
+
+
+def _steps(value: int | None) -> str:
+    return "not reached" if value is None else str(value)
+
+
+def encoder_lines(annotation: Any) -> list[str]:
+    """The audit summary's section (nothing for an annotation without the diagnostics)."""
+    probe = getattr(annotation, "linear_probe", None)
+    attack = getattr(annotation, "membership_inference", None)
+    relearning = getattr(annotation, "relearning", None)
+    if probe is None and attack is None and relearning is None:
+        return []
+    lines = ["", "## Encoder-level diagnostics (seed 003)", ""]
+    if probe is not None:
+        p = probe.protocol
+        lines += [f"Forget linear probe (`{probe.metric}`): lbfgs logistic regression on the input of "
+                  f"`{p.feature_layer}`, {p.per_class} {p.train_split} records per class ({p.classes} classes), "
+                  f"scored on {plural(p.test_records, 'forget record')}; intervals are t over the replicates. "
+                  f"{READING}", ""]
+        lines += markdown_table(["", "pp (95 % interval)"], [["BN-residual", _interval(probe.bn_residual_pp)],
+                                                             ["NC-residual", _interval(probe.nc_residual_pp)]])
+    if attack is not None:
+        a = attack.protocol
+        lines += ["", f"Membership attack (`{attack.metric}`, {a.attack}): {a.records_per_side} forget against "
+                      f"{a.records_per_side} test records, {a.bootstrap} bootstrap resamples.", ""]
+        lines += markdown_table(["", "AUC (95 % interval)"], [
+            ["shipped", f"{attack.auc_shipped.estimate:.4f} [{attack.auc_shipped.lower:.4f}, "
+                        f"{attack.auc_shipped.upper:.4f}]"],
+            ["refit", f"{attack.auc_refit.estimate:.4f} [{attack.auc_refit.lower:.4f}, {attack.auc_refit.upper:.4f}]"],
+            ["shift (pp)", _interval(attack.shift_pp)]])
+    if relearning is not None:
+        r = relearning.protocol
+        lines += ["", f"Relearning: SGD (lr {r.learning_rate:g}, batch {r.batch_size}, BatchNorm frozen) on "
+                      f"{plural(r.records, 'forget record')} until forget accuracy {r.target_forget_accuracy:g}, at "
+                      f"most {r.max_steps} steps, on a copy: shipped {_steps(relearning.steps_shipped)}, refit "
+                      f"{', '.join(_steps(s) for s in relearning.steps_refit)}."]
+    return lines
+
+
+def encoder_row(annotation: Any) -> dict[str, Any] | None:
+    """The census columns of one checkpoint (None without the diagnostics)."""
+    probe = getattr(annotation, "linear_probe", None)
+    attack = getattr(annotation, "membership_inference", None)
+    relearning = getattr(annotation, "relearning", None)
+    if probe is None and attack is None and relearning is None:
+        return None
+    cells = {c.metric: c for c in annotation.cells}
+    row: dict[str, Any] = {}
+    if probe is not None:
+        lp = cells[probe.metric]
+        row.update({"lp_shipped": lp.shipped, "lp_refit": lp.refit,
+                    "lp_reference": None if lp.reference is None else lp.reference.value,
+                    "bn_residual_pp": probe.bn_residual_pp.model_dump(mode="json"),
+                    "nc_residual_pp": None if probe.nc_residual_pp is None
+                    else probe.nc_residual_pp.model_dump(mode="json")})
+    if attack is not None:
+        row.update({"mia_auc_shipped": attack.auc_shipped.model_dump(mode="json"),
+                    "mia_auc_refit": attack.auc_refit.model_dump(mode="json"),
+                    "mia_shift_pp": attack.shift_pp.model_dump(mode="json")})
+    if relearning is not None:
+        row.update({"relearn_steps_shipped": relearning.steps_shipped, "relearn_steps_refit": relearning.steps_refit})
+    return row
+
+
+def _pp(interval: Mapping[str, Any] | None) -> str:
+    if interval is None:
+        return "—"
+    return f"{signed(interval['estimate'])} [{signed(interval['lower'])}, {signed(interval['upper'])}]"
+
+
+def _auc(interval: Mapping[str, Any] | None) -> str:
+    return "—" if interval is None else f"{interval['estimate']:.3f}"
+
+
+def encoder_census_markdown(census: Mapping[str, Any]) -> str:
+    """census.md's table of the diagnostics per checkpoint; empty when no checkpoint has them."""
+    rows = []
+    for entry in census["checkpoints"]:
+        row = entry.get("encoder")
+        if not row:
+            continue
+        steps = row.get("relearn_steps_refit")
+        rows.append([entry["checkpoint"], _pp(row.get("bn_residual_pp")), _pp(row.get("nc_residual_pp")),
+                     _auc(row.get("mia_auc_shipped")), _auc(row.get("mia_auc_refit")),
+                     _steps(row.get("relearn_steps_shipped")) if "relearn_steps_shipped" in row else "—",
+                     ", ".join(_steps(s) for s in steps) if steps else "—"])
+    if not rows:
+        return ""
+    lines = ["", "## Encoder-level diagnostics (seed 003)", "", READING, ""]
+    lines += markdown_table(["checkpoint", "BN-residual pp", "NC-residual pp", "MIA AUC shipped", "MIA AUC refit",
+                             "relearn steps shipped", "relearn steps refit"], rows)
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["READING", "encoder_census_markdown", "encoder_lines", "encoder_row"]

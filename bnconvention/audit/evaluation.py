@@ -72,13 +72,16 @@ class Refitter:
     """Runs refits for one audit, restoring the shipped φ after each and counting passes.
 
     ``after_refit`` settles each refit's φ as the checkpoint would store it (a float16 file's statistics rounded to
-    float16: the refit cells are those of the weights a refit writes, docs/statistics.md)."""
+    float16: the refit cells are those of the weights a refit writes, docs/statistics.md). ``theta`` witnesses θ
+    once for the whole audit (:class:`~bnconvention.refit.ThetaWitness`): every refit proves θ unchanged by a byte
+    comparison against it, and the audit's own before/after check reads its digest, so θ is digested once."""
 
     def __init__(self, model: torch.nn.Module, *,
                  after_refit: Callable[[torch.nn.Module], None] | None = None) -> None:
-        from bnconvention.refit import running_state
+        from bnconvention.refit import ThetaWitness, running_state
 
         self.model = model
+        self.theta = ThetaWitness(model)
         self.shipped = running_state(model)
         self.count = 0
         self.after_refit = after_refit
@@ -93,7 +96,7 @@ class Refitter:
         pool = _pool(x, transform, generator=generator, batch_size=batch_size)
         self.count += 1
         report = refit(self.model, pool, rule=rule, data=data_split,  # type: ignore[arg-type]
-                       transform=transform.standard())
+                       transform=transform.standard(), theta=self.theta)
         if self.after_refit is not None:
             self.after_refit(self.model)
         return report

@@ -3,8 +3,9 @@
 The cost is what the design needs and no more: the shipped cells are evaluated once (eval transform, full splits);
 each replicate is one refit on its own redrawn retained pool plus one evaluation; the reference band reuses the
 running statistics of replicates 0 and 1 (no extra pass); recoverability and the optional provenance contrast add
-one and two refits. φ is restored to the shipped state after every refit, and the digest of θ is compared before
-and after the whole audit (:class:`~bnconvention.errors.WeightsChangedError` if it moved).
+one and two refits. φ is restored to the shipped state after every refit, and θ is witnessed once (one digest,
+:class:`~bnconvention.refit.ThetaWitness`) and compared byte for byte in every refit and after the whole audit
+(:class:`~bnconvention.errors.WeightsChangedError` if it moved).
 
 Staleness (seed 003, Eq. 15): the shipped φ against replicate 0's refit, per layer and layer-averaged; the
 reference band is the same distance between the refits of replicates 0 and 1, and ``exceeds_band`` holds when both
@@ -100,15 +101,13 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
               on_replicate: Callable[[int], None] | None = None) -> AuditResult:
     """Compute everything for one prepared checkpoint, stage by stage (:mod:`bnconvention.audit.stages`; the module
     docstring gives the cost)."""
-    from bnconvention.formats.digests import model_digests
-
     start = time.perf_counter()
     spec, checkpoint = prepared.spec, prepared.checkpoint
     model = checkpoint.model
     model.eval()
-    theta_before = model_digests(model).trainable_sha256
-    shipped = evaluate_shipped(prepared)
+    # θ witnessed before anything runs: one digest for the audit, every refit compares bytes against it
     refitter = Refitter(model, after_refit=checkpoint.weights.round_running if checkpoint.weights else None)
+    shipped = evaluate_shipped(prepared)
     replicates = run_replicates(prepared, refitter, progress=progress, on_replicate=on_replicate)
     decisions = decide_cells(spec, shipped, replicates.base, channel=replicates.channel,
                              published=checkpoint.published)
@@ -116,7 +115,8 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
     staleness = staleness_with_band(spec, replicates.first_report.staleness, [*replicates.kept_states, *band_states],
                                     shipped_state=refitter.shipped)
     diagnostics = run_diagnostics(prepared, refitter, shipped, staleness=staleness.combined)
-    check_theta_unchanged(checkpoint.path, before=theta_before, after=model_digests(model).trainable_sha256)
+    check_theta_unchanged(checkpoint.path, before=refitter.theta.trainable_sha256,
+                          after=refitter.theta.digests(model).trainable_sha256)
     annotation = build_annotation(prepared, shipped, replicates, decisions, staleness, diagnostics)
     digests = checkpoint.file_digests
     return AuditResult(

@@ -64,6 +64,7 @@ from bnconvention.audit.spec import AuditSpec, parse_spec
 from bnconvention.audit.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.refit.devices import Device
 
 JOURNAL_DIR = "journal"
 
@@ -193,7 +194,8 @@ def read_journal(path: Path, *, weights: str, measurement_sha256: str) -> AuditR
     return result
 
 
-def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: list[str], threads: int) -> str:
+def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: list[str], threads: int,
+                     device: Device = "cpu") -> str:
     """Run one audit in a spawned worker process; returns the result as JSON text."""
     import torch
 
@@ -203,12 +205,12 @@ def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: li
     for target in allowed_factories:
         allow_user_factory(target)
     spec = parse_spec(spec_data)
-    return run_audit(prepare_audit(path, spec)).model_dump_json()
+    return run_audit(prepare_audit(path, spec, device=device)).model_dump_json()
 
 
 def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path, *, workers: int = 1,
                progress: bool = False, allowed_factories: Sequence[str] = (),
-               on_result: OnResult | None = None) -> CensusOutcome:
+               on_result: OnResult | None = None, device: Device = "cpu") -> CensusOutcome:
     """Audit every checkpoint (resuming from the journal) and write the census; see the module docstring."""
     import torch
     from tqdm.auto import tqdm
@@ -246,12 +248,13 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
             for item in todo:
                 own_data = data if item.spec is spec else load_audit_data(
                     item.spec, repo_dir=item.path.parent, dataset=data.dataset)
-                result = run_audit(prepare_audit(item.path, item.spec, data=own_data), progress=progress)
+                result = run_audit(prepare_audit(item.path, item.spec, data=own_data, device=device),
+                                   progress=progress)
                 finish(item, result)
                 bar.update(1)
         else:
             _run_parallel(todo, spec, workers=workers, threads=torch.get_num_threads(),
-                          allowed=list(allowed_factories), finish=finish, bar=bar)
+                          allowed=list(allowed_factories), finish=finish, bar=bar, device=device)
     finally:
         bar.close()
 
@@ -290,7 +293,7 @@ def _reuse_journal(items: Sequence[CensusItem], out: Path) -> dict[str, AuditRes
 
 
 def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, threads: int, allowed: list[str],
-                  finish: Callable[[CensusItem, AuditResult], None], bar: Any) -> None:
+                  finish: Callable[[CensusItem, AuditResult], None], bar: Any, device: Device = "cpu") -> None:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -298,7 +301,7 @@ def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, thre
     executor = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context)
     try:
         pending = {executor.submit(_audit_in_worker, str(item.path), item.spec.model_dump(mode="json"), allowed,
-                                   threads): item for item in todo}
+                                   threads, device): item for item in todo}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:

@@ -33,17 +33,28 @@ def torch_seed(rng: np.random.Generator) -> int:
 
 
 def predict(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> torch.Tensor:
-    """Class predictions of ``model`` (eval mode) on a split under the eval transform; the logits are read out of
-    whatever the forward returns (a transformers ``ModelOutput`` too)."""
+    """Class predictions of ``model`` (eval mode) on a split under the eval transform, on the CPU; the logits are
+    read out of whatever the forward returns (a transformers ``ModelOutput`` too). Batches are transformed on the
+    CPU and moved to the model's device."""
     import torch
 
     model.eval()
+    device = model_device(model)
     outputs = []
     with torch.inference_mode():
         for start in range(0, len(split.x), batch_size):
             x = data.eval_transform(split.x[start:start + batch_size], generator=None)
-            outputs.append(logits(model(x)).argmax(dim=1))
+            outputs.append(logits(model(x.to(device))).argmax(dim=1).cpu())
     return torch.cat(outputs)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter or buffer (the CPU for a model without tensors)."""
+    import torch
+
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
 
 
 def accuracy(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> float:

@@ -48,6 +48,7 @@ from bnconvention.audit.sweeps import measurement_sha256
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.text import plural
+from bnconvention.refit.devices import Device, resolve_device
 
 __all__ = ["PreparedAudit", "audit_checkpoint", "check_data_fits", "prepare_audit", "run_audit", "weights_key"]
 
@@ -82,19 +83,24 @@ def check_data_fits(spec: AuditSpec, data: AuditData) -> None:
                                  f"{plural(len(data.forget.ids), 'record')}", field="/provenance/exchanged")
 
 
-def prepare_audit(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None) -> PreparedAudit:
-    """Load and check everything (spec against data, checkpoint against its architecture) before computing."""
+def prepare_audit(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None,
+                  device: Device = "cpu") -> PreparedAudit:
+    """Load and check everything (spec against data, checkpoint against its architecture) before computing;
+    the model is moved to ``device`` (:mod:`bnconvention.refit.devices`; the data stays on the CPU and each batch
+    follows the model)."""
+    target = resolve_device(device)
     repo_dir = Path(weights).parent  # the model repo's folder: from_repo transforms, index files in the repo
     data = data.for_repo(spec, repo_dir) if data is not None else load_audit_data(spec, repo_dir=repo_dir)
     check_data_fits(spec, data)
     checkpoint = load_checkpoint(weights, spec)
+    checkpoint.model.to(target)
     return PreparedAudit(spec=spec, data=data, checkpoint=checkpoint)
 
 
 def audit_checkpoint(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None,
-                     progress: bool = False) -> AuditResult:
+                     progress: bool = False, device: Device = "cpu") -> AuditResult:
     """Prepare and run the audit of one weights file."""
-    return run_audit(prepare_audit(weights, spec, data=data), progress=progress)
+    return run_audit(prepare_audit(weights, spec, data=data, device=device), progress=progress)
 
 
 def run_audit(prepared: PreparedAudit, *, progress: bool = False,

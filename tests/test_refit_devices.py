@@ -1,0 +1,120 @@
+"""``--device auto|cpu|cuda|mps`` (issue 15): one list of names, ``auto`` falls back to the CPU, an unavailable
+accelerator is a clear error before any work. These tests run on any machine: CUDA and MPS are hidden (monkeypatched)
+where a test needs them absent, so a GPU machine runs the same checks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from bnconvention.cli.main import COMMAND_MODULES, main
+from bnconvention.errors import DeviceUnavailableError
+from bnconvention.refit.moments import ChannelMoments
+from bnconvention.refit.devices import DEVICES, Device, available_accelerator, resolve_device
+from bnconvention.zoo.models import convnet_bn
+
+
+@pytest.fixture()
+def no_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+def test_device_names_are_one_literal() -> None:
+    assert DEVICES == ("auto", "cpu", "cuda", "mps") == Device.__args__  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("no_accelerator")
+def test_auto_is_the_cpu_without_an_accelerator() -> None:
+    assert available_accelerator() is None
+    assert resolve_device("auto") == torch.device("cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_auto_prefers_cuda_then_mps(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")
+
+
+@pytest.mark.usefixtures("no_accelerator")
+@pytest.mark.parametrize(("name", "message"), [
+    pytest.param("cuda", "device 'cuda' is not available: torch ", id="cuda"),
+    pytest.param("mps", "device 'mps' is not available", id="mps"),
+    pytest.param("tpu", "unknown device 'tpu'; choose one of auto, cpu, cuda, mps", id="unknown"),
+])
+def test_unavailable_device_is_a_clear_error(name: str, message: str) -> None:
+    with pytest.raises(DeviceUnavailableError, match=message):
+        resolve_device(name)
+
+
+def _device_choices(module_name: str) -> list[tuple[str, ...]]:
+    import importlib
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(module_name).register(parser.add_subparsers())
+    found = []
+    stack = [parser]
+    while stack:
+        current = stack.pop()
+        for action in current._actions:
+            if "--device" in action.option_strings:
+                found.append(tuple(action.choices))  # type: ignore[arg-type]
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+    return found
+
+
+@pytest.mark.parametrize("module", ["refit_cmd", "audit_cmd", "census_cmd", "hub_cmd"])
+def test_commands_take_the_devices_as_choices(module: str) -> None:
+    name = f"bnconvention.cli.{module}"
+    assert name in COMMAND_MODULES
+    assert _device_choices(name) and set(_device_choices(name)) == {DEVICES}
+
+
+@pytest.fixture()
+def refit_files(tmp_path: Path) -> list[str]:
+    torch.manual_seed(0)
+    weights = tmp_path / "model.safetensors"
+    save_file(convnet_bn(width=4).state_dict(), str(weights))
+    pool = tmp_path / "pool.npz"
+    np.savez(pool, x=np.random.default_rng(0).integers(0, 256, size=(12, 1, 16, 16), dtype=np.uint8))
+    return ["refit", str(weights), "--arch", "zoo/convnet-bn", "--arch-kwargs", '{"width": 4}', "--pool", str(pool),
+            "--out", str(tmp_path / "out.safetensors"), "--report", str(tmp_path / "r.json")]
+
+
+@pytest.mark.usefixtures("no_accelerator")
+def test_refit_cli_refuses_cuda_without_writing(refit_files: list[str], capsys, tmp_path: Path) -> None:
+    assert main([*refit_files, "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bnconvention: device unavailable: device 'cuda' is not available") and err.count("\n") == 1
+    assert not (tmp_path / "out.safetensors").exists() and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.usefixtures("no_accelerator")
+def test_refit_cli_auto_runs_on_the_cpu_and_matches_the_default(refit_files: list[str], tmp_path: Path) -> None:
+    assert main(refit_files) == 0
+    default = json.loads((tmp_path / "r.json").read_text())
+    assert main([*refit_files, "--device", "auto"]) == 0
+    auto = json.loads((tmp_path / "r.json").read_text())
+    assert auto["digests"] == default["digests"]
+
+
+def test_moments_merge_on_the_device_the_sums_are_on() -> None:
+    # Regression (issue 15): the Chan merge built its counts on the CPU, so statistics accumulated on an accelerator
+    # failed to combine ("Tensor on device cpu is not on the expected device"). The meta device stands in for an
+    # accelerator here: it has no data, but it refuses mixed devices exactly as CUDA does.
+    moments = ChannelMoments()
+    for _ in range(2):
+        moments.update(torch.empty(4, 3, 5, 5, device="meta"))
+    mean, var = moments.mean_and_unbiased_var()
+    assert (mean.device.type, var.device.type, tuple(var.shape), var.dtype) == ("meta", "meta", (3,), torch.float64)
+

@@ -15,8 +15,8 @@ from safetensors.torch import save_file
 
 from bnconvention.cli.main import COMMAND_MODULES, main
 from bnconvention.errors import DeviceUnavailableError
-from bnconvention.refit.moments import ChannelMoments
 from bnconvention.refit.devices import DEVICES, Device, available_accelerator, resolve_device
+from bnconvention.refit.moments import ChannelMoments
 from bnconvention.zoo.models import convnet_bn
 
 

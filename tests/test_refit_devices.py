@@ -118,3 +118,11 @@ def test_moments_merge_on_the_device_the_sums_are_on() -> None:
     mean, var = moments.mean_and_unbiased_var()
     assert (mean.device.type, var.device.type, tuple(var.shape), var.dtype) == ("meta", "meta", (3,), torch.float64)
 
+
+
+def test_malloc_tuning_respects_the_users_choice() -> None:
+    from bnconvention.refit.allocator import tune_malloc
+
+    assert tune_malloc({"BNC_MALLOC_TUNING": "0"}) is False
+    assert tune_malloc({"MALLOC_TRIM_THRESHOLD_": "1000"}) is False
+    assert tune_malloc({"LD_PRELOAD": "libjemalloc.so"}) is False

@@ -60,6 +60,7 @@ from bnconvention.audit.outputs import write_audit_outputs, write_json
 from bnconvention.audit.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, weights_key
+from bnconvention.audit.shipped_store import SHIPPED_DIR, ShippedStore
 from bnconvention.audit.spec import AuditSpec, parse_spec
 from bnconvention.audit.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
 from bnconvention.errors import UsageError
@@ -195,7 +196,7 @@ def read_journal(path: Path, *, weights: str, measurement_sha256: str) -> AuditR
 
 
 def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: list[str], threads: int,
-                     device: Device = "cpu") -> str:
+                     device: Device = "cpu", shipped_dir: str | None = None) -> str:
     """Run one audit in a spawned worker process; returns the result as JSON text."""
     import torch
 
@@ -205,7 +206,8 @@ def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: li
     for target in allowed_factories:
         allow_user_factory(target)
     spec = parse_spec(spec_data)
-    return run_audit(prepare_audit(path, spec, device=device)).model_dump_json()
+    store = ShippedStore(Path(shipped_dir)) if shipped_dir is not None else None
+    return run_audit(prepare_audit(path, spec, device=device), shipped_store=store).model_dump_json()
 
 
 def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path, *, workers: int = 1,
@@ -224,6 +226,7 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     items = preflight(checkpoints, spec, data)
     check_pool_sizes(spec, data)
     store = ReplicateStore(out / REPLICATES_DIR)
+    shipped_store = ShippedStore(out / SHIPPED_DIR)  # census members sharing weights and splits: evaluated once
 
     results = _reuse_journal(items, out)
     reused = len(results)
@@ -249,12 +252,13 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
                 own_data = data if item.spec is spec else load_audit_data(
                     item.spec, repo_dir=item.path.parent, dataset=data.dataset)
                 result = run_audit(prepare_audit(item.path, item.spec, data=own_data, device=device),
-                                   progress=progress)
+                                   progress=progress, shipped_store=shipped_store)
                 finish(item, result)
                 bar.update(1)
         else:
             _run_parallel(todo, spec, workers=workers, threads=torch.get_num_threads(),
-                          allowed=list(allowed_factories), finish=finish, bar=bar, device=device)
+                          allowed=list(allowed_factories), finish=finish, bar=bar, device=device,
+                          shipped_dir=str(shipped_store.folder))
     finally:
         bar.close()
 
@@ -293,7 +297,8 @@ def _reuse_journal(items: Sequence[CensusItem], out: Path) -> dict[str, AuditRes
 
 
 def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, threads: int, allowed: list[str],
-                  finish: Callable[[CensusItem, AuditResult], None], bar: Any, device: Device = "cpu") -> None:
+                  finish: Callable[[CensusItem, AuditResult], None], bar: Any, device: Device = "cpu",
+                  shipped_dir: str | None = None) -> None:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -301,7 +306,7 @@ def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, thre
     executor = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context)
     try:
         pending = {executor.submit(_audit_in_worker, str(item.path), item.spec.model_dump(mode="json"), allowed,
-                                   threads, device): item for item in todo}
+                                   threads, device, shipped_dir): item for item in todo}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:

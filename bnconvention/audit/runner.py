@@ -30,6 +30,7 @@ from bnconvention.audit.data import AuditData, load_audit_data
 from bnconvention.audit.evaluation import Refitter
 from bnconvention.audit.provenance import retained_needed
 from bnconvention.audit.result import AuditResult
+from bnconvention.audit.shipped_store import ShippedStore
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stages import (
     PreparedAudit,
@@ -104,16 +105,18 @@ def audit_checkpoint(weights: str | Path, spec: AuditSpec, *, data: AuditData | 
 
 
 def run_audit(prepared: PreparedAudit, *, progress: bool = False,
-              on_replicate: Callable[[int], None] | None = None) -> AuditResult:
+              on_replicate: Callable[[int], None] | None = None,
+              shipped_store: ShippedStore | None = None) -> AuditResult:
     """Compute everything for one prepared checkpoint, stage by stage (:mod:`bnconvention.audit.stages`; the module
-    docstring gives the cost)."""
+    docstring gives the cost). ``shipped_store`` reuses shipped cells another audit of the same weights,
+    architecture and splits evaluated (:mod:`bnconvention.audit.shipped_store`)."""
     start = time.perf_counter()
     spec, checkpoint = prepared.spec, prepared.checkpoint
     model = checkpoint.model
     model.eval()
     # θ witnessed before anything runs: one digest for the audit, every refit compares bytes against it
     refitter = Refitter(model, after_refit=checkpoint.weights.round_running if checkpoint.weights else None)
-    shipped = evaluate_shipped(prepared)
+    shipped = evaluate_shipped(prepared, store=shipped_store)
     replicates = run_replicates(prepared, refitter, progress=progress, on_replicate=on_replicate)
     decisions = decide_cells(spec, shipped, replicates.base, channel=replicates.channel,
                              published=checkpoint.published)

@@ -20,10 +20,15 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
 
 
 def chosen_device(args: argparse.Namespace) -> Device:
-    """The device ``--device`` names on this machine (``auto`` resolved), checked before any work starts."""
+    """The device ``--device`` names on this machine (``auto`` resolved), checked before any work starts. The
+    commands that take ``--device`` are the ones that compute, so this is also where their process fixes glibc's
+    allocator thresholds (:func:`bnconvention.refit.allocator.tune_malloc`: no history-dependent page faults)."""
+    from bnconvention.refit.allocator import tune_malloc
     from bnconvention.refit.devices import resolve_device
 
-    return resolve_device(args.device).type  # type: ignore[return-value]
+    device = resolve_device(args.device).type
+    tune_malloc()
+    return device  # type: ignore[return-value]
 
 
 __all__ = ["HELP", "add_device_option", "chosen_device"]

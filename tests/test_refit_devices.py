@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 
 from bnconvention.cli.main import COMMAND_MODULES, main
 from bnconvention.errors import DeviceUnavailableError
+from bnconvention.refit import refit
 from bnconvention.refit.devices import DEVICES, Device, available_accelerator, resolve_device
 from bnconvention.refit.moments import ChannelMoments
 from bnconvention.zoo.models import convnet_bn
@@ -126,3 +127,25 @@ def test_malloc_tuning_respects_the_users_choice() -> None:
     assert tune_malloc({"BNC_MALLOC_TUNING": "0"}) is False
     assert tune_malloc({"MALLOC_TRIM_THRESHOLD_": "1000"}) is False
     assert tune_malloc({"LD_PRELOAD": "libjemalloc.so"}) is False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
+@pytest.mark.parametrize("rule", ["exact", "cumulative"])
+def test_cuda_refit_matches_the_cpu(rule: str) -> None:
+    # issue 15: phi within 1e-5 relative between CPU and GPU (float32 convolutions differ by roundings; the exact
+    # rule's sums are float64 on both), theta byte-identical on both
+    from bnconvention.formats.digests import model_digests
+
+    torch.manual_seed(0)
+    cpu_model = convnet_bn(in_channels=3, num_classes=4, width=8)
+    gpu_model = convnet_bn(in_channels=3, num_classes=4, width=8)
+    gpu_model.load_state_dict(cpu_model.state_dict())
+    gpu_model.to("cuda")
+    pool = [torch.randn(16, 3, 16, 16, generator=torch.Generator().manual_seed(s)) for s in range(4)]
+    cpu_report = refit(cpu_model, pool, rule=rule)
+    gpu_report = refit(gpu_model, pool, rule=rule)
+    assert cpu_report.declaration.refit.trainable_sha256_after == gpu_report.declaration.refit.trainable_sha256_after
+    assert model_digests(gpu_model).trainable_sha256 == model_digests(cpu_model).trainable_sha256
+    for name, buffer in cpu_model.state_dict().items():
+        if name.endswith(("running_mean", "running_var")):
+            torch.testing.assert_close(gpu_model.state_dict()[name].cpu(), buffer, rtol=1e-5, atol=1e-6)

@@ -110,3 +110,26 @@ def test_forward_writing_theta_is_caught_with_a_shared_witness() -> None:
 def test_theta_must_be_a_witness() -> None:
     with pytest.raises(RefitError, match="theta must be a ThetaWitness"):
         refit(seeded(SmallConvNet), make_pool((3, 6, 6), [4]), theta="abc")  # type: ignore[arg-type]
+
+
+def test_refits_sharing_a_witness_trace_once_until_the_modules_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 15: each refit traced the model again (an audit's R replicates, recoverability points, provenance arms)
+    from bnconvention.refit import graph
+
+    traces: list[int] = []
+    original = graph.trace_model
+
+    def counting(model):  # type: ignore[no-untyped-def]
+        traces.append(1)
+        return original(model)
+
+    monkeypatch.setattr(graph, "trace_model", counting)
+    model = seeded(SmallConvNet)
+    witness = ThetaWitness(model)
+    pool = make_pool((3, 6, 6), [6])
+    for _ in range(3):
+        assert refit(model, pool, theta=witness).path == "traced"
+    assert len(traces) == 1
+    model.drop = torch.nn.Identity()  # another module object: trace again, and the refit follows the new forward
+    refit(model, pool, theta=witness)
+    assert len(traces) == 2

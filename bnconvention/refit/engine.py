@@ -35,6 +35,7 @@ from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChange
 from bnconvention.formats.digests import DigestSet
 from bnconvention.refit.exact import ExactOutcome, Untraceable, run_traced
 from bnconvention.refit.fallback import run_hooks
+from bnconvention.refit.graph import PlanCache
 from bnconvention.refit.pool import PoolReader, materialize
 from bnconvention.refit.proof import ThetaWitness
 from bnconvention.refit.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport, reporting_line
@@ -100,6 +101,7 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
                         min_batch_size=1 if rule == "exact" else 2)
     # the transaction: θ proven bit-identical before and after, φ restored on any failure, flags and momenta always
     witness = theta if theta is not None else ThetaWitness(model)
+    setup.plans = witness.plans
     before = witness.initial_digests if theta is None else witness.digests(model)
     shipped = running_state(model)
     modes = ModuleModes.capture(model)
@@ -133,6 +135,7 @@ class RefitSetup:
     layers: dict[str, Any]
     momentum: float | None
     warnings: list[str] = field(default_factory=list)
+    plans: PlanCache | None = None  # the traced plan, reused by refits sharing a ThetaWitness
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,8 @@ def _pass_exact(model: torch.nn.Module, reader: PoolReader, setup: RefitSetup, *
     model.eval()
     chunks = materialize(reader, chunk_size=chunk_size)
     outcome = _run_exact(model, chunks, num_batches_tracked=reader.samples, method=method,
-                         memory_budget=memory_budget, progress=progress, shipped=shipped, warnings=setup.warnings)
+                         memory_budget=memory_budget, progress=progress, shipped=shipped, warnings=setup.warnings,
+                         plans=setup.plans)
     del chunks
     skipped = [name for name in setup.layers if name not in outcome.order]
     if skipped:
@@ -289,11 +293,11 @@ def _convention(model: torch.nn.Module, *, rule: AccumulationRule, data: DataSpl
 
 def _run_exact(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches_tracked: int,
                method: ExactMethod, memory_budget: int | None, progress: bool, shipped: dict[str, Any],
-               warnings: list[str]) -> ExactOutcome:
+               warnings: list[str], plans: PlanCache | None = None) -> ExactOutcome:
     if method != "hooks":
         try:
             return run_traced(model, chunks, num_batches_tracked=num_batches_tracked, memory_budget=memory_budget,
-                              progress=progress)
+                              progress=progress, plans=plans)
         except Untraceable as exc:
             if method == "traced":
                 raise RefitError(f"the layer-major exact pass cannot run: {exc.reason}; use method='auto' or "

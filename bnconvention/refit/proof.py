@@ -36,6 +36,7 @@ from bnconvention.formats.digests import (
     running_names_for_layer,
     state_dict_digests,
 )
+from bnconvention.refit.graph import PlanCache
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
@@ -78,6 +79,9 @@ class ThetaWitness:
         self._thread = threading.Thread(target=self._digest, name="bnconvention-theta-digest", daemon=True)
         self._thread.start()
         self._initial_running = state_dict_digests(running, layers)
+        # refits sharing this witness (an audit's) also share the model's traced plan, re-traced on any change to
+        # its module tree: the same per-model reuse as the digest
+        self.plans = PlanCache()
 
     @property
     def initial_digests(self) -> DigestSet:

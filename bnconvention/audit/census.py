@@ -201,7 +201,9 @@ def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: li
     import torch
 
     from bnconvention.architectures.factories import allow_user_factory
+    from bnconvention.refit.allocator import tune_malloc
 
+    tune_malloc()  # a process of the census's own, like a CLI command's (bnconvention.refit.allocator)
     torch.set_num_threads(threads)
     for target in allowed_factories:
         allow_user_factory(target)

@@ -149,3 +149,18 @@ def test_cuda_refit_matches_the_cpu(rule: str) -> None:
     for name, buffer in cpu_model.state_dict().items():
         if name.endswith(("running_mean", "running_var")):
             torch.testing.assert_close(gpu_model.state_dict()[name].cpu(), buffer, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.usefixtures("no_accelerator")
+@pytest.mark.parametrize("command", [
+    pytest.param(["audit", "missing.safetensors", "--spec", "missing.yaml"], id="audit"),
+    pytest.param(["census", "missing-folder", "--spec", "missing.yaml", "--out", "census-out"], id="census"),
+    pytest.param(["hub", "audit", "some-org", "--spec", "missing.yaml"], id="hub-audit"),
+])
+def test_compute_commands_refuse_an_unavailable_device_first(command: list[str], capsys, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # the device is checked before the spec, the checkpoint or the Hub is read (none of them exists here)
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--device", "cuda"]) == 2
+    assert capsys.readouterr().err.startswith("bnconvention: device unavailable: device 'cuda' is not available")
+    assert list(tmp_path.iterdir()) == []

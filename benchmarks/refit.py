@@ -11,8 +11,11 @@ eval (the rounds least disturbed by other processes), and the median seconds. Va
 * ``exact-pass``  the exact rule's layer-major traced pass alone (``bnconvention.refit.exact.run_traced``,
                   tracing included)
 * ``exact``       ``refit(model, pool)``: the pass plus θ/φ digests before and after, staleness and the record
-* ``digests``     ``model_digests(model)`` twice: the fixed cost of the θ proof in ``exact`` (it does not grow
-                  with the pool)
+* ``exact+witness`` ``refit(model, pool, theta=witness)`` with one ``ThetaWitness`` shared by every call: what each
+                  refit of an audit costs (θ digested once per audit, compared byte for byte per refit)
+* ``witness``     ``ThetaWitness(model).trainable_sha256``: the fixed cost of a single ``refit()``'s θ proof (a copy of
+                  θ, one digest; inside ``exact`` the digest overlaps the pass)
+* ``digests``     ``model_digests(model)`` twice: what the θ proof cost before the witness (issue 15)
 * ``fallback``    ``refit(model, pool, method="hooks")``: one early-stopped pass per BatchNorm layer
 * ``naive``       one full eval forward over the pool per BatchNorm layer, no early stop
 * ``cumulative``  ``refit(model, pool, rule="cumulative")``
@@ -29,7 +32,17 @@ The peak memory of the exact path is the peak of pool inputs plus live activatio
     .venv/bin/python benchmarks/refit.py --models resnet18 --runs 9 --skip naive
     .venv/bin/python benchmarks/refit.py --json               # one JSON object
 
-With ``--check`` the exit status is 1 unless, on ResNet-18, exact-pass ≤ 1.2 × eval and ≤ 1.1 × update_bn.
+``--malloc tuned`` fixes glibc's mmap and trim thresholds in the measuring processes first, as the ``bnconvention``
+command line does (:mod:`bnconvention.refit.allocator`): with glibc's defaults the thresholds move with the
+allocation history and every variant page-faults a varying number of times, the cause of the ConvNet's bimodal
+ratios (issue 15); ``default`` (the default) measures what a Python caller of ``refit()`` gets.
+``--load N`` runs N busy-looping processes during the measurement (other engineers' tests on a shared machine):
+the ratios under contention, which is where the small-operation paths lose (the ConvNet's bimodality, issue 15).
+``--device cuda`` (or ``auto`` with a GPU present) adds rows measured on the accelerator (timed with
+``torch.cuda.synchronize``); without one the table says that no GPU rows were measured.
+
+With ``--check`` the exit status is 1 unless (issue 15) ResNet-18's ``exact`` ≤ 1.15 × eval and ≤ 1.05 × update_bn
+(medians) and the ConvNet's ``exact`` ≤ 1.2 × eval in every round, on the CPU and the ``--check-clock`` clock.
 """
 
 from __future__ import annotations
@@ -44,7 +57,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-VARIANTS = ("eval", "exact-pass", "exact", "digests", "fallback", "naive", "cumulative", "update_bn")
+VARIANTS = ("eval", "exact-pass", "exact", "exact+witness", "witness", "digests", "fallback", "naive", "cumulative",
+            "update_bn")
 SLOW = ("fallback", "naive")
 
 
@@ -60,12 +74,12 @@ def build(name: str) -> Any:
     raise SystemExit(f"unknown model {name!r}; choose convnet or resnet18")
 
 
-def variants(model: Any, pool: list[Any]) -> dict[str, Callable[[], Any]]:
+def variants(model: Any, pool: list[Any], sync: Callable[[], None]) -> dict[str, Callable[[], Any]]:
     import torch
     from torch.optim.swa_utils import update_bn
 
     from bnconvention.formats.digests import model_digests
-    from bnconvention.refit import refit
+    from bnconvention.refit import ThetaWitness, refit
     from bnconvention.refit.exact import commit_layer_stats, run_traced
     from bnconvention.refit.moments import ChannelMoments
     from bnconvention.refit.state import tracked_layers
@@ -91,28 +105,34 @@ def variants(model: Any, pool: list[Any]) -> dict[str, Callable[[], Any]]:
                 handle.remove()
                 commit_layer_stats(name, module, moments, num_batches_tracked=sum(len(x) for x in pool))
 
-    return {
+    shared = ThetaWitness(model)
+    fns: dict[str, Callable[[], Any]] = {
         "eval": eval_forward,
         "exact-pass": exact_pass,
         "exact": lambda: refit(model, pool),
+        "exact+witness": lambda: refit(model, pool, theta=shared),
+        "witness": lambda: ThetaWitness(model).trainable_sha256,
         "digests": lambda: (model_digests(model), model_digests(model)),
         "fallback": lambda: refit(model, pool, method="hooks"),
         "naive": naive,
         "cumulative": lambda: refit(model, pool, rule="cumulative"),
         "update_bn": lambda: update_bn(pool, model),
     }
+    return {key: (lambda fn=fn: (fn(), sync())) for key, fn in fns.items()}
 
 
-def measure(name: str, *, runs: int, images: int, batch_size: int, skip: set[str], seed: int) -> dict[str, Any]:
+def measure(name: str, *, runs: int, images: int, batch_size: int, skip: set[str], seed: int,
+            device: str = "cpu") -> dict[str, Any]:
     import torch
 
     from bnconvention.refit import refit
 
     torch.manual_seed(seed)
-    model = build(name)
+    model = build(name).to(device)
     generator = torch.Generator().manual_seed(seed)
-    pool = list((torch.randn(images, 3, 32, 32, generator=generator) * 0.5 + 0.2).split(batch_size))
-    fns = {k: v for k, v in variants(model, pool).items() if k not in skip}
+    pool = [x.to(device) for x in (torch.randn(images, 3, 32, 32, generator=generator) * 0.5 + 0.2).split(batch_size)]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    fns = {k: v for k, v in variants(model, pool, sync).items() if k not in skip}
     clocks = {"wall": time.perf_counter, "cpu": time.process_time}
     times: dict[str, dict[str, list[float]]] = {c: {k: [] for k in fns} for c in clocks}
     eval_of: dict[str, dict[str, list[float]]] = {c: {k: [] for k in fns} for c in clocks}
@@ -152,16 +172,19 @@ def measure(name: str, *, runs: int, images: int, batch_size: int, skip: set[str
                           "ratio_max": max(ratios), "seconds_median": statistics.median(measured[key]),
                           "ratio_of_fastest": min(measured[key]) / min(eval_of[clock][key])}
         rows[key] = row
-    if "update_bn" in fns and "exact-pass" in fns:
-        rows["exact-pass/update_bn"] = {}
+    for numerator in ("exact-pass", "exact", "exact+witness"):
+        if "update_bn" not in fns or numerator not in fns:
+            continue
+        rows[f"{numerator}/update_bn"] = {}
         for clock, measured in times.items():
-            paired = [a / b for a, b in zip(measured["exact-pass"], measured["update_bn"], strict=True)]
-            rows["exact-pass/update_bn"][clock] = {
+            paired = [a / b for a, b in zip(measured[numerator], measured["update_bn"], strict=True)]
+            rows[f"{numerator}/update_bn"][clock] = {
                 "ratio_median": statistics.median(paired), "ratio_min": min(paired), "ratio_max": max(paired),
                 "seconds_median": None,
-                "ratio_of_fastest": min(measured["exact-pass"]) / min(measured["update_bn"])}
+                "ratio_of_fastest": min(measured[numerator]) / min(measured["update_bn"])}
     return {
         "model": name,
+        "device": device,
         "images": images,
         "batch_size": batch_size,
         "runs": runs,
@@ -172,7 +195,7 @@ def measure(name: str, *, runs: int, images: int, batch_size: int, skip: set[str
     }
 
 
-def measure_isolated(name: str, *, args: argparse.Namespace, skip: set[str]) -> dict[str, Any]:
+def measure_isolated(name: str, *, args: argparse.Namespace, skip: set[str], device: str) -> dict[str, Any]:
     """``measure`` in fresh processes: one for the one-pass variants, one for the per-layer variants.
 
     The allocator's state is part of what is measured: after the per-layer variants (15-20 forwards with hooks)
@@ -187,7 +210,8 @@ def measure_isolated(name: str, *, args: argparse.Namespace, skip: set[str]) -> 
             continue
         command = [sys.executable, __file__, "--worker", "--models", name, "--runs", str(args.runs),
                    "--images", str(args.images), "--batch-size", str(args.batch_size), "--threads",
-                   str(args.threads), "--seed", str(args.seed), "--skip", ",".join(sorted(group_skip))]
+                   str(args.threads), "--seed", str(args.seed), "--skip", ",".join(sorted(group_skip)),
+                   "--device", device, "--malloc", args.malloc]
         out = subprocess.run(command, capture_output=True, text=True, check=True)
         result = json.loads(out.stdout)["results"][0]
         if merged is None:
@@ -199,6 +223,63 @@ def measure_isolated(name: str, *, args: argparse.Namespace, skip: set[str]) -> 
     return merged
 
 
+def devices_to_measure(choice: str) -> tuple[list[str], str | None]:
+    """The CPU always; an accelerator when asked for (or with ``auto``, when present), else a note saying why not."""
+    from bnconvention.refit.devices import available_accelerator, resolve_device
+
+    if choice == "cpu":
+        return ["cpu"], "no GPU rows: --device cpu"
+    if choice == "auto":
+        found = available_accelerator()
+        return (["cpu", found], None) if found else (["cpu"], "no GPU rows: no CUDA or MPS device on this machine")
+    return ["cpu", resolve_device(choice).type], None
+
+
+def start_load(count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` busy-looping processes: the contention of other engineers' tests on a shared machine."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def stop_load(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        process.terminate()
+        process.wait()
+
+
+def print_table(result: dict[str, Any], threads: int) -> None:
+    print(f"\n{result['model']} on {result['device']}: {result['bn_layers']} BatchNorm layers, {result['images']} "
+          f"images 32x32 in batches of {result['batch_size']}, {threads} threads, median of {result['runs']} rounds")
+    print(f"  {'variant':<22}{'wall x eval':>12}{'range':>12}{'fastest':>9}{'cpu x eval':>12}{'range':>12}"
+          f"{'wall s':>9}{'cpu s':>9}")
+    for key, row in result["rows"].items():
+        wall, cpu = row["wall"], row["cpu"]
+        seconds = ("" if wall["seconds_median"] is None
+                   else f"{wall['seconds_median']:>9.3f}{cpu['seconds_median']:>9.3f}")
+        print(f"  {key:<22}{wall['ratio_median']:>12.2f}"
+              f"{wall['ratio_min']:>6.2f}-{wall['ratio_max']:<5.2f}{wall['ratio_of_fastest']:>9.2f}"
+              f"{cpu['ratio_median']:>12.2f}{cpu['ratio_min']:>6.2f}-{cpu['ratio_max']:<5.2f}{seconds}"
+              + ("" if "/" not in key else "   (paired ratio of the two)"))
+    peak = result["exact_peak_bytes"]
+    print(f"  exact path peak: {peak / 2**20:.1f} MiB of pool inputs and live activations "
+          f"(pool itself {result['pool_bytes'] / 2**20:.1f} MiB)")
+
+
+def check(results: list[dict[str, Any]], clock: str) -> bool:
+    """Issue 15's targets on the CPU: ResNet-18 refit() <= 1.15x eval and <= 1.05x update_bn (medians), the
+    ConvNet's refit() <= 1.2x eval in every round."""
+    ok = True
+    for result in results:
+        rows = result["rows"]
+        if result["device"] != "cpu" or "exact" not in rows:
+            continue
+        if result["model"] == "resnet18":
+            ok &= rows["exact"][clock]["ratio_median"] <= 1.15
+            ok &= rows.get("exact/update_bn", {clock: {"ratio_median": 0.0}})[clock]["ratio_median"] <= 1.05
+        elif result["model"] == "convnet":
+            ok &= rows["exact"][clock]["ratio_max"] <= 1.2
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="convnet,resnet18", help="comma-separated: convnet, resnet18")
@@ -208,12 +289,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip", default="", help=f"comma-separated variants to leave out of {VARIANTS}")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "mps"),
+                        help="auto: CPU rows, plus accelerator rows when one is present")
+    parser.add_argument("--malloc", choices=("default", "tuned"), default="default",
+                        help="glibc allocator thresholds: as they are, or fixed as the CLI fixes them")
+    parser.add_argument("--load", type=int, default=0, metavar="N", help="N busy processes during the measurement")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 unless ResNet-18 exact-pass <= 1.2x eval and <= 1.1x update_bn")
+                        help="exit 1 unless ResNet-18 refit() <= 1.15x eval and <= 1.05x update_bn, and the "
+                             "ConvNet's <= 1.2x eval in every round")
     parser.add_argument("--check-clock", choices=("wall", "cpu"), default="wall", help="clock --check reads")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one measurement, in-process
     args = parser.parse_args(argv)
+
+    import os
 
     import torch
 
@@ -222,39 +311,34 @@ def main(argv: list[str] | None = None) -> int:
     if "eval" in skip or skip - set(VARIANTS):
         parser.error(f"--skip takes variants from {VARIANTS[1:]}")
     if args.worker:
+        if args.malloc == "tuned":
+            from bnconvention.refit.allocator import tune_malloc
+
+            if not tune_malloc():
+                raise SystemExit("--malloc tuned: glibc's mallopt is not available (or the environment sets it)")
         results = [measure(name, runs=args.runs, images=args.images, batch_size=args.batch_size, skip=skip,
-                           seed=args.seed) for name in args.models.split(",") if name]
+                           seed=args.seed, device=args.device) for name in args.models.split(",") if name]
         print(json.dumps({"threads": args.threads, "results": results}))
         return 0
-    results = [measure_isolated(name, args=args, skip=skip) for name in args.models.split(",") if name]
+    devices, note = devices_to_measure(args.device)
+    load_before = os.getloadavg()
+    load = start_load(args.load)
+    try:
+        results = [measure_isolated(name, args=args, skip=skip, device=device)
+                   for device in devices for name in args.models.split(",") if name]
+    finally:
+        stop_load(load)
+    load_after = os.getloadavg()
     if args.json:
-        print(json.dumps({"threads": args.threads, "results": results}, indent=2))
+        print(json.dumps({"threads": args.threads, "load": args.load, "loadavg": [load_before, load_after],
+                          "note": note, "results": results}, indent=2))
     else:
+        print(f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; {args.load} busy processes "
+              f"added; malloc {args.malloc}" + (f"; {note}" if note else ""))
         for result in results:
-            print(f"\n{result['model']}: {result['bn_layers']} BatchNorm layers, {result['images']} images 32x32 in "
-                  f"batches of {result['batch_size']}, {args.threads} threads, median of {result['runs']} rounds")
-            print(f"  {'variant':<22}{'wall x eval':>12}{'range':>12}{'fastest':>9}{'cpu x eval':>12}{'range':>12}"
-                  f"{'wall s':>9}{'cpu s':>9}")
-            for key, row in result["rows"].items():
-                wall, cpu = row["wall"], row["cpu"]
-                seconds = ("" if wall["seconds_median"] is None
-                           else f"{wall['seconds_median']:>9.3f}{cpu['seconds_median']:>9.3f}")
-                print(f"  {key:<22}{wall['ratio_median']:>12.2f}"
-                      f"{wall['ratio_min']:>6.2f}-{wall['ratio_max']:<5.2f}{wall['ratio_of_fastest']:>9.2f}"
-                      f"{cpu['ratio_median']:>12.2f}{cpu['ratio_min']:>6.2f}-{cpu['ratio_max']:<5.2f}{seconds}"
-                      + ("" if "/" not in key else "   (paired ratio of the two)"))
-            peak = result["exact_peak_bytes"]
-            print(f"  exact path peak: {peak / 2**20:.1f} MiB of pool inputs and live activations "
-                  f"(pool itself {result['pool_bytes'] / 2**20:.1f} MiB)")
+            print_table(result, args.threads)
     if args.check:
-        for result in results:
-            if result["model"] != "resnet18":
-                continue
-            rows = result["rows"]
-            clock = args.check_clock
-            ok = rows["exact-pass"][clock]["ratio_median"] <= 1.2 and rows.get(
-                "exact-pass/update_bn", {clock: {"ratio_median": 0.0}})[clock]["ratio_median"] <= 1.1
-            return 0 if ok else 1
+        return 0 if check(results, args.check_clock) else 1
     return 0
 
 

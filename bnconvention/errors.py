@@ -102,6 +102,10 @@ class UnsupportedModelError(BnConventionError, TypeError):
     """The model cannot be handled (e.g. half precision where float32 is required)."""
 
 
+class DeviceUnavailableError(BnConventionError, RuntimeError):
+    """The device asked for (``--device cuda``, ``mps``) is not available to this torch build or machine."""
+
+
 # --- audit ----------------------------------------------------------------------------------------------------------
 
 
@@ -189,6 +193,7 @@ __all__ = [
     "CanonicalJSONError",
     "CardError",
     "CheckpointMismatchError",
+    "DeviceUnavailableError",
     "DigestMismatchError",
     "FactoryArgumentError",
     "FactoryCallError",

@@ -63,10 +63,12 @@ from bnconvention.audit.outputs import write_audit_outputs, write_json
 from bnconvention.audit.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, weights_key
+from bnconvention.audit.shipped_store import SHIPPED_DIR, ShippedStore
 from bnconvention.audit.spec import AuditSpec, parse_spec
 from bnconvention.audit.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.refit.devices import Device
 
 JOURNAL_DIR = "journal"
 
@@ -197,22 +199,26 @@ def read_journal(path: Path, *, weights: str, measurement_sha256: str) -> AuditR
     return result
 
 
-def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: list[str], threads: int) -> str:
+def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: list[str], threads: int,
+                     device: Device = "cpu", shipped_dir: str | None = None) -> str:
     """Run one audit in a spawned worker process; returns the result as JSON text."""
     import torch
 
     from bnconvention.architectures.factories import allow_user_factory
+    from bnconvention.refit.allocator import tune_malloc
 
+    tune_malloc()  # a process of the census's own, like a CLI command's (bnconvention.refit.allocator)
     torch.set_num_threads(threads)
     for target in allowed_factories:
         allow_user_factory(target)
     spec = parse_spec(spec_data)
-    return run_audit(prepare_audit(path, spec)).model_dump_json()
+    store = ShippedStore(Path(shipped_dir)) if shipped_dir is not None else None
+    return run_audit(prepare_audit(path, spec, device=device), shipped_store=store).model_dump_json()
 
 
 def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path, *, workers: int = 1,
                progress: bool = False, allowed_factories: Sequence[str] = (),
-               on_result: OnResult | None = None) -> CensusOutcome:
+               on_result: OnResult | None = None, device: Device = "cpu") -> CensusOutcome:
     """Audit every checkpoint (resuming from the journal) and write the census; see the module docstring."""
     import torch
     from tqdm.auto import tqdm
@@ -226,6 +232,7 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     items = preflight(checkpoints, spec, data)
     check_pool_sizes(spec, data)
     store = ReplicateStore(out / REPLICATES_DIR)
+    shipped_store = ShippedStore(out / SHIPPED_DIR)  # census members sharing weights and splits: evaluated once
 
     results = _reuse_journal(items, out)
     reused = len(results)
@@ -250,12 +257,14 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
             for item in todo:
                 own_data = data if item.spec is spec else load_audit_data(
                     item.spec, repo_dir=item.path.parent, dataset=data.dataset)
-                result = run_audit(prepare_audit(item.path, item.spec, data=own_data), progress=progress)
+                result = run_audit(prepare_audit(item.path, item.spec, data=own_data, device=device),
+                                   progress=progress, shipped_store=shipped_store)
                 finish(item, result)
                 bar.update(1)
         else:
             _run_parallel(todo, spec, workers=workers, threads=max(1, torch.get_num_threads() // workers),
-                          allowed=list(allowed_factories), finish=finish, bar=bar)
+                          allowed=list(allowed_factories), finish=finish, bar=bar, device=device,
+                          shipped_dir=str(shipped_store.folder))
     finally:
         bar.close()
 
@@ -295,7 +304,8 @@ def _reuse_journal(items: Sequence[CensusItem], out: Path) -> dict[str, AuditRes
 
 
 def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, threads: int, allowed: list[str],
-                  finish: Callable[[CensusItem, AuditResult], None], bar: Any) -> None:
+                  finish: Callable[[CensusItem, AuditResult], None], bar: Any, device: Device = "cpu",
+                  shipped_dir: str | None = None) -> None:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -303,7 +313,7 @@ def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, thre
     executor = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context)
     try:
         pending = {executor.submit(_audit_in_worker, str(item.path), item.spec.model_dump(mode="json"), allowed,
-                                   threads): item for item in todo}
+                                   threads, device, shipped_dir): item for item in todo}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:

@@ -33,17 +33,28 @@ def torch_seed(rng: np.random.Generator) -> int:
 
 
 def predict(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> torch.Tensor:
-    """Class predictions of ``model`` (eval mode) on a split under the eval transform; the logits are read out of
-    whatever the forward returns (a transformers ``ModelOutput`` too)."""
+    """Class predictions of ``model`` (eval mode) on a split under the eval transform, on the CPU; the logits are
+    read out of whatever the forward returns (a transformers ``ModelOutput`` too). Batches are transformed on the
+    CPU and moved to the model's device."""
     import torch
 
     model.eval()
+    device = model_device(model)
     outputs = []
     with torch.inference_mode():
         for start in range(0, len(split.x), batch_size):
             x = data.eval_transform(split.x[start:start + batch_size], generator=None)
-            outputs.append(logits(model(x)).argmax(dim=1))
+            outputs.append(logits(model(x.to(device))).argmax(dim=1).cpu())
     return torch.cat(outputs)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter or buffer (the CPU for a model without tensors)."""
+    import torch
+
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
 
 
 def accuracy(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> float:
@@ -72,13 +83,16 @@ class Refitter:
     """Runs refits for one audit, restoring the shipped φ after each and counting passes.
 
     ``after_refit`` settles each refit's φ as the checkpoint would store it (a float16 file's statistics rounded to
-    float16: the refit cells are those of the weights a refit writes, docs/statistics.md)."""
+    float16: the refit cells are those of the weights a refit writes, docs/statistics.md). ``theta`` witnesses θ
+    once for the whole audit (:class:`~bnconvention.refit.ThetaWitness`): every refit proves θ unchanged by a byte
+    comparison against it, and the audit's own before/after check reads its digest, so θ is digested once."""
 
     def __init__(self, model: torch.nn.Module, *,
                  after_refit: Callable[[torch.nn.Module], None] | None = None) -> None:
-        from bnconvention.refit import running_state
+        from bnconvention.refit import ThetaWitness, running_state
 
         self.model = model
+        self.theta = ThetaWitness(model)
         self.shipped = running_state(model)
         self.count = 0
         self.after_refit = after_refit
@@ -93,7 +107,7 @@ class Refitter:
         pool = _pool(x, transform, generator=generator, batch_size=batch_size)
         self.count += 1
         report = refit(self.model, pool, rule=rule, data=data_split,  # type: ignore[arg-type]
-                       transform=transform.standard())
+                       transform=transform.standard(), theta=self.theta)
         if self.after_refit is not None:
             self.after_refit(self.model)
         return report

@@ -56,8 +56,6 @@ def stored_replicates(checkpoint: SweepCheckpoint, spec: AuditSpec, store: Repli
                       data: AuditData) -> tuple[list[ReplicateRecord], int]:
     """The R replicates of one checkpoint at ``spec``'s pool size, refitting only the missing ones; returns them
     and the number of refits run."""
-    from bnconvention.formats.digests import model_digests
-
     pool = spec.refit.pool_size
     keys = [replicate_key(checkpoint.weights_key, spec, pool_size=pool, index=r) for r in range(spec.replicates)]
     records: list[ReplicateRecord | None] = [store.get(key) for key in keys]
@@ -66,11 +64,11 @@ def stored_replicates(checkpoint: SweepCheckpoint, spec: AuditSpec, store: Repli
         prepared = prepare_audit(checkpoint.path, spec, data=data)
         loaded = prepared.checkpoint
         refitter = Refitter(loaded.model, after_refit=loaded.weights.round_running if loaded.weights else None)
-        before = model_digests(loaded.model).trainable_sha256
         for r in missing:
             records[r] = replicate_record(prepared, refitter, r)
             store.put(keys[r], records[r])  # type: ignore[arg-type]
-        check_theta_unchanged(loaded.path, before=before, after=model_digests(loaded.model).trainable_sha256)
+        check_theta_unchanged(loaded.path, before=refitter.theta.trainable_sha256,
+                              after=refitter.theta.digests(loaded.model).trainable_sha256)
     return [record for record in records if record is not None], len(missing)
 
 

@@ -4,7 +4,8 @@ The cost is what the design needs and no more: the shipped cells are evaluated o
 each replicate is one refit on its own redrawn retained pool plus one evaluation; the reference band reuses the
 running statistics of replicates 0 and 1 (no extra pass); recoverability and the optional provenance contrast add
 one and two refits; the optional encoder-level diagnostics (:mod:`.encoder`) R exact refits and their probes. φ is
-restored to the shipped state after every refit, and the digest of θ is compared before and after the whole audit
+restored to the shipped state after every refit, and θ is witnessed once (one digest,
+:class:`~bnconvention.refit.ThetaWitness`) and compared byte for byte in every refit and after the whole audit
 (:class:`~bnconvention.errors.WeightsChangedError` if it moved).
 
 Staleness (seed 003, Eq. 15): the shipped φ against replicate 0's refit, per layer and layer-averaged; the
@@ -31,6 +32,7 @@ from bnconvention.audit.encoder import plan_encoder, run_encoder, with_encoder
 from bnconvention.audit.evaluation import Refitter
 from bnconvention.audit.provenance import retained_needed
 from bnconvention.audit.result import AuditResult
+from bnconvention.audit.shipped_store import ShippedStore
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stages import (
     PreparedAudit,
@@ -49,6 +51,7 @@ from bnconvention.audit.sweeps import measurement_sha256
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.text import plural
+from bnconvention.refit.devices import Device, resolve_device
 
 __all__ = ["PreparedAudit", "audit_checkpoint", "check_data_fits", "prepare_audit", "run_audit", "weights_key"]
 
@@ -83,35 +86,40 @@ def check_data_fits(spec: AuditSpec, data: AuditData) -> None:
                                  f"{plural(len(data.forget.ids), 'record')}", field="/provenance/exchanged")
 
 
-def prepare_audit(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None) -> PreparedAudit:
-    """Load and check everything (spec against data, checkpoint against its architecture) before computing."""
+def prepare_audit(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None,
+                  device: Device = "cpu") -> PreparedAudit:
+    """Load and check everything (spec against data, checkpoint against its architecture) before computing;
+    the model is moved to ``device`` (:mod:`bnconvention.refit.devices`; the data stays on the CPU and each batch
+    follows the model)."""
+    target = resolve_device(device)
     repo_dir = Path(weights).parent  # the model repo's folder: from_repo transforms, index files in the repo
     data = data.for_repo(spec, repo_dir) if data is not None else load_audit_data(spec, repo_dir=repo_dir)
     check_data_fits(spec, data)
     checkpoint = load_checkpoint(weights, spec)
+    checkpoint.model.to(target)
     encoder = plan_encoder(spec, data, checkpoint)
     return PreparedAudit(spec=spec, data=data, checkpoint=checkpoint, encoder=encoder)
 
 
 def audit_checkpoint(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None,
-                     progress: bool = False) -> AuditResult:
+                     progress: bool = False, device: Device = "cpu") -> AuditResult:
     """Prepare and run the audit of one weights file."""
-    return run_audit(prepare_audit(weights, spec, data=data), progress=progress)
+    return run_audit(prepare_audit(weights, spec, data=data, device=device), progress=progress)
 
 
 def run_audit(prepared: PreparedAudit, *, progress: bool = False,
-              on_replicate: Callable[[int], None] | None = None) -> AuditResult:
+              on_replicate: Callable[[int], None] | None = None,
+              shipped_store: ShippedStore | None = None) -> AuditResult:
     """Compute everything for one prepared checkpoint, stage by stage (:mod:`bnconvention.audit.stages`; the module
-    docstring gives the cost)."""
-    from bnconvention.formats.digests import model_digests
-
+    docstring gives the cost). ``shipped_store`` reuses shipped cells another audit of the same weights,
+    architecture and splits evaluated (:mod:`bnconvention.audit.shipped_store`)."""
     start = time.perf_counter()
     spec, checkpoint = prepared.spec, prepared.checkpoint
     model = checkpoint.model
     model.eval()
-    theta_before = model_digests(model).trainable_sha256
-    shipped = evaluate_shipped(prepared)
+    # θ witnessed before anything runs: one digest for the audit, every refit compares bytes against it
     refitter = Refitter(model, after_refit=checkpoint.weights.round_running if checkpoint.weights else None)
+    shipped = evaluate_shipped(prepared, store=shipped_store)
     replicates = run_replicates(prepared, refitter, progress=progress, on_replicate=on_replicate)
     decisions = decide_cells(spec, shipped, replicates.base, channel=replicates.channel,
                              published=checkpoint.published)
@@ -120,7 +128,8 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
                                     shipped_state=refitter.shipped)
     diagnostics = run_diagnostics(prepared, refitter, shipped, staleness=staleness.combined)
     encoder = None if prepared.encoder is None else run_encoder(spec, prepared.data, prepared.encoder, refitter)
-    check_theta_unchanged(checkpoint.path, before=theta_before, after=model_digests(model).trainable_sha256)
+    check_theta_unchanged(checkpoint.path, before=refitter.theta.trainable_sha256,
+                          after=refitter.theta.digests(model).trainable_sha256)
     annotation = build_annotation(prepared, shipped, replicates, decisions, staleness, diagnostics)
     if prepared.encoder is not None and encoder is not None:
         annotation = with_encoder(annotation, spec, prepared.encoder, encoder, anchored=shipped.anchored)

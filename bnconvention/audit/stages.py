@@ -46,6 +46,7 @@ from bnconvention.audit.result import (
     SignRecord,
     StalenessNull,
 )
+from bnconvention.audit.shipped_store import ShippedStore
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.authoring.declaration import default_producer, make_convention
 from bnconvention.errors import AuditSpecError, UntrustedInputError, WeightsChangedError
@@ -101,12 +102,19 @@ class ShippedCells:
         return self.anchoring.anchored if self.anchoring is not None else True
 
 
-def evaluate_shipped(prepared: PreparedAudit) -> ShippedCells:
-    """One evaluation of the shipped state (eval transform, full splits), then the cells and anchoring from it."""
+def evaluate_shipped(prepared: PreparedAudit, *, store: ShippedStore | None = None) -> ShippedCells:
+    """One evaluation of the shipped state (eval transform, full splits), then the cells and anchoring from it.
+    With a ``store`` the base cells come from it when an audit sharing the weights, architecture and splits already
+    evaluated them (``seconds`` is then 0.0), and are put there otherwise."""
     spec, checkpoint = prepared.spec, prepared.checkpoint
     start = time.perf_counter()
-    base = base_cells(checkpoint.model, prepared.data, batch_size=spec.eval_batch_size)
-    seconds = time.perf_counter() - start
+    key = store.key(prepared) if store is not None else None
+    stored = store.get(key) if store is not None and key is not None else None
+    base = stored if stored is not None else base_cells(checkpoint.model, prepared.data,
+                                                         batch_size=spec.eval_batch_size)
+    if store is not None and key is not None and stored is None:
+        store.put(key, base)
+    seconds = 0.0 if stored is not None else time.perf_counter() - start
     cells = {c.text: evaluate_cell(c, base, field=f"/cells/{i}") for i, c in enumerate(spec.cell_expressions())}
     anchors = anchoring(spec, published=checkpoint.published, shipped_cells=cells, shipped_base=base)
     return ShippedCells(base=base, cells=cells, anchoring=anchors, seconds=seconds)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.extras import needs_extra
 from bnconvention.formats.text import plural, signed
@@ -37,6 +38,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
                         help="allow your own model factory for this run (repeatable); the spec names it as "
                              "model: {factory: MODULE:FUNCTION}")
+    add_device_option(parser)
     add_progress_option(parser)
     needs_extra(parser, "audit")
 
@@ -73,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
     from bnconvention.audit.spec import load_spec
 
     allow_factories(args.allow_factory)
+    device = chosen_device(args)
     spec = load_spec(args.spec, replicates=args.replicates)
     weights = Path(args.weights)
-    prepared = prepare_audit(weights, spec)  # every check, before any computation or output
+    prepared = prepare_audit(weights, spec, device=device)  # every check, before any computation or output
     result = run_audit(prepared, progress=show_progress(args.progress))
     out = Path(args.out) if args.out else Path(f"audit-{checkpoint_name(weights)}")
     written = write_audit_outputs(result, out)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.cli.audit_cmd import add_common_options, allow_factories
+from bnconvention.cli.device_option import chosen_device
 from bnconvention.cli.progress import show_progress
 from bnconvention.errors import UsageError
 from bnconvention.formats.text import plural, signed
@@ -93,11 +94,12 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
     allow_factories(args.allow_factory)
+    device = chosen_device(args)
     spec = load_spec(args.spec, replicates=args.replicates)
     if args.margins is not None or args.pool_sizes is not None:
         spec = _with_sweeps(spec, args)
     outcome = run_census(args.paths, spec, Path(args.out), workers=args.workers, progress=show_progress(args.progress),
-                         allowed_factories=args.allow_factory)
+                         allowed_factories=args.allow_factory, device=device)
     summary = outcome.summary
     page = write_census_html(summary, outcome.out_dir / CENSUS_HTML)
     counts = summary["counts"]

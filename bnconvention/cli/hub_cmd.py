@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.extras import needs_extra
 
@@ -129,6 +130,7 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="local (in this process), process (spawned workers) or ray (Ray tasks); default: "
                             "process when --workers > 1, else local")
     audit.add_argument("--threads", type=int, default=1, metavar="T", help="torch threads per audit (default: 1)")
+    add_device_option(audit)
     audit.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     audit.add_argument("--redo", action="append", default=[], metavar="ORG/NAME",
                        help="audit only this repo (repeatable), again even if the journal holds a success")
@@ -317,7 +319,8 @@ def run_audit_cmd(args: argparse.Namespace) -> int:
 
 
 def _audit_options(args: argparse.Namespace) -> tuple[AuditSpec, ExecutorKind]:
-    """``--redo``, ``--executor``/``--workers``, ``--threads``, ``--allow-factory`` and the spec, checked in order."""
+    """``--redo``, ``--executor``/``--workers``, ``--threads``, ``--device``, ``--allow-factory`` and the spec, checked
+    in order."""
     from bnconvention.audit.spec import load_spec
     from bnconvention.cli.audit_cmd import allow_factories
     from bnconvention.errors import UsageError
@@ -329,6 +332,7 @@ def _audit_options(args: argparse.Namespace) -> tuple[AuditSpec, ExecutorKind]:
     executor = resolve_executor(args.executor, args.workers)
     if args.threads < 1:
         raise UsageError(f"--threads must be at least 1, got {args.threads}")
+    args.device = chosen_device(args)  # resolved here: --device cuda without CUDA fails before the census
     allow_factories(args.allow_factory)
     return load_spec(args.spec, replicates=args.replicates), executor
 
@@ -339,7 +343,8 @@ def _audit_work(args: argparse.Namespace, options: tuple[AuditSpec, ExecutorKind
 
     spec, executor = options
     return audit_org(client, args.org, spec, journal=journal, out=out, executor=executor, workers=args.workers,
-                     allowed_factories=args.allow_factory, threads=args.threads, plots=not args.no_plots,
+                     allowed_factories=args.allow_factory, threads=args.threads, device=args.device,
+                     plots=not args.no_plots,
                      progress=show_progress(args.progress), redo=args.redo, redo_failed=args.redo_failed)
 
 

@@ -69,6 +69,7 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (errors.FactoryArgumentError, EXIT_USAGE, "bad factory arguments"),
     (errors.FactoryCallError, EXIT_FAILED, "model factory failed"),
     (errors.MissingDependencyError, EXIT_FAILED, "missing dependency"),
+    (errors.DeviceUnavailableError, EXIT_USAGE, "device unavailable"),
     (errors.RecordError, EXIT_FAILED, "invalid record"),
     (errors.DigestMismatchError, EXIT_FAILED, "digest mismatch"),
     (errors.WeightsChangedError, EXIT_FAILED, "weights changed"),

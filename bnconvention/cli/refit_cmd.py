@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.extras import needs_extra
@@ -91,6 +92,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="the refit checkpoint: a .safetensors file, or for a sharded input a folder (or its "
                              ".safetensors.index.json) that receives the same shards")
     parser.add_argument("--report", required=True, type=Path, metavar="REPORT.json")
+    add_device_option(parser)
     add_progress_option(parser)
     needs_extra(parser, "refit")
     parser.set_defaults(func=run)
@@ -121,14 +123,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--arch-kwargs must be a JSON object, got {args.arch_kwargs!r}")
     for target in args.allow_factory:
         allow_user_factory(target)
+    device = chosen_device(args)
 
     model = build_model(args.arch, kwargs)
     loaded = load_checkpoint_weights(model, weights, factory=f"factory {args.arch!r}")
     before = checkpoint_digests(loaded.files)
     dtype = model_dtype(model)
     pool, data, transform = _pool(args, dtype)
+    model.to(device)  # the pool's batches follow the model; θ's bytes survive the round trip exactly
     report = refit(model, pool, rule=args.rule, data=data, transform=transform, method=args.method,
                    progress=show_progress(args.progress))
+    model.to("cpu")
     record = to_dict(stored_declaration(report.declaration, loaded, model, before=before))
     written = save_refit_weights(model, loaded, out, record_text=canonical_json(record))
     _check_theta_written(written, before=before.trainable_sha256)

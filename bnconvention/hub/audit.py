@@ -46,6 +46,7 @@ from bnconvention.hub.client import HubClient
 from bnconvention.hub.crawl import census_org
 from bnconvention.hub.executors import ExecutorKind, run_tasks
 from bnconvention.hub.journal import Entry, Journal
+from bnconvention.refit.devices import Device
 
 AUDITS_DIR = "audits"
 
@@ -128,8 +129,9 @@ class AuditPlan:
 
 
 def plan_audits(client: HubClient, org: str, repos: Sequence[RepoCensus], *, spec_data: dict[str, Any],
-                journal: Journal, allowed_factories: Sequence[str] = (), threads: int = 1, redo: Sequence[str] = (),
-                redo_failed: bool = False, on_audit: Callable[[RepoAudit, bool], None] | None = None) -> AuditPlan:
+                journal: Journal, allowed_factories: Sequence[str] = (), threads: int = 1, device: Device = "cpu",
+                redo: Sequence[str] = (), redo_failed: bool = False,
+                on_audit: Callable[[RepoAudit, bool], None] | None = None) -> AuditPlan:
     """Sort the census's BN repos: reuse a journaled success at the same commit under the same spec, skip what
     ``redo`` / ``redo_failed`` do not select, record a repo with only sharded checkpoints as skipped (no task), and
     make one :class:`AuditTask` of every other repo."""
@@ -156,7 +158,8 @@ def plan_audits(client: HubClient, org: str, repos: Sequence[RepoCensus], *, spe
             plan.tasks.append(AuditTask(endpoint=client.endpoint, token=client.token, repo_id=repo.repo_id,
                                         revision=repo.sha or "", filenames=tuple(files), skipped=tuple(skipped),
                                         spec=spec_data, allowed_factories=tuple(allowed_factories),
-                                        threads=threads, retry=client.retry, timeout_s=client.timeout_s))
+                                        threads=threads, retry=client.retry, timeout_s=client.timeout_s,
+                                        device=device))
     return plan
 
 
@@ -172,7 +175,8 @@ def _record_skipped(journal: Journal, repo: RepoCensus, skipped: Sequence[tuple[
 
 def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal, out: str | os.PathLike[str],
               executor: ExecutorKind = "local", workers: int = 1, allowed_factories: Sequence[str] = (),
-              threads: int = 1, plots: bool = True, progress: bool = False, redo: Sequence[str] = (),
+              threads: int = 1, device: Device = "cpu", plots: bool = True, progress: bool = False,
+              redo: Sequence[str] = (),
               redo_failed: bool = False, on_audit: Callable[[RepoAudit, bool], None] | None = None) -> AuditRun:
     """Census (reusing the journal), then audit every BN repo not yet audited successfully at its commit under
     this spec; with ``redo`` / ``redo_failed``, only those repos (see the module docstring)."""
@@ -181,7 +185,8 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
     spec_data = spec.model_dump(mode="json")
     spec_sha = canonical_sha256(spec_data)
     plan = plan_audits(client, org, census.repos, spec_data=spec_data, journal=journal,
-                       allowed_factories=allowed_factories, threads=threads, redo=redo, redo_failed=redo_failed,
+                       allowed_factories=allowed_factories, threads=threads, device=device, redo=redo,
+                       redo_failed=redo_failed,
                        on_audit=on_audit)
     run = AuditRun(org=org, audits=[], out_dir=out_dir, reused=len(plan.reused_ids), left=plan.left,
                    reused_ids=set(plan.reused_ids))

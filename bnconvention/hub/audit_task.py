@@ -41,6 +41,7 @@ from bnconvention.formats.safetensors_index import INDEX_SUFFIX, parse_index
 from bnconvention.formats.text import one_line
 from bnconvention.hub.client import DEFAULT_TIMEOUT_S, HubClient, Secret, make_client, quiet_hub_progress
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
+from bnconvention.refit.devices import Device
 from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
 
@@ -94,6 +95,7 @@ class AuditTask:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     work_dir: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
+    device: Device = "cpu"  # an already resolved device name (bnconvention.refit.devices), not "auto"
 
 
 # --- choosing the model ------------------------------------------------------------------------------------------
@@ -277,7 +279,7 @@ def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: Repo
     if files.config is not None and not (repo_dir / CONFIG_NAME).exists():  # timm's pretrained_cfg, for from_repo
         (repo_dir / CONFIG_NAME).write_bytes(files.config)
     _fetch_repo_files(client, task, repo_spec, repo_dir)
-    result = audit_checkpoint(weights, repo_spec, data=_audit_data(repo_spec, task, repo_dir))
+    result = audit_checkpoint(weights, repo_spec, data=_audit_data(repo_spec, task, repo_dir), device=task.device)
     subject = result.annotation.subject.model_copy(update={"filename": filename, "repo": task.repo_id,
                                                            "revision": task.revision})
     annotation = result.annotation.model_copy(update={"subject": subject})

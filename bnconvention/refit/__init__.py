@@ -7,8 +7,9 @@
 Modules: :mod:`.engine` (``refit``, the transaction), :mod:`.graph` (fx trace cut into stages), :mod:`.exact`
 (layer-major traced pass, memory bound), :mod:`.fallback` (per-layer hook passes), :mod:`.train_mode`
 (``cumulative`` = ``update_bn``, ``ema``), :mod:`.pool` (batches), :mod:`.moments` (float64 Chan accumulation),
-:mod:`.state` (snapshot/restore), :mod:`.staleness` (seed 003 Eq. 15), :mod:`.result` (``RefitReport``),
-:mod:`.files` (weights in/out, ``.npz`` pools; used by ``bnconvention refit``).
+:mod:`.state` (snapshot/restore), :mod:`.proof` (the θ witness), :mod:`.devices` (``--device``), :mod:`.staleness`
+(seed 003 Eq. 15), :mod:`.result` (``RefitReport``), :mod:`.files` (weights in/out, ``.npz`` pools; used by
+``bnconvention refit``).
 """
 
 import sys
@@ -16,6 +17,7 @@ import types
 from typing import Any
 
 from bnconvention.refit.engine import refit
+from bnconvention.refit.proof import ThetaWitness
 from bnconvention.refit.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport
 from bnconvention.refit.staleness import staleness_distance
 from bnconvention.refit.state import LayerRunningState, restore_running_state, running_state
@@ -26,6 +28,7 @@ __all__ = [
     "LayerRunningState",
     "RefitPath",
     "RefitReport",
+    "ThetaWitness",
     "refit",
     "restore_running_state",
     "running_state",

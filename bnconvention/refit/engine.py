@@ -2,7 +2,8 @@
 
 The refit is a transaction: φ is snapshotted first and restored on any failure (a bad batch, NaN activations, an
 exception raised by the pool itself, Ctrl-C); training flags and BatchNorm momenta are restored in ``finally``;
-the digest of θ is taken before and after and a difference raises :class:`~bnconvention.errors.WeightsChangedError`
+θ is proven bit-identical before and after (:mod:`.proof`: one digest of a private copy, byte comparisons) and a
+difference raises :class:`~bnconvention.errors.WeightsChangedError`
 (φ restored). After a successful refit every listener of
 :func:`bnconvention.authoring.refit_listeners.notify_refit` is told.
 
@@ -31,10 +32,12 @@ from bnconvention.authoring.declaration import declare, make_convention, make_tr
 from bnconvention.authoring.refit_listeners import notify_refit, refit_window
 from bnconvention.authoring.transforms import as_standard_transform
 from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChangedError
-from bnconvention.formats.digests import DigestSet, model_digests
+from bnconvention.formats.digests import DigestSet
 from bnconvention.refit.exact import ExactOutcome, Untraceable, run_traced
 from bnconvention.refit.fallback import run_hooks
+from bnconvention.refit.graph import PlanCache
 from bnconvention.refit.pool import PoolReader, materialize
+from bnconvention.refit.proof import ThetaWitness
 from bnconvention.refit.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport, reporting_line
 from bnconvention.refit.staleness import staleness_distance
 from bnconvention.refit.state import (
@@ -65,7 +68,7 @@ if TYPE_CHECKING:
 def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact", data: DataSplit | None = None,
           transform: Transform | Any = None, input_key: str = "input", chunk_size: int | None = None,
           progress: bool = False, producer: Producer | None = None, method: ExactMethod = "auto",
-          memory_budget: int | None = DEFAULT_MEMORY_BUDGET) -> RefitReport:
+          memory_budget: int | None = DEFAULT_MEMORY_BUDGET, theta: ThetaWitness | None = None) -> RefitReport:
     """Refit ``model``'s BatchNorm running statistics on ``pool`` under ``rule``; θ stays bit-identical.
 
     ``pool``: any iterable of batches (tensors, tuples/lists led by the input, mappings with ``input_key``).
@@ -76,7 +79,9 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
     ``chunk_size`` (exact only) re-cuts the pool into chunks of that many samples; by default the pool's own batches
     are the chunks. ``method`` (exact only): ``auto`` runs the layer-major traced pass and falls back to per-layer
     passes when the model cannot be traced or the pass would exceed ``memory_budget`` bytes (None: no limit);
-    ``traced`` / ``hooks`` force one path. ``progress`` shows a tqdm bar on stderr.
+    ``traced`` / ``hooks`` force one path. ``progress`` shows a tqdm bar on stderr. ``theta``: a
+    :class:`~bnconvention.refit.proof.ThetaWitness` of the model, reused across refits so that θ is digested once
+    (an audit's refits); by default the refit witnesses θ itself (one copy, one digest overlapped with the pass).
 
     >>> import torch
     >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
@@ -89,18 +94,22 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
         transform = as_standard_transform(transform)
     _check_arguments(model, rule=rule, data=data, transform=transform, chunk_size=chunk_size, method=method,
                      memory_budget=memory_budget, producer=producer)
+    if theta is not None and not isinstance(theta, ThetaWitness):
+        raise RefitError(f"theta must be a ThetaWitness (bnconvention.refit) or None, got {type(theta).__name__}")
     setup = inspect_model(model, rule=rule)
     reader = PoolReader(pool, dtype=setup.dtype, input_key=input_key, device=setup.device,
                         min_batch_size=1 if rule == "exact" else 2)
-    # the transaction: θ digested before and after, φ restored on any failure, flags and momenta always
-    before = model_digests(model)
+    # the transaction: θ proven bit-identical before and after, φ restored on any failure, flags and momenta always
+    witness = theta if theta is not None else ThetaWitness(model)
+    setup.plans = witness.plans
+    before = witness.initial_digests if theta is None else witness.digests(model)
     shipped = running_state(model)
     modes = ModuleModes.capture(model)
     with refit_window(model):
         try:
             outcome = run_pass(model, reader, setup, rule=rule, chunk_size=chunk_size, method=method,
                                memory_budget=memory_budget, progress=progress, shipped=shipped)
-            after = model_digests(model)
+            after = witness.digests(model)
             check_theta_unchanged(before.trainable_sha256, after.trainable_sha256)
         except BaseException:
             restore_running_state(model, shipped)
@@ -127,6 +136,7 @@ class RefitSetup:
     layers: dict[str, Any]
     momentum: float | None
     warnings: list[str] = field(default_factory=list)
+    plans: PlanCache | None = None  # the traced plan, reused by refits sharing a ThetaWitness
 
 
 @dataclass(frozen=True)
@@ -182,7 +192,8 @@ def _pass_exact(model: torch.nn.Module, reader: PoolReader, setup: RefitSetup, *
     model.eval()
     chunks = materialize(reader, chunk_size=chunk_size)
     outcome = _run_exact(model, chunks, num_batches_tracked=reader.samples, method=method,
-                         memory_budget=memory_budget, progress=progress, shipped=shipped, warnings=setup.warnings)
+                         memory_budget=memory_budget, progress=progress, shipped=shipped, warnings=setup.warnings,
+                         plans=setup.plans)
     del chunks
     skipped = [name for name in setup.layers if name not in outcome.order]
     if skipped:
@@ -283,11 +294,11 @@ def _convention(model: torch.nn.Module, *, rule: AccumulationRule, data: DataSpl
 
 def _run_exact(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches_tracked: int,
                method: ExactMethod, memory_budget: int | None, progress: bool, shipped: dict[str, Any],
-               warnings: list[str]) -> ExactOutcome:
+               warnings: list[str], plans: PlanCache | None = None) -> ExactOutcome:
     if method != "hooks":
         try:
             return run_traced(model, chunks, num_batches_tracked=num_batches_tracked, memory_budget=memory_budget,
-                              progress=progress)
+                              progress=progress, plans=plans)
         except Untraceable as exc:
             if method == "traced":
                 raise RefitError(f"the layer-major exact pass cannot run: {exc.reason}; use method='auto' or "

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from bnconvention.errors import RefitError, UnsupportedModelError
-from bnconvention.refit.graph import Untraceable, make_plan, trace_model
+from bnconvention.refit.graph import PlanCache, Untraceable, make_plan, trace_model
 from bnconvention.refit.moments import ChannelMoments
 from bnconvention.refit.state import running_buffers
 
@@ -201,17 +201,18 @@ def _untraceable(node: torch.fx.Node | None, exc: Exception) -> Untraceable:
 
 
 def run_traced(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches_tracked: int,
-               memory_budget: int | None, progress: bool = False) -> ExactOutcome:
+               memory_budget: int | None, progress: bool = False, plans: PlanCache | None = None) -> ExactOutcome:
     """Refit every traced BatchNorm layer of ``model`` (already in eval mode) exactly, layer-major, in one pass.
 
     ``chunks`` are the pool inputs; ``num_batches_tracked`` is written to every refit layer. Raises
     :class:`Untraceable` (including :class:`BudgetExceeded`) when the engine should fall back to per-layer passes;
-    running buffers may then be partly written and the caller restores them.
+    running buffers may then be partly written and the caller restores them. ``plans`` reuses the traced plan of an
+    earlier refit of the same model (:class:`~bnconvention.refit.graph.PlanCache`).
     """
     import torch
     from tqdm import tqdm
 
-    plan = make_plan(trace_model(model), model)
+    plan = plans.plan(model) if plans is not None else make_plan(trace_model(model), model)
     modules = dict(model.named_modules())
     layers = list(plan.bn_nodes)
     meter = _Meter(chunks, memory_budget)

@@ -121,3 +121,29 @@ def make_plan(graph: torch.fx.Graph, model: torch.nn.Module) -> Plan:
             stages.append([])
         stages[-1].append(index)
     return Plan(nodes=prefix, bn_nodes=bn_nodes, stages=stages, last_use=last_use, per_chunk=per_chunk)
+
+
+def _structure(model: torch.nn.Module) -> tuple[object, ...]:
+    """What a trace depends on besides θ: every module object, its class and forward, its training flag and which
+    buffers it holds (a layer whose running statistics were removed is no longer refit)."""
+    return tuple((name, id(module), type(module), type(module).forward, module.__dict__.get("forward"),
+                  module.training, tuple((key, value is None) for key, value in module._buffers.items()))
+                 for name, module in model.named_modules())
+
+
+class PlanCache:
+    """The traced plan of one model, reused by later refits while its modules are the same objects with the same
+    classes, forwards and training flags (an audit's replicates, its recoverability points and provenance arms:
+    tracing ResNet-18 costs about 2 % of an eval forward over 512 images, and more than the forward of a ten-image
+    recoverability pool). Any change to the module tree traces again; an untraceable model is never cached."""
+
+    def __init__(self) -> None:
+        self._entry: tuple[tuple[object, ...], Plan] | None = None
+
+    def plan(self, model: torch.nn.Module) -> Plan:
+        structure = _structure(model)
+        if self._entry is not None and self._entry[0] == structure:
+            return self._entry[1]
+        plan = make_plan(trace_model(model), model)
+        self._entry = (structure, plan)
+        return plan

@@ -34,8 +34,9 @@ def layer_distances(shipped: StatsPair, refit: StatsPair) -> tuple[float, float]
     """``(mean_distance, var_distance)`` of one layer, or None when undefined (zero refit variance, non-finite)."""
     import torch
 
-    mean, var = (torch.as_tensor(t, dtype=torch.float64).reshape(-1) for t in (shipped[0], shipped[1]))
-    mean_hat, var_hat = (torch.as_tensor(t, dtype=torch.float64).reshape(-1) for t in (refit[0], refit[1]))
+    # on the CPU in float64 whatever device the statistics live on (MPS has no float64; they are small)
+    mean, var = (torch.as_tensor(t).to("cpu", torch.float64).reshape(-1) for t in (shipped[0], shipped[1]))
+    mean_hat, var_hat = (torch.as_tensor(t).to("cpu", torch.float64).reshape(-1) for t in (refit[0], refit[1]))
     if not (mean.shape == var.shape == mean_hat.shape == var_hat.shape):
         raise ValueError(f"statistics of different shapes: shipped {tuple(mean.shape)}/{tuple(var.shape)}, "
                          f"refit {tuple(mean_hat.shape)}/{tuple(var_hat.shape)}")

@@ -183,3 +183,32 @@ def test_a_stored_zero_scale_is_refused_with_its_site(tmp_path: Path) -> None:
     with pytest.raises(QuantizationError):
         save_scales(target, ScaleSet(spec=observer_spec("minmax"), sites={SITE: (math.nan, 0)}))
     assert not target.exists()
+
+
+# --- cells shipped vs refit -----------------------------------------------------------------------------------------
+
+
+def test_scales_cells_by_hand() -> None:
+    """Two logits (z, -z) of the site's value z = 2x after quantization: class 0 when z > 0, class 1 when z < 0. At the
+    shipped scale 8/255 (calibrated on [-2, 6]) x = -0.004 gives round(-0.008 / 0.0314) = 0: the logits tie and argmax
+    picks class 0, wrong; at the scale 0.08/255 refit on a pool seeing [-0.04, 0.04] it stays negative, right."""
+    from bnconvention.audit.scales_cells import scales_cells
+
+    class Signs(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = _calibrated(MinMaxObserver.with_args(dtype=torch.quint8), A)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            z = self.inner[0](x).reshape(-1, 1)  # the observed site: 2x
+            return torch.cat([z, -z], dim=1)  # class 0 when z > 0, class 1 when z < 0
+
+    model = Signs()
+    x = torch.tensor([-0.004, 0.5, 1.0, -0.5]).reshape(-1, 1, 1, 1)
+    y = torch.tensor([1, 0, 0, 1])
+    pools = [[torch.tensor([-0.02, 0.02]).reshape(-1, 1, 1, 1)]] * 3
+    audit = scales_cells(model, splits={"forget": (x, y)}, calibration_pools=pools)
+    [cell] = audit.cells
+    assert (cell.metric, cell.shipped, cell.replicate_values) == ("df", 0.75, [1.0, 1.0, 1.0])
+    assert cell.replicate_shifts_pp == [25.0, 25.0, 25.0] and cell.decision.outcome == "undetermined"  # R = 3
+    assert audit.log_ratios[0]["inner.0.activation_post_process"] == pytest.approx(math.log(0.08 / 8), rel=1e-5)

@@ -57,11 +57,14 @@ def quantized_accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
 
 
 def scales_cells(model: torch.nn.Module, *, splits: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
-                 calibration_pools: Sequence[Any], margin_pp: float = 1.2) -> ScalesAudit:
-    """Cells df/dr/dt (those whose split is in ``splits``) at shipped scales and refit on each pool (a replicate)."""
+                 calibration_pools: Sequence[Any], margin_pp: float = 1.2,
+                 shipped: ScaleSet | None = None) -> ScalesAudit:
+    """Cells df/dr/dt (those whose split is in ``splits``) at shipped scales and refit on each pool (a replicate).
+
+    ``shipped``: the scales as shipped, when they are not the observers' own (loaded from a scales file)."""
     if len(calibration_pools) < 1:
         raise QuantizationError("scales cells need at least one calibration pool (a replicate)", site=None)
-    shipped = read_scales(model)
+    shipped = shipped or read_scales(model)
     metrics = [(metric, role) for metric, role in SPLIT_CELLS.items() if role in splits]
     if not metrics:
         raise QuantizationError(f"no split to evaluate: splits holds {sorted(splits)}, cells need forget, retain "
@@ -70,7 +73,7 @@ def scales_cells(model: torch.nn.Module, *, splits: Mapping[str, tuple[torch.Ten
     values: dict[str, list[float]] = {metric: [] for metric, _ in metrics}
     ratios = []
     for pool in calibration_pools:
-        refit = refit_scales(model, pool).refit
+        refit = refit_scales(model, pool, shipped=shipped).refit
         ratios.append(shipped.log_ratios(refit))
         for metric, role in metrics:
             values[metric].append(quantized_accuracy(model, *splits[role], refit))

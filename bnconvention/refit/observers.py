@@ -19,6 +19,7 @@ by :func:`describe_observer` with the site's name: their state is not a per-tens
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,23 @@ def observer_spec(observer: ObserverType, *, dtype: QuantDtype = "quint8", perce
                         quant_min=low, quant_max=high, percentile=percentile)
 
 
+def prepare_static(model: torch.nn.Module, spec: ObserverSpec) -> torch.nn.Module:
+    """A copy of ``model`` prepared for static post-training quantization with torch.ao.quantization's eager
+    ``prepare``: an observer of ``spec`` on the output of every quantizable leaf (convolutions, norms, linear
+    layers); weights and buffers are copied unchanged. Calibrate it with eval-mode forwards."""
+    import functools
+    import warnings
+
+    from torch.ao.quantization import QConfig, default_weight_observer, prepare
+
+    copy_ = copy.deepcopy(model).eval()
+    copy_.qconfig = QConfig(activation=functools.partial(make_observer, spec),  # type: ignore[assignment]
+                            weight=default_weight_observer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's notices that pt2e moved to torchao
+        return prepare(copy_, inplace=True)
+
+
 class ValueObserver(torch.nn.Module):
     """The percentile and mse observers: keep the observed values, choose the range when asked."""
 
@@ -194,4 +212,4 @@ def _mse_range(values: torch.Tensor, spec: ObserverSpec) -> tuple[torch.Tensor, 
 
 
 __all__ = ["MSEObserver", "ObserverSpec", "PercentileObserver", "ValueObserver", "describe_observer", "make_observer",
-           "observer_spec", "qparams_for_range"]
+           "observer_spec", "prepare_static", "qparams_for_range"]

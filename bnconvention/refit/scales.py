@@ -171,10 +171,18 @@ class ScalesRefit:
     running_sha256: str | None
 
 
-def refit_scales(model: torch.nn.Module, pool: Any, *, input_key: str = "input") -> ScalesRefit:
-    """Recalibrate every site on ``pool`` with a fresh observer of its type; the model is left as it came."""
+def refit_scales(model: torch.nn.Module, pool: Any, *, input_key: str = "input",
+                 shipped: ScaleSet | None = None) -> ScalesRefit:
+    """Recalibrate every site on ``pool`` with a fresh observer of its type; the model is left as it came.
+
+    ``shipped``: the scales as shipped when they are not the observers' own (loaded from a scales file)."""
     spec, sites = site_specs(model)
-    shipped = ScaleSet(spec=spec, sites={name: checked_qparams(m, site=name) for name, m in sites.items()})
+    if shipped is None:
+        shipped = ScaleSet(spec=spec, sites={name: checked_qparams(m, site=name) for name, m in sites.items()})
+    elif set(shipped.sites) != set(sites):
+        extra = sorted(set(shipped.sites) ^ set(sites))[0]
+        raise QuantizationError(f"site {extra!r} is in only one of the shipped scales and the model's observers",
+                                site=extra)
     before = _float_digests(model, sites)
     fresh = {name: make_observer(spec) for name in sites}
     was_training = model.training

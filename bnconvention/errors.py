@@ -208,6 +208,7 @@ __all__ = [
     "HubNetworkError",
     "JSONInputError",
     "MissingDependencyError",
+    "QuantizationError",
     "RecordError",
     "RefitError",
     "SafetensorsHeaderError",

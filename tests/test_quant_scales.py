@@ -84,6 +84,7 @@ def test_mse_keeps_a_range_that_holds_its_points_exactly() -> None:
     values = torch.tensor([0.0, 127.5] * 8)  # the site sees 0 and 255: exact at scale 1, clipped below it
     assert read_scales(_calibrated(lambda: MSEObserver(), values)).sites[SITE] == (pytest.approx(1.0), 0)
     # a bell of 4000 values and one outlier: mse picks a range no wider than minmax's, with no larger error on the
+    # (at 8 bits one outlier is worth keeping: clipping it costs more than the finer steps save)
     # values (measured here with torch's own fake quantization; t = 1, the minmax range, is one of its candidates)
     bell = torch.randn(4000, generator=torch.Generator().manual_seed(0))
     spread = torch.cat([bell, torch.full((1,), 6.0)])
@@ -94,7 +95,7 @@ def test_mse_keeps_a_range_that_holds_its_points_exactly() -> None:
         seen = 2 * spread
         return float(((torch.fake_quantize_per_tensor_affine(seen, qparams[0], qparams[1], 0, 255) - seen) ** 2)
                      .mean())
-    assert chosen[0] < full[0] and error(chosen) <= error(full)
+    assert chosen[0] <= full[0] and error(chosen) <= error(full)
 
 
 def test_histogram_observer_is_declared_as_histogram() -> None:

@@ -8,8 +8,8 @@ The standard's ``observer`` (docs/standard.md, "What changed in 1.1") maps onto 
 * ``percentile`` and ``mse``: :class:`PercentileObserver` and :class:`MSEObserver` here (torch.ao has neither).
   Both keep every observed value (float32, on the CPU) until :meth:`calculate_qparams`: calibration sets of a few
   thousand records, not streams. ``percentile`` clips at the nearest-rank percentile p of the values (of |x| when
-  symmetric); ``mse`` picks, among the ranges t · [min, max] (t = 1/200, 2/200, ..., 1; t · a when symmetric), the
-  one whose fake quantization has the least mean squared error over the values (over 65536 evenly spaced order
+  symmetric); ``mse`` picks, among the ranges t · [min, max] (t = 1/100, 2/100, ..., 1; t · a when symmetric), the
+  one whose fake quantization has the least mean squared error over the values (over 16384 evenly spaced order
   statistics of them when there are more).
 
 Every scale and zero point comes from torch's own ``_calculate_qparams`` for the range chosen, so the four types
@@ -29,8 +29,8 @@ import torch
 from bnconvention.errors import QuantizationError
 from bnconvention.standard.models import ObserverType, QScheme, QuantDtype
 
-MSE_STEPS = 200
-MSE_SAMPLE = 65536
+MSE_STEPS = 100
+MSE_SAMPLE = 16384
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def _mse_range(values: torch.Tensor, spec: ObserverSpec) -> tuple[torch.Tensor, 
         t = step / MSE_STEPS
         scale, zero_point = qparams_for_range(spec, low * t, high * t)
         quantized = torch.fake_quantize_per_tensor_affine(sample, scale, zero_point, spec.quant_min, spec.quant_max)
-        error = float(((quantized - sample).double() ** 2).sum())
+        error = float(torch.sum((quantized - sample) ** 2, dtype=torch.float64))
         if error < best[0]:
             best = (error, t)
     return low * best[1], high * best[1]

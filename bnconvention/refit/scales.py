@@ -15,7 +15,6 @@ came; the refit scales are returned. The stored form (a safetensors file beside 
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -49,28 +48,22 @@ def _is_observer(module: Any) -> bool:
     return isinstance(module, (ObserverBase, FakeQuantizeBase, ValueObserver))
 
 
-def _snapshot(module: Any) -> Any:
-    # bnconvention's value observers keep their values outside the state_dict
-    return list(module._values) if isinstance(module, ValueObserver) else copy.deepcopy(module.state_dict())
-
-
-def _restore(module: Any, snapshot: Any) -> None:
-    if isinstance(module, ValueObserver):
-        module._values = list(snapshot)
-    else:
-        module.load_state_dict(snapshot)
+def _identity(x: Any) -> Any:
+    return x
 
 
 @contextlib.contextmanager
 def observers_kept(model: torch.nn.Module) -> Iterator[None]:
-    """Every observer's state as it was when the context opened, whatever ran inside (forwards feed observers)."""
-    sites = {name: module for name, module in model.named_modules() if name and _is_observer(module)}
-    saved = {name: _snapshot(module) for name, module in sites.items()}
+    """Every observer passes its input through untouched while the context is open: forwards inside it (an
+    evaluation, a refit's calibration) neither feed nor change the shipped observers."""
+    sites = [module for name, module in model.named_modules() if name and _is_observer(module)]
+    for module in sites:
+        module.forward = _identity  # an instance attribute shadows the class's forward; hooks still run
     try:
         yield
     finally:
-        for name, module in sites.items():
-            _restore(module, saved[name])
+        for module in sites:
+            del module.forward
 
 
 def _site_module(modules: Mapping[str, Any], name: str) -> Any:

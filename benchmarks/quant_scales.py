@@ -10,8 +10,8 @@ records, forget records included):
    scales and at scales refit on R retain-only draws of 256 records, decided by the standard's rules (margin
    1.2 pp), and the median |ln(refit / shipped)| over sites and draws.
 2. **Influence by calibration size**, per observer on ``bn-base``: a core of n retained records against the same
-   core with 10% of its places exchanged for forget records (seed 001's identification contrast), the median
-   |ln(scale with forget / scale without)| over sites and draws, for n = 64, 256, 1024.
+   core with 8 of its places exchanged for forget records (seed 001's identification contrast), the median
+   |ln(scale with forget / scale without)| over sites and draws, for n = 64 ... 1024.
 
     .venv/bin/python benchmarks/quant_scales.py                 # builds (or reuses) the zoo in .cache/
     .venv/bin/python benchmarks/quant_scales.py --replicates 5 --json   # about 10 minutes on two busy cores
@@ -30,7 +30,8 @@ from typing import Any
 
 OBSERVERS: tuple[tuple[str, float | None], ...] = (("minmax", None), ("absmax", None), ("percentile", 99.99),
                                                    ("mse", None))
-SIZES = (64, 256, 1024)
+SIZES = (64, 128, 256, 512, 1024)
+EXCHANGED = 8  # forget records exchanged into the core: a fixed count, so an O(1/n) influence shows as O(1/n)
 VARIANTS = ("bn-base", "gn-base", "bn-ga-train", "gn-ga-train")
 
 
@@ -86,7 +87,7 @@ def influence(zoo: Any, *, replicates: int) -> list[dict[str, Any]]:
                 generator = torch.Generator().manual_seed(1000 * size + draw)
                 core = retain[torch.randperm(len(retain), generator=generator)[:size]]
                 exchanged = core.clone()
-                k = max(1, size // 10)
+                k = EXCHANGED
                 exchanged[:k] = forget[torch.randperm(len(forget), generator=generator)[:k]]
                 without = refit_scales(model, [core]).refit
                 with_forget = refit_scales(model, [exchanged]).refit
@@ -106,7 +107,7 @@ def _print(result: dict[str, Any]) -> None:
         print(f"| {row['variant']} | {row['observer']} | {row['median_abs_log_ratio']:.4f} | "
               f"{cells['df']['shipped']:.4f} | {cells['df']['shift_pp']:+.2f} | {cells['dr']['shift_pp']:+.2f} | "
               f"{cells['dt']['shift_pp']:+.2f} | {decisions} |")
-    print("\ninfluence of 10% forget records in the calibration set, bn-base, by calibration size n")
+    print(f"\ninfluence of {EXCHANGED} forget records in the calibration set, bn-base, by calibration size n")
     observers = sorted({row["observer"] for row in result["influence"]}, key=[o for o, _ in OBSERVERS].index)
     print("| n | " + " | ".join(observers) + " |")
     print("|---|" + "---|" * len(observers))
@@ -119,12 +120,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicates", type=int, default=3, help="retain-only draws per measurement (default 3)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--skip-displacement", action="store_true", help="measure only the influence by size")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(2)
     zoo = _zoo()
-    result = {"replicates": args.replicates, "displacement": displacement(zoo, replicates=args.replicates),
+    shifts = [] if args.skip_displacement else displacement(zoo, replicates=args.replicates)
+    result = {"replicates": args.replicates, "displacement": shifts,
               "influence": influence(zoo, replicates=args.replicates)}
     if args.json:
         print(json.dumps(result, indent=2))

@@ -98,6 +98,16 @@ class RefitError(BnConventionError, ValueError):
     """A refit could not run (empty pool, bad batch, NaN activations, unsupported dtype); φ and θ are unchanged."""
 
 
+class QuantizationError(RefitError):
+    """Activation scales cannot be read, declared or refit: observers missing or never run, a scale NaN or not
+    positive, an observer type the standard does not name. ``site`` names the observed site (None: the whole model).
+    Nothing is written and the model's tensors are unchanged."""
+
+    def __init__(self, message: str, *, site: str | None) -> None:
+        super().__init__(message)
+        self.site = site
+
+
 class UnsupportedModelError(BnConventionError, TypeError):
     """The model cannot be handled (e.g. half precision where float32 is required)."""
 
@@ -203,6 +213,7 @@ __all__ = [
     "HubNetworkError",
     "JSONInputError",
     "MissingDependencyError",
+    "QuantizationError",
     "RecordError",
     "RefitError",
     "SafetensorsHeaderError",

@@ -28,7 +28,8 @@ VECTORS = Path(__file__).resolve().parent.parent / "schema" / "tests"
 MANIFEST = json.loads((VECTORS / "manifest.json").read_text(encoding="utf-8"))
 # Vectors about the version itself: their issues depend on it.
 VERSION_VECTORS = {"invalid-spec-version-2", "invalid-spec-version-number", "invalid-v10-family",
-                   "invalid-v10-by-p-value", "invalid-v10-cell-unit", "invalid-v10-linear-probe"}
+                   "invalid-v10-by-p-value", "invalid-v10-cell-unit", "invalid-v10-linear-probe",
+                   "invalid-v10-activation-scales"}
 
 
 def _v10_entries() -> list[dict[str, Any]]:

@@ -143,11 +143,26 @@ def _checkpoints_under(folder: Path) -> list[Path]:
     for parent, files in sorted(by_folder.items()):
         indexes, singles = checkpoint_files(files)
         claimed = {shard for index in indexes for shard in read_local_index(parent / index).shards}
-        found += [parent / name for name in indexes] + [parent / name for name in singles if name not in claimed]
+        found += [parent / name for name in indexes] + [parent / name for name in singles
+                                                        if name not in claimed and not _scales_file(parent / name)]
     if not found:
         raise pickle_in_folder(folder) or UsageError(
             f"{folder} holds no .safetensors files (nor a {INDEX_SUFFIX}); pass checkpoint files or folders of them")
     return found
+
+
+def _scales_file(path: Path) -> bool:
+    """A file of activation scales beside a checkpoint (the checkpoint's deployed state, not a checkpoint); an
+    unreadable header is left for the preflight to report."""
+    from bnconvention.errors import UntrustedInputError
+    from bnconvention.formats.quantized import is_scales_file
+    from bnconvention.formats.safetensors_header import read_header
+
+    try:
+        header = read_header(path)
+    except (UntrustedInputError, OSError):
+        return False
+    return is_scales_file({name: tuple(info.shape) for name, info in header.tensors.items()})
 
 
 def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[CensusItem]:

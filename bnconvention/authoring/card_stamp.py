@@ -48,7 +48,7 @@ from bnconvention.formats.canonical import canonical_json
 from bnconvention.formats.card import CARD_BLOCK_KEY, CARD_NAME, decode_card
 from bnconvention.formats.text import plural, table_cell
 from bnconvention.standard.locations import CARD_SECTION_HEADING
-from bnconvention.standard.models import Declaration, RefitAnnotation, to_dict
+from bnconvention.standard.models import BatchNormState, Declaration, RefitAnnotation, to_dict
 
 SECTION_BEGIN = "<!-- bnconvention:begin -->"
 SECTION_END = "<!-- bnconvention:end -->"
@@ -122,7 +122,8 @@ def render_card_section(record: Declaration | RefitAnnotation) -> str:
     """The body section (markers included) describing ``record``, with LF line ends and no trailing line break."""
     rows = _convention_rows(record.convention)
     if isinstance(record, Declaration):
-        layers = [layer for state in record.deployed_state for layer in state.layers]
+        layers = [layer for state in record.deployed_state if isinstance(state, BatchNormState)
+              for layer in state.layers]
         rows.append(("BatchNorm layers", str(len(layers)) if layers else "none (channel absent)"))
         digests = [("trainable tensors", record.digests.trainable_sha256),
                    ("running statistics", record.digests.running_sha256)]

@@ -65,7 +65,7 @@ from bnconvention.formats.safetensors_header import (
 )
 from bnconvention.formats.text import plural
 from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY, record_from_header
-from bnconvention.standard.models import Declaration, RefitAnnotation, to_dict
+from bnconvention.standard.models import BatchNormState, Declaration, RefitAnnotation, to_dict
 
 StampMethod: TypeAlias = Literal["unchanged", "in_place", "rewrite"]
 
@@ -148,7 +148,8 @@ def check_record_matches_file(path: str | os.PathLike[str], record: Declaration 
         return
     from bnconvention.validation.consistency import layer_issues
 
-    layers = [layer for state in record.deployed_state for layer in state.layers]
+    layers = [layer for state in record.deployed_state if isinstance(state, BatchNormState)
+              for layer in state.layers]
     shapes = {name: info.shape for name, info in header.tensors.items()}
     issues, _ = layer_issues(record, shapes, display="the file", source=where)
     if issues:

@@ -40,6 +40,7 @@ from bnconvention.formats.safetensors_header import SafetensorsHeader, TensorInf
 from bnconvention.formats.text import one_line, plural
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.headers import WeightsSet, read_sharded, read_single, weights_files
+from bnconvention.hub.quantized import describe_quantization, split_scales_files
 from bnconvention.hub.retry import describe, is_retryable
 from bnconvention.hub.running import RUNNING_CHECK_BYTES, check_running_statistics
 from bnconvention.standard.models import Declaration
@@ -94,6 +95,8 @@ class CheckpointReport(BaseModel):
     file_size: int = 0
     header_bytes: int = Field(default=0, description="8-byte length fields plus headers, all files.")
     bytes_read: int = Field(default=0, description="Body bytes of the successful responses while reading it.")
+    activation_sites: int = Field(default=0, description="Activation-quantization sites (0: not quantized).")
+    scales_file: str | None = Field(default=None, description="The scales file beside the weights, if any.")
 
     @field_validator("findings", mode="before")
     @classmethod
@@ -368,7 +371,8 @@ def classify_repo(client: HubClient, repo_id: str, *, sha: str, filenames: list[
                                               "convert them to safetensors to have them classified and audited)"
                                               if others else "")
         return RepoCensus(repo_id=repo_id, sha=sha, status="no_weights", reason=reason)
-    sets = read_checkpoints(client, repo_id, sha=sha, filenames=filenames, speculative=speculative)
+    sets, scales = split_scales_files(read_checkpoints(client, repo_id, sha=sha, filenames=filenames,
+                                                       speculative=speculative))
     card_state, card_block, card_error, card_bytes = ("absent", None, None, 0)
     if CARD_NAME in filenames:
         card_state, card_block, card_error, card_bytes = read_card(client, repo_id, revision=sha)
@@ -380,6 +384,7 @@ def classify_repo(client: HubClient, repo_id: str, *, sha: str, filenames: list[
             continue
         report = classify_checkpoint(item, card_record=card_block, card_bound=item is bound,
                                      source=f"{repo_id}/{item.name}")
+        describe_quantization(report, item, scales)
         if report.status == "declared_consistent" and report.bn_layers:
             _check_running(client, repo_id, sha, item, report, card_block=card_block, budget=running_check_bytes)
         if card_state == "unreadable" and report.bn_layers and report.status != "declared_inconsistent":

@@ -9,7 +9,8 @@ difference raises :class:`~bnconvention.errors.WeightsChangedError`
 
 :func:`refit` is the transaction around named stages, each a function of its own: :func:`inspect_model` (dtype,
 device, layers, momentum), :func:`run_pass` (the traced/hooks exact pass, the train-mode forwards, or nothing when the
-channel is absent), :func:`check_theta_unchanged`, :func:`pool_warnings` and :func:`build_report`.
+channel is absent), :func:`check_theta_unchanged`, :func:`pool_warnings` (and
+:func:`~bnconvention.refit.finite_batch.batch_size_warning` for the train-mode rules) and :func:`build_report`.
 
 ``num_batches_tracked`` (defined per rule in docs/standard.md): the exact rule writes the number of records in the
 pool, whatever its batches or ``chunk_size``, so an exact refit of one pool is the same bytes however it is batched
@@ -35,6 +36,7 @@ from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChange
 from bnconvention.formats.digests import DigestSet
 from bnconvention.refit.exact import ExactOutcome, Untraceable, run_traced
 from bnconvention.refit.fallback import run_hooks
+from bnconvention.refit.finite_batch import batch_size_warning
 from bnconvention.refit.graph import PlanCache
 from bnconvention.refit.pool import PoolReader, materialize
 from bnconvention.refit.proof import ThetaWitness
@@ -117,6 +119,9 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
         finally:
             modes.restore()
     setup.warnings.extend(pool_warnings(rule=rule, sizes=reader.batch_sizes, samples=reader.samples, data=data))
+    sensitive = batch_size_warning(rule, reader.batch_sizes, momentum=setup.momentum) if setup.layers else None
+    if sensitive is not None:
+        setup.warnings.append(sensitive)
     report = build_report(model, setup, outcome, rule=rule, data=data, transform=transform, producer=producer,
                           shipped=shipped, before=before, after=after, reader=reader, started=start)
     notify_refit(model, report)

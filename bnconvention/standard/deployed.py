@@ -33,7 +33,8 @@ class BatchNormState(StrictModel):
     layers: list[BatchNormLayer] = Field(description="Every BatchNorm layer in module order; empty: channel absent.")
 
 
-# A union of one member in v1; later minor versions add kinds (e.g. activation quantization scales) here.
+# The 1.0 union has one member; 1.1 declarations use DeployedStateV11 (standard.quantization), which adds the
+# activation-scales kind.
 DeployedState = Annotated[BatchNormState, Field(discriminator="kind")]
 
 

@@ -11,7 +11,8 @@ union live here, their parts in
 modules by responsibility, all re-exported: :mod:`.fields` (versions, vocabularies, constrained types),
 :mod:`.convention` (the fitting convention), :mod:`.deployed` (deployed state, digests, producer), :mod:`.evidence`
 (recorder observation, staleness, refit details), :mod:`.annotation` (the refit annotation and its cells),
-:mod:`.annotation_v11` (what 1.1 adds to an annotation).
+:mod:`.annotation_v11` (what 1.1 adds to an annotation), :mod:`.quantization` (1.1's activation-scales
+deployed-state kind).
 
 Serialize with :func:`to_dict` (drops ``None``); parse with :func:`parse_record`.
 """
@@ -91,6 +92,16 @@ from bnconvention.standard.fields import (
     TransformMode,
     VarianceEstimator,
 )
+from bnconvention.standard.quantization import (
+    SCALES_FILENAME,
+    STATE_KINDS_ADDED_IN_1_1,
+    ActivationScalesState,
+    ActivationSite,
+    DeployedStateV11,
+    ObserverType,
+    QScheme,
+    QuantDtype,
+)
 
 # --- record kinds ---------------------------------------------------------------------------------------------------
 
@@ -114,10 +125,12 @@ class Declaration(StrictModel):
 
 
 class DeclarationV11(Declaration):
-    """A declaration of spec version 1.1: the same fields as 1.0 (1.1 adds only to refit annotations)."""
+    """A declaration of spec version 1.1: the fields of 1.0; its deployed state may also hold activation scales."""
 
     spec_version: Literal["1.1"] = Field(  # type: ignore[assignment]
         description="Version of the standard the record follows.")
+    deployed_state: list[DeployedStateV11] = Field(  # type: ignore[assignment]
+        min_length=1, description="The deployed state, one entry per kind (tagged by kind).")
 
 
 # Each record kind is a union tagged by spec_version, inside the union tagged by kind (the schema's $defs
@@ -164,7 +177,15 @@ __all__ = [
     "SPEC_VERSION",
     "SPEC_VERSIONS",
     "VERSIONED_MODELS",
+    "SCALES_FILENAME",
+    "STATE_KINDS_ADDED_IN_1_1",
+    "ActivationScalesState",
+    "ActivationSite",
     "AnyDeclaration",
+    "DeployedStateV11",
+    "ObserverType",
+    "QScheme",
+    "QuantDtype",
     "AnyRefitAnnotation",
     "CellDecisionV11",
     "CellV11",

@@ -115,6 +115,15 @@ CODES: dict[str, CodeInfo] = {
     "record.running_digest_inconsistent": _code(
         "digests.running_sha256 disagrees with the layers: present without running layers, absent with them, or "
         "different from the only layer's digest."),
+    "record.duplicate_site": _code("An activation-scales site name appears more than once."),
+    "record.quant_range": _code(
+        "An activation-scales state's quantized range is empty, or a zero point lies outside it (or off the middle "
+        "under a symmetric scheme)."),
+    "record.observer_percentile": _code(
+        "An activation-scales state gives a percentile without the percentile observer, or that observer without it."),
+    "record.scales_digest_inconsistent": _code(
+        "An activation-scales state's digests disagree: some sites digested and others not, scales_sha256 without "
+        "site digests (or the reverse), or one site whose digest differs from the combined one."),
     "record.channel_mode": _code(
         "A declaration without running statistics (channel absent) names a buffer-update mode other than "
         "untouched or unknown.", severity="warning"),

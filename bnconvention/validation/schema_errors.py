@@ -20,7 +20,7 @@ from typing import Any
 from jsonschema import ValidationError
 from jsonschema.exceptions import best_match
 
-from bnconvention.standard.models import LATEST_SPEC_VERSION, SPEC_VERSIONS, added_in_1_1
+from bnconvention.standard.models import LATEST_SPEC_VERSION, SPEC_VERSIONS, STATE_KINDS_ADDED_IN_1_1, added_in_1_1
 from bnconvention.standard.schema import schema_validator
 from bnconvention.validation.issues import Issue, make_pointer, new_issue
 
@@ -117,6 +117,12 @@ def _union(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
         if not isinstance(value, str) or value not in mapping:
             if tag == "spec_version":
                 yield _unknown_version(value, source=source, pointer=pointer + make_pointer([tag]))
+                return
+            if tag == "kind" and value in STATE_KINDS_ADDED_IN_1_1:
+                yield new_issue("schema.discriminator", file=source, path=pointer + make_pointer([tag]), message=(
+                    f"{show(value)} is a deployed-state kind of spec version {LATEST_SPEC_VERSION}, not of this "
+                    f"record's version: declare \"spec_version\": \"{LATEST_SPEC_VERSION}\" (bnconvention migrate "
+                    "upgrades a 1.0 record without changing its meaning)"))
                 return
             yield new_issue("schema.discriminator", file=source, path=pointer + make_pointer([tag]), message=(
                 f"{show(value)} is not a known {tag}{_did_you_mean(value, known)}: {pointer}/{tag} must be "

@@ -22,6 +22,7 @@ from bnconvention.standard.models import (
 from bnconvention.standard.naming import canonical_name, transform_sha256
 from bnconvention.validation.decision_check import decision_issues
 from bnconvention.validation.issues import Issue, join_pointer, new_issue
+from bnconvention.validation.scales_check import activation_scales_issues
 from bnconvention.validation.schema_errors import show
 
 TOLERANCE = 1e-6
@@ -160,6 +161,7 @@ def observation_issues(record: Declaration, *, source: str) -> Iterator[Issue]:
 def declaration_issues(record: Declaration, *, source: str) -> list[Issue]:
     issues = list(convention_issues(record.convention, source=source, base="/convention"))
     issues += batchnorm_state_issues(record, source=source)
+    issues += activation_scales_issues(record, source=source)
     issues += refit_details_issues(record, source=source)
     issues += observation_issues(record, source=source)
     return issues

@@ -38,6 +38,7 @@ from vector_records import (  # noqa: E402
     base_ema,
     base_exact_refit,
     declaration,
+    declaration_scales,
     fake,
     layer,
 )
@@ -261,8 +262,8 @@ def register_schema_invalid() -> None:
     vector("invalid-deployed-state-empty", "deployed_state needs at least one entry (a batchnorm entry with an "
            "empty layer list says channel absent).", base_ema, _set("/deployed_state", []), level="schema",
            issues=[("schema.items", "/deployed_state")])
-    vector("invalid-deployed-state-unknown-kind", "Version 1.0 knows only the batchnorm kind; later minor versions "
-           "add kinds.", base_ema, _set("/deployed_state/0/kind", "activation_scales"), level="schema",
+    vector("invalid-deployed-state-unknown-kind", "An unknown deployed-state kind (1.0 knows batchnorm, 1.1 adds "
+           "activation_scales).", base_ema, _set("/deployed_state/0/kind", "weight_scales"), level="schema",
            issues=[("schema.discriminator", "/deployed_state/0/kind")])
     vector("invalid-num-features-zero", "A layer has at least one feature.", base_ema,
            _set("/deployed_state/0/layers/0/num_features", 0), level="schema",
@@ -403,6 +404,53 @@ def register_version_invalid() -> None:
            issues=[("record.twin_weights_differ", "/twin/trainable_sha256")])
 
 
+def _scales(path: str) -> str:
+    return "/deployed_state/1" + path
+
+
+def register_scales() -> None:
+    """The activation-scales deployed-state kind of 1.1 (issue 14): valid forms, and each rule it adds."""
+    def percentile(record: Record) -> None:
+        state = record["deployed_state"][1]
+        state.update(dtype="qint8", qscheme="per_tensor_symmetric", quant_min=-128, quant_max=127,
+                     observer="percentile", percentile=99.99)
+        state.pop("scales_sha256")
+        for site in state["sites"]:
+            site.update(zero_point=0)
+            site.pop("tensors_sha256")
+
+    vector("declaration-v11-activation-scales", "Spec 1.1: static activation scales beside the BatchNorm state, "
+           "minmax observer, quint8, two stored sites calibrated on 256 retained records.", declaration_scales)
+    vector("declaration-v11-activation-scales-percentile", "Symmetric qint8 scales from a 99.99th-percentile "
+           "observer, not stored (no digests): zero points fixed at 0.", declaration_scales, percentile)
+    for observer in ("absmax", "mse", "histogram"):
+        vector(f"declaration-v11-activation-scales-{observer}", f"Scales from the {observer} observer.",
+               declaration_scales, _set(_scales("/observer"), observer))
+    vector("invalid-v10-activation-scales", "Version 1.0 knows only the batchnorm kind: activation_scales needs "
+           "spec 1.1.", declaration_scales, _set("/spec_version", "1.0"), level="schema",
+           issues=[("schema.discriminator", "/deployed_state/1/kind")])
+    vector("invalid-v11-scale-zero", "A scale is positive: zero would map every activation to the zero point.",
+           declaration_scales, _set(_scales("/sites/0/scale"), 0), level="schema",
+           issues=[("schema.range", _scales("/sites/0/scale"))])
+    vector("invalid-v11-observer-unknown", "The observer is minmax, absmax, percentile, mse or histogram.",
+           declaration_scales, _set(_scales("/observer"), "kl"), level="schema",
+           issues=[("schema.enum", _scales("/observer"))])
+    vector("invalid-v11-sites-empty", "An activation-scales state has at least one site.", declaration_scales,
+           _set(_scales("/sites"), []), level="schema", issues=[("schema.items", _scales("/sites"))])
+    vector("semantic-v11-zero-point-range", "A zero point lies in the quantized range.", declaration_scales,
+           _set(_scales("/sites/0/zero_point"), 256), level="semantic",
+           issues=[("record.quant_range", _scales("/sites/0/zero_point"))])
+    vector("semantic-v11-duplicate-site", "Each site appears once.", declaration_scales,
+           _set(_scales("/sites/1/name"), "features.0.activation_post_process"), level="semantic",
+           issues=[("record.duplicate_site", _scales("/sites/1/name"))])
+    vector("semantic-v11-percentile-missing", "The percentile observer says its percentile.", declaration_scales,
+           _set(_scales("/observer"), "percentile"), level="semantic",
+           issues=[("record.observer_percentile", _scales("/percentile"))])
+    vector("semantic-v11-scales-digest", "Stored scales give every site's digest and the combined one.",
+           declaration_scales, lambda r: r["deployed_state"][1].pop("scales_sha256"), level="semantic",
+           issues=[("record.scales_digest_inconsistent", _scales(""))])
+
+
 def register_decision_invalid() -> None:
     """Each way a cell's decision can contradict its own replicate shifts (issue 13)."""
     def four_replicates(record: Record) -> None:
@@ -457,6 +505,7 @@ def build() -> tuple[dict[str, bytes], bytes]:
     register_schema_invalid()
     register_semantic_invalid()
     register_version_invalid()
+    register_scales()
     register_decision_invalid()
     register_parse_invalid()
     files: dict[str, bytes] = {}

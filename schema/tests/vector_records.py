@@ -279,3 +279,27 @@ def annotation_v11_encoder() -> Record:
         "steps_shipped": 7, "steps_refit": [2, 3, None],
     }
     return record
+
+
+def scales_site(name: str, scale: float, zero_point: int, *, stored: bool = True) -> Record:
+    out: Record = {"name": name, "scale": scale, "zero_point": zero_point}
+    if stored:
+        out["tensors_sha256"] = fake(f"scales {name}")
+    return out
+
+
+def declaration_scales() -> Record:
+    """A 1.1 declaration whose deployed state also holds static activation scales (minmax, quint8, two sites)
+    calibrated on 256 retained records: the deployed-state kind 1.1 adds (docs/standard.md, "What changed in 1.1")."""
+    record = base_ema()
+    record["spec_version"] = "1.1"
+    record["deployed_state"].append({
+        "kind": "activation_scales", "dtype": "quint8", "qscheme": "per_tensor_affine", "quant_min": 0,
+        "quant_max": 255, "observer": "minmax",
+        "calibration": {"role": "retain", "dataset": {"id": "sklearn/digits"}, "subset": "all classes except 3",
+                        "record_count": 256, "sampling_seed": 0},
+        "sites": [scales_site("features.0.activation_post_process", 0.0234375, 113),
+                  scales_site("features.1.activation_post_process", 0.015625, 0)],
+        "scales_sha256": fake("scales"),
+    })
+    return record

@@ -15,13 +15,12 @@ Importing this module imports lightning (``pip install 'bnconvention[lightning]'
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from bnconvention.authoring.loop_recording import RECORD_NAME, LoopRecording, PhaseSettings
+from bnconvention.authoring.loop_recording import RECORD_NAME, RecordingCallback
 from bnconvention.extras import missing_dependency
-from bnconvention.standard.models import Declaration, to_dict
+from bnconvention.standard.models import to_dict
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -33,29 +32,12 @@ __all__ = ["CHECKPOINT_KEY", "BNConventionCallback"]
 CHECKPOINT_KEY = "bnconvention"
 
 
-class BNConventionCallback(Callback):
+class BNConventionCallback(RecordingCallback, Callback):
     """Record how every BatchNorm layer's buffers are written through Lightning fits, and declare it.
 
     Arguments as for the ``transformers`` callback: ``dataset_id``, ``subset``, ``split``, ``transform`` name what
     the recorder cannot see; the record count and transform are read off the train dataloader's dataset.
     """
-
-    def __init__(self, *, dataset_id: str, subset: str, split: str = "train", transform: Any = None,
-                 dataset_revision: str | None = None, record_path: str | os.PathLike[str] | None = None,
-                 reporting_line: str | None = None) -> None:
-        super().__init__()
-        self.recording = LoopRecording(
-            PhaseSettings(dataset_id=dataset_id, subset=subset, split=split, transform=transform,
-                          dataset_revision=dataset_revision),
-            record_path=record_path, reporting_line=reporting_line)
-        self._default_path = record_path is None
-
-    def next_phase(self, **settings: Any) -> None:
-        """Name the next phase's data: ``split=``, ``dataset_id=``, ``subset=``, ``transform=``."""
-        self.recording.next_phase(**settings)
-
-    def declaration(self) -> Declaration:
-        return self.recording.declaration()
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if self._default_path:

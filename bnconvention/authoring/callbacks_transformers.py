@@ -18,13 +18,11 @@ Importing this module imports transformers (``pip install 'bnconvention[transfor
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from bnconvention.authoring.loop_recording import RECORD_NAME, LoopRecording, PhaseSettings
+from bnconvention.authoring.loop_recording import RECORD_NAME, RecordingCallback
 from bnconvention.extras import missing_dependency
-from bnconvention.standard.models import Declaration
 
 try:
     from transformers import TrainerCallback
@@ -34,29 +32,13 @@ except ModuleNotFoundError as exc:  # the one-line error naming the extra
 __all__ = ["BNConventionCallback"]
 
 
-class BNConventionCallback(TrainerCallback):
+class BNConventionCallback(RecordingCallback, TrainerCallback):
     """Record how every BatchNorm layer's buffers are written through ``Trainer`` runs, and declare it.
 
     ``dataset_id``, ``subset`` (and ``transform``, unless the train dataset's ``transform`` attribute is a
     torchvision pipeline) name what the recorder cannot see; ``split`` tags the phase's data (``"train"``,
     ``"retain"``, ``"forget"``...). The record count and a ``datasets`` fingerprint are read off the dataset.
     """
-
-    def __init__(self, *, dataset_id: str, subset: str, split: str = "train", transform: Any = None,
-                 dataset_revision: str | None = None, record_path: str | os.PathLike[str] | None = None,
-                 reporting_line: str | None = None) -> None:
-        self.recording = LoopRecording(
-            PhaseSettings(dataset_id=dataset_id, subset=subset, split=split, transform=transform,
-                          dataset_revision=dataset_revision),
-            record_path=record_path, reporting_line=reporting_line)
-        self._default_path = record_path is None
-
-    def next_phase(self, **settings: Any) -> None:
-        """Name the next phase's data: ``split=``, ``dataset_id=``, ``subset=``, ``transform=``."""
-        self.recording.next_phase(**settings)
-
-    def declaration(self) -> Declaration:
-        return self.recording.declaration()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._default_path:

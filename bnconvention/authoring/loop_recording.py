@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 RECORD_NAME = "bnconvention-declaration.json"  # the default file a callback writes, beside the run's outputs
 WRITTEN = ("train", "refit", "mixed")
 
-__all__ = ["OBSERVATION_NAME", "RECORD_NAME", "LoopData", "LoopRecording", "PhaseSettings", "loop_data",
+__all__ = ["OBSERVATION_NAME", "RECORD_NAME", "LoopData", "LoopRecording", "PhaseSettings", "RecordingCallback",
+           "loop_data",
            "observation_path"]
 
 
@@ -225,3 +226,25 @@ class LoopRecording:
         recorder.save_observation(observation_path(path))
         atomic_write_text(path, json.dumps(to_dict(record), indent=2, ensure_ascii=False) + "\n")
 
+
+class RecordingCallback:
+    """What the Trainer and Lightning callbacks share: one :class:`LoopRecording` named by the data the recorder
+    cannot see, :meth:`next_phase` and :meth:`declaration`. Listed first among a callback's bases, so its
+    ``__init__`` runs and hands on to the library's own callback class."""
+
+    def __init__(self, *, dataset_id: str, subset: str, split: str = "train", transform: Any = None,
+                 dataset_revision: str | None = None, record_path: str | os.PathLike[str] | None = None,
+                 reporting_line: str | None = None) -> None:
+        super().__init__()
+        self.recording = LoopRecording(
+            PhaseSettings(dataset_id=dataset_id, subset=subset, split=split, transform=transform,
+                          dataset_revision=dataset_revision),
+            record_path=record_path, reporting_line=reporting_line)
+        self._default_path = record_path is None
+
+    def next_phase(self, **settings: Any) -> None:
+        """Name the next phase's data: ``split=``, ``dataset_id=``, ``subset=``, ``transform=``."""
+        self.recording.next_phase(**settings)
+
+    def declaration(self) -> Declaration:
+        return self.recording.declaration()

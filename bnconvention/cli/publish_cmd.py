@@ -42,23 +42,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--repo", required=True, metavar="ORG/NAME", help="the model repository on the Hub")
     parser.add_argument("--record", action="append", default=[], type=Path, metavar="RECORD.json",
                         help="a declaration to stamp into the weights file it describes (repeatable)")
+    add_upload_options(parser, dry_run="stamp and validate only; upload nothing")
+    parser.set_defaults(func=run)
+
+
+def add_upload_options(parser: argparse.ArgumentParser, *, dry_run: str) -> None:
+    """The options of a command that commits to the Hub (``publish``, ``push-to-hub``)."""
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing to main")
     parser.add_argument("--endpoint", metavar="URL", help="Hub endpoint (default: huggingface_hub's, HF_ENDPOINT)")
     parser.add_argument("--token-env", metavar="VAR",
                         help="environment variable holding the token (default: huggingface_hub's own lookup)")
     parser.add_argument("--commit-message", metavar="TEXT")
-    parser.add_argument("--dry-run", action="store_true", help="stamp and validate only; upload nothing")
-    parser.set_defaults(func=run)
+    parser.add_argument("--dry-run", action="store_true", help=dry_run)
+
+
+def token_from_env(args: argparse.Namespace) -> str | None:
+    """The token ``--token-env`` names (None: huggingface_hub's own lookup); a variable unset or empty is refused."""
+    if not args.token_env:
+        return None
+    token = os.environ.get(args.token_env)
+    if not token:
+        raise UsageError(f"--token-env {args.token_env}: that environment variable is not set or empty")
+    return token
 
 
 def run(args: argparse.Namespace) -> int:
     from bnconvention.authoring.publish import publish
 
-    token = None
-    if args.token_env:
-        token = os.environ.get(args.token_env)
-        if not token:
-            raise UsageError(f"--token-env {args.token_env}: that environment variable is not set or empty")
+    token = token_from_env(args)
     result = publish(args.directory, repo_id=args.repo, records=args.record, create_pr=args.create_pr,
                      endpoint=args.endpoint, token=token, commit_message=args.commit_message, dry_run=args.dry_run)
     for name, convention in sorted(result.records.items()):

@@ -6,10 +6,10 @@ from __future__ import annotations
 # The command's machinery (huggingface_hub, the validator) is imported when the command runs, not when the parser is
 # built: every --help and every other command stays light (cli/main.py).
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from bnconvention.cli.publish_cmd import add_upload_options, token_from_env
 from bnconvention.errors import UsageError
 
 EPILOG = """\
@@ -45,23 +45,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("repo_id", metavar="ORG/NAME", help="the model repository on the Hub")
     parser.add_argument("--record", type=Path, metavar="RECORD.json",
                         help="the declaration to stamp (default: the one the folder's weights or card carry)")
-    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing to main")
-    parser.add_argument("--endpoint", metavar="URL", help="Hub endpoint (default: huggingface_hub's, HF_ENDPOINT)")
-    parser.add_argument("--token-env", metavar="VAR",
-                        help="environment variable holding the token (default: huggingface_hub's own lookup)")
-    parser.add_argument("--commit-message", metavar="TEXT")
-    parser.add_argument("--dry-run", action="store_true", help="stamp and validate the staged copy; upload nothing")
+    add_upload_options(parser, dry_run="stamp and validate the staged copy; upload nothing")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from bnconvention.hub.library_push import folder_library, push_to_hub
 
-    token = None
-    if args.token_env:
-        token = os.environ.get(args.token_env)
-        if not token:
-            raise UsageError(f"--token-env {args.token_env}: that environment variable is not set or empty")
+    token = token_from_env(args)
     if not args.folder.is_dir():
         raise UsageError(f"{args.folder} is not a folder; give the folder a library's save wrote")
     library = folder_library(args.folder)

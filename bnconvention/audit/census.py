@@ -30,6 +30,7 @@ results are collected in discovery order.
 from __future__ import annotations
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
+import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
@@ -228,7 +229,21 @@ def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: li
         allow_user_factory(target)
     spec = parse_spec(spec_data)
     store = ShippedStore(Path(shipped_dir)) if shipped_dir is not None else None
-    return run_audit(prepare_audit(path, spec, device=device), shipped_store=store).model_dump_json()
+    data = _worker_data(spec, Path(path).parent)
+    return run_audit(prepare_audit(path, spec, data=data, device=device), shipped_store=store).model_dump_json()
+
+
+# One worker process audits many checkpoints of one dataset: decode it once per process (about 1 s for the
+# population's task.npz), then bind it to each checkpoint's splits as the serial census does.
+_WORKER_DATASETS: dict[str, Any] = {}
+
+
+def _worker_data(spec: AuditSpec, repo_dir: Path) -> AuditData:
+    key = json.dumps(spec.dataset.model_dump(mode="json"), sort_keys=True)
+    dataset = _WORKER_DATASETS.get(key)
+    data = load_audit_data(spec, repo_dir=repo_dir, dataset=dataset)
+    _WORKER_DATASETS.setdefault(key, data.dataset)
+    return data
 
 
 def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path, *, workers: int = 1,

@@ -29,7 +29,7 @@ MANIFEST = json.loads((VECTORS / "manifest.json").read_text(encoding="utf-8"))
 # Vectors about the version itself: their issues depend on it.
 VERSION_VECTORS = {"invalid-spec-version-2", "invalid-spec-version-number", "invalid-v10-family",
                    "invalid-v10-by-p-value", "invalid-v10-cell-unit", "invalid-v10-linear-probe",
-                   "invalid-v10-activation-scales"}
+                   "invalid-v10-activation-scales", "invalid-v10-refit-state"}
 
 
 def _v10_entries() -> list[dict[str, Any]]:
@@ -78,9 +78,10 @@ def _with_field(record: dict[str, Any], owner: str, name: str) -> tuple[dict[str
     """``record`` with a 1.1 field set on its object ``owner``, and that object's JSON pointer."""
     v11 = json.loads((VECTORS / "valid" / "refit-annotation-v11.json").read_text(encoding="utf-8"))
     encoder = json.loads((VECTORS / "valid" / "refit-annotation-v11-encoder.json").read_text(encoding="utf-8"))
+    scales = json.loads((VECTORS / "valid" / "refit-annotation-v11-scales.json").read_text(encoding="utf-8"))
     out = copy.deepcopy(record)
     if owner == "RefitAnnotation":
-        out[name] = v11[name] if name in v11 else encoder[name]
+        out[name] = next(source[name] for source in (v11, encoder, scales) if name in source)
         return out, ""
     if owner == "Cell":  # the encoder vector's linear-probe cell carries the cell's 1.1 fields (issue 14)
         out["cells"][0][name] = encoder["cells"][3][name]
@@ -96,7 +97,8 @@ def test_the_fields_1_1_adds() -> None:
     assert FIELDS_1_1 == [("RefitAnnotation", "family"), ("RefitAnnotation", "provenance_arms"),
                           ("RefitAnnotation", "recoverability_curves"), ("RefitAnnotation", "twin"),
                           ("RefitAnnotation", "linear_probe"), ("RefitAnnotation", "membership_inference"),
-                          ("RefitAnnotation", "relearning"), ("Cell", "unit"), ("Cell", "reference"),
+                          ("RefitAnnotation", "relearning"), ("RefitAnnotation", "refit_state"),
+                          ("Cell", "unit"), ("Cell", "reference"),
                           ("CellDecision", "by_p_value"), ("CellDecision", "by_family_size")]
 
 

@@ -28,11 +28,15 @@ SPLIT_CELLS: dict[str, SplitRole] = {"df": "forget", "dr": "retain", "dt": "test
 
 @dataclass(frozen=True)
 class ScalesAudit:
-    """One checkpoint's scales cells, the shipped scales, and each replicate's per-site log scale ratios."""
+    """One checkpoint's scales cells, the shipped scales, each replicate's refit scales and per-site log scale
+    ratios, and the digests of θ and φ every refit left bit-identical (``trainable_sha256``, ``running_sha256``)."""
 
     cells: list[Cell]
     shipped: ScaleSet
     log_ratios: list[dict[str, float]]
+    refits: list[ScaleSet]
+    trainable_sha256: str
+    running_sha256: str | None
 
     @property
     def median_abs_log_ratio(self) -> float:
@@ -71,14 +75,14 @@ def scales_cells(model: torch.nn.Module, *, splits: Mapping[str, tuple[torch.Ten
                                 "or test", site=None)
     at_shipped = {metric: quantized_accuracy(model, *splits[role], shipped) for metric, role in metrics}
     values: dict[str, list[float]] = {metric: [] for metric, _ in metrics}
-    ratios = []
-    for pool in calibration_pools:
-        refit = refit_scales(model, pool, shipped=shipped).refit
-        ratios.append(shipped.log_ratios(refit))
+    runs = [refit_scales(model, pool, shipped=shipped) for pool in calibration_pools]
+    for run in runs:
         for metric, role in metrics:
-            values[metric].append(quantized_accuracy(model, *splits[role], refit))
+            values[metric].append(quantized_accuracy(model, *splits[role], run.refit))
     return ScalesAudit(cells=[_cell(metric, role, at_shipped[metric], values[metric], margin_pp=margin_pp)
-                              for metric, role in metrics], shipped=shipped, log_ratios=ratios)
+                              for metric, role in metrics], shipped=shipped,
+                       log_ratios=[shipped.log_ratios(run.refit) for run in runs], refits=[run.refit for run in runs],
+                       trainable_sha256=runs[0].trainable_sha256, running_sha256=runs[0].running_sha256)
 
 
 def _cell(metric: str, role: SplitRole, shipped: float, values: list[float], *, margin_pp: float) -> Cell:

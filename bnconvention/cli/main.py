@@ -74,6 +74,7 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (errors.DigestMismatchError, EXIT_FAILED, "digest mismatch"),
     (errors.WeightsChangedError, EXIT_FAILED, "weights changed"),
     (errors.HubNetworkError, EXIT_FAILED, "network error"),
+    (errors.QuantizationError, EXIT_FAILED, "quantization refused"),
     (errors.BnConventionError, EXIT_FAILED, "error"),
     (FileNotFoundError, EXIT_USAGE, "file not found"),
     (PermissionError, EXIT_USAGE, "permission denied"),

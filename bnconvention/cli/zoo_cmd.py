@@ -1,4 +1,6 @@
-"""``bnconvention zoo build``: build (or reuse) the digits model zoo."""
+"""``bnconvention zoo build``: build (or reuse) the digits model zoo (and, with ``--quantized DIR``, its statically
+quantized variants); ``bnconvention zoo audit-scales``: a quantized variant's activation scales, shipped vs refit on
+retain-only calibration sets, written as a 1.1 refit annotation."""
 
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                "  bnconvention zoo build                    # into ./zoo, reused when already built\n"
                "  bnconvention zoo build --out /tmp/zoo --seed 1\n"
                "  bnconvention zoo build --variant bn-badteacher-eval --no-progress\n"
-               "  bnconvention zoo build --population      # the structured population into ./population\n\n"
+               "  bnconvention zoo build --population      # the structured population into ./population\n"
+               "  bnconvention zoo build --quantized zoo-q8  # also the 8-bit activation-quantized variants\n"
+               "  bnconvention zoo audit-scales zoo-q8/bn-base-q8 --zoo zoo\n\n"
                "Exit codes (zoo build): 0 built or reused, 1 the build failed, 2 bad usage, 130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -50,15 +54,52 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     build.add_argument("--variant", action="append", metavar="NAME",
                        help="build only this variant and its parents (repeatable; default: all)")
     build.add_argument("--force", action="store_true", help="rebuild even when a matching build exists")
+    build.add_argument("--quantized", default=None, metavar="DIR",
+                       help="also write statically quantized variants <variant>-q8/ into DIR (float weights copied, "
+                            "activation scales beside them, a 1.1 declaration); of the --variant names, default "
+                            "bn-base gn-base bn-ga-train gn-ga-train")
+    build.add_argument("--observer", default="minmax", choices=["minmax", "absmax", "percentile", "mse", "histogram"],
+                       help="observer of the quantized variants' scales (default: minmax; percentile at 99.99)")
+    build.add_argument("--calibration-size", type=int, default=256, metavar="N",
+                       help="train records the quantized variants are calibrated on (default: 256)")
     add_progress_option(build)
     needs_extra(build, "refit")
     build.set_defaults(func=run)
+    _register_audit_scales(actions)
     parser.set_defaults(func=_run_missing)
+
+
+def _register_audit_scales(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    audit = actions.add_parser(
+        "audit-scales",
+        help="audit a quantized variant's activation scales against retain-only recalibrations",
+        description="Measure df/dr/dt of a <variant>-q8 folder (bnconvention zoo build --quantized DIR) with its "
+                    "activations fake-quantized at the shipped scales and at scales refit on R retain-only "
+                    "calibration sets (weights and BatchNorm buffers bit-identical), decide each shift by the "
+                    "standard's rules and write the 1.1 refit annotation (refit_state activation_scales).",
+        epilog="examples:\n  bnconvention zoo audit-scales zoo-q8/bn-base-q8 --zoo zoo\n"
+               "  bnconvention zoo audit-scales zoo-q8/gn-base-q8 --zoo zoo --replicates 6 --out gn-scales.json\n\n"
+               "Exit codes: 0 written, 1 the audit failed (e.g. scales that are NaN or zero, a declaration that does "
+               "not\nmatch the scales file), 2 bad usage or unreadable input.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    audit.add_argument("folder", metavar="FOLDER", help="the quantized variant's folder, <variant>-q8")
+    audit.add_argument("--zoo", required=True, metavar="DIR", help="the zoo the variant was built from")
+    audit.add_argument("--replicates", type=int, default=3, metavar="R", help="retain-only refits (default: 3)")
+    audit.add_argument("--calibration-size", type=int, default=256, metavar="N",
+                       help="retain records per refit (default: 256)")
+    audit.add_argument("--seed", type=int, default=100, metavar="S",
+                       help="seed of the first refit's draw; refit r uses S + r (default: 100)")
+    audit.add_argument("--out", default=None, metavar="FILE",
+                       help="annotation file (default: FOLDER/refit-scales.json); written atomically")
+    needs_extra(audit, "refit")
+    audit.set_defaults(func=run_audit_scales)
 
 
 def _run_missing(args: argparse.Namespace) -> int:
     """``bnconvention zoo`` without an action."""
-    raise UsageError("bnconvention zoo needs an action: bnconvention zoo build [--out DIR] [--seed N]")
+    raise UsageError("bnconvention zoo needs an action: bnconvention zoo build [--out DIR] [--seed N], or "
+                     "bnconvention zoo audit-scales FOLDER --zoo DIR")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.population:
         return _run_population(args)
+    if args.quantized is not None:
+        return _run_quantized(args)
     manifest = build_zoo(Path(args.out or DEFAULT_OUT), seed=args.seed, progress=show_progress(args.progress),
                          variants=args.variant, force=args.force)
     print(f"zoo in {manifest.root} (seed {manifest.seed}, code {manifest.code_sha256[:12]})")
@@ -77,6 +120,44 @@ def run(args: argparse.Namespace) -> int:
         shipped = config["shipped_accuracy"]
         print(f"{name:<20} {config['buffer_update_mode']:<10} {shipped['forget']:>7.3f} "
               f"{shipped['retain']:>7.3f} {shipped['test']:>7.3f}")
+    return 0
+
+
+def _run_quantized(args: argparse.Namespace) -> int:
+    from bnconvention.zoo import build_zoo
+    from bnconvention.zoo.quantized import DEFAULT_VARIANTS, build_quantized
+
+    variants = args.variant or list(DEFAULT_VARIANTS)
+    manifest = build_zoo(Path(args.out or DEFAULT_OUT), seed=args.seed, progress=show_progress(args.progress),
+                         variants=variants, force=args.force)
+    percentile = 99.99 if args.observer == "percentile" else None
+    folders = build_quantized(manifest, Path(args.quantized), variants=variants, observer=args.observer,
+                              percentile=percentile, size=args.calibration_size, seed=args.seed)
+    print(f"zoo in {manifest.root}; quantized variants ({args.observer}, {args.calibration_size} train records):")
+    for folder in folders:
+        print(f"  {folder}")
+    print(f"audit one: bnconvention zoo audit-scales {folders[0]} --zoo {manifest.root}")
+    return 0
+
+
+def run_audit_scales(args: argparse.Namespace) -> int:
+    import json
+
+    from bnconvention.formats.atomic import atomic_write_bytes
+    from bnconvention.standard.models import to_dict
+    from bnconvention.zoo.manifest import read_manifest
+    from bnconvention.zoo.quantized_audit import audit_quantized_variant
+
+    folder = Path(args.folder)
+    record = audit_quantized_variant(read_manifest(Path(args.zoo)), folder, replicates=args.replicates,
+                                     size=args.calibration_size, seed=args.seed)
+    out = Path(args.out) if args.out else folder / "refit-scales.json"
+    atomic_write_bytes(out, (json.dumps(to_dict(record), indent=2) + "\n").encode("utf-8"))
+    print(f"{'cell':<5} {'shipped':>8} {'refit':>8} {'shift pp':>9}  decision")
+    for cell in record.cells:
+        print(f"{cell.metric:<5} {cell.shipped:>8.4f} {cell.refit:>8.4f} {cell.shift_pp:>+9.2f}  "
+              f"{cell.decision.outcome}")
+    print(f"wrote {out}")
     return 0
 
 

@@ -35,6 +35,7 @@ from bnconvention.standard.fields import (
     SplitRole,
     StrictModel,
 )
+from bnconvention.standard.quantization import RefitStateV11
 
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
@@ -143,6 +144,9 @@ class RefitAnnotationV11(RefitAnnotation):
         "Shadow-free membership attack, shipped and refit."))
     relearning: Relearning | None = Field(default=None, description=(
         "Relearning susceptibility, shipped and refit."))
+    refit_state: RefitStateV11 | None = Field(default=None, description=(
+        "The deployed state the cells were refit on: 'batchnorm' (the running statistics; also when absent, the "
+        "1.0 meaning) or 'activation_scales' (the quantization scales, at bit-identical θ and φ)."))
 
 
 __all__ = [

@@ -65,9 +65,39 @@ class ActivationScalesState(StrictModel):
         "Digest of every site's tensors together (bnconvention-tensors/1); absent when the scales are not stored."))
 
 
+class BatchNormRefit(StrictModel):
+    """A refit annotation whose cells were measured with the BatchNorm buffers refit: the 1.0 meaning."""
+
+    kind: Literal["batchnorm"] = Field(description="Deployed state refit: the BatchNorm running statistics.")
+
+
+class ActivationScalesRefit(StrictModel):
+    """A refit annotation whose cells were measured with the activation scales refit (θ and φ bit-identical to the
+    subject's digests), each replicate on its own retain-only calibration set."""
+
+    kind: Literal["activation_scales"] = Field(description="Deployed state refit: the activation scales.")
+    observer: ObserverType = Field(description="Observer of the refit scales: the shipped scales' own type.")
+    percentile: Annotated[float, Field(gt=50, le=100)] | None = Field(default=None, description=(
+        "For observer 'percentile': the percentile the range is clipped at."))
+    calibration: DataSplit = Field(description=(
+        "The retain-only calibration set of each replicate (its record count is each replicate's)."))
+    calibration_seeds: list[Int] | None = Field(default=None, min_length=1, description=(
+        "Seed of each replicate's calibration draw, in replicate order."))
+    shipped_scales_sha256: Sha256Hex = Field(description=(
+        "Digest of the shipped scales the cells were measured at (bnconvention-tensors/1 over every site)."))
+    refit_scales_sha256: list[Sha256Hex] = Field(min_length=1, description=(
+        "Digest of each replicate's refit scales, in replicate order."))
+    median_abs_log_ratio: Annotated[float, Field(ge=0)] | None = Field(default=None, description=(
+        "Median |ln(refit scale / shipped scale)| over sites and replicates: the size of the scale shift."))
+
+
+# What a 1.1 refit annotation's cells were refit on; absent: the BatchNorm buffers, as every 1.0 annotation.
+RefitStateV11 = Annotated[BatchNormRefit | ActivationScalesRefit, Field(discriminator="kind")]
+
 # The deployed-state union of 1.1 declarations: 1.0's batchnorm kind and the activation scales.
 DeployedStateV11 = Annotated[BatchNormState | ActivationScalesState, Field(discriminator="kind")]
 
 
-__all__ = ["SCALES_FILENAME", "STATE_KINDS_ADDED_IN_1_1", "ActivationScalesState", "ActivationSite", "DeployedStateV11",
-           "ObserverType", "QScheme", "QuantDtype"]
+__all__ = ["SCALES_FILENAME", "STATE_KINDS_ADDED_IN_1_1", "ActivationScalesRefit", "ActivationScalesState",
+           "ActivationSite", "BatchNormRefit", "DeployedStateV11", "ObserverType", "QScheme", "QuantDtype",
+           "RefitStateV11"]

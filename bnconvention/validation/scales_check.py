@@ -3,14 +3,17 @@
 Each site appears once; the quantized range is a range and holds every zero point; a symmetric scheme fixes the
 zero point at the middle of the range (0 for qint8, 128 for quint8); ``percentile`` is given exactly when the
 observer is ``percentile``; the digests are all there or all absent, and with one site the combined digest is that
-site's (both cover the same two tensors).
+site's (both cover the same two tensors). A refit annotation whose cells were refit on the scales
+(``refit_state`` of kind ``activation_scales``) follows the same percentile rule and gives one refit digest (and
+calibration seed) per replicate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-from bnconvention.standard.models import ActivationScalesState, Declaration
+from bnconvention.standard.models import ActivationScalesRefit, ActivationScalesState, Declaration
 from bnconvention.validation.issues import Issue, join_pointer, new_issue
 from bnconvention.validation.schema_errors import show
 
@@ -78,4 +81,21 @@ def _digest_issues(state: ActivationScalesState, *, source: str, base: str) -> I
                                  "tensors_sha256: recompute the digests"))
 
 
-__all__ = ["activation_scales_issues", "symmetric_zero_point"]
+def refit_state_issues(record: Any, *, source: str) -> Iterator[Issue]:
+    """The rules of a 1.1 annotation's ``refit_state`` when its cells were refit on the activation scales."""
+    state = getattr(record, "refit_state", None)
+    if not isinstance(state, ActivationScalesRefit):
+        return
+    if (state.percentile is None) == (state.observer == "percentile"):
+        yield new_issue("record.observer_percentile", file=source, path="/refit_state/percentile", message=(
+            f"observer {show(state.observer)} " + ("needs its percentile (e.g. 99.99)" if state.percentile is None
+                                                   else "takes no percentile: remove it or say observer 'percentile'")))
+    for field in ("refit_scales_sha256", "calibration_seeds"):
+        values = getattr(state, field)
+        if values is not None and len(values) != record.replicates:
+            yield new_issue("record.replicate_count", file=source, path=join_pointer("/refit_state", field),
+                            message=(f"{len(values)} entries in refit_state.{field}, but the annotation has "
+                                     f"{record.replicates} replicates: give one per replicate"))
+
+
+__all__ = ["activation_scales_issues", "refit_state_issues", "symmetric_zero_point"]

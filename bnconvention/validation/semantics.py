@@ -22,7 +22,7 @@ from bnconvention.standard.models import (
 from bnconvention.standard.naming import canonical_name, transform_sha256
 from bnconvention.validation.decision_check import decision_issues
 from bnconvention.validation.issues import Issue, join_pointer, new_issue
-from bnconvention.validation.scales_check import activation_scales_issues
+from bnconvention.validation.scales_check import activation_scales_issues, refit_state_issues
 from bnconvention.validation.schema_errors import show
 
 TOLERANCE = 1e-6
@@ -228,6 +228,7 @@ def annotation_issues(record: RefitAnnotation, *, source: str) -> list[Issue]:
         issues += staleness_issues(record.staleness, source=source, base="/staleness")
     issues += decision_issues(record, source=source)
     issues += twin_issues(record, source=source)
+    issues += refit_state_issues(record, source=source)
     return issues
 
 

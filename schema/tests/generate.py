@@ -30,6 +30,7 @@ from vector_records import (  # noqa: E402
     TWO_LAYERS,
     Record,
     annotation_minimal,
+    annotation_scales,
     annotation_v11,
     annotation_v11_encoder,
     base_annotation,
@@ -498,6 +499,34 @@ def register_parse_invalid() -> None:
     raw_vector("parse-truncated", "A record cut short.", b'{"spec_version": "1.0", "kind": "decl', "json.invalid")
 
 
+def register_scales_refit() -> None:
+    """A refit annotation whose cells were refit on the activation scales (1.1 ``refit_state``, issue 14)."""
+    vector("refit-annotation-v11-scales", "Spec 1.1: cells refit on the activation scales (minmax, six retain-only "
+           "calibration draws of 256 records), θ and φ the subject's: shipped and refit scales digests.",
+           annotation_scales)
+    vector("refit-annotation-v11-batchnorm-state", "Spec 1.1: refit_state 'batchnorm' says what an absent one "
+           "means (the running statistics were refit).", annotation_v11, _set("/refit_state", {"kind": "batchnorm"}))
+    vector("invalid-v10-refit-state", "A 1.0 annotation has no refit_state: its cells are always BatchNorm refits.",
+           annotation_scales, _set("/spec_version", "1.0"), level="schema",
+           issues=[("schema.additional_property", "")])
+    vector("invalid-v11-refit-state-kind", "The state refit is batchnorm or activation_scales.", annotation_scales,
+           _set("/refit_state/kind", "weights"), level="schema",
+           issues=[("schema.discriminator", "/refit_state/kind")])
+    vector("invalid-v11-refit-scales-empty", "A scales refit gives each replicate's refit digest.",
+           annotation_scales, _set("/refit_state/refit_scales_sha256", []), level="schema",
+           issues=[("schema.items", "/refit_state/refit_scales_sha256")])
+    vector("semantic-v11-refit-scales-count", "One refit scales digest per replicate.", annotation_scales,
+           lambda r: r["refit_state"]["refit_scales_sha256"].pop(), level="semantic",
+           issues=[("record.replicate_count", "/refit_state/refit_scales_sha256")])
+    vector("semantic-v11-refit-percentile-missing", "A percentile-observer refit says its percentile.",
+           annotation_scales, _set("/refit_state/observer", "percentile"), level="semantic",
+           issues=[("record.observer_percentile", "/refit_state/percentile")])
+    vector("semantic-v11-refit-scales-decision", "A scales cell's decision is checked against its replicate "
+           "shifts like any cell's: df's six shifts beyond the margin are not 'equivalent'.", annotation_scales,
+           _set("/cells/0/decision/outcome", "equivalent"), level="semantic",
+           issues=[("record.decision_inconsistent", "/cells/0/decision/outcome")])
+
+
 def build() -> tuple[dict[str, bytes], bytes]:
     """Every vector file's bytes by relative path, and the manifest's bytes."""
     VECTORS.clear()
@@ -506,6 +535,7 @@ def build() -> tuple[dict[str, bytes], bytes]:
     register_semantic_invalid()
     register_version_invalid()
     register_scales()
+    register_scales_refit()
     register_decision_invalid()
     register_parse_invalid()
     files: dict[str, bytes] = {}

@@ -288,6 +288,30 @@ def scales_site(name: str, scale: float, zero_point: int, *, stored: bool = True
     return out
 
 
+def annotation_scales() -> Record:
+    """A 1.1 annotation whose cells were refit on the activation scales (issue 14): df and dt measured with the
+    activations fake-quantized at the shipped scales and at each replicate's retain-only refit, θ and φ the
+    subject's own (its convention is the declared one: the buffers were not refit). The cells and their
+    hand-worked decisions are the full annotation's (df displaced at p = 0.5^6, dt equivalent by TOST)."""
+    record = base_annotation()
+    record["spec_version"] = "1.1"
+    for key in ("anchoring", "verdicts", "staleness", "provenance", "recoverability"):
+        record.pop(key)
+    record["convention"] = base_ema()["convention"]
+    record["cells"] = record["cells"][:2]
+    record["refit_state"] = {
+        "kind": "activation_scales", "observer": "minmax",
+        "calibration": {"role": "retain", "dataset": {"id": "sklearn/digits"},
+                        "subset": "256 records of the retain split per replicate", "record_count": 256},
+        "calibration_seeds": [100, 101, 102, 103, 104, 105],
+        "shipped_scales_sha256": fake("scales"),
+        "refit_scales_sha256": [fake(f"refit scales {r}") for r in range(6)],
+        "median_abs_log_ratio": 0.03125,
+    }
+    record["reporting_line"] = "activation scales refit on retained records: df moves +50.00pp, dt equivalent"
+    return record
+
+
 def declaration_scales() -> Record:
     """A 1.1 declaration whose deployed state also holds static activation scales (minmax, quint8, two sites)
     calibrated on 256 retained records: the deployed-state kind 1.1 adds (docs/standard.md, "What changed in 1.1")."""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from bnconvention.audit.scales_cells import ScalesAudit
 from bnconvention.authoring.declaration import default_producer
 from bnconvention.errors import DigestMismatchError
+from bnconvention.formats.text import signed
 from bnconvention.refit.scales import scales_digests
 from bnconvention.standard.models import (
     ActivationScalesRefit,
@@ -45,7 +46,7 @@ def scales_refit_state(audit: ScalesAudit, *, calibration: DataSplit,
 
 
 def _reporting_line(audit: ScalesAudit, *, calibration: DataSplit) -> str:
-    cells = ", ".join(f"{c.metric} {c.shift_pp:+.2f}pp {c.decision.outcome}" for c in audit.cells)
+    cells = ", ".join(f"{c.metric} {signed(c.shift_pp)}pp {c.decision.outcome}" for c in audit.cells)
     return (f"activation scales ({audit.shipped.spec.observer}) refit on {calibration.record_count} "
             f"{calibration.role} records x {len(audit.refits)} replicates at bit-identical weights and BatchNorm "
             f"buffers: {cells}")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers.local_hub import lab_hub
 from safetensors.torch import save_file
 
 from bnconvention.authoring.card_stamp import stamp_card_file
@@ -397,15 +398,8 @@ def test_cli_dry_run(release: Path, parts: dict[str, Any], fake_hfapi: list[Fake
 
 @pytest.fixture(scope="module")
 def local_hub(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from huggingface_hub import constants
-
-    from bnconvention.hubserver import LocalHub
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(constants, "HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
-        with LocalHub(tmp_path_factory.mktemp("hub"), tokens={TOKEN: "alice"}, orgs={"lab": ["alice"]},
-                      durable=False) as server:
-            yield server
+    with lab_hub(tmp_path_factory, token=TOKEN) as server:
+        yield server
 
 
 def test_cli_publishes_to_a_hub_with_the_real_client(release: Path, parts: dict[str, Any], local_hub: Any,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers.local_hub import lab_hub
 from huggingface_hub import HfApi
 from safetensors.torch import load_file, save_file
 
@@ -24,15 +25,8 @@ TRANSFORM = make_transform(mode="train", reference="tests:generated")
 
 @pytest.fixture(scope="module")
 def local_hub(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from huggingface_hub import constants
-
-    from bnconvention.hubserver import LocalHub
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(constants, "HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
-        with LocalHub(tmp_path_factory.mktemp("hub"), tokens={TOKEN: "alice"}, orgs={"lab": ["alice"]},
-                      durable=False) as server:
-            yield server
+    with lab_hub(tmp_path_factory, token=TOKEN) as server:
+        yield server
 
 
 def _recorded(model: torch.nn.Module, shape: tuple[int, ...], path: Path) -> Any:

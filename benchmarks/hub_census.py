@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/hub_census.py                    # 100 MB repo, 150-repo organisation, resnets
     .venv/bin/python benchmarks/hub_census.py --big-mb 20 --repos 60 --repeats 1 --models resnet18  # quick look
+    .venv/bin/python benchmarks/hub_census.py --thousands 5000 --big-mb 1 --repos 50 --repeats 1 --models ''
 
 Three measurements, each side by side in one run against the same server (``bnconvention.hubserver.LocalHub``),
 bytes from the server's own counters (body bytes actually sent):
@@ -20,6 +21,10 @@ bytes from the server's own counters (body bytes actually sent):
    and requests, the running statistics read with coalesced ranges, each as a fraction of the weights, and the
    class of the re-push, with the running-buffer check (budget ``RUNNING_CHECK_BYTES``) and with the old
    16 KiB budget that skipped it (``declared_consistent``: the stale declaration passed).
+4. **Organisations of thousands** (``--thousands N``, off by default; ``benchmarks/hub_census_scale.py``): organisations
+   of N/5 and N repos written directly into the server's store (``HubStore.commit``, no HTTP uploads), each census in
+   its own process: wall time, requests and bytes per repo, peak memory at both sizes (its growth per repo), and a
+   census killed a third of the way through and rerun on its journal (it must read only the unfinished repos).
 """
 
 from __future__ import annotations
@@ -209,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
     parser.add_argument("--models", default="resnet18,resnet50",
                         help="timm models for the bytes-per-repo figures, comma-separated ('' to skip)")
+    parser.add_argument("--thousands", type=int, default=0, metavar="N",
+                        help="also census generated organisations of N/5 and N repos, and one killed and resumed "
+                             "(default 0: skip)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
@@ -246,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             figures["org"]["repos"] = args.repos
             names = [n for n in args.models.split(",") if n]
             figures["models"] = model_repo_costs(hub, client, names) if names else {}
+            if args.thousands:
+                from hub_census_scale import scale_figures  # beside this file
+
+                figures["thousands"] = scale_figures(hub, seed_org, args.thousands, Path(tmp), args.workers)
 
     big_figures = figures["big_repo"]
     print(f"repo with {big_figures['file_bytes'] / 1e6:.1f} MB of weights (header {big_figures['header_bytes']} "
@@ -261,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<30} {item['median_seconds']:7.2f} s ({item['median_seconds'] / base:.2f}x)  "
               f"{item['bytes']:>9} bytes ({item['bytes'] / org['census_1']['bytes']:.1f}x)")
     _print_models(figures["models"])
+    if "thousands" in figures:
+        from hub_census_scale import print_scale
+
+        print_scale(figures["thousands"])
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0

@@ -383,6 +383,109 @@ def test_ray_tasks_give_the_same_annotations(audited, auditor) -> None:
     assert _digests(results) == expected
 
 
+TOKEN_ENV = "BNC_TEST_AUDITOR_TOKEN"
+
+
+def _env_client(hub: LocalHub, monkeypatch: pytest.MonkeyPatch):
+    """The auditor, its token read from an environment variable (as the CLI reads it: --token-env)."""
+    monkeypatch.setenv(TOKEN_ENV, AUDITOR_TOKEN)
+    return make_client(endpoint=hub.endpoint, token_env=TOKEN_ENV, retry=FAST)
+
+
+def test_worker_tasks_carry_the_token_variable_never_the_token(audited, hub: LocalHub, monkeypatch, tmp_path) -> None:
+    import pickle
+
+    import bnconvention.hub.audit as hub_audit
+
+    sent: list[bytes] = []
+    monkeypatch.setattr(hub_audit, "run_tasks", lambda fn, tasks, **kw: sent.append(pickle.dumps(list(tasks))))
+    client = _env_client(hub, monkeypatch)
+    for executor in ("process", "ray"):
+        audit_org(client, ORG, parse_spec(SPEC), journal=audited["journal"], out=tmp_path, executor=executor,
+                  workers=2, plots=False, redo=[f"{ORG}/bn-declared-03"])
+    assert len(sent) == 2
+    for payload in sent:
+        tasks = pickle.loads(payload)
+        assert [t.repo_id for t in tasks] == [f"{ORG}/bn-declared-03"]
+        assert tasks[0].token_env == TOKEN_ENV and not tasks[0].token
+        assert AUDITOR_TOKEN.encode() not in payload
+
+
+def test_worker_tasks_refuse_a_token_given_by_value(audited, auditor, tmp_path) -> None:
+    from bnconvention.errors import UsageError
+
+    with pytest.raises(UsageError, match="environment"):
+        audit_org(auditor, ORG, parse_spec(SPEC), journal=audited["journal"], out=tmp_path, executor="process",
+                  workers=2, plots=False, redo=[f"{ORG}/bn-declared-03"])
+
+
+def test_ray_address_reaches_ray_init_and_needs_the_ray_executor(monkeypatch) -> None:
+    from bnconvention.errors import UsageError
+
+    with pytest.raises(UsageError, match="--ray-address needs --executor ray"):
+        run_tasks(len, ["a"], executor="process", workers=2, on_result=lambda i, r: None, ray_address="auto")
+    if not ray_available():
+        pytest.skip("ray is not installed")
+    import ray
+
+    calls: list[dict] = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        raise ConnectionError("no cluster here")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    with pytest.raises(ConnectionError):
+        run_tasks(len, ["a"], executor="ray", workers=2, on_result=lambda i, r: None, ray_address="ray://head:10001")
+    assert calls == [{"address": "ray://head:10001", "log_to_driver": False}]
+
+
+def _untimed(value):
+    """``value`` without its wall-clock fields (``seconds``, ``seconds_*``)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if not k.startswith("seconds")}
+    return [_untimed(v) for v in value] if isinstance(value, list) else value
+
+
+def _untimed_lines(text: bytes) -> list[str]:
+    """A summary's lines, the one that reports the audit's wall-clock time (``... s in all.``) left out."""
+    return [line for line in text.decode().splitlines() if not line.endswith(" s in all.")]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'bnconvention[ray]')")
+def test_hub_audit_on_ray_is_byte_identical_to_one_worker(audited, hub: LocalHub, monkeypatch, tmp_path) -> None:
+    """audit_org with Ray tasks (token from the workers' environment) writes the same bytes and journals the same
+    results as the in-process run of the fixture."""
+    from bnconvention.hub.audit import file_out_dir
+
+    repos = [f"{ORG}/bn-declared-03", f"{ORG}/bn-undeclared-01"]
+    client = _env_client(hub, monkeypatch)
+    with Journal(tmp_path / "journal.sqlite", org=ORG, endpoint=hub.endpoint) as journal:
+        run = audit_org(client, ORG, parse_spec(SPEC), journal=journal, out=tmp_path / "out", executor="ray",
+                        workers=2, plots=False, redo=repos)
+        ours = {r: journal.get("audit", r).payload for r in repos}
+    assert run.ran == 2
+    theirs = {r: audited["journal"].get("audit", r, key=ours[r]["spec_sha256"]).payload for r in repos}
+    assert _untimed(ours) == _untimed(theirs)  # wall-clock seconds are the only fields that may differ
+    for repo in repos:
+        folder = file_out_dir(tmp_path / "out", repo, "model.safetensors", spec_sha256=ours[repo]["spec_sha256"])
+        expected = file_out_dir(audited["out"], repo, "model.safetensors", spec_sha256=ours[repo]["spec_sha256"])
+        names = sorted(p.name for p in folder.iterdir())
+        assert names and names == sorted(p.name for p in expected.iterdir())
+        for name in names:  # the annotation byte for byte; result.json and summary.md also record seconds
+            ours_bytes, theirs_bytes = (folder / name).read_bytes(), (expected / name).read_bytes()
+            if name == "result.json":
+                assert _untimed(json.loads(ours_bytes)) == _untimed(json.loads(theirs_bytes)), f"{repo}/{name}"
+            elif name.endswith(".md"):
+                assert _untimed_lines(ours_bytes) == _untimed_lines(theirs_bytes), f"{repo}/{name}"
+            else:
+                assert ours_bytes == theirs_bytes, f"{repo}/{name}"
+        assert any(name.endswith(".json") and name != "result.json" for name in names)
+
+
 # --- the stages of audit_org, each on its own (no Hub needed) -------------------------------------------------------
 
 

@@ -133,6 +133,8 @@ def test_a_refused_token_is_reported_without_showing_it(tmp_path: Path, hub: Loc
     pytest.param(["hub", "audit", ORG, "--spec", "missing.yaml"], "does not exist", id="missing-spec"),
     pytest.param(["hub", "audit", ORG, "--spec", "x.yaml", "--workers", "0"], "--workers must be a positive",
                  id="no-workers"),
+    pytest.param(["hub", "audit", ORG, "--spec", "x.yaml", "--workers", "2", "--ray-address", "auto"],
+                 "--ray-address needs --executor ray", id="ray-address-needs-ray"),
     pytest.param(["hub", "census", ORG, "--retries", "0"], "--retries must be at least 1", id="no-retries"),
 ])
 def test_usage_errors_exit_2(argv: list[str], message: str, hub: LocalHub, tmp_path: Path,

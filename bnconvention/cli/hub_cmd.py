@@ -129,6 +129,10 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     audit.add_argument("--executor", choices=("local", "process", "ray"),
                        help="local (in this process), process (spawned workers) or ray (Ray tasks); default: "
                             "process when --workers > 1, else local")
+    audit.add_argument("--ray-address", metavar="ADDRESS",
+                       help="with --executor ray: connect to this existing Ray cluster (ray://HOST:10001, HOST:6379 "
+                            "or auto) instead of starting a local one; every worker reads the token from its own "
+                            "environment (the --token-env variable)")
     audit.add_argument("--threads", type=int, default=1, metavar="T", help="torch threads per audit (default: 1)")
     add_device_option(audit)
     audit.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -324,12 +328,13 @@ def _audit_options(args: argparse.Namespace) -> tuple[AuditSpec, ExecutorKind]:
     from bnconvention.audit.spec import load_spec
     from bnconvention.cli.audit_cmd import allow_factories
     from bnconvention.errors import UsageError
-    from bnconvention.hub.executors import resolve_executor
+    from bnconvention.hub.executors import check_ray_address, resolve_executor
 
     for repo_id in args.redo:
         if repo_id.split("/")[0] != args.org or repo_id.count("/") != 1:
             raise UsageError(f"--redo {repo_id!r} is not a repo of {args.org} (ORG/NAME)")
     executor = resolve_executor(args.executor, args.workers)
+    check_ray_address(executor, args.ray_address)  # before the census, not after it
     if args.threads < 1:
         raise UsageError(f"--threads must be at least 1, got {args.threads}")
     args.device = chosen_device(args)  # resolved here: --device cuda without CUDA fails before the census
@@ -345,7 +350,8 @@ def _audit_work(args: argparse.Namespace, options: tuple[AuditSpec, ExecutorKind
     return audit_org(client, args.org, spec, journal=journal, out=out, executor=executor, workers=args.workers,
                      allowed_factories=args.allow_factory, threads=args.threads, device=args.device,
                      plots=not args.no_plots,
-                     progress=show_progress(args.progress), redo=args.redo, redo_failed=args.redo_failed)
+                     progress=show_progress(args.progress), redo=args.redo, redo_failed=args.redo_failed,
+                     ray_address=args.ray_address)
 
 
 def _audit_report(args: argparse.Namespace, run: AuditRun, client: HubClient, out: Path) -> int:

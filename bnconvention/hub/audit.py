@@ -39,6 +39,7 @@ from bnconvention.hub.audit_task import (
     RepoAudit,
     audit_repo_task,
     declared_architecture,
+    for_workers,
     spec_for_repo,
 )
 from bnconvention.hub.classify import BN_CLASSES, RepoCensus
@@ -176,8 +177,8 @@ def _record_skipped(journal: Journal, repo: RepoCensus, skipped: Sequence[tuple[
 def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal, out: str | os.PathLike[str],
               executor: ExecutorKind = "local", workers: int = 1, allowed_factories: Sequence[str] = (),
               threads: int = 1, device: Device = "cpu", plots: bool = True, progress: bool = False,
-              redo: Sequence[str] = (),
-              redo_failed: bool = False, on_audit: Callable[[RepoAudit, bool], None] | None = None) -> AuditRun:
+              redo: Sequence[str] = (), redo_failed: bool = False, ray_address: str | None = None,
+              on_audit: Callable[[RepoAudit, bool], None] | None = None) -> AuditRun:
     """Census (reusing the journal), then audit every BN repo not yet audited successfully at its commit under
     this spec; with ``redo`` / ``redo_failed``, only those repos (see the module docstring)."""
     out_dir = Path(out)
@@ -201,15 +202,16 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
         if on_audit is not None:
             on_audit(audit, False)
 
-    _run_audit_tasks(plan.tasks, finish, org=org, reused=run.reused, executor=executor, workers=workers,
-                     progress=progress)
+    tasks = plan.tasks if executor == "local" else [for_workers(t, token_env=client.token_env) for t in plan.tasks]
+    _run_audit_tasks(tasks, finish, org=org, reused=run.reused, executor=executor, workers=workers,
+                     progress=progress, ray_address=ray_address)
     run.audits = [results[key] for key in sorted(results)]
     run.summary = write_population_summary(run.audits, spec, out_dir, org=org)
     return run
 
 
 def _run_audit_tasks(tasks: Sequence[AuditTask], finish: Callable[[RepoAudit], None], *, org: str, reused: int,
-                     executor: ExecutorKind, workers: int, progress: bool) -> None:
+                     executor: ExecutorKind, workers: int, progress: bool, ray_address: str | None = None) -> None:
     """Run the tasks on the executor; ``finish`` gets each repo's audit as it arrives (in this process)."""
     from tqdm.auto import tqdm
 
@@ -220,7 +222,8 @@ def _run_audit_tasks(tasks: Sequence[AuditTask], finish: Callable[[RepoAudit], N
         bar.update(1)
 
     try:
-        run_tasks(audit_repo_task, list(tasks), executor=executor, workers=workers, on_result=arrived)
+        run_tasks(audit_repo_task, list(tasks), executor=executor, workers=workers, on_result=arrived,
+                  ray_address=ray_address)
     finally:
         bar.close()
 

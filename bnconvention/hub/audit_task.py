@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,7 +39,14 @@ from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
 from bnconvention.formats.checkpoint_files import is_index_path
 from bnconvention.formats.safetensors_index import INDEX_SUFFIX, parse_index
 from bnconvention.formats.text import one_line
-from bnconvention.hub.client import DEFAULT_TIMEOUT_S, HubClient, Secret, make_client, quiet_hub_progress
+from bnconvention.hub.client import (
+    DEFAULT_TIMEOUT_S,
+    HubClient,
+    Secret,
+    make_client,
+    quiet_hub_progress,
+    token_from_env,
+)
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
 from bnconvention.refit.devices import Device
 from bnconvention.standard.locations import annotation_filename
@@ -81,7 +88,9 @@ class RepoAudit(BaseModel):
 
 @dataclass(frozen=True)
 class AuditTask:
-    """Everything one repo's audit needs; picklable, with the token kept in a :class:`Secret`."""
+    """Everything one repo's audit needs; picklable. In this process the token rides along in a :class:`Secret`; a
+    task for a worker process or a Ray task carries only ``token_env``, the name of the environment variable the
+    worker reads it from (:func:`for_workers`), so the token is never in a task's arguments."""
 
     endpoint: str
     token: Secret
@@ -96,6 +105,22 @@ class AuditTask:
     work_dir: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     device: Device = "cpu"  # an already resolved device name (bnconvention.refit.devices), not "auto"
+    token_env: str | None = None  # read in the worker when ``token`` is empty
+
+
+def for_workers(task: AuditTask, *, token_env: str | None) -> AuditTask:
+    """``task`` without the token, naming the environment variable each worker reads it from instead; a token given
+    by value (no variable) cannot be handed on and is refused."""
+    if task.token and token_env is None:
+        raise UsageError(f"{task.repo_id}: worker processes and Ray tasks read the Hub token from their environment, "
+                         "never from their arguments; give it through an environment variable (--token-env, or "
+                         "make_client(token_env=...)) or use --executor local")
+    return replace(task, token=Secret(None), token_env=token_env)
+
+
+def task_token(task: AuditTask) -> Secret:
+    """The token the task runs with: its own (in this process), else the one in its worker's environment."""
+    return task.token if task.token or task.token_env is None else token_from_env(task.token_env)
 
 
 # --- choosing the model ------------------------------------------------------------------------------------------
@@ -158,7 +183,7 @@ def _audit_data(spec: AuditSpec, task: AuditTask, repo_dir: Path) -> Any:
     from ``repo_dir``, named by the repo id in messages)."""
     from bnconvention.audit.data import load_audit_data, load_spec_dataset, needs_repo
 
-    token = task.token.reveal()
+    token = task_token(task).reveal()
     dataset_key = canonical_sha256({"dataset": spec.dataset.model_dump(mode="json")})
     data_key = canonical_sha256({"dataset": spec.dataset.model_dump(mode="json"),
                                  "splits": spec.splits.model_dump(mode="json"), "transform": spec.transform})
@@ -304,7 +329,7 @@ def audit_repo_task(task: AuditTask) -> str:
 
     for target in task.allowed_factories:
         allow_user_factory(target)
-    client = make_client(endpoint=task.endpoint, token=task.token, retry=task.retry, timeout_s=task.timeout_s)
+    client = make_client(endpoint=task.endpoint, token=task_token(task), retry=task.retry, timeout_s=task.timeout_s)
     spec = parse_spec(task.spec)
     files: list[FileAudit] = [FileAudit(filename=name, status="skipped", reason=reason)
                               for name, reason in task.skipped]
@@ -352,5 +377,6 @@ __all__ = [
     "audit_repo_task",
     "choose_repo_spec",
     "declared_architecture",
+    "for_workers",
     "spec_for_repo",
 ]

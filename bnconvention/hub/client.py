@@ -87,6 +87,9 @@ class HubClient:
     token: Secret = field(default_factory=lambda: Secret(None), repr=False)
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_pages: int = DEFAULT_MAX_PAGES
+    # the environment variable the token was read from (None: given by value, or anonymous): worker processes and
+    # Ray tasks are handed this name, never the token
+    token_env: str | None = None
 
     # --- secrets ----------------------------------------------------------------------------------------------------
 
@@ -294,7 +297,7 @@ def make_client(*, endpoint: str | None = None, token: str | Secret | None = Non
     # token=False: never fall back to a token stored on this machine; the user names the one to use.
     api = HfApi(endpoint=resolved, token=secret.reveal() or False, library_name=LIBRARY_NAME)
     return HubClient(endpoint=resolved, api=api, retry=retry or RetryPolicy(), token=secret, timeout_s=timeout_s,
-                     max_pages=max_pages)
+                     max_pages=max_pages, token_env=token_env)
 
 
 __all__ = ["DEFAULT_TOKEN_ENV", "Fetched", "HubClient", "Secret", "make_client", "quiet_hub_progress",

@@ -36,6 +36,12 @@ def resolve_executor(executor: str | None, workers: int) -> ExecutorKind:
     return executor
 
 
+def check_ray_address(executor: str, address: str | None) -> None:
+    """A cluster address is only for Ray tasks."""
+    if address is not None and executor != "ray":
+        raise UsageError(f"--ray-address needs --executor ray (got --executor {executor})")
+
+
 def ray_available() -> bool:
     try:
         import ray  # noqa: F401
@@ -45,12 +51,16 @@ def ray_available() -> bool:
 
 
 def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], *, executor: ExecutorKind, workers: int,
-              on_result: Callable[[int, R], None]) -> None:
+              on_result: Callable[[int, R], None], ray_address: str | None = None) -> None:
     """Run ``fn(task)`` for every task and call ``on_result(index, result)`` in this process as each finishes.
+
+    ``ray_address`` (``--executor ray`` only) connects to an existing cluster (``ray://host:10001``, ``host:6379``
+    or ``auto``) instead of starting a local instance of ``workers`` CPUs.
 
     An exception raised by ``fn`` propagates (after the pool is shut down); task functions that must not stop the
     others catch their own failures and return them as results.
     """
+    check_ray_address(executor, ray_address)
     if not tasks:
         return
     if executor == "local":
@@ -59,7 +69,7 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], *, executor: ExecutorKin
     elif executor == "process":
         _run_processes(fn, tasks, workers=workers, on_result=on_result)
     elif executor == "ray":
-        _run_ray(fn, tasks, workers=workers, on_result=on_result)
+        _run_ray(fn, tasks, workers=workers, on_result=on_result, address=ray_address)
     else:
         raise UsageError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
 
@@ -82,16 +92,19 @@ def _run_processes(fn: Callable[[T], R], tasks: Sequence[T], *, workers: int,
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run_ray(fn: Callable[[T], R], tasks: Sequence[T], *, workers: int, on_result: Callable[[int, R], None]) -> None:
+def _run_ray(fn: Callable[[T], R], tasks: Sequence[T], *, workers: int, on_result: Callable[[int, R], None],
+             address: str | None = None) -> None:
     try:
         import ray
     except ImportError as exc:
         raise UsageError("--executor ray needs Ray: pip install 'bnconvention[ray]' (or ray==2.60.0)") from exc
     started = False
     if not ray.is_initialized():
-        # A local instance sized to --workers; to use a cluster, start Ray first (ray.init(address=...)).
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
         started = True
+        if address is not None:  # an existing cluster: its own CPUs; this process only submits and collects
+            ray.init(address=address, log_to_driver=False)
+        else:  # a local instance sized to --workers
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(fn)
         pending: dict[Any, int] = {remote.remote(task): index for index, task in enumerate(tasks)}
@@ -105,4 +118,4 @@ def _run_ray(fn: Callable[[T], R], tasks: Sequence[T], *, workers: int, on_resul
             ray.shutdown()
 
 
-__all__ = ["EXECUTORS", "ExecutorKind", "ray_available", "resolve_executor", "run_tasks"]
+__all__ = ["EXECUTORS", "ExecutorKind", "check_ray_address", "ray_available", "resolve_executor", "run_tasks"]

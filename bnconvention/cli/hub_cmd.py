@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bnconvention.cli.device_option import add_device_option, chosen_device
-from bnconvention.cli.progress import add_progress_option, show_progress
+from bnconvention.cli.hub_common import add_hub_options, guarded, hub_client
+from bnconvention.cli.progress import show_progress
 from bnconvention.extras import needs_extra
 
 if TYPE_CHECKING:
@@ -44,26 +45,6 @@ unreadable input, 130 interrupted.
 """
 
 
-def _common(parser: argparse.ArgumentParser, *, journal: bool = True) -> None:
-    parser.add_argument("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
-    parser.add_argument("--token-env", default="HF_TOKEN", metavar="VAR",
-                        help="environment variable holding the token (default: HF_TOKEN); unset: anonymous")
-    parser.add_argument("--retries", type=int, default=5, metavar="N",
-                        help="tries per Hub request on 408/429/5xx, timeouts and dropped connections (default: 5)")
-    parser.add_argument("--retry-delay", type=float, default=0.5, metavar="SECONDS",
-                        help="first backoff delay, doubled per retry up to 8 s (default: 0.5)")
-    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="time bound of each Hub request in all (listing pages, repo info, header ranges, small "
-                             "files), and of each silence while huggingface_hub downloads a file (default: 60)")
-    parser.add_argument("--max-pages", type=int, default=1000, metavar="N",
-                        help="pages of one listing before it counts as endless (default: 1000)")
-    add_progress_option(parser)
-    if journal:
-        parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: hub-ORG)")
-        parser.add_argument("--journal", type=Path, metavar="PATH",
-                            help="crawl journal (default: OUT/journal.sqlite); a rerun resumes from it")
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "hub", help="crawl a Hub organisation: census, audit, push annotations, validate, publish",
@@ -89,7 +70,7 @@ def _add_census(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
                "an unusable journal; 130 interrupted.\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     census.add_argument("org", metavar="ORG")
-    _common(census)
+    add_hub_options(census)
     census.add_argument("--workers", type=int, default=1, metavar="N", help="read N repos at a time (threads)")
     census.add_argument("--format", choices=("text", "json"), default="text",
                         help="what to print: a summary (text) or the census document (json)")
@@ -120,7 +101,7 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                "unusable journal; 130 interrupted.\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     audit.add_argument("org", metavar="ORG")
-    _common(audit)
+    add_hub_options(audit)
     audit.add_argument("--spec", required=True, metavar="SPEC", help="audit spec (.yaml or .json)")
     audit.add_argument("--replicates", type=int, metavar="R", help="number of replicates (overrides the spec)")
     audit.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
@@ -162,7 +143,7 @@ def _add_push(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                "2 bad usage or an unusable journal; 130 interrupted.\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     push.add_argument("org", metavar="ORG")
-    _common(push)
+    add_hub_options(push)
     push.add_argument("--dry-run", action="store_true", help="print what each pull request would change")
     push.add_argument("--repo", action="append", metavar="ORG/NAME", help="only these repos (repeatable)")
     push.add_argument("--no-eval-results", action="store_true", help="never add .eval_results/ entries")
@@ -180,7 +161,7 @@ def _add_validate(commands: argparse._SubParsersAction[argparse.ArgumentParser])
                "refs/pr/3 --format github\n\nexit codes: 0 no errors, 1 errors found, 2 unreadable input.\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     validate.add_argument("target", metavar="TARGET", help="ORG or ORG/NAME")
-    _common(validate, journal=False)
+    add_hub_options(validate, journal=False)
     validate.add_argument("--revision", metavar="REF", help="branch, tag, commit or refs/pr/N (needs ORG/NAME)")
     validate.add_argument("--require-declaration", action="store_true",
                           help="BatchNorm weights without a declaration are an error (default: a warning)")
@@ -197,7 +178,7 @@ def _add_publish(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         formatter_class=argparse.RawDescriptionHelpFormatter)
     publish.add_argument("directory", type=Path, metavar="DIR")
     publish.add_argument("--repo", required=True, metavar="ORG/NAME")
-    _common(publish, journal=False)
+    add_hub_options(publish, journal=False)
     publish.add_argument("--record", action="append", default=[], type=Path, metavar="RECORD.json")
     publish.add_argument("--create-pr", action="store_true", help="upload as a pull request")
     publish.add_argument("--commit-message", metavar="TEXT")
@@ -215,43 +196,9 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 # --- shared plumbing ------------------------------------------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace) -> HubClient:
-    from bnconvention.errors import UsageError
-    from bnconvention.hub.client import make_client
-    from bnconvention.hub.retry import RetryPolicy, show_retries
-
-    for wrong, message in ((args.retries < 1, f"--retries must be at least 1, got {args.retries}"),
-                           (args.max_pages < 1, f"--max-pages must be at least 1, got {args.max_pages}"),
-                           (args.retry_delay < 0, f"--retry-delay must not be negative, got {args.retry_delay:g}"),
-                           (args.timeout <= 0, f"--timeout must be positive, got {args.timeout:g}")):
-        if wrong:
-            raise UsageError(message)
-    show_retries()
-    return make_client(endpoint=args.endpoint, token_env=args.token_env, timeout_s=args.timeout,
-                       max_pages=args.max_pages, retry=RetryPolicy(attempts=args.retries, base_delay=args.retry_delay))
-
-
 def _paths(args: argparse.Namespace, org: str) -> tuple[Path, Path]:
     out = args.out or Path(f"hub-{org}")
     return out, args.journal or out / "journal.sqlite"
-
-
-def _guarded(client: HubClient, fn: Callable[[], int]) -> int:
-    """Run ``fn``; a failure of the Hub client becomes one error whose message is scrubbed of the token: a network
-    failure (refused, dropped, cut short, timed out: httpx2's transport errors are not ``OSError``s) one
-    :class:`HubNetworkError` naming the endpoint, an HTTP failure one :class:`HubError`."""
-    from bnconvention.errors import BnConventionError, HubError
-    from bnconvention.hub.retry import describe, network_error
-
-    try:
-        return int(fn())
-    except Exception as exc:
-        network = network_error(exc, endpoint=client.endpoint, scrub=client.scrub)
-        if network is not None:
-            raise network from None
-        if isinstance(exc, BnConventionError) or not isinstance(exc, OSError):
-            raise
-        raise HubError(client.scrub(describe(exc))) from None  # huggingface_hub's HTTP errors are OSErrors
 
 
 def _print_json(value: Any) -> None:
@@ -272,7 +219,7 @@ def _run_journaled(args: argparse.Namespace, *, prepare: Callable[[argparse.Name
 
     check_org(args.org)
     prepared = prepare(args)
-    client = _client(args)
+    client = hub_client(args)
     out, journal_path = _paths(args, args.org)
 
     def go() -> int:
@@ -280,7 +227,7 @@ def _run_journaled(args: argparse.Namespace, *, prepare: Callable[[argparse.Name
             outcome = work(args, prepared, client, journal, out)
         return report(args, outcome, client, out)
 
-    return _guarded(client, go)
+    return guarded(client, go)
 
 
 def _no_options(args: argparse.Namespace) -> None:
@@ -412,7 +359,7 @@ def run_validate_cmd(args: argparse.Namespace) -> int:
     from bnconvention.hub.validate import validate_hub
     from bnconvention.validation import render
 
-    client = _client(args)
+    client = hub_client(args)
 
     def go() -> int:
         result = validate_hub(client, args.target, revision=args.revision,
@@ -423,14 +370,14 @@ def run_validate_cmd(args: argparse.Namespace) -> int:
                 print(f"checked {repo_id} at {commit}")
         return result.exit_code
 
-    return _guarded(client, go)
+    return guarded(client, go)
 
 
 def run_publish_cmd(args: argparse.Namespace) -> int:
     from bnconvention.hub.verified_publish import publish_release
     from bnconvention.validation import render
 
-    client = _client(args)
+    client = hub_client(args)
 
     def go() -> int:
         outcome = publish_release(client, args.directory, repo_id=args.repo, records=args.record,
@@ -452,4 +399,4 @@ def run_publish_cmd(args: argparse.Namespace) -> int:
             print(f"server-side validation of {args.repo}: {status}", file=out)
         return outcome.exit_code
 
-    return _guarded(client, go)
+    return guarded(client, go)

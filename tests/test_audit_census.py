@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from audit_support import PATTERN_SPEC, checkpoint_paths, pattern_census, pattern_spec, without_timing
+from audit_support import PATTERN_SPEC, checkpoint_paths, fake_result, pattern_census, pattern_spec, without_timing
 from safetensors.torch import load_file, save_file
 
 from bnconvention.audit.census import discover_checkpoints, read_journal, run_census
@@ -22,15 +22,6 @@ from bnconvention.audit.census_summary import (
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import parse_spec
 from bnconvention.errors import CheckpointMismatchError, FactoryNotAllowedError, UsageError
-from bnconvention.standard.models import (
-    SPEC_VERSION,
-    AuditedFile,
-    Cell,
-    CellDecision,
-    Producer,
-    RefitAnnotation,
-    Verdict,
-)
 
 RESUME_SET = ("gn-badteacher-eval", "bn-retrain", "bn-relabel-train")
 
@@ -74,36 +65,6 @@ def test_census_counts_on_the_zoo_sample(pattern):
         "by_p_value"]
 
 
-def _fake_result(name: str, shifts: list[float], *, anchored: bool | None = True,
-                 direction: str | None = None) -> AuditResult:
-    """A hand-made audit result of one cell ``df`` (for exact counting tests)."""
-    from bnconvention.audit.stats import decide, sign_test
-    from bnconvention.authoring.declaration import make_convention, make_transform
-
-    decision = decide(shifts, margin_pp=1.2)
-    sign = sign_test(shifts, margin_pp=1.2)
-    values = [0.1 + s / 100 for s in shifts]
-    verdict = Verdict(criterion="df <= 0.05", shipped=direction == "pass_to_fail",
-                      refit=direction == "fail_to_pass", flipped=direction is not None, direction=direction,
-                      refit_pass_replicates=len(shifts) if direction == "fail_to_pass" else 0)
-    annotation = RefitAnnotation(
-        spec_version=SPEC_VERSION, kind="refit_annotation",
-        subject=AuditedFile(filename=f"{name}.safetensors", trainable_sha256="0" * 64),
-        convention=make_convention(buffer_update_mode="refit", role="retain", dataset_id="d", subset="s",
-                                   transform=make_transform(mode="train"), rule="exact"),
-        channel="present", replicates=len(shifts), margin_pp=1.2,
-        cells=[Cell(metric="df", split="forget", shipped=0.1, refit=sum(values) / len(values),
-                    shift_pp=sum(shifts) / len(shifts), replicate_values=values, replicate_shifts_pp=shifts,
-                    margin_pp=1.2, decision=CellDecision(outcome=decision.outcome, p_value=decision.p_value,
-                                                         method=decision.method))],
-        verdicts=[verdict], producer=Producer(tool="t", version="0"), reporting_line="line")
-    return AuditResult(checkpoint=name, weights_path=name, weights_key="k", spec_sha256="s", factory="f",
-                       anchored=anchored, annotation=annotation,
-                       sign_tests={"df": {"p_value": sign.p_value, "beyond": sign.beyond,
-                                          "direction": sign.direction}},
-                       replicate_records=[], refits_run=len(shifts), seconds=1.0, seconds_shipped_eval=0.1)
-
-
 @pytest.mark.parametrize(("replicates", "displaced_by"), [
     pytest.param(10, 3, id="R10-p0.00098-survives-BY"),
     pytest.param(5, 0, id="R5-p0.031-does-not"),
@@ -112,9 +73,9 @@ def test_benjamini_yekutieli_across_the_census(replicates, displaced_by):
     # 12 decided checkpoints: 3 displaced on every replicate, 9 with no shift; BY's c(12) = 3.1032, so the three
     # displaced ones have adjusted p = p * 12 * 3.1032 / 3: 0.0121 for R = 10, 0.388 for R = 5
     spec = parse_spec({**PATTERN_SPEC, "cells": ["df"], "criteria": ["df <= 0.05"], "replicates": replicates})
-    results = [_fake_result(f"moved{i}", [2.0] * replicates, direction="pass_to_fail") for i in range(3)]
-    results += [_fake_result(f"still{i}", [0.0] * replicates) for i in range(9)]
-    results.append(_fake_result("unanchored", [5.0] * replicates, anchored=False, direction="fail_to_pass"))
+    results = [fake_result(f"moved{i}", [2.0] * replicates, direction="pass_to_fail") for i in range(3)]
+    results += [fake_result(f"still{i}", [0.0] * replicates) for i in range(9)]
+    results.append(fake_result("unanchored", [5.0] * replicates, anchored=False, direction="fail_to_pass"))
     summary = summarize(results, [r.checkpoint for r in results], spec)
     assert summary["cells"]["df"] == {"displaced": 3, "displaced_by": displaced_by, "equivalent": 9,
                                       "undetermined": 0}
@@ -232,37 +193,37 @@ def test_checkpoint_with_foreign_tensor_names_is_a_mismatch(zoo, tmp_path):
 
 
 def test_adjusted_p_values_are_keyed_by_census_position_over_the_eligible_only():
-    results = [_fake_result(f"c{i}", [2.0] * 5) for i in range(3)]
+    results = [fake_result(f"c{i}", [2.0] * 5) for i in range(3)]
     adjusted = adjusted_p_values(results, [0, 2], "df")
     assert list(adjusted) == [0, 2]
     assert adjusted[0] == adjusted[2] == pytest.approx(0.5 ** 5 * 2 * 1.5 / 2)  # BY with m = 2: c(2) = 1.5
 
 
 def test_cell_counts_apply_the_fdr_threshold_to_displaced_cells_only():
-    moved, still = _fake_result("moved", [2.0] * 5), _fake_result("still", [0.0] * 5)
+    moved, still = fake_result("moved", [2.0] * 5), fake_result("still", [0.0] * 5)
     counts = cell_counts([moved, moved, still], "df", [0.01, 0.2, 0.01], fdr_q=0.05)
     assert counts == {"displaced": 2, "displaced_by": 1, "equivalent": 1, "undetermined": 0}
 
 
 def test_verdict_tally_counts_directions_and_flips_on_every_replicate():
-    up = _fake_result("up", [2.0] * 4, direction="fail_to_pass")  # refit passes on all 4 replicates
-    down = _fake_result("down", [2.0] * 4, direction="pass_to_fail")  # and fails on all 4
+    up = fake_result("up", [2.0] * 4, direction="fail_to_pass")  # refit passes on all 4 replicates
+    down = fake_result("down", [2.0] * 4, direction="pass_to_fail")  # and fails on all 4
     partial = down.model_copy(update={"annotation": down.annotation.model_copy(update={"verdicts": [
         down.annotation.verdicts[0].model_copy(update={"refit_pass_replicates": 1})]})})
-    still = _fake_result("still", [0.0] * 4)
+    still = fake_result("still", [0.0] * 4)
     assert verdict_tally([up, down, partial, still], "df <= 0.05") == {
         "flips": 3, "pass_to_fail": 2, "fail_to_pass": 1, "flips_on_every_replicate": 2}
 
 
 def test_largest_shift_is_by_absolute_value_and_the_first_on_a_tie():
-    results = [("a", _fake_result("a", [1.0, 1.0])), ("b", _fake_result("b", [-3.0, -3.0])),
-               ("c", _fake_result("c", [3.0, 3.0]))]
+    results = [("a", fake_result("a", [1.0, 1.0])), ("b", fake_result("b", [-3.0, -3.0])),
+               ("c", fake_result("c", [3.0, 3.0]))]
     assert largest_shift(results, ["df"]) == {"checkpoint": "b", "cell": "df", "shift_pp": -3.0}
     assert largest_shift([], ["df"]) is None
 
 
 def test_checkpoint_row_marks_displaced_by_only_with_an_adjusted_p_value_under_q():
-    moved = _fake_result("moved", [2.0] * 5)
+    moved = fake_result("moved", [2.0] * 5)
     row = checkpoint_row(moved, "moved", "checkpoints/moved/annotation.json", ["df"], by_p_values={"df": 0.01},
                          fdr_q=0.05)
     assert (row["checkpoint"], row["annotation"], row["cells"]["df"]["displaced_by"]) == (
@@ -273,7 +234,7 @@ def test_checkpoint_row_marks_displaced_by_only_with_an_adjusted_p_value_under_q
 
 
 def test_population_counts():
-    results = [_fake_result("a", [0.0]), _fake_result("b", [0.0], anchored=False), _fake_result("c", [0.0],
+    results = [fake_result("a", [0.0]), fake_result("b", [0.0], anchored=False), fake_result("c", [0.0],
                                                                                                anchored=None)]
     assert population_counts(results, [0, 2]) == {"checkpoints": 3, "anchoring_checked": 2, "anchored": 1,
                                                   "eligible": 2, "channel_absent": 0, "staleness_exceeds_band": 0}

@@ -11,23 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from audit_support import fake_result
 
 from bnconvention.audit.census_summary import summarize
 from bnconvention.audit.families import family_readings, population_metadata, twin_gaps
 from bnconvention.audit.markdown_families import families_markdown
 from bnconvention.audit.result import AuditResult, PopulationMetadata
 from bnconvention.audit.spec import parse_spec
-from bnconvention.audit.stats import decide, sign_test
-from bnconvention.authoring.declaration import make_convention, make_transform
-from bnconvention.standard.models import (
-    SPEC_VERSION,
-    AuditedFile,
-    Cell,
-    CellDecision,
-    Producer,
-    RefitAnnotation,
-    Verdict,
-)
 
 # Two-sided t critical values from a table: t(0.95; 5) for a 90 % interval over 6 clusters, t(0.975; 2) for a
 # 95 % interval over 3 seeds.
@@ -175,26 +165,7 @@ def test_population_metadata_from_a_sidecar_and_none_without_one():
 
 
 def _result(name: str, shifts: list[float], population: PopulationMetadata | None) -> AuditResult:
-    decision, sign = decide(shifts, margin_pp=1.2), sign_test(shifts, margin_pp=1.2)
-    values = [0.5 + s / 100 for s in shifts]
-    annotation = RefitAnnotation(
-        spec_version=SPEC_VERSION, kind="refit_annotation",
-        subject=AuditedFile(filename=f"{name}.safetensors", trainable_sha256="0" * 64),
-        convention=make_convention(buffer_update_mode="refit", role="retain", dataset_id="d", subset="s",
-                                   transform=make_transform(mode="train"), rule="exact"),
-        channel="present", replicates=len(shifts), margin_pp=1.2,
-        cells=[Cell(metric="df", split="forget", shipped=0.5, refit=sum(values) / len(values),
-                    shift_pp=sum(shifts) / len(shifts), replicate_values=values, replicate_shifts_pp=shifts,
-                    margin_pp=1.2, decision=CellDecision(outcome=decision.outcome, p_value=decision.p_value,
-                                                         method=decision.method))],
-        verdicts=[Verdict(criterion="df <= 0.05", shipped=False, refit=False, flipped=False, direction=None,
-                          refit_pass_replicates=0)], producer=Producer(tool="t", version="0"), reporting_line="l")
-    return AuditResult(checkpoint=name, weights_path=name, weights_key="k", spec_sha256="s", factory="f",
-                       anchored=True, annotation=annotation,
-                       sign_tests={"df": {"p_value": sign.p_value, "beyond": sign.beyond,
-                                          "direction": sign.direction}},
-                       replicate_records=[], refits_run=len(shifts), seconds=1.0, seconds_shipped_eval=0.1,
-                       population=population)
+    return fake_result(name, shifts, shipped=0.5, population=population)
 
 
 def test_summary_carries_families_only_when_the_checkpoints_name_one():

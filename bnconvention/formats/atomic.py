@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -184,6 +185,25 @@ def refuse_foreign_folder(out_dir: Path, *, what: str, is_ours: Callable[[Path],
             raise UsageError(f"{what} output {out_dir} is a non-empty folder without a {what} manifest.json; a build "
                              "replaces the whole folder, so choose an empty or new --out (or delete the folder "
                              "yourself)")
+
+
+PARTIAL_KEY = "partial.json"  # what a resumable build's .partial folder was started for
+
+
+def prepare_partial(partial: Path, key: dict[str, Any], *, resume: bool) -> None:
+    """The ``.partial`` folder of a resumable build: kept when ``resume`` and it was started for the same ``key``
+    (format, seed, code digest...), so finished work survives an interruption; otherwise emptied and stamped with
+    ``key``. The build removes ``partial / PARTIAL_KEY`` before :func:`replace_directory`."""
+    key_path = partial / PARTIAL_KEY
+    if resume and key_path.is_file():
+        try:
+            if json.loads(key_path.read_text("utf-8")) == key:
+                return
+        except (ValueError, OSError):
+            pass
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    atomic_write_bytes(key_path, json.dumps(key, sort_keys=True).encode("utf-8"))
 
 
 def replace_directory(partial: Path, target: Path) -> None:

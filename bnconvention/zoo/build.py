@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -41,7 +40,13 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from bnconvention.errors import UsageError
-from bnconvention.formats.atomic import atomic_write_bytes, refuse_foreign_folder, replace_directory
+from bnconvention.formats.atomic import (
+    PARTIAL_KEY,
+    atomic_write_bytes,
+    prepare_partial,
+    refuse_foreign_folder,
+    replace_directory,
+)
 from bnconvention.zoo.manifest import (
     MANIFEST_NAME,
     ZooManifest,
@@ -66,7 +71,6 @@ from bnconvention.zoo.variants import (
 )
 
 ObserveHook = Callable[[str, Any], AbstractContextManager[Any]]
-_PARTIAL_KEY = "partial.json"
 
 
 def default_zoo_dir(cache_root: Path | str, *, seed: int = 0) -> Path:
@@ -120,8 +124,8 @@ def build_zoo(out_dir: Path | str, *, seed: int = 0, progress: bool = True, obse
                 return manifest
         _refuse_foreign_folder(out_dir)
         partial = out_dir.parent / f".{out_dir.name}.partial"
-        _prepare_partial(partial, seed=seed, code=code, observed=observe is not None,
-                         resume=observe is None and not force)
+        prepare_partial(partial, {"format": ZOO_FORMAT, "seed": seed, "code_sha256": code,
+                                  "observed": observe is not None}, resume=observe is None and not force)
         _build_into(partial, seed=seed, names=names, progress=progress, observe=observe)
         _finish(partial, seed=seed, names=names, code=code)
         replace_directory(partial, out_dir)
@@ -131,20 +135,6 @@ def build_zoo(out_dir: Path | str, *, seed: int = 0, progress: bool = True, obse
 def _refuse_foreign_folder(out_dir: Path) -> None:
     """A build replaces ``out_dir``: never do that to a file or to a non-empty folder that is not a zoo."""
     refuse_foreign_folder(out_dir, what="zoo", is_ours=lambda folder: read_manifest(folder).format == ZOO_FORMAT)
-
-
-def _prepare_partial(partial: Path, *, seed: int, code: str, observed: bool, resume: bool) -> None:
-    key = {"format": ZOO_FORMAT, "seed": seed, "code_sha256": code, "observed": observed}
-    key_path = partial / _PARTIAL_KEY
-    if resume and key_path.is_file():
-        try:
-            if json.loads(key_path.read_text("utf-8")) == key:
-                return
-        except (ValueError, OSError):
-            pass
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    atomic_write_bytes(key_path, json.dumps(key, sort_keys=True).encode("utf-8"))
 
 
 def _done(partial: Path, name: str) -> bool:
@@ -223,7 +213,7 @@ def _finish(partial: Path, *, seed: int, names: Sequence[str], code: str) -> Non
     )
     atomic_write_bytes(partial / MANIFEST_NAME, manifest_bytes(manifest))
     os.chmod(partial / MANIFEST_NAME, 0o666 & ~umask)
-    (partial / _PARTIAL_KEY).unlink()
+    (partial / PARTIAL_KEY).unlink()
 
 
 def _swap_into_place(partial: Path, out_dir: Path) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,14 @@ from tqdm import tqdm
 
 from bnconvention.authoring.recorder import BNRecorder
 from bnconvention.errors import UsageError
-from bnconvention.formats.atomic import atomic_write_bytes, file_sha256, refuse_foreign_folder, replace_directory
+from bnconvention.formats.atomic import (
+    PARTIAL_KEY,
+    atomic_write_bytes,
+    file_sha256,
+    prepare_partial,
+    refuse_foreign_folder,
+    replace_directory,
+)
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.standard.models import Observation, to_dict
 from bnconvention.zoo.population_data import TASK_FILE, noisy_digits, write_task
@@ -58,7 +64,6 @@ from bnconvention.zoo.population_train import (
 )
 
 Tick = Callable[[int], Any]
-_PARTIAL_KEY = "partial.json"
 
 __all__ = ["build_population", "default_population_dir"]
 
@@ -86,11 +91,11 @@ def build_population(out_dir: Path | str, *, config: PopulationConfig | None = N
                 return found
         _refuse_foreign_folder(out_dir)
         partial = out_dir.parent / f".{out_dir.name}.partial"
-        _prepare_partial(partial, seed=seed, code=code, resume=not force)
+        prepare_partial(partial, {"format": POPULATION_FORMAT, "seed": seed, "code_sha256": code}, resume=not force)
         _build_into(partial, config=config, seed=seed, progress=progress)
         (partial / SPEC_FILE).write_text(spec_text(config), "utf-8")
         write_manifest(partial, config=config, seed=seed, code=code, items=plan(config))
-        (partial / _PARTIAL_KEY).unlink()
+        (partial / PARTIAL_KEY).unlink()
         replace_directory(partial, out_dir)
     return read_population_manifest(out_dir)
 
@@ -111,20 +116,6 @@ def _refuse_foreign_folder(out_dir: Path) -> None:
     """A build replaces ``out_dir``: never do that to a file or to a non-empty folder that is not a population."""
     refuse_foreign_folder(out_dir, what="population",
                           is_ours=lambda folder: read_population_manifest(folder).format == POPULATION_FORMAT)
-
-
-def _prepare_partial(partial: Path, *, seed: int, code: str, resume: bool) -> None:
-    key = {"format": POPULATION_FORMAT, "seed": seed, "code_sha256": code}
-    key_path = partial / _PARTIAL_KEY
-    if resume and key_path.is_file():
-        try:
-            if json.loads(key_path.read_text("utf-8")) == key:
-                return
-        except (ValueError, OSError):
-            pass
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    atomic_write_bytes(key_path, json.dumps(key, sort_keys=True).encode("utf-8"))
 
 
 def _build_into(partial: Path, *, config: PopulationConfig, seed: int, progress: bool) -> None:

@@ -8,8 +8,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bnconvention.errors import UsageError
+
+if TYPE_CHECKING:
+    from bnconvention.authoring.publish import PublishResult
 
 EPILOG = """\
 examples:
@@ -75,13 +79,19 @@ def run(args: argparse.Namespace) -> int:
     for name, convention in sorted(result.records.items()):
         print(f"{name}: {convention}")
     print(f"stamped: {', '.join(result.stamped) if result.stamped else 'nothing (already stamped)'}")
+    print_publish_outcome(result, not_uploaded="validated; not uploaded (--dry-run)")
+    return 0
+
+
+def print_publish_outcome(result: PublishResult, *, not_uploaded: str) -> None:
+    """The validator's warnings (stderr) and where the release went: the pull request, the commit, or
+    ``not_uploaded`` for a dry run."""
     for issue in result.warnings:
         where = f" at {issue.path}" if issue.path else ""
         print(f"warning {issue.file}: {issue.code}{where}: {issue.message}", file=sys.stderr)
     if not result.uploaded:
-        print("validated; not uploaded (--dry-run)")
+        print(not_uploaded)
     elif result.pr_url:
         print(f"pull request: {result.pr_url}")
     else:
         print(f"committed: {result.commit_url}")
-    return 0

@@ -6,10 +6,9 @@ from __future__ import annotations
 # The command's machinery (huggingface_hub, the validator) is imported when the command runs, not when the parser is
 # built: every --help and every other command stays light (cli/main.py).
 import argparse
-import sys
 from pathlib import Path
 
-from bnconvention.cli.publish_cmd import add_upload_options, token_from_env
+from bnconvention.cli.publish_cmd import add_upload_options, print_publish_outcome, token_from_env
 from bnconvention.errors import UsageError
 
 EPILOG = """\
@@ -62,13 +61,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.folder}: saved by {library}")
     for name, convention in sorted(result.records.items()):
         print(f"{name}: {convention}")
-    for issue in result.warnings:
-        where = f" at {issue.path}" if issue.path else ""
-        print(f"warning {issue.file}: {issue.code}{where}: {issue.message}", file=sys.stderr)
-    if not result.uploaded:
-        print("stamped and validated a copy; not uploaded (--dry-run)")
-    elif result.pr_url:
-        print(f"pull request: {result.pr_url}")
-    else:
-        print(f"committed: {result.commit_url}")
+    print_publish_outcome(result, not_uploaded="stamped and validated a copy; not uploaded (--dry-run)")
     return 0

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from audit_support import PATTERN_SPEC, checkpoint_paths
-from test_audit_census import _fake_result
+from audit_support import PATTERN_SPEC, checkpoint_paths, fake_result
 
 from bnconvention.audit import evaluation
 from bnconvention.audit.census import run_census, summarize
@@ -24,7 +23,7 @@ def _spec(**extra):
 
 
 def _absent(name):
-    result = _fake_result(name, [0.0] * 10)
+    result = fake_result(name, [0.0] * 10)
     return result.model_copy(update={"annotation": result.annotation.model_copy(update={"channel": "absent"})})
 
 
@@ -38,7 +37,7 @@ def test_margin_and_q_are_not_part_of_the_measurement_key():
 
 
 def test_margin_sweep_recounts_from_stored_shifts():
-    results = [_fake_result(f"m{i}", [1.3, 1.9] * 5) for i in range(3)] + [_fake_result("s", [0.0] * 10)]
+    results = [fake_result(f"m{i}", [1.3, 1.9] * 5) for i in range(3)] + [fake_result("s", [0.0] * 10)]
     rows = {row["margin_pp"]: row["cells"]["df"] for row in margin_sweep(results, _spec())}
     assert sorted(rows) == [1.0, 1.2, 1.5, 2.0]
     assert rows[1.2]["displaced"] == 3 and rows[1.2]["displaced_by"]["0.05"] == 3
@@ -48,9 +47,9 @@ def test_margin_sweep_recounts_from_stored_shifts():
 
 def test_controls_are_outside_the_benjamini_yekutieli_family():
     # regression: the channel-absent twins sat inside the family and doubled m (issue 13)
-    results = [_fake_result(f"moved{i}", [2.0] * 10, direction="pass_to_fail") for i in range(3)]
-    results += [_fake_result(f"still{i}", [0.0] * 10) for i in range(9)]
-    results += [_absent(f"gn{i}") for i in range(6)] + [_fake_result("bn-retrain", [0.0] * 10)]
+    results = [fake_result(f"moved{i}", [2.0] * 10, direction="pass_to_fail") for i in range(3)]
+    results += [fake_result(f"still{i}", [0.0] * 10) for i in range(9)]
+    results += [_absent(f"gn{i}") for i in range(6)] + [fake_result("bn-retrain", [0.0] * 10)]
     spec = _spec(controls={"checkpoints": {"*-retrain": "retrain reference"}})
     summary = summarize(results, [r.checkpoint for r in results], spec)
     assert summary["counts"]["controls"] == 7 and summary["counts"]["decided"] == 12
@@ -65,14 +64,14 @@ def test_controls_are_outside_the_benjamini_yekutieli_family():
 
 
 def test_a_displaced_control_does_not_hold():
-    results = [_fake_result("bn-base", [3.0] * 10), _fake_result("x", [0.0] * 10)]
+    results = [fake_result("bn-base", [3.0] * 10), fake_result("x", [0.0] * 10)]
     summary = summarize(results, ["bn-base", "x"], _spec(controls={"checkpoints": {"bn-base": "no-removal base"}}))
     assert summary["controls"]["as_expected"] == 0 and summary["controls"]["rows"][0]["holds"] is False
 
 
 def test_detection_floor_recovers_large_planted_effects_and_not_zeros():
-    decided = [_fake_result(f"c{i}", [0.0] * 10) for i in range(6)]
-    decided += [_fake_result(f"n{i}", [0.3, -0.3] * 5) for i in range(6)]
+    decided = [fake_result(f"c{i}", [0.0] * 10) for i in range(6)]
+    decided += [fake_result(f"n{i}", [0.3, -0.3] * 5) for i in range(6)]
     rows = {row["planted_pp"]: row for row in detection_floor(decided, _spec(controls={
         "planted_pp": [0.0, 0.5, 1.4, 3.0]}))}
     assert rows[0.0] == {"planted_pp": 0.0, "cells": 12, "recovered": 0, "recovered_by": 0}
@@ -83,7 +82,7 @@ def test_detection_floor_recovers_large_planted_effects_and_not_zeros():
 
 
 def test_detection_floor_leaves_displaced_cells_out():
-    decided = [_fake_result("moved", [2.0] * 10), _fake_result("still", [0.0] * 10)]
+    decided = [fake_result("moved", [2.0] * 10), fake_result("still", [0.0] * 10)]
     rows = detection_floor(decided, _spec(controls={"planted_pp": [3.0]}))
     assert rows == [{"planted_pp": 3.0, "cells": 1, "recovered": 1, "recovered_by": 1}]
     assert plant([-1.0, 0.0], 2.0) == [-3.0, -2.0] and plant([0.0], 1.5) == [1.5]
@@ -93,9 +92,9 @@ def test_recalibration_budget_and_which_flips_clear_it():
     assert pair_budget_pp([0.10, 0.12, 0.20, 0.15]) == pytest.approx(5.0)
     assert pair_budget_pp([0.1]) is None
     # shifts of exactly +2.0 on every replicate: the refits agree, budget 0, the flip clears it and holds
-    firm = _fake_result("firm", [2.0] * 10, direction="pass_to_fail")
+    firm = fake_result("firm", [2.0] * 10, direction="pass_to_fail")
     # replicate values scattered by 8 pp between paired refits: a mean shift of 2 pp does not clear that
-    loose = _fake_result("loose", [-2.0, 6.0] * 5, direction="pass_to_fail")
+    loose = fake_result("loose", [-2.0, 6.0] * 5, direction="pass_to_fail")
     budget = recalibration_budget([("firm", firm), ("loose", loose)], _spec())
     flips = {f["checkpoint"]: f for f in budget["flips"]}
     assert flips["firm"]["clears_budget"] and flips["firm"]["holds_every_replicate"]

@@ -346,3 +346,35 @@ def test_a_census_checks_every_retrain_reference_before_any_audit(zoo, tmp_path:
         run_census(paths, parse_spec(spec), tmp_path / "census")
     assert info.value.field == "/diagnostics/reference/path"
     assert not list((tmp_path / "census").rglob("result.json"))  # no audit ran
+
+
+def test_census_groups_summarise_the_diagnostics_per_family_and_control() -> None:
+    from bnconvention.audit.encoder_report import encoder_groups_markdown, group_label
+
+    def interval(estimate: float, lower: float, upper: float) -> dict[str, float]:
+        return {"estimate": estimate, "lower": lower, "upper": upper}
+
+    def entry(name: str, bn: tuple[float, float, float], auc: tuple[float, float], moved: bool,
+              population: dict[str, object] | None = None) -> dict[str, object]:
+        shift = interval(1.0, 0.5, 2.0) if moved else interval(1.0, -1.0, 3.0)
+        return {"checkpoint": name, "population": population,
+                "encoder": {"bn_residual_pp": interval(*bn), "nc_residual_pp": interval(10.0, 9.0, 11.0),
+                            "mia_auc_shipped": interval(auc[0], 0.0, 1.0), "mia_auc_refit": interval(auc[1], 0.0, 1.0),
+                            "mia_shift_pp": shift}}
+
+    ga = {"role": "unlearned", "family": "gradascent", "variant": "eval"}
+    census = {"controls": {"rows": [{"checkpoint": "c3-s0-retrain", "label": "retrain reference"}]},
+              "checkpoints": [entry("c3-s0-gradascent-eval", (-8.0, -9.0, -7.0), (0.5, 0.6), True, ga),
+                              entry("c3-s1-gradascent-eval", (2.0, 1.0, 3.0), (0.7, 0.6), False, ga),
+                              entry("c3-s0-retrain", (0.0, -1.0, 1.0), (0.5, 0.5), False),
+                              {"checkpoint": "plain"}]}
+    assert group_label(census["checkpoints"][0], {}) == "gradascent (eval)"
+    assert group_label({"checkpoint": "t", "population": {"role": "twin", "twin_level": 4, "twin_arm": "frozen"}},
+                       {}) == "twin level 4 (frozen)"
+    assert group_label({"checkpoint": "x"}, {}) == "other"
+    table = "\n".join(encoder_groups_markdown(census))
+    # mean BN-residual (-8 + 2) / 2 = -3; one interval below 0 (hides), one above (overstates); AUC means 0.6, 0.6
+    assert "| gradascent (eval) | 2 | -3.00 [-8.00, +2.00] | 1 | 1 | +10.00 | 0.600 | 0.600 | 1 of 2 |" in table
+    assert "| retrain reference | 1 | +0.00 [+0.00, +0.00] | 0 | 0 | +10.00 | 0.500 | 0.500 | 0 of 1 |" in table
+    assert "plain" not in table
+    assert encoder_groups_markdown({"checkpoints": [{"checkpoint": "plain"}]}) == []

@@ -95,8 +95,66 @@ def _auc(interval: Mapping[str, Any] | None) -> str:
     return "—" if interval is None else f"{interval['estimate']:.3f}"
 
 
+def group_label(entry: Mapping[str, Any], controls: Mapping[str, str]) -> str:
+    """The group a census entry is summarised in: its control label, its population family and variant, its twin
+    arm and level, or ``other``."""
+    name = entry["checkpoint"]
+    if name in controls:
+        return controls[name]
+    meta = entry.get("population") or {}
+    if meta.get("role") == "twin":
+        return f"twin level {meta.get('twin_level')} ({meta.get('twin_arm')})"
+    if meta.get("family"):
+        return f"{meta['family']} ({meta.get('variant') or 'any'})"
+    return "other"
+
+
+def _excludes_zero(interval: Mapping[str, Any] | None, *, below: bool) -> bool:
+    if interval is None:
+        return False
+    return bool(interval["upper"] < 0) if below else bool(interval["lower"] > 0)
+
+
+def _mean(values: list[float]) -> str:
+    return "—" if not values else signed(sum(values) / len(values))
+
+
+def _group_row(label: str, rows: list[Mapping[str, Any]]) -> list[str]:
+    bn = [r["bn_residual_pp"] for r in rows if r.get("bn_residual_pp")]
+    nc = [r["nc_residual_pp"]["estimate"] for r in rows if r.get("nc_residual_pp")]
+    shipped = [r["mia_auc_shipped"]["estimate"] for r in rows if r.get("mia_auc_shipped")]
+    refit = [r["mia_auc_refit"]["estimate"] for r in rows if r.get("mia_auc_refit")]
+    moved = sum(_excludes_zero(r.get("mia_shift_pp"), below=True) or _excludes_zero(r.get("mia_shift_pp"), below=False)
+                for r in rows)
+    estimates = [b["estimate"] for b in bn]
+    spread = f" [{signed(min(estimates))}, {signed(max(estimates))}]" if estimates else ""
+    return [label, str(len(rows)), _mean(estimates) + spread,
+            str(sum(_excludes_zero(b, below=True) for b in bn)), str(sum(_excludes_zero(b, below=False) for b in bn)),
+            _mean(nc), "—" if not shipped else f"{sum(shipped) / len(shipped):.3f}",
+            "—" if not refit else f"{sum(refit) / len(refit):.3f}", f"{moved} of {len(rows)}" if shipped else "—"]
+
+
+def encoder_groups_markdown(census: Mapping[str, Any]) -> list[str]:
+    """The diagnostics summarised per group (control label, family and variant, twin arm): how often the shipped
+    state hides (BN-residual interval below 0) or overstates (above 0) the probe, and how often the refit moves the
+    attack (its shift interval excludes 0). Groups in first-seen order; nothing without diagnostics."""
+    controls = {row["checkpoint"]: row["label"] for row in (census.get("controls") or {}).get("rows", [])}
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in census["checkpoints"]:
+        if entry.get("encoder"):
+            groups.setdefault(group_label(entry, controls), []).append(entry["encoder"])
+    if not groups:
+        return []
+    lines = ["", "### Per group", "",
+             "Means over each group's checkpoints; *hides* / *overstates*: checkpoints whose BN-residual interval "
+             "lies below / above 0; *attack moved*: those whose refit-minus-shipped AUC interval excludes 0.", ""]
+    return lines + markdown_table(["group", "n", "BN-residual pp mean [min, max]", "hides", "overstates",
+                                   "NC-residual pp mean", "MIA AUC shipped", "MIA AUC refit", "attack moved"],
+                                  [_group_row(label, rows) for label, rows in groups.items()])
+
+
 def encoder_census_markdown(census: Mapping[str, Any]) -> str:
-    """census.md's table of the diagnostics per checkpoint; empty when no checkpoint has them."""
+    """census.md's table of the diagnostics per checkpoint and per group; empty when no checkpoint has them."""
     rows = []
     for entry in census["checkpoints"]:
         row = entry.get("encoder")
@@ -112,7 +170,9 @@ def encoder_census_markdown(census: Mapping[str, Any]) -> str:
     lines = ["", "## Encoder-level diagnostics (seed 003)", "", READING, ""]
     lines += markdown_table(["checkpoint", "BN-residual pp", "NC-residual pp", "MIA AUC shipped", "MIA AUC refit",
                              "relearn steps shipped", "relearn steps refit"], rows)
+    lines += encoder_groups_markdown(census)
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["READING", "encoder_census_markdown", "encoder_lines", "encoder_row"]
+__all__ = ["READING", "encoder_census_markdown", "encoder_groups_markdown", "encoder_lines", "encoder_row",
+           "group_label"]

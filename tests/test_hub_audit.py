@@ -18,6 +18,7 @@ from bnconvention.authoring.card_stamp import REFIT_BLOCK_KEY, REFIT_SECTION_BEG
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.formats.card import decode_card, read_card_record
 from bnconvention.hub.audit import AuditTask, RepoAudit, audit_org, audit_repo_task
+from bnconvention.hub.audit_task import for_workers
 from bnconvention.hub.client import make_client
 from bnconvention.hub.executors import ray_available, run_tasks
 from bnconvention.hub.journal import Journal
@@ -33,6 +34,7 @@ ORG = "audit-org"
 BENCH_ORG = "bench-org"
 OWNER_TOKEN = "hf_owner_secret_0a1b"
 AUDITOR_TOKEN = "hf_auditor_secret_9z8y"
+TOKEN_ENV = "BNC_TEST_AUDITOR_TOKEN"
 FAST = RetryPolicy(attempts=6, base_delay=0.001, max_delay=0.005)
 SPEC = {
     "spec_version": "1.0", "kind": "audit_spec", "name": "hub-tests",
@@ -350,11 +352,13 @@ def test_validate_exit_codes_on_pull_request_revisions(audited, pushed, auditor,
 # --- executors ------------------------------------------------------------------------------------------------------
 
 
-def _tasks(audited, auditor, repos: list[str]) -> list[AuditTask]:
+def _tasks(audited, auditor, repos: list[str], monkeypatch: pytest.MonkeyPatch) -> list[AuditTask]:
+    """Tasks as the CLI hands them to workers: the token's environment variable, never the token."""
+    monkeypatch.setenv(TOKEN_ENV, AUDITOR_TOKEN)
     spec_data = parse_spec(SPEC).model_dump(mode="json")
-    return [AuditTask(endpoint=auditor.endpoint, token=auditor.token, repo_id=f"{ORG}/{repo}",
-                      revision=audited["heads"][f"{ORG}/{repo}"], filenames=("model.safetensors",), skipped=(),
-                      spec=spec_data, retry=FAST) for repo in repos]
+    return [for_workers(AuditTask(endpoint=auditor.endpoint, token=auditor.token, repo_id=f"{ORG}/{repo}",
+                                  revision=audited["heads"][f"{ORG}/{repo}"], filenames=("model.safetensors",),
+                                  skipped=(), spec=spec_data, retry=FAST), token_env=TOKEN_ENV) for repo in repos]
 
 
 def _digests(texts: dict[int, str]) -> list[str]:
@@ -362,10 +366,10 @@ def _digests(texts: dict[int, str]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_process_workers_give_the_same_annotations(audited, auditor) -> None:
+def test_process_workers_give_the_same_annotations(audited, auditor, monkeypatch) -> None:
     repos = ["bn-declared-03", "bn-undeclared-01"]
     results: dict[int, str] = {}
-    run_tasks(audit_repo_task, _tasks(audited, auditor, repos), executor="process", workers=2,
+    run_tasks(audit_repo_task, _tasks(audited, auditor, repos, monkeypatch), executor="process", workers=2,
               on_result=lambda i, text: results.__setitem__(i, text))
     expected = [_audit(audited["run"], repo).files[0].annotation_sha256 for repo in repos]
     assert _digests(results) == expected
@@ -374,16 +378,14 @@ def test_process_workers_give_the_same_annotations(audited, auditor) -> None:
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'bnconvention[ray]')")
-def test_ray_tasks_give_the_same_annotations(audited, auditor) -> None:
+def test_ray_tasks_give_the_same_annotations(audited, auditor, monkeypatch) -> None:
     repos = ["bn-card-only-01", "bn-wrong-features-01"]
     results: dict[int, str] = {}
-    run_tasks(audit_repo_task, _tasks(audited, auditor, repos), executor="ray", workers=2,
+    run_tasks(audit_repo_task, _tasks(audited, auditor, repos, monkeypatch), executor="ray", workers=2,
               on_result=lambda i, text: results.__setitem__(i, text))
     expected = [_audit(audited["run"], repo).files[0].annotation_sha256 for repo in repos]
     assert _digests(results) == expected
 
-
-TOKEN_ENV = "BNC_TEST_AUDITOR_TOKEN"
 
 
 def _env_client(hub: LocalHub, monkeypatch: pytest.MonkeyPatch):

@@ -11,6 +11,7 @@ of 64, the short batch kept (update_bn's default) or dropped (``drop_last=True``
 
     .venv/bin/python benchmarks/finite_batch.py            # the tables of docs/statistics.md, "Finite-batch error"
     .venv/bin/python benchmarks/finite_batch.py --json
+    .venv/bin/python benchmarks/finite_batch.py --figure docs/figures/finite-batch.svg   # and the docs figure
 
 Deterministic on one machine (no dropout, fixed record order); other machines agree to float32 round-off.
 """
@@ -19,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
+
+from bnconvention.formats.atomic import atomic_write_bytes
 
 BATCH_SIZES = (4, 8, 16, 32, 64, 128, 256)
 
@@ -100,15 +104,33 @@ def _print(result: dict[str, Any]) -> None:
           f"dropped (drop_last=True): mean {ragged['dropped_mean']:.4f}, var {ragged['dropped_var']:.4f}")
 
 
+def figure(result: dict[str, Any]) -> str:
+    """The docs figure: the cumulative rule's distance from the exact refit against b (log scale), mean and
+    variance parts, from the same rows as the table."""
+    from bnconvention.report_html.census_figures import line_chart
+
+    rows = result["by_batch_size"]
+    series = {"variance part": [(float(r["b"]), r["cumulative_var"]) for r in rows],
+              "mean part": [(float(r["b"]), r["cumulative_mean"]) for r in rows]}
+    return line_chart(f"update_bn (cumulative) against the exact refit, {result['records']} records: staleness "
+                      "distance by batch size", series, x_label="batch size b (log scale)",
+                      y_label="distance from exact", log_x=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--figure", type=Path, default=None, metavar="SVG",
+                        help="also write the docs figure (docs/figures/finite-batch.svg) there")
     args = parser.parse_args()
     result = measure()
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         _print(result)
+    if args.figure is not None:
+        args.figure.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(args.figure, (figure(result) + "\n").encode("utf-8"))
 
 
 if __name__ == "__main__":

@@ -113,8 +113,10 @@ def _mean_row(fig: Figure, x: Axis, y: float, name: str, mean: Mapping[str, Any]
                 tip=f"{name}: mean {signed(mean['mean_shift_pp'])} pp {interval}, {mean['outcome']} on average")
 
 
-def _line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *, x_label: str, y_label: str,
+def line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], *, x_label: str, y_label: str,
                 log_x: bool = False, height: int = 300, colours: Mapping[str, str] | None = None) -> str:
+    """An SVG line chart of named series of (x, y) points (x on a log scale with ``log_x``; y always includes 0);
+    each point carries its values as ``data`` and a tooltip."""
     xs = [px for points in series.values() for px, _ in points]
     ys = [py for points in series.values() for _, py in points]
     x_lo, x_hi = (min(xs) / 1.2, max(xs) * 1.2) if log_x else padded_range(xs)
@@ -128,7 +130,7 @@ def _line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]],
         colour = (colours or {}).get(name) or SERIES[index % len(SERIES)]
         fig.polyline([(x(px), y(py)) for px, py in points], colour=colour)
         for px, py in points:
-            fig.circle(x(px), y(py), 3, kind=colour, data=f"{name}:{px:g}:{py:.4f}", tip=f"{name}: {px:g} → {py:.2f}")
+            fig.circle(x(px), y(py), 3, kind=colour, data=f"{name}:{px:g}:{py:.4f}", tip=f"{name}: {px:g} → {py:.4g}")
         fig.text(WIDTH - 150, 40 + 16 * index, name, colour=colour)
     return fig.render()
 
@@ -141,7 +143,7 @@ def margin_sweep_plot(census: Mapping[str, Any]) -> str | None:
         return None
     series = {outcome: [(m["margin_pp"], float(m["cells"][cell][outcome])) for m in margins]
               for outcome in ("displaced", "equivalent", "undetermined")}
-    return _line_chart(f"Margin sweep of {cell}: decided cells per outcome at each margin", series,
+    return line_chart(f"Margin sweep of {cell}: decided cells per outcome at each margin", series,
                        x_label="margin, pp", y_label="checkpoints", colours=COLOURS)
 
 
@@ -153,7 +155,7 @@ def recoverability_plot(census: Mapping[str, Any]) -> str | None:
     series: dict[str, list[tuple[float, float]]] = {}
     for point in reading["curve"]:
         series.setdefault(point["source"], []).append((float(point["budget"]), point["mean_shift_pp"]))
-    return _line_chart("Recoverability curve: forget-accuracy shift after a refit on B unlabeled proxy images",
+    return line_chart("Recoverability curve: forget-accuracy shift after a refit on B unlabeled proxy images",
                        {k: sorted(v) for k, v in sorted(series.items())}, x_label="budget B (images, log scale)",
                        y_label="mean forget shift, pp", log_x=True)
 
@@ -220,5 +222,5 @@ def _decades(lo: float, hi: float) -> list[float]:
     return [10.0 ** k for k in range(math.ceil(math.log10(lo)), math.floor(math.log10(hi)) + 1)] or [lo, hi]
 
 
-__all__ = ["checkpoint_group", "forest_plot", "margin_sweep_plot", "recoverability_plot", "staleness_scatter",
-           "twin_gap_plot"]
+__all__ = ["checkpoint_group", "forest_plot", "line_chart", "margin_sweep_plot", "recoverability_plot",
+           "staleness_scatter", "twin_gap_plot"]

@@ -378,3 +378,31 @@ def test_census_groups_summarise_the_diagnostics_per_family_and_control() -> Non
     assert "| retrain reference | 1 | +0.00 [+0.00, +0.00] | 0 | 0 | +10.00 | 0.500 | 0.500 | 0 of 1 |" in table
     assert "plain" not in table
     assert encoder_groups_markdown({"checkpoints": [{"checkpoint": "plain"}]}) == []
+
+
+def test_the_relearning_trajectory_and_its_area_against_a_hand_computed_sgd_run() -> None:
+    """Linear(1 -> 2), W = 0, b = (1, 0): every input predicts class 0. Fine-tuning on x = 1 labelled 1 with lr 1:
+    the gradient of the cross-entropy wrt the logits is softmax(1, 0) - (0, 1) = (s, -s), s = e / (e + 1), and
+    dW = db = (s, -s) (x = 1), so after one step the logits at x = 1 are (-2s + 1, 2s) -> class 1, and at x = -1
+    they are (1, 0) -> class 0, for every later step too (dW = db leaves -W + b unchanged). Scored on x = 1 and
+    x = -1, both labelled 1: forget accuracy 0, 0.5, 0.5 over steps 0..2; area (0 + 0.5 + 0.5) / 3."""
+    from bnconvention.audit.relearn import area_under, first_step_at, relearn
+
+    model = torch.nn.Linear(1, 2)
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.copy_(torch.tensor([1.0, 0.0]))
+    spec = RelearningSpec(target_forget_accuracy=0.5, records=2, batch_size=2, learning_rate=1.0, max_steps=2)
+    out = relearn(model, train_x=torch.ones(2, 1), train_y=torch.ones(2, dtype=torch.long),
+                  eval_x=torch.tensor([[1.0], [-1.0]]), eval_y=torch.ones(2, dtype=torch.long), spec=spec,
+                  transform=lambda x, generator: x)
+    assert out.trajectory == [0.0, 0.5, 0.5]
+    assert out.steps == 1 and out.area == pytest.approx(1 / 3, abs=1e-12)
+    assert first_step_at(out.trajectory, 0.9) is None and area_under([1.0, 0.0]) == 0.5
+    assert model.bias.tolist() == [1.0, 0.0]  # the audited model is untouched (a copy is fine-tuned)
+
+
+def test_the_relearning_default_step_size_is_the_measured_one() -> None:
+    # docs/statistics.md: at 0.05 every c3 checkpoint of the population reached 0.9 in 0-2 steps; at 1e-4 bases
+    # take 0-2, unlearned checkpoints 5-11, retrain references never (benchmarks/relearn_rates.py)
+    assert RelearningSpec(target_forget_accuracy=0.9).learning_rate == 1e-4

@@ -47,7 +47,7 @@ def test_the_variant_folder_binds_the_zoo_s_weights_and_its_scales(zoo, quantize
 
 @pytest.mark.parametrize("name", ["bn-base", "gn-base"])
 def test_retain_only_refit_cells_at_bit_identical_weights(zoo, quantized: dict[str, Path], name: str) -> None:
-    model, shipped = load_quantized(zoo.load_model(name), quantized[name])
+    model, shipped = load_quantized(zoo.load_model(name), quantized[name] / "declaration.json")
     before = model_digests(zoo.load_model(name))
     data = split_tensors(FORGET_CLASSES)
     splits = {role: (data.x[role], data.y[role]) for role in ("forget", "test")}
@@ -71,15 +71,15 @@ def test_a_scales_file_that_disagrees_with_its_declaration_is_refused(zoo, quant
 
     folder = tmp_path / "copy"
     shutil.copytree(quantized["bn-base"], folder)
-    _, shipped = load_quantized(zoo.load_model("bn-base"), folder)
+    _, shipped = load_quantized(zoo.load_model("bn-base"), folder / "declaration.json")
     first = next(iter(shipped.sites))
     sites = dict(shipped.sites)
     sites[first] = (sites[first][0] * 2, sites[first][1])
     save_scales(folder / "activation_scales.safetensors", type(shipped)(spec=shipped.spec, sites=sites))
     with pytest.raises(QuantizationError, match="holds other sites or values than"):
-        load_quantized(zoo.load_model("bn-base"), folder)
+        load_quantized(zoo.load_model("bn-base"), folder / "declaration.json")
     data = json.loads((folder / "declaration.json").read_text(encoding="utf-8"))
     data["deployed_state"][1]["sites"][0]["scale"] = sites[first][0]
     (folder / "declaration.json").write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(DigestMismatchError, match="do not give the declaration's scales_sha256"):
-        load_quantized(zoo.load_model("bn-base"), folder)
+        load_quantized(zoo.load_model("bn-base"), folder / "declaration.json")

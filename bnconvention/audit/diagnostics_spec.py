@@ -15,15 +15,19 @@ refit on each replicate's pool, at bit-identical θ:
 
 ``reference.path`` is relative to the audited checkpoint's folder; ``{name}`` is the checkpoint's name and
 ``{seed_stem}`` its name up to and including the first ``-s<digits>`` part (``c3-s0-gradascent-train`` → ``c3-s0``),
-which names the population's retrain sibling ``<removal>-s<seed>-retrain`` (docs/population.md).
+which names the population's retrain sibling ``<removal>-s<seed>-retrain`` (docs/population.md). On a Hub, where
+``hub audit`` downloads each repo alone, the reference is a file of another repo instead:
+``reference: {repo: "{org}/{seed_stem}-retrain", filename: model.safetensors}`` (``{org}``: the audited repo's
+owner; ``{name}``: its name), which ``hub audit`` downloads at a pinned commit (:mod:`bnconvention.hub.reference`)
+and a local audit refuses.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from bnconvention.audit.spec_data import SpecModel, Text
 from bnconvention.errors import AuditSpecError
@@ -32,6 +36,7 @@ PositiveInt = Annotated[int, Field(ge=1)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 SEED_STEM = re.compile(r"^(.*?-s\d+)(?:-|$)")
 PLACEHOLDERS = ("name", "seed_stem")
+REPO_PLACEHOLDERS = ("org", "name", "seed_stem")
 
 # The smallest inputs the protocols accept (bad input below them: an error naming the cell, nothing computed).
 MIN_PROBE_TEST_RECORDS = 2
@@ -40,16 +45,48 @@ MIN_BOOTSTRAP = 20
 
 
 class ReferenceSpec(SpecModel):
-    path: Text = Field(description=(
+    path: Text | None = Field(default=None, description=(
         "The retrain reference's weights file, relative to the audited checkpoint's folder (or absolute); "
-        "'{name}' is the checkpoint's name, '{seed_stem}' its name up to its '-s<seed>' part."))
+        "'{name}' is the checkpoint's name, '{seed_stem}' its name up to its '-s<seed>' part. With 'repo': where "
+        "the local copy of that Hub file is (what hub audit writes once it downloaded it)."))
+    repo: Text | None = Field(default=None, description=(
+        "The Hub form, for hub audit (each repo is downloaded alone): the reference's model repo, e.g. "
+        "'{org}/{seed_stem}-retrain'; '{org}' is the audited repo's owner, '{name}' its name, '{seed_stem}' its "
+        "name up to its '-s<seed>' part. Downloaded through huggingface_hub at a pinned commit, safetensors only."))
+    filename: Text | None = Field(default=None, description=(
+        "With 'repo': the reference's single .safetensors file in that repo (placeholders as in 'path')."))
+    revision: Text | None = Field(default=None, description=(
+        "With 'repo': the branch, tag or commit to read (default main); hub audit pins the commit it resolves."))
 
     @model_validator(mode="after")
     def _placeholders(self) -> ReferenceSpec:
-        for found in re.findall(r"{([^{}]*)}", self.path):
-            if found not in PLACEHOLDERS:
-                raise ValueError(f"unknown placeholder {{{found}}} in reference.path; use {{name}} or {{seed_stem}}")
+        if self.path is None and self.repo is None:
+            raise ValueError("reference needs 'path' (a local file) or 'repo' and 'filename' (a Hub file)")
+        if self.repo is None and (self.filename is not None or self.revision is not None):
+            raise ValueError("reference 'filename' and 'revision' name a file of a Hub repo: give 'repo' too")
+        if self.repo is not None and self.filename is None:
+            raise ValueError("reference 'repo' needs 'filename', the .safetensors file in that repo")
+        if self.filename is not None and not self.filename.endswith(".safetensors"):
+            raise ValueError(f"reference filename {self.filename!r} is not a .safetensors file (a single file: "
+                             "no pickle, no shard index)")
+        for key, value in (("path", self.path), ("repo", self.repo), ("filename", self.filename)):
+            allowed = REPO_PLACEHOLDERS if key == "repo" else PLACEHOLDERS
+            for found in re.findall(r"{([^{}]*)}", value or ""):
+                if found not in allowed:
+                    names = " or ".join(f"{{{p}}}" for p in allowed)
+                    raise ValueError(f"unknown placeholder {{{found}}} in reference.{key}; use {names}")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A local reference ({path}) dumps, and so digests (journal keys), exactly as before the Hub form existed.
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+    @property
+    def on_hub(self) -> bool:
+        """Whether the reference is a file of a Hub repo (``repo``), not only a local path."""
+        return self.repo is not None
 
 
 class LinearProbeSpec(SpecModel):
@@ -81,7 +118,11 @@ class RelearningSpec(SpecModel):
     target_forget_accuracy: Fraction = Field(description="The forget accuracy fine-tuning must reach.")
     records: PositiveInt = Field(default=32, description="Forget records fine-tuned on.")
     batch_size: PositiveInt = Field(default=16, description="Records per step.")
-    learning_rate: Annotated[float, Field(gt=0)] = Field(default=0.05, description="Plain SGD step size.")
+    learning_rate: Annotated[float, Field(gt=0)] = Field(default=1e-4, description=(
+        "Plain SGD step size. Default 1e-4: fine-tuning on a removed class alone, a larger step makes any state "
+        "predict that class after one or two steps (0.05 reached 0.9 in 0-2 steps on every c3 checkpoint of the "
+        "population); at 1e-4 bases take 0-2 steps, unlearned checkpoints 5-11, retrain references never reach it "
+        "(docs/statistics.md)."))
     max_steps: PositiveInt = Field(default=50, description="The budget (a state not reaching the target: null).")
     replicates: PositiveInt = Field(default=3, description="Refit replicates fine-tuned (the first ones).")
 
@@ -108,15 +149,15 @@ def seed_stem(name: str) -> str | None:
     return found.group(1) if found else None
 
 
-def reference_path(template: str, *, name: str) -> str:
-    """The reference's path for checkpoint ``name`` (still relative to its folder when the template is)."""
+def reference_path(template: str, *, name: str, org: str | None = None, field: str = "path") -> str:
+    """The reference's path (or repo, or filename) for checkpoint ``name`` (of owner ``org`` on a Hub): the
+    placeholders filled in; still relative to the checkpoint's folder when the template is."""
     stem = seed_stem(name)
     if "{seed_stem}" in template and stem is None:
-        raise AuditSpecError(f"diagnostics.reference.path uses {{seed_stem}} but checkpoint {name!r} has no "
+        raise AuditSpecError(f"diagnostics.reference.{field} uses {{seed_stem}} but checkpoint {name!r} has no "
                              "'-s<seed>' part in its name; name the reference file directly",
-                             field="/diagnostics/reference/path")
-    return template.replace("{name}", name).replace("{seed_stem}", stem or "")
-
-
-__all__ = ["MIN_ATTACK_RECORDS", "MIN_BOOTSTRAP", "MIN_PROBE_TEST_RECORDS", "DiagnosticsSpec", "LinearProbeSpec",
-           "MembershipSpec", "ReferenceSpec", "RelearningSpec", "reference_path", "seed_stem"]
+                             field=f"/diagnostics/reference/{field}")
+    if "{org}" in template and org is None:
+        raise AuditSpecError(f"diagnostics.reference.{field} uses {{org}}, which only a Hub audit knows",
+                             field=f"/diagnostics/reference/{field}")
+    return template.replace("{name}", name).replace("{seed_stem}", stem or "").replace("{org}", org or "")

@@ -90,16 +90,21 @@ def plan_encoder(spec: AuditSpec, data: AuditData, checkpoint: LoadedCheckpoint)
 
 def reference_file(spec: AuditSpec, weights: Path, *, name: str) -> tuple[Path, str] | None:
     """The retrain reference of the checkpoint ``name`` at ``weights`` (its path, and as the spec names it), checked
-    to exist: a census checks every checkpoint's before any audit."""
+    to exist: a census checks every checkpoint's before any audit. A Hub reference (``repo``) has a path only once
+    ``hub audit`` has downloaded it (:mod:`bnconvention.hub.reference`); a local audit refuses it."""
     reference = spec.diagnostics.reference if spec.diagnostics is not None and spec.diagnostics.any else None
     if reference is None:
         return None
+    if reference.path is None:
+        raise AuditSpecError(f"diagnostics.reference names a file of the Hub repo {reference.repo!r}, which only "
+                             "bnconvention hub audit downloads; for a local audit give reference.path (relative to "
+                             f"the checkpoint's folder) instead", field="/diagnostics/reference/repo")
     relative = reference_path(reference.path, name=name)
     path = (weights.parent / relative).resolve()
     if not path.is_file():
         raise AuditSpecError(f"the retrain reference of {name} ({relative}, {path}) does not exist; the cells "
                              "lp_forget and mia_auc compare with it", field="/diagnostics/reference/path")
-    return path, relative
+    return path, reference.filename or relative
 
 
 def _load_reference(spec: AuditSpec, checkpoint: LoadedCheckpoint) -> tuple[LoadedCheckpoint | None, str | None]:
@@ -260,7 +265,9 @@ def _reference_arm(plan: EncoderPlan, value: float | None) -> dict[str, Any] | N
     if plan.reference is None or value is None or plan.reference_filename is None:
         return None
     digests = plan.reference.file_digests
-    arm = {"arm": "retrain", "filename": plan.reference_filename, "trainable_sha256": digests.trainable_sha256,
+    hub = plan.spec.reference if plan.spec.reference is not None and plan.spec.reference.on_hub else None
+    arm = {"arm": "retrain", "filename": plan.reference_filename, "repo": hub and hub.repo,
+           "revision": hub and hub.revision, "trainable_sha256": digests.trainable_sha256,
            "running_sha256": digests.running_sha256, "value": value}
     return {k: v for k, v in arm.items() if v is not None}
 

@@ -15,6 +15,7 @@ Step 0 is the state itself: a state already at the target needs 0 steps; one tha
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,9 +53,9 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch
     return hits / len(y)
 
 
-def _fine_tune_steps(model: torch.nn.Module, train: tuple[torch.Tensor, torch.Tensor],
-                     evaluate: tuple[torch.Tensor, torch.Tensor], *, spec: RelearningSpec,
-                     eval_batch: int) -> int | None:
+def _trajectory(model: torch.nn.Module, train: tuple[torch.Tensor, torch.Tensor],
+                evaluate: tuple[torch.Tensor, torch.Tensor], *, spec: RelearningSpec, eval_batch: int) -> list[float]:
+    """Forget accuracy after each of steps 0..max_steps of fine-tuning ``model`` (in place; the caller's copy)."""
     import torch
 
     from bnconvention.architectures.outputs import logits
@@ -65,25 +66,44 @@ def _fine_tune_steps(model: torch.nn.Module, train: tuple[torch.Tensor, torch.Te
         p.requires_grad_(True)
     optimizer = torch.optim.SGD(params, lr=spec.learning_rate)
     x, y = train
-    for step in range(spec.max_steps + 1):
-        if _accuracy(model, *evaluate, batch_size=eval_batch) >= spec.target_forget_accuracy:
-            return step
-        if step == spec.max_steps:
-            return None
+    accuracies = [_accuracy(model, *evaluate, batch_size=eval_batch)]
+    for step in range(spec.max_steps):
         start = (step * spec.batch_size) % len(x)
         index = torch.arange(start, start + spec.batch_size) % len(x)
         optimizer.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(logits(model(x[index])).float(), y[index].long())
         loss.backward()
         optimizer.step()
-    return None  # pragma: no cover - the loop returns at step == max_steps
+        accuracies.append(_accuracy(model, *evaluate, batch_size=eval_batch))
+    return accuracies
 
 
-def steps_to_target(model: torch.nn.Module, *, train_x: torch.Tensor, train_y: torch.Tensor,
-                    eval_x: torch.Tensor, eval_y: torch.Tensor, spec: RelearningSpec, transform: Any,
-                    eval_batch: int = 512) -> int | None:
-    """Steps of fine-tuning a copy of ``model`` on (``train_x``, ``train_y``) until its accuracy on (``eval_x``,
-    ``eval_y``) reaches the target; the inputs are prepared by ``transform`` (the eval transform) once."""
+def first_step_at(trajectory: list[float], target: float) -> int | None:
+    """The first step whose forget accuracy reaches ``target`` (0: the state itself); None within the budget."""
+    return next((step for step, accuracy in enumerate(trajectory) if accuracy >= target), None)
+
+
+def area_under(trajectory: list[float]) -> float:
+    """The mean forget accuracy over steps 0..max_steps: the area under the relearning curve, per step (a state
+    that relearns at once scores near 1, one that never does near its own forget accuracy)."""
+    return sum(trajectory) / len(trajectory)
+
+
+@dataclass(frozen=True)
+class Relearning:
+    """One state's relearning: its forget-accuracy trajectory over steps 0..max_steps, the first step at the
+    target (None: censored) and the area under the trajectory."""
+
+    trajectory: list[float]
+    steps: int | None
+    area: float
+
+
+def relearn(model: torch.nn.Module, *, train_x: torch.Tensor, train_y: torch.Tensor, eval_x: torch.Tensor,
+            eval_y: torch.Tensor, spec: RelearningSpec, transform: Any, eval_batch: int = 512) -> Relearning:
+    """Fine-tune a copy of ``model`` on (``train_x``, ``train_y``) for ``max_steps`` steps, its accuracy on
+    (``eval_x``, ``eval_y``) measured at every step; the inputs are prepared by ``transform`` (the eval transform)
+    once."""
     import torch
 
     from bnconvention.formats.digests import model_digests
@@ -93,12 +113,21 @@ def steps_to_target(model: torch.nn.Module, *, train_x: torch.Tensor, train_y: t
     with torch.inference_mode(False):
         prepared_train = (transform(train_x, generator=None).clone(), train_y.clone())
         prepared_eval = (transform(eval_x, generator=None).clone(), eval_y.clone())
-        steps = _fine_tune_steps(work, prepared_train, prepared_eval, spec=spec, eval_batch=eval_batch)
+        trajectory = _trajectory(work, prepared_train, prepared_eval, spec=spec, eval_batch=eval_batch)
     after = model_digests(model)
     if (after.trainable_sha256, after.running_sha256) != (before.trainable_sha256, before.running_sha256):
         raise WeightsChangedError("relearning changed the audited model's tensors (it fine-tunes a copy); this is a "
                                   "bug, please report it")
-    return steps
+    return Relearning(trajectory=trajectory, steps=first_step_at(trajectory, spec.target_forget_accuracy),
+                      area=area_under(trajectory))
 
 
-__all__ = ["draw_relearn", "steps_to_target"]
+def steps_to_target(model: torch.nn.Module, *, train_x: torch.Tensor, train_y: torch.Tensor,
+                    eval_x: torch.Tensor, eval_y: torch.Tensor, spec: RelearningSpec, transform: Any,
+                    eval_batch: int = 512) -> int | None:
+    """Steps of fine-tuning a copy of ``model`` until its forget accuracy reaches the target (:func:`relearn`)."""
+    return relearn(model, train_x=train_x, train_y=train_y, eval_x=eval_x, eval_y=eval_y, spec=spec,
+                   transform=transform, eval_batch=eval_batch).steps
+
+
+__all__ = ["Relearning", "area_under", "draw_relearn", "first_step_at", "relearn", "steps_to_target"]

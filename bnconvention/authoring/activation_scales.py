@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.authoring.declaration import declare
+from bnconvention.authoring.declaration import declare, default_producer
 from bnconvention.errors import DigestMismatchError, QuantizationError
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.digests import bn_layer_names, state_dict_digests
@@ -79,27 +79,69 @@ def scales_state_of(record: Declaration) -> ActivationScalesState:
     return state
 
 
-def load_quantized(model: torch.nn.Module, folder: Path) -> tuple[torch.nn.Module, ScaleSet]:
-    """A float ``model`` prepared with the observer its folder's declaration names, and the shipped scales from the
-    scales file beside it: checked against the declaration (sites, values and digest) before they are used."""
-    source = folder / "declaration.json"
+def check_binds_weights(record: Declaration, *, trainable_sha256: str, running_sha256: str | None,
+                        source: str) -> None:
+    """DigestMismatchError when the declaration's digests are not those of the weights file's tensors."""
+    for field, declared, found in (("trainable_sha256", record.digests.trainable_sha256, trainable_sha256),
+                                   ("running_sha256", record.digests.running_sha256, running_sha256)):
+        if declared != found:
+            raise DigestMismatchError(f"{source} declares digests.{field} {str(declared)[:16]}… but the weights "
+                                      f"file's tensors give {str(found)[:16]}…: the declaration describes other "
+                                      "weights", field=f"/digests/{field}", expected=declared, found=found)
+
+
+def refit_scales_declaration(record: Declaration, refit: ScaleSet, *, calibration: DataSplit, filename: str,
+                             reporting_line: str) -> DeclarationV11:
+    """``record`` (a declaration of a quantized model) with its activation scales replaced by ``refit``, fitted on
+    ``calibration`` and stored in ``filename``: every other deployed state, and the θ/φ digests, as declared (a
+    scales refit changes neither)."""
+    scales_state_of(record)  # a declaration without scales has nothing to replace
+    data = to_dict(record)
+    data["deployed_state"] = [
+        to_dict(activation_scales_state(refit, calibration=calibration, filename=filename))
+        if state["kind"] == "activation_scales" else state for state in data["deployed_state"]]
+    data.update(spec_version="1.1", producer=to_dict(default_producer()), reporting_line=reporting_line)
+    return DeclarationV11.model_validate(data)
+
+
+def read_declaration(source: Path) -> Declaration:
+    """The declaration in ``source``, validated; QuantizationError for a refit annotation."""
     record = ensure_valid_record(loads_strict(source.read_bytes(), source=str(source)), source=str(source))
     if not isinstance(record, Declaration):
         raise QuantizationError(f"{source} is a refit annotation, not a declaration", site=None)
-    state = scales_state_of(record)
-    spec = ObserverSpec(observer=state.observer, dtype=state.dtype, qscheme=state.qscheme, quant_min=state.quant_min,
+    return record
+
+
+def observer_spec_of(state: ActivationScalesState) -> ObserverSpec:
+    """The observer a declared ``activation_scales`` state names."""
+    return ObserverSpec(observer=state.observer, dtype=state.dtype, qscheme=state.qscheme, quant_min=state.quant_min,
                         quant_max=state.quant_max, percentile=state.percentile)
-    path = folder / (state.filename or SCALES_FILENAME)
+
+
+def shipped_scales(state: ActivationScalesState, path: Path, *, source: str) -> ScaleSet:
+    """The scales stored in ``path``, checked against the declared ``state`` (sites, values and digest)."""
     stored = load_scales(path)
     declared = {site.name: (site.scale, site.zero_point) for site in state.sites}
     if set(stored) != set(declared) or any(not math.isclose(stored[n][0], declared[n][0], rel_tol=1e-6)
                                            or stored[n][1] != declared[n][1] for n in declared):
         raise QuantizationError(f"{path} holds other sites or values than {source} declares", site=None)
-    scales = ScaleSet(spec=spec, sites={name: stored[name] for name in declared})  # in module order
+    scales = ScaleSet(spec=observer_spec_of(state), sites={name: stored[name] for name in declared})  # module order
     if state.scales_sha256 is not None and scales_digests(scales)[0] != state.scales_sha256:
         raise DigestMismatchError(f"{path}: its tensors do not give the declaration's scales_sha256 "
                                   f"{state.scales_sha256[:16]}…", field="/deployed_state")
-    return prepare_static(model, spec), scales
+    return scales
 
 
-__all__ = ["activation_scales_state", "declare_quantized", "float_state", "load_quantized", "scales_state_of"]
+def load_quantized(model: torch.nn.Module, declaration: Path, *,
+                   scales: Path | None = None) -> tuple[torch.nn.Module, ScaleSet]:
+    """A float ``model`` prepared with the observer the ``declaration`` file names, and the shipped scales from
+    ``scales`` (default: the declared ``filename`` beside the declaration, as in a quantized release's folder),
+    checked against the declaration (sites, values and digest) before they are used."""
+    state = scales_state_of(read_declaration(declaration))
+    path = scales if scales is not None else declaration.parent / (state.filename or SCALES_FILENAME)
+    shipped = shipped_scales(state, path, source=str(declaration))
+    return prepare_static(model, shipped.spec), shipped
+
+
+__all__ = ["activation_scales_state", "check_binds_weights", "declare_quantized", "float_state", "load_quantized",
+           "observer_spec_of", "read_declaration", "refit_scales_declaration", "scales_state_of", "shipped_scales"]

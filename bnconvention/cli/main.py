@@ -43,6 +43,7 @@ COMMAND_MODULES: list[str] = [
     "bnconvention.cli.push_to_hub_cmd",
     # auditors
     "bnconvention.cli.refit_cmd",
+    "bnconvention.cli.refit_scales_cmd",
     "bnconvention.cli.audit_cmd",
     "bnconvention.cli.census_cmd",
     "bnconvention.cli.hub_cmd",

@@ -67,23 +67,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("weights", type=Path, metavar="WEIGHTS",
                         help="a .safetensors file, a sharded checkpoint's .safetensors.index.json, or a folder "
                              "holding one checkpoint")
-    parser.add_argument("--arch", required=True, metavar="FACTORY",
-                        help="allowlisted architecture, e.g. zoo/convnet-bn or torchvision/resnet18")
-    parser.add_argument("--arch-kwargs", default="{}", metavar="JSON", help="keyword arguments of the factory")
-    parser.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
-                        help="allow your own factory for this run (repeatable)")
-    parser.add_argument("--pool", required=True, metavar="SOURCE", help="an .npz file, or a dataset with --split")
-    parser.add_argument("--pool-key", default="x", metavar="KEY", help="array of the .npz holding the inputs")
-    parser.add_argument("--role", choices=ROLES, default=None,
-                        help="which split an .npz pool is (default: other); with --split, the split itself")
-    parser.add_argument("--split", choices=("train", "retain", "forget", "test"), default=None,
-                        help="use this split of the dataset SOURCE as the pool")
-    parser.add_argument("--forget-classes", type=int, nargs="+", default=None, metavar="CLASS",
-                        help="classes whose train records form the forget split (for --split retain/forget)")
-    parser.add_argument("--transform", choices=("eval", "train"), default="eval",
-                        help="dataset transform applied to the pool (with --split; default eval)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the train transform's randomness (recorded as data.sampling_seed)")
+    add_arch_arguments(parser)
+    add_pool_arguments(parser)
     parser.add_argument("--rule", choices=RULES, default="exact", help="accumulation rule (default exact)")
     parser.add_argument("--batch-size", type=int, default=128, metavar="N", help="pool batch size (default 128)")
     parser.add_argument("--method", choices=("auto", "traced", "hooks"), default="auto",
@@ -98,23 +83,46 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from bnconvention.architectures.factories import allow_user_factory, build_model
-    from bnconvention.formats.digests import checkpoint_digests
-    from bnconvention.refit import refit
-    from bnconvention.refit.files import model_dtype
-    from bnconvention.refit.weights import load_checkpoint_weights, save_refit_weights, stored_declaration
-    from bnconvention.standard.models import to_dict
+def add_arch_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--arch``, ``--arch-kwargs`` and ``--allow-factory``: the float model a weights file is loaded into."""
+    parser.add_argument("--arch", required=True, metavar="FACTORY",
+                        help="allowlisted architecture, e.g. zoo/convnet-bn or torchvision/resnet18")
+    parser.add_argument("--arch-kwargs", default="{}", metavar="JSON", help="keyword arguments of the factory")
+    parser.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="allow your own factory for this run (repeatable)")
 
+
+def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--pool`` and the options that choose and describe it (an .npz, or a dataset's split); ``--batch-size``
+    is the caller's own."""
+    parser.add_argument("--pool", required=True, metavar="SOURCE", help="an .npz file, or a dataset with --split")
+    parser.add_argument("--pool-key", default="x", metavar="KEY", help="array of the .npz holding the inputs")
+    parser.add_argument("--role", choices=ROLES, default=None,
+                        help="which split an .npz pool is (default: other); with --split, the split itself")
+    parser.add_argument("--split", choices=("train", "retain", "forget", "test"), default=None,
+                        help="use this split of the dataset SOURCE as the pool")
+    parser.add_argument("--forget-classes", type=int, nargs="+", default=None, metavar="CLASS",
+                        help="classes whose train records form the forget split (for --split retain/forget)")
+    parser.add_argument("--transform", choices=("eval", "train"), default="eval",
+                        help="dataset transform applied to the pool (with --split; default eval)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the train transform's randomness (recorded as data.sampling_seed)")
+
+
+def check_pool_usage(args: argparse.Namespace) -> None:
+    """UsageError for pool options that contradict each other (checked before anything is loaded)."""
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be a positive integer, got {args.batch_size}")
-    weights, out, report_path = args.weights.resolve(), args.out.resolve(), args.report.resolve()
-    if report_path in (weights, out):
-        raise UsageError(f"--report {args.report} names a weights file; give the report its own path")
     if args.split is None and (args.forget_classes is not None or args.transform != "eval"):
         raise UsageError("--forget-classes and --transform select from a dataset: use them with --split")
     if args.split is not None and args.role is not None:
         raise UsageError("--role describes an .npz pool; with --split the split is the role")
+
+
+def build_arch(args: argparse.Namespace) -> torch.nn.Module:
+    """The model ``--arch`` names, built with ``--arch-kwargs`` (``--allow-factory`` targets allowed first)."""
+    from bnconvention.architectures.factories import allow_user_factory, build_model
+
     try:
         kwargs = loads_strict(args.arch_kwargs.encode("utf-8"), source="--arch-kwargs")
     except UntrustedInputError as exc:
@@ -123,13 +131,26 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--arch-kwargs must be a JSON object, got {args.arch_kwargs!r}")
     for target in args.allow_factory:
         allow_user_factory(target)
-    device = chosen_device(args)
+    return build_model(args.arch, kwargs)
 
-    model = build_model(args.arch, kwargs)
+
+def run(args: argparse.Namespace) -> int:
+    from bnconvention.formats.digests import checkpoint_digests
+    from bnconvention.refit import refit
+    from bnconvention.refit.files import model_dtype
+    from bnconvention.refit.weights import load_checkpoint_weights, save_refit_weights, stored_declaration
+    from bnconvention.standard.models import to_dict
+
+    check_pool_usage(args)
+    weights, out, report_path = args.weights.resolve(), args.out.resolve(), args.report.resolve()
+    if report_path in (weights, out):
+        raise UsageError(f"--report {args.report} names a weights file; give the report its own path")
+    model = build_arch(args)
+    device = chosen_device(args)
     loaded = load_checkpoint_weights(model, weights, factory=f"factory {args.arch!r}")
     before = checkpoint_digests(loaded.files)
     dtype = model_dtype(model)
-    pool, data, transform = _pool(args, dtype)
+    pool, data, transform = pool_from_args(args, dtype)
     model.to(device)  # the pool's batches follow the model; θ's bytes survive the round trip exactly
     report = refit(model, pool, rule=args.rule, data=data, transform=transform, method=args.method,
                    progress=show_progress(args.progress))
@@ -159,8 +180,8 @@ def _check_theta_written(written: Path, *, before: str) -> None:
                                   f"{before}; this is a bug, please report it")
 
 
-def _pool(args: argparse.Namespace, dtype: torch.dtype) -> tuple[list[Any], DataSplit, Transform]:
-    """The pool's batches, its DataSplit and its Transform."""
+def pool_from_args(args: argparse.Namespace, dtype: torch.dtype) -> tuple[list[Any], DataSplit, Transform]:
+    """The pool's batches, its DataSplit (how a report describes it) and its Transform."""
     from bnconvention.authoring.declaration import make_transform
     from bnconvention.standard.models import DatasetRef, DataSplit
 

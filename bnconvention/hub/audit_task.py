@@ -47,6 +47,7 @@ from bnconvention.hub.client import (
     quiet_hub_progress,
     token_from_env,
 )
+from bnconvention.hub.reference import fetch_reference
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
 from bnconvention.refit.devices import Device
 from bnconvention.standard.locations import annotation_filename
@@ -304,6 +305,8 @@ def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: Repo
     if files.config is not None and not (repo_dir / CONFIG_NAME).exists():  # timm's pretrained_cfg, for from_repo
         (repo_dir / CONFIG_NAME).write_bytes(files.config)
     _fetch_repo_files(client, task, repo_spec, repo_dir)
+    # a retrain reference published as a sibling repo: downloaded at a pinned commit, its local copy named in the spec
+    repo_spec = fetch_reference(client, repo_spec, repo_id=task.repo_id, weights=weights, folder=folder)
     result = audit_checkpoint(weights, repo_spec, data=_audit_data(repo_spec, task, repo_dir), device=task.device)
     subject = result.annotation.subject.model_copy(update={"filename": filename, "repo": task.repo_id,
                                                            "revision": task.revision})

@@ -165,10 +165,11 @@ class ScalesRefit:
 
 
 def refit_scales(model: torch.nn.Module, pool: Any, *, input_key: str = "input",
-                 shipped: ScaleSet | None = None) -> ScalesRefit:
+                 shipped: ScaleSet | None = None, progress: bool = False) -> ScalesRefit:
     """Recalibrate every site on ``pool`` with a fresh observer of its type; the model is left as it came.
 
-    ``shipped``: the scales as shipped when they are not the observers' own (loaded from a scales file)."""
+    ``shipped``: the scales as shipped when they are not the observers' own (loaded from a scales file). The pool's
+    batches and the fresh observers follow the model's device. ``progress``: a tqdm bar of the batches on stderr."""
     spec, sites = site_specs(model)
     if shipped is None:
         shipped = ScaleSet(spec=spec, sites={name: checked_qparams(m, site=name) for name, m in sites.items()})
@@ -177,15 +178,15 @@ def refit_scales(model: torch.nn.Module, pool: Any, *, input_key: str = "input",
         raise QuantizationError(f"site {extra!r} is in only one of the shipped scales and the model's observers",
                                 site=extra)
     before = _float_digests(model, sites)
-    fresh = {name: make_observer(spec) for name in sites}
+    device = _device(model)
+    fresh = {name: make_observer(spec).to(device) for name in sites}
     was_training = model.training
     handles = [sites[name].register_forward_hook(lambda _m, _i, out, f=fresh[name]: f(out)) for name in sites]
-    reader = PoolReader(pool, dtype=_float_dtype(model), input_key=input_key)
+    reader = PoolReader(pool, dtype=_float_dtype(model), input_key=input_key, device=device)
     try:
         model.eval()
         with torch.no_grad(), observers_kept(model):
-            for index, x in enumerate(reader):
-                run_forward(model, x, where=f"calibration batch {index}")
+            _calibrate(model, reader, total=_length(pool), progress=progress)
         if not reader.batch_sizes:
             raise QuantizationError("the calibration pool yielded no batches", site=None)
         refit = ScaleSet(spec=spec, sites={name: checked_qparams(fresh[name], site=name) for name in sites})
@@ -199,6 +200,27 @@ def refit_scales(model: torch.nn.Module, pool: Any, *, input_key: str = "input",
                                   f"became {after}); the scales refit cannot be trusted for this model")
     return ScalesRefit(shipped=shipped, refit=refit, samples=reader.samples, trainable_sha256=before[0],
                        running_sha256=before[1])
+
+
+def _calibrate(model: torch.nn.Module, reader: PoolReader, *, total: int | None, progress: bool) -> None:
+    """One eval-mode forward per pool batch (the caller holds no_grad and the hooks feeding the fresh observers)."""
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc="scales refit", unit="batch", disable=not progress, leave=False) as bar:
+        for index, x in enumerate(reader):
+            run_forward(model, x, where=f"calibration batch {index}")
+            bar.update(1)
+
+
+def _length(pool: Any) -> int | None:
+    try:
+        return len(pool)
+    except TypeError:
+        return None
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next((t.device for t in model.parameters()), torch.device("cpu"))
 
 
 def _float_dtype(model: torch.nn.Module) -> torch.dtype:

@@ -15,12 +15,10 @@ from typing import Any
 
 from bnconvention.audit.scales_annotation import scales_annotation
 from bnconvention.audit.scales_cells import scales_cells
-from bnconvention.authoring.activation_scales import load_quantized
+from bnconvention.authoring.activation_scales import load_quantized, read_declaration
 from bnconvention.data.digits import DIGITS_DATASET_ID
-from bnconvention.errors import QuantizationError, UsageError
-from bnconvention.formats.canonical import loads_strict
-from bnconvention.standard.models import AuditedFile, DatasetRef, DataSplit, Declaration, RefitAnnotationV11
-from bnconvention.validation.records import ensure_valid_record
+from bnconvention.errors import UsageError
+from bnconvention.standard.models import AuditedFile, DatasetRef, DataSplit, RefitAnnotationV11
 from bnconvention.zoo.manifest import ZooManifest
 from bnconvention.zoo.quantized import QUANTIZED_SUFFIX, calibration_draw
 from bnconvention.zoo.variants import FORGET_CLASSES, split_tensors
@@ -36,14 +34,6 @@ def variant_of(folder: Path) -> str:
     return folder.name[: -len(QUANTIZED_SUFFIX)]
 
 
-def _declaration(folder: Path) -> Declaration:
-    source = folder / "declaration.json"
-    record = ensure_valid_record(loads_strict(source.read_bytes(), source=str(source)), source=str(source))
-    if not isinstance(record, Declaration):
-        raise QuantizationError(f"{source} is a refit annotation, not a declaration", site=None)
-    return record
-
-
 def _splits() -> dict[str, Any]:
     data = split_tensors(FORGET_CLASSES)
     return {role: (data.x[role], data.y[role]) for role in ("forget", "retain", "test")}
@@ -55,8 +45,8 @@ def audit_quantized_variant(zoo: ZooManifest, folder: Path, *, replicates: int =
     if replicates < 1:
         raise UsageError(f"--replicates must be at least 1, got {replicates}")
     name = variant_of(folder)
-    record = _declaration(folder)
-    model, shipped = load_quantized(zoo.load_model(name), folder)
+    record = read_declaration(folder / "declaration.json")
+    model, shipped = load_quantized(zoo.load_model(name), folder / "declaration.json")
     seeds = [seed + r for r in range(replicates)]
     pools = [[calibration_draw("retain", size=size, seed=s)[0]] for s in seeds]
     audit = scales_cells(model, splits=_splits(), calibration_pools=pools, margin_pp=margin_pp, shipped=shipped)

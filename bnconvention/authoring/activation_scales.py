@@ -79,10 +79,13 @@ def scales_state_of(record: Declaration) -> ActivationScalesState:
     return state
 
 
-def load_quantized(model: torch.nn.Module, folder: Path) -> tuple[torch.nn.Module, ScaleSet]:
-    """A float ``model`` prepared with the observer its folder's declaration names, and the shipped scales from the
-    scales file beside it: checked against the declaration (sites, values and digest) before they are used."""
+def read_quantized(folder: Path) -> tuple[Declaration, ScaleSet]:
+    """The folder's declaration and its shipped scales (observer spec and sites, in the declaration's order): the
+    scales file beside it checked against the declaration (sites, values and digest) before anything uses them."""
     source = folder / "declaration.json"
+    if not source.is_file():
+        raise QuantizationError(f"{folder} ships activation scales but no declaration.json declaring them (an "
+                                "activation_scales deployed state); declare them with declare_quantized", site=None)
     record = ensure_valid_record(loads_strict(source.read_bytes(), source=str(source)), source=str(source))
     if not isinstance(record, Declaration):
         raise QuantizationError(f"{source} is a refit annotation, not a declaration", site=None)
@@ -99,7 +102,15 @@ def load_quantized(model: torch.nn.Module, folder: Path) -> tuple[torch.nn.Modul
     if state.scales_sha256 is not None and scales_digests(scales)[0] != state.scales_sha256:
         raise DigestMismatchError(f"{path}: its tensors do not give the declaration's scales_sha256 "
                                   f"{state.scales_sha256[:16]}…", field="/deployed_state")
-    return prepare_static(model, spec), scales
+    return record, scales
 
 
-__all__ = ["activation_scales_state", "declare_quantized", "float_state", "load_quantized", "scales_state_of"]
+def load_quantized(model: torch.nn.Module, folder: Path) -> tuple[torch.nn.Module, ScaleSet]:
+    """A float ``model`` prepared with the observer its folder's declaration names, and the shipped scales from the
+    scales file beside it (:func:`read_quantized`)."""
+    _, scales = read_quantized(folder)
+    return prepare_static(model, scales.spec), scales
+
+
+__all__ = ["activation_scales_state", "declare_quantized", "float_state", "load_quantized", "read_quantized",
+           "scales_state_of"]

@@ -10,9 +10,9 @@ from typing import Any
 
 from bnconvention.audit.decisions import format_p
 from bnconvention.audit.encoder_report import encoder_lines
-from bnconvention.audit.scales_report import scales_lines
 from bnconvention.audit.markdown_readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
 from bnconvention.audit.result import AuditResult
+from bnconvention.audit.scales_report import scales_lines
 from bnconvention.formats.text import markdown_table, plural, signed
 
 PLOT_FILES = {"cells": "cells.png", "staleness": "staleness.png"}

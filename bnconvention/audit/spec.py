@@ -29,9 +29,9 @@ from pydantic import Field, JsonValue, SerializerFunctionWrapHandler, Validation
 from pydantic_core import ErrorDetails
 
 from bnconvention.audit.diagnostics_spec import DiagnosticsSpec
-from bnconvention.audit.scales_spec import QuantizationSpec
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
 from bnconvention.audit.rules import RuleMatch, check_rules
+from bnconvention.audit.scales_spec import QuantizationSpec
 from bnconvention.audit.spec_census import ControlsSpec, SweepSpec
 from bnconvention.audit.spec_data import (
     DatasetSpec,

@@ -59,7 +59,7 @@ def displacement(zoo: Any, *, replicates: int) -> list[dict[str, Any]]:
         for name in VARIANTS:
             for observer, percentile in OBSERVERS:
                 folder = quantize_variant(zoo, name, Path(tmp), observer=observer, percentile=percentile)  # type: ignore[arg-type]
-                model, shipped = load_quantized(zoo.load_model(name), folder)
+                model, shipped = load_quantized(zoo.load_model(name), folder / "declaration.json")
                 pools = [[calibration_draw("retain", size=256, seed=100 + r)[0]] for r in range(replicates)]
                 audit = scales_cells(model, splits=splits, calibration_pools=pools, shipped=shipped)
                 rows.append({"variant": name, "observer": observer, "median_abs_log_ratio": audit.median_abs_log_ratio,

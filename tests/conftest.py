@@ -87,3 +87,17 @@ def tiny_population():  # -> bnconvention.zoo.population_manifest.PopulationMani
 
     return build_population(default_population_dir(REPO_ROOT / ".cache", seed=0, config=TINY_CONFIG),
                             config=TINY_CONFIG, seed=0, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_quantized_population():  # -> bnconvention.zoo.population_manifest.PopulationManifest
+    """``TINY_CONFIG`` built with activation scales beside every checkpoint (``zoo build --population
+    --quantized``, minmax, 256 records), once into ``<repo>/.cache/population-<code+config>-seed0-quantized`` and
+    reused across sessions."""
+    from bnconvention.zoo.population_build import default_population_dir
+    from bnconvention.zoo.population_plan import TINY_CONFIG
+    from bnconvention.zoo.population_quantized import build_quantized_population
+
+    folder = default_population_dir(REPO_ROOT / ".cache", seed=0, config=TINY_CONFIG)
+    return build_quantized_population(folder.with_name(folder.name + "-quantized"), config=TINY_CONFIG, seed=0,
+                                      progress=False)

@@ -64,6 +64,8 @@ from bnconvention.audit.outputs import write_audit_outputs, write_json
 from bnconvention.audit.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, weights_key
+from bnconvention.audit.scales_report import scales_census_markdown
+from bnconvention.audit.scales_stage import plan_scales
 from bnconvention.audit.shipped_store import SHIPPED_DIR, ShippedStore
 from bnconvention.audit.spec import AuditSpec, parse_spec
 from bnconvention.audit.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
@@ -191,6 +193,7 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
         weights = weights_key(digests.trainable_sha256, digests.running_sha256)
         name = checkpoint_name(path)
         reference_file(own, path, name=name)  # the diagnostics' retrain reference, when the spec names one
+        plan_scales(own, data, path, model=models[key], digests=digests)  # shipped activation scales, checked
         if name in names:
             name = f"{name}-{weights[:8]}"
         names.add(name)
@@ -312,7 +315,8 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
                          extras=v11_fields(ordered, names, metric=spec.headline_cell().text))
     write_json(out / "census.json", summary)
     atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary)
-                      + families_markdown(summary) + encoder_census_markdown(summary))
+                      + families_markdown(summary) + encoder_census_markdown(summary)
+                      + scales_census_markdown(summary))
     return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)
 
 

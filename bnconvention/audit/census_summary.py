@@ -7,6 +7,7 @@ the audits and writes it, ``hub audit`` summarises an organisation with it.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ from bnconvention.audit.families import family_readings, twin_gaps
 from bnconvention.audit.outputs import ANNOTATION_FILE
 from bnconvention.audit.readings import census_readings
 from bnconvention.audit.result import AuditResult
+from bnconvention.audit.scales_report import scales_counts, scales_row
+from bnconvention.audit.scales_stage import SCALES_ANNOTATION_FILE
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stats import by_adjust
 from bnconvention.standard.models import Cell
@@ -66,6 +69,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
         row["mechanism"] = summary["readings"]["mechanism"]["per_checkpoint"][row["checkpoint"]]
     summary.update(population_sections(results, names, spec, rows=summary["checkpoints"],
                                        decided=summary["decided"]))
+    summary.update(scales_counts(summary["checkpoints"]))  # only with the spec's quantization section
     return summary
 
 
@@ -166,6 +170,9 @@ def checkpoint_row(result: AuditResult, name: str, annotation: str, metrics: Seq
         "annotation": annotation,
         **({} if encoder is None else {"encoder": encoder}),
     }
+    if result.scales is not None:  # the second deployed state, with the spec's quantization section
+        scales_annotation = posixpath.join(posixpath.dirname(annotation), SCALES_ANNOTATION_FILE)
+        row["scales"] = scales_row(result.scales, annotation=scales_annotation if result.scales.annotation else None)
     if result.population is not None:  # where it sits in a structured population (the report groups by it)
         row["population"] = result.population.model_dump(mode="json", exclude_none=True)
     return row

@@ -12,6 +12,7 @@ from bnconvention.audit.decisions import format_p
 from bnconvention.audit.encoder_report import encoder_lines
 from bnconvention.audit.markdown_readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
 from bnconvention.audit.result import AuditResult
+from bnconvention.audit.scales_report import scales_lines
 from bnconvention.formats.text import markdown_table, plural, signed
 
 PLOT_FILES = {"cells": "cells.png", "staleness": "staleness.png"}
@@ -99,6 +100,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
                   f"fixed pool moves the refit statistics by {p.mean_distance:.5f} (mean) / "
                   f"{p.var_distance:.5f} (variance) and forget accuracy by {shift}."]
     lines += arms_lines(result.provenance_arms) + curve_lines(result.recoverability_curve) + encoder_lines(a)
+    lines += scales_lines(result.scales)
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{kind}]({name})" for kind, name in plots.items()]

@@ -8,6 +8,8 @@ In the output folder:
   (:func:`bnconvention.formats.canonical.canonical_json`), which is what the hub scripts name the pushed file by.
 * ``summary.md`` — the Markdown summary; ``cells.png`` and ``staleness.png`` — the plots (and ``recoverability.png``
   when the audit ran a recoverability curve).
+* ``scales_annotation.json`` — with the spec's ``quantization`` section and a checkpoint that ships activation
+  scales: the 1.1 refit annotation of its scales (:mod:`bnconvention.audit.scales_stage`); it validates too.
 * ``result.json`` — the full :class:`~bnconvention.audit.result.AuditResult` (annotation plus sign tests, reference
   band per layer, per-replicate pools and timings), the census journal's format.
 """
@@ -21,6 +23,7 @@ from typing import Any
 from bnconvention.audit.markdown import PLOT_FILES, audit_markdown
 from bnconvention.audit.plots import cells_figure, recoverability_figure, staleness_figure
 from bnconvention.audit.result import AuditResult
+from bnconvention.audit.scales_stage import SCALES_ANNOTATION_FILE
 from bnconvention.formats.atomic import atomic_write_bytes, atomic_write_text
 from bnconvention.standard.models import to_dict
 
@@ -54,6 +57,8 @@ def write_audit_outputs(result: AuditResult, out_dir: str | Path, *, plots: bool
             embedded["recoverability"] = CURVE_PLOT
     files[SUMMARY_FILE] = audit_markdown(result, plots=embedded if plots else None).encode("utf-8")
     files[RESULT_FILE] = json_text(result.model_dump(mode="json")).encode("utf-8")
+    if result.scales is not None and result.scales.annotation is not None:  # the second deployed state's record
+        files[SCALES_ANNOTATION_FILE] = json_text(to_dict(result.scales.annotation)).encode("utf-8")
     out.mkdir(parents=True, exist_ok=True)
     written = {}
     for name, data in files.items():

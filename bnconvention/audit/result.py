@@ -12,7 +12,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bnconvention.standard.models import AnyRefitAnnotation, LayerStaleness
+from bnconvention.standard.models import AnyRefitAnnotation, LayerStaleness, RefitAnnotationV11
 
 RESULT_FORMAT: Final = "bnconvention-audit-result/1"
 
@@ -126,6 +126,24 @@ class PopulationMetadata(_Result):
     twin_partner: str | None = None
 
 
+class ScalesResult(_Result):
+    """The second deployed state (spec ``quantization``, :mod:`.scales_stage`): the shipped activation scales'
+    cells against retain-only recalibrations, or why there are none."""
+
+    status: Literal["audited", "not_quantized"]
+    reason: str = Field(description="One line for the census row: what was audited, or why nothing was.")
+    scales_file: str | None = None
+    observer: str | None = None
+    sites: int | None = Field(default=None, description="Activation sites the scales file holds.")
+    calibration_size: int | None = None
+    median_abs_log_ratio: float | None = Field(default=None, description=(
+        "Median |ln(refit / shipped scale)| over sites and recalibrations."))
+    max_abs_log_ratio: float | None = None
+    annotation: RefitAnnotationV11 | None = Field(default=None, description=(
+        "The 1.1 refit annotation (refit_state activation_scales), subject the audited weights."))
+    seconds: float = 0.0
+
+
 class AuditResult(_Result):
     format: Literal["bnconvention-audit-result/1"] = RESULT_FORMAT
     checkpoint: str = Field(description="File name without .safetensors.")
@@ -155,3 +173,5 @@ class AuditResult(_Result):
     mechanism: MechanismEvidence | None = None
     population: PopulationMetadata | None = Field(default=None, description=(
         "The sidecar's population metadata (family, variant, removal, seed, role, twin); None without one."))
+    scales: ScalesResult | None = Field(default=None, description=(
+        "The activation scales audit, when the spec has a quantization section; None without one."))

@@ -31,7 +31,8 @@ from bnconvention.audit.data import AuditData, load_audit_data
 from bnconvention.audit.encoder import plan_encoder, run_encoder, with_encoder
 from bnconvention.audit.evaluation import Refitter
 from bnconvention.audit.provenance import retained_needed
-from bnconvention.audit.result import AuditResult
+from bnconvention.audit.result import AuditResult, ScalesResult
+from bnconvention.audit.scales_stage import not_quantized, plan_scales, run_scales, unaudited_warning
 from bnconvention.audit.shipped_store import ShippedStore
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stages import (
@@ -53,7 +54,8 @@ from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.text import plural
 from bnconvention.refit.devices import Device, resolve_device
 
-__all__ = ["PreparedAudit", "audit_checkpoint", "check_data_fits", "prepare_audit", "run_audit", "weights_key"]
+__all__ = ["PreparedAudit", "audit_checkpoint", "check_data_fits", "prepare_audit", "run_audit", "scales_outcome",
+           "weights_key"]
 
 
 def check_data_fits(spec: AuditSpec, data: AuditData) -> None:
@@ -98,7 +100,23 @@ def prepare_audit(weights: str | Path, spec: AuditSpec, *, data: AuditData | Non
     checkpoint = load_checkpoint(weights, spec)
     checkpoint.model.to(target)
     encoder = plan_encoder(spec, data, checkpoint)
-    return PreparedAudit(spec=spec, data=data, checkpoint=checkpoint, encoder=encoder)
+    scales = plan_scales(spec, data, checkpoint.path, model=checkpoint.model, digests=checkpoint.file_digests)
+    unaudited = None if spec.quantization is not None else unaudited_warning(checkpoint.path)
+    if unaudited is not None:
+        checkpoint.warnings.append(unaudited)
+    return PreparedAudit(spec=spec, data=data, checkpoint=checkpoint, encoder=encoder, scales=scales)
+
+
+def scales_outcome(prepared: PreparedAudit) -> ScalesResult | None:
+    """The second deployed state's result: audited when the checkpoint ships scales, ``not_quantized`` when the
+    spec asks and it ships none, None when the spec does not ask."""
+    checkpoint = prepared.checkpoint
+    if prepared.spec.quantization is None:
+        return None
+    if prepared.scales is None:
+        return not_quantized(checkpoint.path)
+    return run_scales(prepared.spec, prepared.data, prepared.scales, weights=checkpoint.path,
+                      digests=checkpoint.file_digests)
 
 
 def audit_checkpoint(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None,
@@ -128,6 +146,7 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
                                     shipped_state=refitter.shipped)
     diagnostics = run_diagnostics(prepared, refitter, shipped, staleness=staleness.combined)
     encoder = None if prepared.encoder is None else run_encoder(spec, prepared.data, prepared.encoder, refitter)
+    scales = scales_outcome(prepared)
     check_theta_unchanged(checkpoint.path, before=refitter.theta.trainable_sha256,
                           after=refitter.theta.digests(model).trainable_sha256)
     annotation = build_annotation(prepared, shipped, replicates, decisions, staleness, diagnostics)
@@ -156,6 +175,7 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
         recoverability_curve=diagnostics.curve,
         mechanism=mechanism_evidence(checkpoint) if replicates.channel == "present" else None,
         population=population_evidence(checkpoint),
+        scales=scales,
     )
 
 

@@ -31,6 +31,7 @@ from pydantic_core import ErrorDetails
 from bnconvention.audit.diagnostics_spec import DiagnosticsSpec
 from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
 from bnconvention.audit.rules import RuleMatch, check_rules
+from bnconvention.audit.scales_spec import QuantizationSpec
 from bnconvention.audit.spec_census import ControlsSpec, SweepSpec
 from bnconvention.audit.spec_data import (
     DatasetSpec,
@@ -218,13 +219,17 @@ class AuditSpec(_Spec):
     diagnostics: DiagnosticsSpec | None = Field(default=None, description=(
         "Optional encoder-level diagnostics of seed 003 (linear probe, membership attack, relearning), shipped and "
         "after an exact retain refit; off when absent (audit/diagnostics_spec.py)."))
+    quantization: QuantizationSpec | None = Field(default=None, description=(
+        "Optional audit of shipped activation scales (a second deployed state) against retain-only "
+        "recalibrations; off when absent (audit/scales_spec.py)."))
 
     @model_serializer(mode="wrap")
     def _without_absent_diagnostics(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A spec without diagnostics dumps, and so digests (journal keys), exactly as before the section existed.
+        # A spec without these sections dumps, and so digests (journal keys), exactly as before they existed.
         data = handler(self)
-        if self.diagnostics is None and isinstance(data, dict):
-            data.pop("diagnostics", None)
+        for optional in ("diagnostics", "quantization"):
+            if getattr(self, optional) is None and isinstance(data, dict):
+                data.pop(optional, None)
         return data
 
     # --- derived, checked once ------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from bnconvention.audit.result import (
     SignRecord,
     StalenessNull,
 )
+from bnconvention.audit.scales_stage import ScalesPlan
 from bnconvention.audit.shipped_store import ShippedStore
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.authoring.declaration import default_producer, make_convention
@@ -82,6 +83,7 @@ class PreparedAudit:
     data: AuditData
     checkpoint: LoadedCheckpoint
     encoder: EncoderPlan | None = None  # the encoder-level diagnostics (spec ``diagnostics``), drawn and checked
+    scales: ScalesPlan | None = None  # the shipped activation scales (spec ``quantization``), checked
 
 
 # --- shipped ------------------------------------------------------------------------------------------------------

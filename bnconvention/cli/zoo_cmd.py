@@ -8,13 +8,18 @@ from __future__ import annotations
 # and every other command stays light (cli/main.py).
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.errors import UsageError
 from bnconvention.extras import needs_extra
 
+if TYPE_CHECKING:
+    from bnconvention.zoo.population_manifest import PopulationManifest
+
 DEFAULT_OUT = "zoo"
 POPULATION_OUT = "population"
+POPULATION_QUANTIZED = ""  # --quantized given without DIR: the population's own folders are quantized
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                "  bnconvention zoo build --variant bn-badteacher-eval --no-progress\n"
                "  bnconvention zoo build --population      # the structured population into ./population\n"
                "  bnconvention zoo build --quantized zoo-q8  # also the 8-bit activation-quantized variants\n"
+               "  bnconvention zoo build --population --quantized --out population-q8\n"
                "  bnconvention zoo audit-scales zoo-q8/bn-base-q8 --zoo zoo\n\n"
                "Exit codes (zoo build): 0 built or reused, 1 the build failed, 2 bad usage, 130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -54,10 +60,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     build.add_argument("--variant", action="append", metavar="NAME",
                        help="build only this variant and its parents (repeatable; default: all)")
     build.add_argument("--force", action="store_true", help="rebuild even when a matching build exists")
-    build.add_argument("--quantized", default=None, metavar="DIR",
+    build.add_argument("--quantized", nargs="?", const=POPULATION_QUANTIZED, default=None, metavar="DIR",
                        help="also write statically quantized variants <variant>-q8/ into DIR (float weights copied, "
                             "activation scales beside them, a 1.1 declaration); of the --variant names, default "
-                            "bn-base gn-base bn-ga-train gn-ga-train")
+                            "bn-base gn-base bn-ga-train gn-ga-train. With --population (no DIR): every checkpoint "
+                            "folder gains activation_scales.safetensors and declaration.json (docs/population.md)")
     build.add_argument("--observer", default="minmax", choices=["minmax", "absmax", "percentile", "mse", "histogram"],
                        help="observer of the quantized variants' scales (default: minmax; percentile at 99.99)")
     build.add_argument("--calibration-size", type=int, default=256, metavar="N",
@@ -110,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
     if args.population:
         return _run_population(args)
     if args.quantized is not None:
+        if args.quantized == POPULATION_QUANTIZED:
+            raise UsageError("--quantized needs DIR for the zoo's quantized variants (--quantized zoo-q8), or "
+                             "--population to quantize the population's checkpoints")
         return _run_quantized(args)
     manifest = build_zoo(Path(args.out or DEFAULT_OUT), seed=args.seed, progress=show_progress(args.progress),
                          variants=args.variant, force=args.force)
@@ -168,10 +178,28 @@ def _run_population(args: argparse.Namespace) -> int:
     if args.variant:
         raise UsageError("--variant names a zoo variant; the population is built whole (leave out --variant)")
     out = Path(args.out or POPULATION_OUT)
-    manifest = build_population(out, seed=args.seed, progress=show_progress(args.progress), force=args.force)
+    if args.quantized not in (None, POPULATION_QUANTIZED):
+        raise UsageError("with --population, --quantized takes no DIR: the scales go into each checkpoint's folder "
+                         "(write --population --quantized --out DIR)")
+    if args.quantized is None:
+        manifest = build_population(out, seed=args.seed, progress=show_progress(args.progress), force=args.force)
+    else:
+        manifest = _build_quantized_population(args, out)
     counts = manifest.counts
     print(f"population in {manifest.root} (seed {manifest.seed}, code {manifest.code_sha256[:12]}): "
           f"{counts['total']} checkpoints ({counts['base']} base, {counts['retrain']} retrain, "
           f"{counts['unlearned']} unlearned, {counts['twin']} twin)")
     print(f"audit it: bnconvention census {out} --spec {out / SPEC_FILE} --out census-population")
     return 0
+
+
+def _build_quantized_population(args: argparse.Namespace, out: Path) -> PopulationManifest:
+    from bnconvention.zoo.population_quantized import QuantizationSettings, build_quantized_population
+
+    settings = QuantizationSettings(observer=args.observer, calibration_size=args.calibration_size,
+                                    percentile=99.99 if args.observer == "percentile" else None)
+    manifest = build_quantized_population(out, seed=args.seed, settings=settings,
+                                          progress=show_progress(args.progress), force=args.force)
+    print(f"activation scales ({args.observer}, {args.calibration_size} records of each checkpoint's training data) "
+          "beside every checkpoint")
+    return manifest

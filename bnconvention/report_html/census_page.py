@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.audit.census_story import headline_cell, population_story
+from bnconvention.audit.scales_report import CELLS, HEADING, reading
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.text import signed
 from bnconvention.report_html import census_figures as figures
@@ -122,6 +123,20 @@ def _recoverability_note(census: Mapping[str, Any]) -> str:
             "<code>recoverability: {curve: {}}</code> to the spec for the curve).</p>")
 
 
+def _scales(census: Mapping[str, Any]) -> str:
+    """The activation scales' table (the second deployed state), when the census audited any."""
+    if not census.get("scales", {}).get("quantized"):
+        return ""
+    rows = [[f"<code>{esc(e['checkpoint'])}</code>", *(_pp(e["scales"]["cells"][m]["shift_pp"])
+                                                       if m in e["scales"]["cells"] else "—" for m in CELLS),
+             badge("displaced", "displaced") if e["scales"]["displaced"] else badge("not displaced", "equivalent"),
+             f"{e['scales']['median_abs_log_ratio']:.4f}"]
+            for e in census["checkpoints"] if e.get("scales", {}).get("status") == "audited"]
+    return _section("scales", HEADING, f"<p>{esc(reading(census))}</p>" + table(
+        ["Checkpoint", "Δdf pp", "Δdr pp", "Δdt pp", "Scales", "Median |ln ratio|"], rows, table_id="scales",
+        numeric=(1, 2, 3, 5)))
+
+
 def render_census_page(census: Mapping[str, Any], *, title: str | None = None) -> str:
     """The whole census page (see the module docstring)."""
     cell = headline_cell(census)
@@ -156,6 +171,7 @@ def render_census_page(census: Mapping[str, Any], *, title: str | None = None) -
                  _figure(figures.staleness_scatter(census), f"Staleness of the shipped statistics against |shift| of "
                          f"{cell}.", "staleness-scatter")),
         _controls(census),
+        _scales(census),
     ]
     return page(title, [part for part in body if part])
 

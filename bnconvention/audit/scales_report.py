@@ -1,0 +1,105 @@
+"""The activation scales (second deployed state) in reports: the census row's columns, the census counts, census.md's
+table and the audit summary's section.
+
+Pure functions over a :class:`~bnconvention.audit.result.ScalesResult` or the census JSON. A scales cell's decision
+is the standard's (exact sign test over the recalibrations, TOST for equivalence), made per checkpoint: the scales
+cells stay outside the census's Benjamini–Yekutieli family, which is the BatchNorm cells'. A checkpoint is
+*displaced on its scales* when any of its scales cells is displaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bnconvention.audit.result import ScalesResult
+from bnconvention.formats.text import markdown_table, plural, signed
+
+HEADING = "Activation scales (second deployed state)"
+CELLS = ("df", "dr", "dt")
+
+
+def scales_row(scales: ScalesResult, *, annotation: str | None) -> dict[str, Any]:
+    """The census row's ``scales`` entry: the status and, when audited, each cell's shift and decision."""
+    row: dict[str, Any] = {"status": scales.status, "reason": scales.reason}
+    if scales.annotation is None:
+        return row
+    cells = {c.metric: c for c in scales.annotation.cells}
+    row.update({
+        "observer": scales.observer, "sites": scales.sites, "replicates": scales.annotation.replicates,
+        "calibration_size": scales.calibration_size,
+        "cells": {m: {"shipped": c.shipped, "refit": c.refit, "shift_pp": c.shift_pp,
+                      "min_shift_pp": min(c.replicate_shifts_pp), "max_shift_pp": max(c.replicate_shifts_pp),
+                      "outcome": c.decision.outcome, "p_value": c.decision.p_value} for m, c in cells.items()},
+        "displaced": any(c.decision.outcome == "displaced" for c in cells.values()),
+        "median_abs_log_ratio": scales.median_abs_log_ratio, "max_abs_log_ratio": scales.max_abs_log_ratio,
+        "annotation": annotation,
+    })
+    return row
+
+
+def scales_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """census.json's ``scales`` section (nothing when no row has a scales entry)."""
+    entries = [row["scales"] for row in rows if "scales" in row]
+    if not entries:
+        return {}
+    audited = [e for e in entries if e["status"] == "audited"]
+    return {"scales": {
+        "quantized": len(audited), "not_quantized": len(entries) - len(audited),
+        "displaced": sum(bool(e["displaced"]) for e in audited),
+        "cells": {m: {o: sum(e["cells"][m]["outcome"] == o for e in audited if m in e["cells"])
+                      for o in ("displaced", "equivalent", "undetermined")} for m in CELLS},
+    }}
+
+
+def reading(census: Mapping[str, Any]) -> str:
+    """The table's one line: how many quantized checkpoints are displaced on their scales."""
+    counts = census["scales"]
+    line = (f"{counts['displaced']} of {plural(counts['quantized'], 'quantized checkpoint')} displaced on their "
+            f"activation scales (any of df/dr/dt beyond ±{census['margin_pp']:g} pp on every recalibration; per "
+            "checkpoint, outside the Benjamini–Yekutieli family)")
+    if counts["not_quantized"]:
+        line += f"; {plural(counts['not_quantized'], 'checkpoint')} not quantized"
+    return line + ". Shifts are at recalibrated minus shipped scales, weights and BatchNorm buffers bit-identical."
+
+
+def _shift(cell: Mapping[str, Any] | None) -> str:
+    return "—" if cell is None else f"{signed(cell['shift_pp'])}"
+
+
+def scales_census_markdown(census: Mapping[str, Any]) -> str:
+    """census.md's table of the scales per quantized checkpoint; empty when no checkpoint is quantized."""
+    if not census.get("scales", {}).get("quantized"):
+        return ""
+    rows = []
+    for entry in census["checkpoints"]:
+        row = entry.get("scales")
+        if not row or row["status"] != "audited":
+            continue
+        cells = row["cells"]
+        outcomes = "/".join(cells[m]["outcome"] if m in cells else "—" for m in CELLS)
+        rows.append([entry["checkpoint"], row["observer"], str(row["sites"]),
+                     *(_shift(cells.get(m)) for m in CELLS), outcomes,
+                     f"{row['median_abs_log_ratio']:.4f}", f"{row['max_abs_log_ratio']:.4f}"])
+    lines = ["", f"## {HEADING}", "", reading(census), ""]
+    lines += markdown_table(["checkpoint", "observer", "sites", "Δdf pp", "Δdr pp", "Δdt pp", "df/dr/dt decision",
+                             "median abs ln ratio", "max abs ln ratio"], rows)
+    return "\n".join(lines) + "\n"
+
+
+def scales_lines(scales: ScalesResult | None) -> list[str]:
+    """The audit summary's section (nothing without the spec's quantization section)."""
+    if scales is None:
+        return []
+    lines = ["", f"## {HEADING}", ""]
+    if scales.annotation is None:
+        return [*lines, scales.reason + "."]
+    lines += [f"{scales.reason}. Median |ln(refit / shipped scale)| {scales.median_abs_log_ratio:.4f} over "
+              f"{plural(scales.sites or 0, 'site')} (largest {scales.max_abs_log_ratio:.4f}).", ""]
+    lines += markdown_table(["cell", "shipped", "refit", "shift pp", "decision"], [
+        [c.metric, f"{c.shipped:.4f}", f"{c.refit:.4f}", signed(c.shift_pp), c.decision.outcome]
+        for c in scales.annotation.cells])
+    return lines
+
+
+__all__ = ["HEADING", "reading", "scales_census_markdown", "scales_counts", "scales_lines", "scales_row"]

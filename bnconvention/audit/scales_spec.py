@@ -1,0 +1,37 @@
+"""The optional ``quantization`` section of an audit spec: activation scales as a second deployed state (issue 14).
+
+Off by default: a spec without it audits, and digests (journal keys), exactly as before (the section is left out of
+the spec's dump when absent). With it, a checkpoint that ships activation scales (``activation_scales.safetensors``
+beside its weights, declared by the ``activation_scales`` state of the folder's ``declaration.json``) is audited on
+that state too (:mod:`bnconvention.audit.scales_stage`): cells at the shipped scales against ``replicates``
+recalibrations on ``calibration_size`` retain records each, at bit-identical θ and BatchNorm buffers:
+
+.. code-block:: yaml
+
+    quantization:
+      replicates: 10          # default: the spec's replicates
+      calibration_size: 256   # retain records per recalibration
+      seed: 0                 # default: the spec's seed; draw r comes from SeedSequence(seed, spawn_key=(5, r))
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from bnconvention.audit.spec_data import PositiveInt, SpecModel
+
+SCALES_STREAM = 5  # the spawn key of the recalibration draws (0 replicates, 1 recoverability, 2 provenance, 3 curve)
+
+
+class QuantizationSpec(SpecModel):
+    replicates: PositiveInt | None = Field(default=None, description=(
+        "Retain-only recalibrations of the shipped activation scales (R); default the spec's replicates."))
+    calibration_size: PositiveInt = Field(default=256, description=(
+        "Retain records each recalibration observes (eval transform, eval-mode forwards)."))
+    seed: Annotated[int, Field(ge=0)] | None = Field(default=None, description=(
+        "Root seed of the recalibration draws; default the spec's seed."))
+
+
+__all__ = ["SCALES_STREAM", "QuantizationSpec"]

@@ -1,0 +1,168 @@
+"""The audit's second deployed state: a checkpoint's shipped activation scales against retain-only recalibrations.
+
+A checkpoint ships activation scales when ``activation_scales.safetensors`` (the standard's stored form) lies beside
+its weights, declared by the ``activation_scales`` state of the folder's ``declaration.json``. With the spec's
+``quantization`` section (:mod:`.scales_spec`) such a checkpoint is audited on that state too:
+
+* :func:`check_shipped_scales` (before any computation; the census's preflight runs it on every checkpoint): the
+  declaration valid and binding these weights (its digests are the file's), the scales file parsed (no NaN, zero or
+  negative scale), its sites, values and digest those declared, and every site an observer of the architecture
+  prepared with the declared observer (:func:`bnconvention.refit.observers.prepare_static`). Any failure is a
+  :class:`~bnconvention.errors.QuantizationError` naming the checkpoint;
+* :func:`run_scales`: R retain-only calibration pools of ``calibration_size`` records (eval transform), pool r drawn
+  from ``SeedSequence(seed, spawn_key=(5, r))``; :func:`bnconvention.audit.scales_cells.scales_cells` measures
+  df/dr/dt with activations fake-quantized at the shipped scales and at each recalibration, decided by the same
+  rules as every BatchNorm cell, on a prepared copy of the model (θ and φ proven bit-identical by digests, and
+  equal to the file's: :func:`bnconvention.audit.scales_annotation.scales_annotation` refuses other weights).
+
+Without the section a checkpoint that ships scales is audited as before, with a warning naming the section; under it
+a checkpoint without scales gets a ``not_quantized`` result, which the census row states.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+# torch (and the scales cells, which need it) are imported inside the functions that use them.
+from bnconvention.audit.evaluation import stream
+from bnconvention.audit.result import ScalesResult
+from bnconvention.audit.scales_spec import SCALES_STREAM
+from bnconvention.errors import AuditSpecError, DigestMismatchError, QuantizationError, RecordError, UntrustedInputError
+from bnconvention.formats.text import plural
+from bnconvention.standard.models import SCALES_FILENAME, AuditedFile, DatasetRef, DataSplit, Declaration
+
+if TYPE_CHECKING:
+    import torch
+
+    from bnconvention.audit.data import AuditData
+    from bnconvention.audit.spec import AuditSpec
+    from bnconvention.formats.digests import DigestSet
+    from bnconvention.refit.scales import ScaleSet
+
+SCALES_ANNOTATION_FILE = "scales_annotation.json"
+
+
+@dataclass
+class ScalesPlan:
+    """A checked scales audit: the declaration, the shipped scales and the model prepared with their observer."""
+
+    scales_file: Path
+    declaration: Declaration
+    shipped: ScaleSet
+    model: torch.nn.Module
+
+
+def scales_file(weights: Path) -> Path | None:
+    """The activation scales beside a checkpoint, or None when it ships none."""
+    path = weights.parent / SCALES_FILENAME
+    return path if path.is_file() else None
+
+
+def unaudited_warning(weights: Path) -> str | None:
+    """The warning of a checkpoint that ships scales under a spec without the quantization section."""
+    found = scales_file(weights)
+    if found is None:
+        return None
+    return (f"{weights.name} ships activation scales ({found.name}) that this audit does not cover: add a "
+            "'quantization' section to the spec (e.g. quantization: {calibration_size: 256}) to audit them as a "
+            "second deployed state")
+
+
+def check_shipped_scales(weights: Path, *, model: torch.nn.Module, digests: DigestSet) -> ScalesPlan:
+    """The checked plan of a checkpoint that ships scales (see the module docstring); ``model`` is not changed."""
+    from bnconvention.authoring.activation_scales import read_quantized
+    from bnconvention.refit.observers import prepare_static
+    from bnconvention.refit.scales import observer_sites
+
+    path = scales_file(weights)
+    if path is None:
+        raise QuantizationError(f"{weights}: no {SCALES_FILENAME} beside it", site=None)
+    try:
+        declaration, shipped = read_quantized(weights.parent)
+        bound = (declaration.digests.trainable_sha256, declaration.digests.running_sha256)
+        if bound != (digests.trainable_sha256, digests.running_sha256):
+            raise QuantizationError("its declaration.json declares other weights (digests differ from the file's)",
+                                    site=None)
+        prepared = prepare_static(model, shipped.spec)
+        sites = set(observer_sites(prepared))
+        missing = sorted(set(shipped.sites) - sites)
+        if missing:
+            raise QuantizationError(f"scales site {missing[0]!r} has no observer in the architecture prepared with "
+                                    f"the declared {shipped.spec.observer} observer", site=missing[0])
+    except (QuantizationError, DigestMismatchError, RecordError, UntrustedInputError, OSError) as exc:
+        raise QuantizationError(f"checkpoint {weights}: its activation scales cannot be audited: {exc}; nothing "
+                                "was written", site=getattr(exc, "site", None)) from exc
+    return ScalesPlan(scales_file=path, declaration=declaration, shipped=shipped, model=prepared)
+
+
+def plan_scales(spec: AuditSpec, data: AuditData, weights: Path, *, model: torch.nn.Module,
+                digests: DigestSet) -> ScalesPlan | None:
+    """The scales audit of one checkpoint when the spec asks for it and the checkpoint ships scales."""
+    if spec.quantization is None or scales_file(weights) is None:
+        return None
+    size = spec.quantization.calibration_size
+    if size > len(data.retain.ids):
+        raise AuditSpecError(f"quantization.calibration_size is {size} but the retain split has "
+                             f"{plural(len(data.retain.ids), 'record')}", field="/quantization/calibration_size")
+    return check_shipped_scales(weights, model=model, digests=digests)
+
+
+def not_quantized(weights: Path) -> ScalesResult:
+    return ScalesResult(status="not_quantized",
+                        reason=f"not quantized: no {SCALES_FILENAME} beside {weights.name}")
+
+
+def _inputs(x: torch.Tensor, data: AuditData, *, batch_size: int, device: Any) -> list[torch.Tensor]:
+    return [data.eval_transform(chunk, generator=None).to(device) for chunk in x.split(batch_size)]
+
+
+def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: Path, digests: DigestSet
+               ) -> ScalesResult:
+    """Measure the scales cells (see the module docstring) and their 1.1 refit annotation."""
+    import torch
+
+    from bnconvention.audit.evaluation import model_device
+    from bnconvention.audit.scales_annotation import scales_annotation
+    from bnconvention.audit.scales_cells import scales_cells
+
+    settings = spec.quantization
+    if settings is None:
+        raise AuditSpecError("the spec has no quantization section", field="/quantization")
+    start = time.perf_counter()
+    replicates = settings.replicates or spec.replicates
+    seed = spec.seed if settings.seed is None else settings.seed
+    device, batch = model_device(plan.model), spec.eval_batch_size
+    splits = {split.role: (torch.cat(_inputs(split.x, data, batch_size=batch, device=device)), split.y.to(device))
+              for split in (data.forget, data.retain, data.test)}
+    pools = []
+    for r in range(replicates):
+        chosen = np.sort(stream(seed, SCALES_STREAM, r).choice(len(data.retain.ids), size=settings.calibration_size,
+                                                               replace=False))
+        pools.append(_inputs(data.retain.x[torch.from_numpy(chosen)], data, batch_size=batch, device=device))
+    audit = scales_cells(plan.model, splits=splits, calibration_pools=pools, margin_pp=spec.margin_pp,
+                         shipped=plan.shipped)
+    calibration = DataSplit(role="retain", dataset=DatasetRef(id=data.dataset_id, revision=data.dataset_revision),
+                            subset=f"{settings.calibration_size} records of the retain split per recalibration, "
+                                   f"drawn from SeedSequence({seed}, spawn_key=({SCALES_STREAM}, r)), r < "
+                                   f"{replicates}", record_count=settings.calibration_size)
+    subject = AuditedFile(filename=weights.name, trainable_sha256=digests.trainable_sha256,
+                          running_sha256=digests.running_sha256,
+                          declared_convention=plan.declaration.convention.name)
+    annotation = scales_annotation(audit, subject=subject, convention=plan.declaration.convention,
+                                   calibration=calibration, margin_pp=spec.margin_pp)
+    ratios = [abs(v) for run in audit.log_ratios for v in run.values()]
+    return ScalesResult(status="audited", reason=annotation.reporting_line or "", scales_file=plan.scales_file.name,
+                        observer=plan.shipped.spec.observer, sites=len(plan.shipped.sites),
+                        calibration_size=settings.calibration_size,
+                        median_abs_log_ratio=statistics.median(ratios), max_abs_log_ratio=max(ratios),
+                        annotation=annotation, seconds=time.perf_counter() - start)
+
+
+__all__ = ["SCALES_ANNOTATION_FILE", "ScalesPlan", "check_shipped_scales", "not_quantized", "plan_scales",
+           "run_scales", "scales_file", "unaudited_warning"]

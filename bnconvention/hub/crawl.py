@@ -125,7 +125,8 @@ def _complete(client: HubClient, repo: ListedRepo) -> ListedRepo:
 
 
 FAILURES_KEPT = 20  # failure messages a run keeps for its report; the journal holds every one
-WINDOW_PER_WORKER = 2  # repos in flight per census thread: the listing is read only as fast as they finish
+WINDOW_PER_WORKER = 16  # repos in flight per census thread (a page or more: the pool stays busy while the next page
+# is fetched); the listing is read only as fast as they finish
 
 
 @dataclass

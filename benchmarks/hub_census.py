@@ -22,8 +22,9 @@ bytes from the server's own counters (body bytes actually sent):
    class of the re-push, with the running-buffer check (budget ``RUNNING_CHECK_BYTES``) and with the old
    16 KiB budget that skipped it (``declared_consistent``: the stale declaration passed).
 4. **Organisations of thousands** (``--thousands N``, off by default; ``benchmarks/hub_census_scale.py``): organisations
-   of N/5 and N repos written directly into the server's store (``HubStore.commit``, no HTTP uploads), each census in
-   its own process: wall time, requests and bytes per repo, peak memory at both sizes (its growth per repo), and a
+   of N/5 and N repos (or each of ``--thousands 1000,5000,10000``) written directly into the server's store
+   (``HubStore.commit``, no HTTP uploads), each census and its reports in its own process: wall time, requests and
+   bytes per repo, peak memory at each size side by side (its growth per repo: flat, the census streams), and a
    census killed a third of the way through and rerun on its journal (it must read only the unfinished repos).
 """
 
@@ -214,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
     parser.add_argument("--models", default="resnet18,resnet50",
                         help="timm models for the bytes-per-repo figures, comma-separated ('' to skip)")
-    parser.add_argument("--thousands", type=int, default=0, metavar="N",
-                        help="also census generated organisations of N/5 and N repos, and one killed and resumed "
-                             "(default 0: skip)")
+    parser.add_argument("--thousands", default="", metavar="N|SIZES",
+                        help="also census generated organisations of N/5 and N repos (or of each of the "
+                             "comma-separated SIZES), and the largest killed and resumed (default: skip)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
@@ -255,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             names = [n for n in args.models.split(",") if n]
             figures["models"] = model_repo_costs(hub, client, names) if names else {}
             if args.thousands:
-                from hub_census_scale import scale_figures  # beside this file
+                from hub_census_scale import parse_sizes, scale_figures  # beside this file
 
-                figures["thousands"] = scale_figures(hub, seed_org, args.thousands, Path(tmp), args.workers)
+                figures["thousands"] = scale_figures(hub, seed_org, parse_sizes(args.thousands), Path(tmp),
+                                                     args.workers)
 
     big_figures = figures["big_repo"]
     print(f"repo with {big_figures['file_bytes'] / 1e6:.1f} MB of weights (header {big_figures['header_bytes']} "

@@ -22,7 +22,7 @@ os.environ["HF_HUB_DISABLE_XET"] = "1"
 def main() -> int:
     from helpers.real_org import HUB_ORGS, HUB_TOKENS, ORG, publish_real_org
 
-    from bnconvention.hub import Journal, census_org, make_client
+    from bnconvention.hub import Journal, census_entries, census_org, make_client
     from bnconvention.hubserver import LocalHub
 
     with tempfile.TemporaryDirectory() as tmp, LocalHub(Path(tmp) / "hub", tokens=HUB_TOKENS, orgs=HUB_ORGS,
@@ -31,11 +31,12 @@ def main() -> int:
         client = make_client(endpoint=hub.endpoint, token=org.auditor_token)
         hub.reset_stats()
         with Journal(Path(tmp) / "journal.sqlite", org=ORG, endpoint=hub.endpoint) as journal:
-            run = census_org(client, ORG, journal=journal)
+            census_org(client, ORG, journal=journal)
+            repos = list(census_entries(journal))  # a dozen real releases
         counted = {r.repo_id: (hub.bytes_sent(repo_id=r.repo_id), len([s for s in hub.stats if s.repo_id == r.repo_id]))
-                   for r in run.repos}  # before the listings below, which the server counts too
+                   for r in repos}  # before the listings below, which the server counts too
         print(f"{'repo':<34} {'class':<22} {'weights B':>10} {'census B':>9} {'req':>4} {'fraction':>9}")
-        for repo in sorted(run.repos, key=lambda r: r.repo_id):
+        for repo in repos:
             files = org.api().list_repo_files(repo.repo_id)
             weights = sum(len(hub.store.read_file(repo.repo_id, f)) for f in files if f.endswith(".safetensors"))
             sent, requests = counted[repo.repo_id]

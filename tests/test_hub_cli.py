@@ -443,7 +443,7 @@ def test_validate_and_census_never_build_card_data_from_a_large_card(hub: LocalH
     import huggingface_hub.repocard_data
 
     from bnconvention.hub.client import make_client
-    from bnconvention.hub.crawl import census_org
+    from bnconvention.hub.crawl import census_entries, census_org
     from bnconvention.hub.journal import Journal
     from bnconvention.hub.retry import RetryPolicy
     from bnconvention.hub.validate import validate_hub
@@ -463,8 +463,9 @@ def test_validate_and_census_never_build_card_data_from_a_large_card(hub: LocalH
         assert (result.exit_code, result.report.issues) == (0, []), result.report.issues
         assert [repo for repo, _ in result.checked] == [f"{org}/big"]
     with Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint) as journal:
-        census = census_org(client, org, journal=journal)
-    assert [(r.repo_id, r.status, r.card) for r in census.repos] == [(f"{org}/big", "channel_absent", "no_block")]
+        census_org(client, org, journal=journal)
+        census = list(census_entries(journal))
+    assert [(r.repo_id, r.status, r.card) for r in census] == [(f"{org}/big", "channel_absent", "no_block")]
 
 
 def test_push_passes_over_foreign_files_under_bnconvention_one_rule(env: list[str], hub: LocalHub, tmp_path: Path,

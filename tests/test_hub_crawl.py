@@ -17,7 +17,7 @@ import pytest
 from helpers.hub_org import SeedRepo, build_org, seed
 
 from bnconvention.hub.client import make_client
-from bnconvention.hub.crawl import census_org, list_org_models
+from bnconvention.hub.crawl import census_entries, census_org, list_org_models
 from bnconvention.hub.headers import SPECULATIVE_BYTES
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import RetryPolicy
@@ -59,9 +59,10 @@ def clean(hub: LocalHub, client, tmp_path_factory: pytest.TempPathFactory):
     hub.reset_stats()
     with Journal(path, org=ORG, endpoint=hub.endpoint) as journal:
         run = census_org(client, ORG, journal=journal)
+        repos = list(census_entries(journal))
     stats = hub.stats
-    return {"run": run, "summary": census_summary(ORG, run.repos, endpoint=hub.endpoint), "stats": stats,
-            "journal": path}
+    return {"run": run, "repos": repos, "summary": census_summary(ORG, repos, endpoint=hub.endpoint),
+            "stats": stats, "journal": path}
 
 
 def _without_run(summary: dict) -> dict:
@@ -77,7 +78,7 @@ def test_org_has_every_class(org_repos: list[SeedRepo]) -> None:
 def test_every_repo_is_classified_as_expected(clean, org_repos: list[SeedRepo]) -> None:
     run = clean["run"]
     assert (run.listed, run.read, run.reused, run.failed) == (150, 150, 0, 0)
-    got = {r.repo_id: r.status for r in run.repos}
+    got = {r.repo_id: r.status for r in clean["repos"]}
     wrong = {r.repo_id: (r.expected, got.get(r.repo_id)) for r in org_repos if got.get(r.repo_id) != r.expected}
     assert wrong == {}
     assert clean["summary"]["counts"] == EXPECTED_COUNTS
@@ -115,7 +116,7 @@ def test_every_repo_is_classified_as_expected(clean, org_repos: list[SeedRepo]) 
                  "'model-00002-of-00002.safetensors', which the repo does not hold", id="missing-shard"),
 ])
 def test_reasons(clean, repo: str, status: str, reason: str) -> None:
-    entry = next(r for r in clean["run"].repos if r.repo_id == f"{ORG}/{repo}")
+    entry = next(r for r in clean["repos"] if r.repo_id == f"{ORG}/{repo}")
     assert (entry.status, entry.reason) == (status, reason)
 
 
@@ -132,7 +133,7 @@ def test_census_reads_headers_only(clean, hub: LocalHub) -> None:
     for record in clean["stats"]:
         if record.repo_id is not None:
             sent[record.repo_id] += record.bytes_sent
-    for entry in clean["run"].repos:
+    for entry in clean["repos"]:
         if entry.status == "unreadable":  # reading stopped at the malformed part: at most one range per file
             assert sent[entry.repo_id] <= SPECULATIVE_BYTES * 2 + 200, entry.repo_id
             continue
@@ -166,16 +167,18 @@ def test_rerun_reuses_every_finished_repo(clean, hub: LocalHub, client) -> None:
     hub.reset_stats()
     with Journal(clean["journal"], org=ORG, endpoint=hub.endpoint) as journal:
         run = census_org(client, ORG, journal=journal)
+        repos = list(census_entries(journal))
     assert (run.read, run.reused) == (0, 150)
     assert [r for r in hub.stats if "/resolve/" in r.path] == []
-    assert census_summary(ORG, run.repos, endpoint=hub.endpoint) == clean["summary"]
+    assert census_summary(ORG, repos, endpoint=hub.endpoint) == clean["summary"]
 
 
 def test_threaded_census_gives_the_same_result(clean, hub: LocalHub, client, tmp_path: Path) -> None:
     with Journal(tmp_path / "journal.sqlite", org=ORG, endpoint=hub.endpoint) as journal:
-        run = census_org(client, ORG, journal=journal, workers=4)
+        census_org(client, ORG, journal=journal, workers=4)
         assert journal.count("census", final=True) == 150
-    assert census_summary(ORG, run.repos, endpoint=hub.endpoint) == clean["summary"]
+        repos = list(census_entries(journal))
+    assert census_summary(ORG, repos, endpoint=hub.endpoint) == clean["summary"]
 
 
 def test_injected_faults_end_with_the_same_census(clean, hub: LocalHub, client, tmp_path: Path) -> None:
@@ -192,6 +195,7 @@ def test_injected_faults_end_with_the_same_census(clean, hub: LocalHub, client, 
     try:
         with Journal(tmp_path / "journal.sqlite", org=ORG, endpoint=hub.endpoint) as journal:
             run = census_org(client, ORG, journal=journal)
+            repos = list(census_entries(journal))
     finally:
         for rule in rules:
             hub.faults.remove(rule)
@@ -199,7 +203,7 @@ def test_injected_faults_end_with_the_same_census(clean, hub: LocalHub, client, 
     assert len(faulted) >= 0.12 * len(hub.stats)
     assert {r.fault for r in faulted} == {"status", "drop", "truncate"}
     assert run.failed == 0
-    assert census_summary(ORG, run.repos, endpoint=hub.endpoint) == clean["summary"]
+    assert census_summary(ORG, repos, endpoint=hub.endpoint) == clean["summary"]
 
 
 def test_a_repo_that_keeps_failing_is_recorded_and_retried_next_time(hub: LocalHub, client, tmp_path: Path) -> None:
@@ -210,7 +214,7 @@ def test_a_repo_that_keeps_failing_is_recorded_and_retried_next_time(hub: LocalH
     journal = Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint)
     try:
         run = census_org(client, org, journal=journal)
-        down = next(r for r in run.repos if r.repo_id == f"{org}/down")
+        down = next(r for r in census_entries(journal) if r.repo_id == f"{org}/down")
         assert (run.read, run.failed) == (2, 1)
         assert down.status == "unreadable"
         assert down.reason.startswith("the Hub failed while reading it: HTTP 503")
@@ -220,7 +224,7 @@ def test_a_repo_that_keeps_failing_is_recorded_and_retried_next_time(hub: LocalH
         hub.faults.remove(rule)
     run = census_org(client, org, journal=journal)
     assert (run.read, run.reused) == (1, 1)  # only the failed repo is read again
-    assert next(r for r in run.repos if r.repo_id == f"{org}/down").reason.startswith(
+    assert next(r for r in census_entries(journal) if r.repo_id == f"{org}/down").reason.startswith(
         f"{org}/down/model.safetensors: header length")
     journal.close()
 
@@ -229,12 +233,14 @@ def test_a_changed_repo_is_read_again(hub: LocalHub, client, tmp_path: Path, zoo
     org = "moving-org"
     hub.store.commit(f"{org}/m", files={"README.md": b"# nothing yet\n"})
     with Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint) as journal:
-        first = census_org(client, org, journal=journal)
+        census_org(client, org, journal=journal)
+        first = list(census_entries(journal))
         hub.store.commit(f"{org}/m", files={"model.safetensors": zoo.weights_path("gn-base").read_bytes()})
         second = census_org(client, org, journal=journal)
-    assert [r.status for r in first.repos] == ["no_weights"]
+        second_repos = list(census_entries(journal))
+    assert [r.status for r in first] == ["no_weights"]
     assert (second.read, second.reused) == (1, 0)
-    assert [r.status for r in second.repos] == ["channel_absent"]
+    assert [r.status for r in second_repos] == ["channel_absent"]
 
 
 def test_listing_never_leaves_the_organisation(hub: LocalHub, client) -> None:
@@ -284,7 +290,105 @@ def test_killed_crawl_resumes_without_redoing_finished_repos(clean, hub: LocalHu
         assert 30 <= len(finished) < 150
         hub.reset_stats()
         run = census_org(client, ORG, journal=journal)
+        repos = list(census_entries(journal))
     assert (run.reused, run.read) == (len(finished), 150 - len(finished))
     reread = {r.repo_id for r in hub.stats if "/resolve/" in r.path}
     assert reread and not reread & finished
-    assert census_summary(ORG, run.repos, endpoint=hub.endpoint) == clean["summary"]
+    assert census_summary(ORG, repos, endpoint=hub.endpoint) == clean["summary"]
+
+
+# --- streaming (issue 15): memory flat in the number of repos -------------------------------------------------------
+
+
+def _lazy_org(hub: LocalHub, org: str, count: int) -> None:
+    for i in range(count):
+        hub.store.commit(f"{org}/m-{i:02d}", files={"README.md": f"# {i}\n".encode()})
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_census_consumes_the_listing_lazily(hub: LocalHub, client, tmp_path: Path, workers: int,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The census never holds more than its window of repos: the listing is advanced to repo i only once repos
+    0 .. i - window are journaled. Before issue 15 the whole listing was read first, and this raised at repo 1."""
+    import bnconvention.hub.crawl as crawl
+
+    org, count = "lazy-org", 30
+    _lazy_org(hub, org, count)
+    window = 0 if workers == 1 else workers * crawl.WINDOW_PER_WORKER
+    real = crawl.iter_org_models
+    advanced = []
+
+    def listing(client_, org_):  # noqa: ANN001, ANN202 - the signature of the replaced generator
+        for index, repo in enumerate(real(client_, org_)):
+            journaled = journal.count("census")
+            if journaled < index - window:
+                raise AssertionError(f"listing advanced to repo {index} with only {journaled} journaled")
+            advanced.append(index)
+            yield repo
+
+    monkeypatch.setattr(crawl, "iter_org_models", listing)
+    with Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint) as journal:
+        run = census_org(client, org, journal=journal, workers=workers)
+        assert journal.count("census") == count
+    assert advanced == list(range(count))
+    assert (run.listed, run.read, run.reused) == (count, count, 0)
+
+
+def test_reports_cover_the_latest_listing_once(hub: LocalHub, client, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repo listed twice is read once; a repo journaled by an earlier run but no longer listed (deleted, or no
+    longer visible) is left out of the entries the reports are written from, as it was when they came from memory."""
+    import bnconvention.hub.crawl as crawl
+
+    org = "relisted-org"
+    _lazy_org(hub, org, 4)
+    real = crawl.iter_org_models
+    with Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint) as journal:
+        census_org(client, org, journal=journal)
+        gone = f"{org}/m-01"
+        monkeypatch.setattr(crawl, "iter_org_models", lambda c, o: (r for r in [*real(c, o), *real(c, o)]
+                                                                    if r.repo_id != gone))
+        run = census_org(client, org, journal=journal)
+        ids = [r.repo_id for r in census_entries(journal)]
+        assert journal.get("census", gone) is not None  # its row stays in the journal
+    assert (run.listed, run.read, run.reused) == (3, 0, 3)
+    assert ids == [f"{org}/m-00", f"{org}/m-02", f"{org}/m-03"]
+
+
+@pytest.mark.parametrize("run_section", [None, {"read": 150, "reused": 0, "failed": 0, "seconds": 1.5}],
+                         ids=["no-run", "run"])
+def test_streamed_reports_are_the_bytes_of_the_in_memory_ones(hub: LocalHub, client, tmp_path: Path,
+                                                              run_section: dict | None) -> None:
+    """census.json and census.md written a repo at a time from the journal equal, byte for byte, what the
+    in-memory writers (the code before issue 15) make of the entries the census handed out as it classified them."""
+    from bnconvention.hub.summaries import census_head, write_census_entries
+
+    collected = []
+    with Journal(tmp_path / "journal.sqlite", org=ORG, endpoint=hub.endpoint) as journal:
+        census_org(client, ORG, journal=journal, workers=2, on_repo=lambda repo, _: collected.append(repo))
+        head = census_head(ORG, census_entries(journal), endpoint=hub.endpoint, run=run_section)
+        streamed = write_census_entries(head, lambda: census_entries(journal), tmp_path / "streamed")
+    assert len(collected) == 150
+    in_memory = write_census(census_summary(ORG, collected, endpoint=hub.endpoint, run=run_section),
+                             tmp_path / "in-memory")
+    for kind in ("json", "markdown"):
+        assert streamed[kind].read_bytes() == in_memory[kind].read_bytes(), kind
+
+
+def test_streamed_json_of_an_empty_census_is_the_dumped_one() -> None:
+    from bnconvention.hub.summaries import census_head, census_json_chunks
+
+    head = census_head("lab", [], endpoint="http://hub", run={"read": 0})
+    assert "".join(census_json_chunks(head, [])) == json.dumps(
+        census_summary("lab", [], endpoint="http://hub", run={"read": 0}), indent=2, ensure_ascii=False) + "\n"
+
+
+def test_a_run_keeps_the_first_failures_and_counts_all() -> None:
+    """O(1) state per run: every failure is counted (and journaled), only the first FAILURES_KEPT are kept to print."""
+    from bnconvention.hub.crawl import FAILURES_KEPT, CensusRun
+
+    run = CensusRun(org="lab")
+    for i in range(FAILURES_KEPT + 5):
+        run.add_failure(f"lab/m-{i}: HTTP 503")
+    assert run.failed == FAILURES_KEPT + 5
+    assert run.failures == [f"lab/m-{i}: HTTP 503" for i in range(FAILURES_KEPT)]

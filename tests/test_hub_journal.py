@@ -113,3 +113,17 @@ def test_a_journal_of_format_1_is_upgraded_keeping_every_row(tmp_path: Path) -> 
         assert journal.count("audit") == 2
     with Journal(path, org="lab", endpoint="http://hub") as journal:  # upgraded once: opens as format 2
         assert [e.key for e in journal.entries("audit")] == ["spec1", "spec2"]
+
+
+def test_listed_entries_page_through_the_latest_listing_only(tmp_path: Path) -> None:
+    """Issue 15: the census reports read the journal back a page of rows at a time, for the listed repos only."""
+    with Journal(tmp_path / "j.sqlite", org="lab", endpoint="http://hub") as journal:
+        for name in "edcba":
+            journal.record("census", f"lab/{name}", revision="r", status="undeclared", payload={"n": name})
+        journal.start_listing()
+        assert [journal.add_listed(f"lab/{name}") for name in "dbcab"] == [True, True, True, True, False]
+        got = [e.repo_id for e in journal.listed_entries("census", page=2)]
+        journal.start_listing()
+        after_restart = list(journal.listed_entries("census"))
+    assert got == ["lab/a", "lab/b", "lab/c", "lab/d"]
+    assert after_restart == []

@@ -45,7 +45,16 @@ from bnconvention.demo.spec import DEMO_SPEC, demo_spec
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
-from bnconvention.hub import Journal, audit_org, census_org, census_summary, make_client, push_org, validate_hub
+from bnconvention.hub import (
+    Journal,
+    audit_org,
+    census_entries,
+    census_org,
+    census_summary,
+    make_client,
+    push_org,
+    validate_hub,
+)
 from bnconvention.hub.summaries import write_census
 from bnconvention.report_html import ReportInput, write_report
 
@@ -243,12 +252,13 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
     with Journal(paths.journal, org=DEMO_ORG, endpoint=JOURNAL_ENDPOINT) as journal:
         with stages.stage("census", f"list {DEMO_ORG} and classify every repo from its safetensors headers"):
             census_run = census_org(client, DEMO_ORG, journal=journal, progress=progress)
-            census = census_summary(DEMO_ORG, census_run.repos, endpoint=endpoint)
+            census_repos = list(census_entries(journal))  # a demo organisation: a few dozen repos, the report's rows
+            census = census_summary(DEMO_ORG, census_repos, endpoint=endpoint)
             write_census(census, paths.crawl)
             reused["census"] = census_run.reused
         with stages.stage("audit", "download each repo at the census commit; refit at bit-identical weights"):
             audit_run = audit_org(client, DEMO_ORG, spec, journal=journal, out=paths.crawl, progress=progress)
-            absent, absent_reused = audit_channel_absent(client, census_run.repos, spec, journal=journal,
+            absent, absent_reused = audit_channel_absent(client, census_repos, spec, journal=journal,
                                                          out=paths.crawl, progress=progress)
             audits = list(audit_run.audits) + absent
             reused["audits"] = audit_run.reused + absent_reused

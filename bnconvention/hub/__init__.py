@@ -6,7 +6,9 @@ The ``hub_scripts/`` entry points and ``bnconvention hub ...`` are thin wrappers
 >>> from bnconvention.hub import Journal, census_org, make_client  # doctest: +SKIP
 >>> client = make_client(endpoint="http://127.0.0.1:8000", token_env="HF_TOKEN")  # doctest: +SKIP
 >>> with Journal("crawl.sqlite", org="lab", endpoint=client.endpoint) as journal:  # doctest: +SKIP
-...     census = census_org(client, "lab", journal=journal)
+...     run = census_org(client, "lab", journal=journal)  # streams: the entries are in the journal
+...     head = census_head("lab", census_entries(journal), endpoint=client.endpoint)
+...     write_census_entries(head, lambda: census_entries(journal), "out")
 """
 
 from bnconvention._lazy import lazy_exports
@@ -21,6 +23,8 @@ _EXPORTS: dict[str, str] = {
     "census_markdown": "bnconvention.hub.summaries",
     "census_summary": "bnconvention.hub.summaries",
     "CensusRun": "bnconvention.hub.crawl",
+    "census_entries": "bnconvention.hub.crawl",
+    "census_head": "bnconvention.hub.summaries",
     "census_org": "bnconvention.hub.crawl",
     "CheckpointReport": "bnconvention.hub.classify",
     "classify_repo": "bnconvention.hub.classify",
@@ -30,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "HubPublish": "bnconvention.hub.verified_publish",
     "HubValidation": "bnconvention.hub.validate",
     "is_retryable": "bnconvention.hub.retry",
+    "iter_org_models": "bnconvention.hub.crawl",
     "Journal": "bnconvention.hub.journal",
     "list_org_models": "bnconvention.hub.crawl",
     "ListedRepo": "bnconvention.hub.crawl",
@@ -54,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "SPECULATIVE_BYTES": "bnconvention.hub.headers",
     "validate_hub": "bnconvention.hub.validate",
     "write_census": "bnconvention.hub.summaries",
+    "write_census_entries": "bnconvention.hub.summaries",
 }
 
 
@@ -87,11 +93,14 @@ __all__ = [
     "audit_org",
     "audit_repo_task",
     "call_with_retry",
+    "census_entries",
+    "census_head",
     "census_markdown",
     "census_org",
     "census_summary",
     "classify_repo",
     "is_retryable",
+    "iter_org_models",
     "list_org_models",
     "make_client",
     "plan_push",
@@ -103,4 +112,5 @@ __all__ = [
     "save_with_library",
     "validate_hub",
     "write_census",
+    "write_census_entries",
 ]

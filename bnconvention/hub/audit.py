@@ -24,7 +24,7 @@ repos whose last audit under this spec failed; every other repo is reused from t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from bnconvention.hub.audit_task import (
 )
 from bnconvention.hub.classify import BN_CLASSES, RepoCensus
 from bnconvention.hub.client import HubClient
-from bnconvention.hub.crawl import census_org
+from bnconvention.hub.crawl import census_entries, census_org
 from bnconvention.hub.executors import ExecutorKind, run_tasks
 from bnconvention.hub.journal import Entry, Journal
 from bnconvention.refit.devices import Device
@@ -52,9 +52,9 @@ from bnconvention.refit.devices import Device
 AUDITS_DIR = "audits"
 
 
-def audit_targets(repos: Sequence[RepoCensus]) -> list[tuple[RepoCensus, list[str], list[tuple[str, str]]]]:
+def audit_targets(repos: Iterable[RepoCensus]) -> list[tuple[RepoCensus, list[str], list[tuple[str, str]]]]:
     """(repo, checkpoints to audit: single files and shard indexes, (checkpoint, reason) skipped) for every repo with
-    running statistics."""
+    running statistics; ``repos`` is read once, and only those are kept."""
     targets = []
     for repo in repos:
         if repo.status not in BN_CLASSES:
@@ -129,7 +129,7 @@ class AuditPlan:
     left: int = 0
 
 
-def plan_audits(client: HubClient, org: str, repos: Sequence[RepoCensus], *, spec_data: dict[str, Any],
+def plan_audits(client: HubClient, org: str, repos: Iterable[RepoCensus], *, spec_data: dict[str, Any],
                 journal: Journal, allowed_factories: Sequence[str] = (), threads: int = 1, device: Device = "cpu",
                 redo: Sequence[str] = (), redo_failed: bool = False,
                 on_audit: Callable[[RepoAudit, bool], None] | None = None) -> AuditPlan:
@@ -182,10 +182,10 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
     """Census (reusing the journal), then audit every BN repo not yet audited successfully at its commit under
     this spec; with ``redo`` / ``redo_failed``, only those repos (see the module docstring)."""
     out_dir = Path(out)
-    census = census_org(client, org, journal=journal, progress=progress)
+    census_org(client, org, journal=journal, progress=progress)
     spec_data = spec.model_dump(mode="json")
     spec_sha = canonical_sha256(spec_data)
-    plan = plan_audits(client, org, census.repos, spec_data=spec_data, journal=journal,
+    plan = plan_audits(client, org, census_entries(journal), spec_data=spec_data, journal=journal,
                        allowed_factories=allowed_factories, threads=threads, device=device, redo=redo,
                        redo_failed=redo_failed,
                        on_audit=on_audit)

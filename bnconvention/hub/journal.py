@@ -10,6 +10,11 @@ WAL mode), so a process killed at any instant leaves either the old row or the n
 Hub failure that outlasted the retries) is redone on the next run; a final row is reused as long as the
 revision and key still match.
 
+The ``listed`` table holds the repo ids the latest census listing reported (cleared when a census starts, one row
+added as each repo comes off the listing): the census outputs are read back from the journal for exactly those
+repos (:meth:`Journal.listed_entries`, a page of rows at a time), so neither the crawl nor its report holds the
+organisation in memory, and a repo deleted since an earlier run is not reported.
+
 The journal also remembers the organisation and endpoint it was made for, and refuses to mix crawls. A journal of
 format 1 (one audit row per repo) is upgraded in place, in one transaction, when it is opened.
 
@@ -54,8 +59,10 @@ CREATE TABLE IF NOT EXISTS {name} (
     PRIMARY KEY (stage, repo_id, slot)
 );
 """
-_SCHEMA = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);" + _ENTRIES.format(
+_LISTED = "CREATE TABLE IF NOT EXISTS listed (repo_id TEXT PRIMARY KEY);"  # the latest census listing
+_SCHEMA = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);" + _LISTED + _ENTRIES.format(
     name="entries")
+LISTED_PAGE = 500  # rows read back per query by :meth:`Journal.listed_entries`
 _DATA_COLUMNS = "revision, key, status, final, payload, updated"
 _COLUMNS = f"stage, repo_id, {_DATA_COLUMNS}"
 
@@ -172,6 +179,34 @@ class Journal:
     def __iter__(self) -> Iterator[Entry]:
         for stage in STAGES:
             yield from self.entries(stage)
+
+    def start_listing(self) -> None:
+        """Forget the previous census listing: a census is about to list the organisation again."""
+        with self._lock:
+            self._db.execute("DELETE FROM listed")
+
+    def add_listed(self, repo_id: str) -> bool:
+        """Note that this census's listing reported ``repo_id``; False when it had already (a repeated entry)."""
+        with self._lock:
+            cursor = self._db.execute("INSERT OR IGNORE INTO listed (repo_id) VALUES (?)", (repo_id,))
+        return cursor.rowcount == 1
+
+    def listed_entries(self, stage: Stage, *, page: int = LISTED_PAGE) -> Iterator[Entry]:
+        """The rows of ``stage`` of the repos the latest listing reported, sorted by repo id (then key), read
+        ``page`` rows per query (keyset pagination): memory stays flat in the size of the organisation, and no
+        cursor is held open between pages, so other threads may write meanwhile."""
+        after = ("", "")
+        query = (f"SELECT {', '.join('e.' + c.strip() for c in _COLUMNS.split(','))}, e.slot FROM entries e "
+                 "JOIN listed l ON l.repo_id = e.repo_id WHERE e.stage = ? AND (e.repo_id, e.slot) > (?, ?) "
+                 "ORDER BY e.repo_id, e.slot LIMIT ?")
+        while True:
+            with self._lock:
+                rows = self._db.execute(query, (stage, *after, page)).fetchall()
+            for row in rows:
+                yield _entry(row[:-1])
+            if len(rows) < page:
+                return
+            after = (rows[-1][1], rows[-1][-1])
 
     def count(self, stage: Stage, *, final: bool | None = None) -> int:
         query = "SELECT COUNT(*) FROM entries WHERE stage = ?"

@@ -11,12 +11,13 @@ once ``run`` is set aside.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.formats.atomic import atomic_output, atomic_write_text
 from bnconvention.formats.text import plural, table_cell
 from bnconvention.hub.classify import REPO_CLASSES, RepoCensus
 
@@ -34,48 +35,69 @@ CLASS_LABELS = {
 }
 
 
+def census_totals(repos: Iterable[RepoCensus]) -> dict[str, Any]:
+    """Repos, repos per class, BatchNorm repos and bytes read, in one pass over ``repos``."""
+    totals: dict[str, Any] = {"repos_total": 0, "counts": dict.fromkeys(REPO_CLASSES, 0), "bn_repos": 0,
+                              "bytes_read_total": 0}
+    for repo in repos:
+        totals["repos_total"] += 1
+        totals["counts"][repo.status] += 1
+        totals["bn_repos"] += repo.bn
+        totals["bytes_read_total"] += repo.bytes_read
+    return totals
+
+
+def census_head(org: str, repos: Iterable[RepoCensus], *, endpoint: str,
+                run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The census document without its ``repos`` list (what :func:`census_text` prints), from one pass."""
+    head: dict[str, Any] = {"format": CENSUS_FORMAT, "org": org, "endpoint": endpoint, **census_totals(repos)}
+    if run is not None:
+        head["run"] = run
+    return head
+
+
 def census_summary(org: str, repos: Sequence[RepoCensus], *, endpoint: str,
                    run: dict[str, Any] | None = None) -> dict[str, Any]:
     """The census document of ``org`` (the token is never part of it; the endpoint is)."""
-    counts = dict.fromkeys(REPO_CLASSES, 0)
-    for repo in repos:
-        counts[repo.status] += 1
     ordered = sorted(repos, key=lambda r: r.repo_id)
-    summary: dict[str, Any] = {
-        "format": CENSUS_FORMAT,
-        "org": org,
-        "endpoint": endpoint,
-        "repos_total": len(ordered),
-        "counts": counts,
-        "bn_repos": sum(r.bn for r in ordered),
-        "bytes_read_total": sum(r.bytes_read for r in ordered),
-        "repos": [r.model_dump(mode="json") for r in ordered],
-    }
-    if run is not None:
-        summary["run"] = run
-    return summary
+    return _with_repos(census_head(org, ordered, endpoint=endpoint, run=run),
+                       [r.model_dump(mode="json") for r in ordered])
+
+
+def _with_repos(head: dict[str, Any], repos: Any) -> dict[str, Any]:
+    """``head`` with ``repos`` in its place, after the totals and before ``run``."""
+    document = {key: value for key, value in head.items() if key != "run"}
+    document["repos"] = repos
+    if "run" in head:
+        document["run"] = head["run"]
+    return document
 
 
 def _cell(text: Any) -> str:
     return table_cell(text)
 
 
-def census_markdown(summary: dict[str, Any]) -> str:
-    """A Markdown report: counts per class, then one row per repo."""
+def _markdown_head(summary: dict[str, Any]) -> list[str]:
     lines = [f"# BatchNorm census of `{summary['org']}`", "",
              f"{plural(summary['repos_total'], 'model repo')} read from `{summary['endpoint']}`, header only "
              f"({plural(summary['bytes_read_total'], 'byte')} in all).", "",
              "| Class | Repos |", "| --- | ---: |"]
     lines += [f"| {CLASS_LABELS[name]} | {count} |" for name, count in summary["counts"].items()]
-    lines += ["", "| Repo | Class | BN layers | Declared convention | Reason | Bytes read |",
-              "| --- | --- | ---: | --- | --- | ---: |"]
-    for repo in summary["repos"]:
-        layers = sum(c.get("bn_layers", 0) for c in repo["checkpoints"])
-        conventions = sorted({c["declared_convention"] for c in repo["checkpoints"] if c.get("declared_convention")})
-        convention = ", ".join(f"`{_cell(c)}`" for c in conventions) or "-"
-        lines.append(f"| `{_cell(repo['repo_id'])}` | {repo['status']} | {layers} | {convention} | "
-                     f"{_cell(repo['reason'])} | {repo['bytes_read']} |")
-    return "\n".join(lines) + "\n"
+    return lines + ["", "| Repo | Class | BN layers | Declared convention | Reason | Bytes read |",
+                    "| --- | --- | ---: | --- | --- | ---: |"]
+
+
+def _markdown_row(repo: dict[str, Any]) -> str:
+    layers = sum(c.get("bn_layers", 0) for c in repo["checkpoints"])
+    conventions = sorted({c["declared_convention"] for c in repo["checkpoints"] if c.get("declared_convention")})
+    convention = ", ".join(f"`{_cell(c)}`" for c in conventions) or "-"
+    return (f"| `{_cell(repo['repo_id'])}` | {repo['status']} | {layers} | {convention} | {_cell(repo['reason'])} "
+            f"| {repo['bytes_read']} |")
+
+
+def census_markdown(summary: dict[str, Any]) -> str:
+    """A Markdown report: counts per class, then one row per repo."""
+    return "\n".join(_markdown_head(summary) + [_markdown_row(repo) for repo in summary["repos"]]) + "\n"
 
 
 def census_text(summary: dict[str, Any]) -> str:
@@ -120,8 +142,6 @@ def outcomes_line(noun: str, *, now: Sequence[str], reused: Sequence[str],
 
 def write_census(summary: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
     """Write ``census.json`` and ``census.md`` atomically into ``out_dir``."""
-    import json
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / CENSUS_JSON, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
@@ -129,5 +149,40 @@ def write_census(summary: dict[str, Any], out_dir: str | Path) -> dict[str, Path
     return {"json": out / CENSUS_JSON, "markdown": out / CENSUS_MD}
 
 
-__all__ = ["AUDIT_LABELS", "CENSUS_FORMAT", "CLASS_LABELS", "PUSH_LABELS", "census_markdown", "census_run_line",
-           "census_summary", "census_text", "outcomes_line", "tally", "write_census"]
+_REPOS_SLOT = "\0repos\0"  # where the streamed list goes in the dumped head (no org or endpoint holds a NUL)
+
+
+def census_json_chunks(head: dict[str, Any], repos: Iterable[RepoCensus]) -> Iterator[str]:
+    """The text of ``census.json`` for ``head`` and ``repos`` (sorted by id), a repo at a time: the bytes
+    ``json.dumps(summary, indent=2)`` writes, since that indents by nesting depth only (a repo at depth 2)."""
+    before, after = json.dumps(_with_repos(head, _REPOS_SLOT), indent=2, ensure_ascii=False).split(
+        json.dumps(_REPOS_SLOT, ensure_ascii=False))
+    yield before
+    empty = True
+    for repo in repos:
+        item = json.dumps(repo.model_dump(mode="json"), indent=2, ensure_ascii=False).replace("\n", "\n    ")
+        yield ("[\n    " if empty else ",\n    ") + item
+        empty = False
+    yield ("[]" if empty else "\n  ]") + after + "\n"
+
+
+def write_census_entries(head: dict[str, Any], repos: Callable[[], Iterable[RepoCensus]],
+                         out_dir: str | Path) -> dict[str, Path]:
+    """:func:`write_census` of ``head`` (:func:`census_head`) and the repos ``repos()`` yields, sorted by id (called
+    once per file, e.g. ``lambda: census_entries(journal)``), written a repo at a time: the same bytes, with memory
+    flat in the number of repos."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_output(out / CENSUS_JSON, mode="wb") as handle:
+        for chunk in census_json_chunks(head, repos()):
+            handle.write(chunk.encode("utf-8"))
+    with atomic_output(out / CENSUS_MD, mode="wb") as handle:
+        handle.write(("\n".join(_markdown_head(head)) + "\n").encode("utf-8"))
+        for repo in repos():
+            handle.write((_markdown_row(repo.model_dump(mode="json")) + "\n").encode("utf-8"))
+    return {"json": out / CENSUS_JSON, "markdown": out / CENSUS_MD}
+
+
+__all__ = ["AUDIT_LABELS", "CENSUS_FORMAT", "CLASS_LABELS", "PUSH_LABELS", "census_head", "census_json_chunks",
+           "census_markdown", "census_run_line", "census_summary", "census_text", "census_totals", "outcomes_line",
+           "tally", "write_census", "write_census_entries"]

@@ -115,6 +115,15 @@ def test_interrupted_census_resumes_without_redoing_work_and_matches(pattern, zo
     again = run_census(paths, pattern_spec(), out)
     assert (again.audits_run, again.audits_reused) == (0, 3)
 
+    # killed after a checkpoint was journaled but before its outputs were written: the rerun writes them again
+    written = out / "checkpoints" / RESUME_SET[0]
+    expected_annotation = (written / "annotation.json").read_bytes()
+    shutil.rmtree(written)
+    healed = run_census(paths, pattern_spec(), out)
+    assert (healed.audits_run, healed.audits_reused) == (0, 3)
+    assert (written / "annotation.json").read_bytes() == expected_annotation
+    assert (written / "summary.md").is_file()
+
 
 @pytest.mark.slow
 def test_journal_entries_are_bound_to_weights_and_spec(pattern):

@@ -60,7 +60,7 @@ from bnconvention.audit.encoder_report import encoder_census_markdown
 from bnconvention.audit.markdown import census_markdown
 from bnconvention.audit.markdown_census import census_sections_markdown
 from bnconvention.audit.markdown_families import families_markdown
-from bnconvention.audit.outputs import write_audit_outputs, write_json
+from bnconvention.audit.outputs import ANNOTATION_FILE, write_audit_outputs, write_json
 from bnconvention.audit.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, weights_key
@@ -322,7 +322,8 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
 
 def _reuse_journal(items: Sequence[CensusItem], out: Path) -> dict[str, AuditResult]:
     """The journaled results of each checkpoint's measurement (under its own spec, rules applied), re-decided under
-    that spec's margin and q (no refit); the checkpoint outputs of a re-decided one are written again."""
+    that spec's margin and q (no refit); the checkpoint outputs of a re-decided one are written again, and so are
+    those a kill between the journal write and the outputs' left missing."""
     results: dict[str, AuditResult] = {}
     for item in items:
         measurement = measurement_sha256(item.spec)
@@ -331,8 +332,9 @@ def _reuse_journal(items: Sequence[CensusItem], out: Path) -> dict[str, AuditRes
         if entry is None:
             continue
         again = redecide(entry, item.spec)
-        if again is not entry:
-            write_audit_outputs(again, out / CHECKPOINTS_DIR / item.name)
+        folder = out / CHECKPOINTS_DIR / item.name
+        if again is not entry or not (folder / ANNOTATION_FILE).is_file():
+            write_audit_outputs(again, folder)
         results[item.name] = again
     return results
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from bnconvention.errors import RefitError, UnsupportedModelError
 from bnconvention.refit.graph import PlanCache, Untraceable, make_plan, trace_model
+from bnconvention.refit.kernels import exact_fast_module
 from bnconvention.refit.moments import ChannelMoments
 from bnconvention.refit.state import running_buffers
 
@@ -184,7 +185,7 @@ def _compile(node: torch.fx.Node, *, model: torch.nn.Module, modules: dict[str, 
     args = [getter(a) for a in node.args]
     kwargs = {key: getter(v) for key, v in node.kwargs.items()}
     if node.op == "call_module":
-        fn: Callable[..., Any] = modules[str(node.target)]
+        fn: Callable[..., Any] = exact_fast_module(modules[str(node.target)])
     elif node.op == "call_method":
         method = str(node.target)
         fn = lambda self, *a, **kw: getattr(self, method)(*a, **kw)  # noqa: E731

@@ -8,7 +8,8 @@ input of the next BatchNorm layer is added to that layer's moments (float64, chu
 positions of all pool inputs are written into its buffers, and only then does the next stage apply the layer (in
 eval mode) to each chunk. Later layers therefore see earlier layers already refit: the sequential layerwise exact
 rule, at the cost of one eval-mode forward pass plus the statistics, and independent of how the pool is cut into
-chunks up to floating-point rounding of the convolutions. Nodes after the last BatchNorm layer are not run.
+chunks up to floating-point rounding of the convolutions. Nodes after the last BatchNorm layer are not run. Max
+pools run on channels-last copies (:mod:`~bnconvention.refit.kernels`: the same bits, several times faster on CPU).
 
 **Memory bound.** Between stages the pass holds, for every chunk, each value a later stage still needs (the next
 layer's input, a residual branch): peak ≈ max over the cuts between stages of (sum of the live activation sizes

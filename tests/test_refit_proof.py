@@ -133,3 +133,24 @@ def test_refits_sharing_a_witness_trace_once_until_the_modules_change(monkeypatc
     model.drop = torch.nn.Identity()  # another module object: trace again, and the refit follows the new forward
     refit(model, pool, theta=witness)
     assert len(traces) == 2
+
+
+
+@pytest.mark.parametrize("tensor", [
+    pytest.param(torch.tensor([0.0, -0.0, float("nan")], dtype=torch.bfloat16), id="bfloat16"),
+    pytest.param(torch.tensor([True, False]), id="bool"),
+    pytest.param(torch.tensor([1, -2**62], dtype=torch.int64), id="int64"),
+    pytest.param(torch.tensor([1 + 2j, -0.0 + 0j], dtype=torch.complex64), id="complex"),
+    pytest.param(torch.arange(12.0).reshape(3, 4).t(), id="non-contiguous"),
+])
+def test_byte_comparison_sees_every_bit_of_every_dtype(tensor: torch.Tensor) -> None:
+    # issue 15: the comparison runs through numpy on the CPU; it must still see one flipped bit in any dtype
+    from bnconvention.refit.proof import _bits, _equal_bytes
+
+    assert _equal_bytes(tensor, tensor.clone())
+    changed = tensor.clone().contiguous()
+    if changed.dtype == torch.bool:
+        changed[0] = ~changed[0]
+    else:
+        _bits(changed).view(-1)[0] ^= 1  # the lowest bit of the first element, through an integer view
+    assert not _equal_bytes(tensor, changed)

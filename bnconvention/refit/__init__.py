@@ -5,7 +5,8 @@
 >>> report.to_dict()["refit"]["staleness"]["mean_distance"]  # doctest: +SKIP
 
 Modules: :mod:`.engine` (``refit``, the transaction), :mod:`.graph` (fx trace cut into stages), :mod:`.exact`
-(layer-major traced pass, memory bound), :mod:`.fallback` (per-layer hook passes), :mod:`.train_mode`
+(layer-major traced pass, memory bound), :mod:`.kernels` (its
+bit-identical faster max pooling), :mod:`.fallback` (per-layer hook passes), :mod:`.train_mode`
 (``cumulative`` = ``update_bn``, ``ema``), :mod:`.pool` (batches), :mod:`.moments` (float64 Chan accumulation),
 :mod:`.state` (snapshot/restore), :mod:`.proof` (the θ witness), :mod:`.devices` (``--device``), :mod:`.staleness`
 (seed 003 Eq. 15), :mod:`.result` (``RefitReport``), :mod:`.files` (weights in/out, ``.npz`` pools; used by

@@ -8,7 +8,8 @@ input of the next BatchNorm layer is added to that layer's moments (float64, chu
 positions of all pool inputs are written into its buffers, and only then does the next stage apply the layer (in
 eval mode) to each chunk. Later layers therefore see earlier layers already refit: the sequential layerwise exact
 rule, at the cost of one eval-mode forward pass plus the statistics, and independent of how the pool is cut into
-chunks up to floating-point rounding of the convolutions. Nodes after the last BatchNorm layer are not run.
+chunks up to floating-point rounding of the convolutions. Nodes after the last BatchNorm layer are not run. Max
+pools run on channels-last copies (:mod:`~bnconvention.refit.kernels`: the same bits, several times faster on CPU).
 
 **Memory bound.** Between stages the pass holds, for every chunk, each value a later stage still needs (the next
 layer's input, a residual branch): peak ≈ max over the cuts between stages of (sum of the live activation sizes
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from bnconvention.errors import RefitError, UnsupportedModelError
 from bnconvention.refit.graph import PlanCache, Untraceable, make_plan, trace_model
+from bnconvention.refit.kernels import exact_fast_module
 from bnconvention.refit.moments import ChannelMoments
 from bnconvention.refit.state import running_buffers
 
@@ -184,7 +186,7 @@ def _compile(node: torch.fx.Node, *, model: torch.nn.Module, modules: dict[str, 
     args = [getter(a) for a in node.args]
     kwargs = {key: getter(v) for key, v in node.kwargs.items()}
     if node.op == "call_module":
-        fn: Callable[..., Any] = modules[str(node.target)]
+        fn: Callable[..., Any] = exact_fast_module(modules[str(node.target)])
     elif node.op == "call_method":
         method = str(node.target)
         fn = lambda self, *a, **kw: getattr(self, method)(*a, **kw)  # noqa: E731

@@ -349,7 +349,8 @@ def test_a_census_checks_every_retrain_reference_before_any_audit(zoo, tmp_path:
 
 
 def test_census_groups_summarise_the_diagnostics_per_family_and_control() -> None:
-    from bnconvention.audit.encoder_report import encoder_groups_markdown, group_label
+    from bnconvention.audit.encoder_report import encoder_groups_markdown
+    from bnconvention.audit.families import census_group
 
     def interval(estimate: float, lower: float, upper: float) -> dict[str, float]:
         return {"estimate": estimate, "lower": lower, "upper": upper}
@@ -368,14 +369,15 @@ def test_census_groups_summarise_the_diagnostics_per_family_and_control() -> Non
                               entry("c3-s1-gradascent-eval", (2.0, 1.0, 3.0), (0.7, 0.6), False, ga),
                               entry("c3-s0-retrain", (0.0, -1.0, 1.0), (0.5, 0.5), False),
                               {"checkpoint": "plain"}]}
-    assert group_label(census["checkpoints"][0], {}) == "gradascent (eval)"
-    assert group_label({"checkpoint": "t", "population": {"role": "twin", "twin_level": 4, "twin_arm": "frozen"}},
-                       {}) == "twin level 4 (frozen)"
-    assert group_label({"checkpoint": "x"}, {}) == "other"
+    assert census_group(census["checkpoints"][0], {}) == "gradascent (eval)"
+    twin = {"checkpoint": "t", "population": {"role": "twin", "twin_level": 4, "twin_arm": "frozen"}}
+    assert census_group(twin, {}) == "twin level 4 (frozen)" and census_group(twin, {}, twin_arms=False) == "twins"
+    assert census_group({"checkpoint": "x"}, {}) == "checkpoints"
     table = "\n".join(encoder_groups_markdown(census))
     # mean BN-residual (-8 + 2) / 2 = -3; one interval below 0 (hides), one above (overstates); AUC means 0.6, 0.6
     assert "| gradascent (eval) | 2 | -3.00 [-8.00, +2.00] | 1 | 1 | +10.00 | 0.600 | 0.600 | 1 of 2 |" in table
-    assert "| retrain reference | 1 | +0.00 [+0.00, +0.00] | 0 | 0 | +10.00 | 0.500 | 0.500 | 0 of 1 |" in table
+    assert ("| control: retrain reference | 1 | +0.00 [+0.00, +0.00] | 0 | 0 | +10.00 | 0.500 | 0.500 | 0 of 1 |"
+            in table)
     assert "plain" not in table
     assert encoder_groups_markdown({"checkpoints": [{"checkpoint": "plain"}]}) == []
 

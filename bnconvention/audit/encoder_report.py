@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bnconvention.audit.families import census_group, control_labels
 from bnconvention.formats.text import markdown_table, plural, signed
 
 READING = ("BN-residual = LP_M − LP_Mcal (shipped minus exact retain refit); negative: the shipped state hides "
@@ -95,20 +96,6 @@ def _auc(interval: Mapping[str, Any] | None) -> str:
     return "—" if interval is None else f"{interval['estimate']:.3f}"
 
 
-def group_label(entry: Mapping[str, Any], controls: Mapping[str, str]) -> str:
-    """The group a census entry is summarised in: its control label, its population family and variant, its twin
-    arm and level, or ``other``."""
-    name = entry["checkpoint"]
-    if name in controls:
-        return controls[name]
-    meta = entry.get("population") or {}
-    if meta.get("role") == "twin":
-        return f"twin level {meta.get('twin_level')} ({meta.get('twin_arm')})"
-    if meta.get("family"):
-        return f"{meta['family']} ({meta.get('variant') or 'any'})"
-    return "other"
-
-
 def _excludes_zero(interval: Mapping[str, Any] | None, *, below: bool) -> bool:
     if interval is None:
         return False
@@ -138,11 +125,11 @@ def encoder_groups_markdown(census: Mapping[str, Any]) -> list[str]:
     """The diagnostics summarised per group (control label, family and variant, twin arm): how often the shipped
     state hides (BN-residual interval below 0) or overstates (above 0) the probe, and how often the refit moves the
     attack (its shift interval excludes 0). Groups in first-seen order; nothing without diagnostics."""
-    controls = {row["checkpoint"]: row["label"] for row in (census.get("controls") or {}).get("rows", [])}
+    controls = control_labels(census)
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for entry in census["checkpoints"]:
         if entry.get("encoder"):
-            groups.setdefault(group_label(entry, controls), []).append(entry["encoder"])
+            groups.setdefault(census_group(entry, controls), []).append(entry["encoder"])
     if not groups:
         return []
     lines = ["", "### Per group", "",
@@ -174,5 +161,4 @@ def encoder_census_markdown(census: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["READING", "encoder_census_markdown", "encoder_groups_markdown", "encoder_lines", "encoder_row",
-           "group_label"]
+__all__ = ["READING", "encoder_census_markdown", "encoder_groups_markdown", "encoder_lines", "encoder_row"]

@@ -61,6 +61,31 @@ def population_metadata(sidecar: Mapping[str, Any] | None) -> PopulationMetadata
                               twin_level=_int(twin.get("level")), twin_partner=_text(twin.get("partner")))
 
 
+def census_group(entry: Mapping[str, Any], controls: Mapping[str, str], *, twin_arms: bool = True) -> str:
+    """The group a census row is summarised or plotted in: ``control: <label>`` (``controls`` maps checkpoint names
+    to the census's control labels), ``twin level L (arm)`` (``twins`` with ``twin_arms=False``), ``family
+    (variant)``, the population role, or ``checkpoints``.
+
+    >>> census_group({"checkpoint": "c3-s0-ga", "population": {"family": "gradascent", "variant": "eval"}}, {})
+    'gradascent (eval)'
+    >>> census_group({"checkpoint": "c3-s0-retrain"}, {"c3-s0-retrain": "retrain reference"})
+    'control: retrain reference'
+    """
+    population = entry.get("population") or {}
+    if entry["checkpoint"] in controls:
+        return f"control: {controls[entry['checkpoint']]}"
+    if population.get("role") == "twin":
+        return f"twin level {population.get('twin_level')} ({population.get('twin_arm')})" if twin_arms else "twins"
+    if population.get("family"):
+        return f"{population['family']} ({population.get('variant') or '—'})"
+    return str(population.get("role") or "checkpoints")
+
+
+def control_labels(census: Mapping[str, Any]) -> dict[str, str]:
+    """Checkpoint name → control label, from census.json's controls table."""
+    return {row["checkpoint"]: row["label"] for row in (census.get("controls") or {}).get("rows") or []}
+
+
 def mean_interval(values: Sequence[float], *, level: float) -> tuple[float, float | None, float | None]:
     """The mean and its two-sided ``level`` t-interval (None, None with fewer than 2 values). The interval is
     :func:`tost`'s, which does not depend on the margin it is given."""

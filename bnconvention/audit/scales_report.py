@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bnconvention.audit.families import census_group, control_labels
 from bnconvention.audit.result import ScalesResult
 from bnconvention.formats.text import markdown_table, plural, signed
 
@@ -84,7 +85,33 @@ def scales_census_markdown(census: Mapping[str, Any]) -> str:
     lines = ["", f"## {HEADING}", "", reading(census), ""]
     lines += markdown_table(["checkpoint", "observer", "sites", "Δdf pp", "Δdr pp", "Δdt pp", "df/dr/dt decision",
                              "median abs ln ratio", "max abs ln ratio"], rows)
+    lines += scales_groups_markdown(census)
     return "\n".join(lines) + "\n"
+
+
+def _group_row(label: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    df = [r["cells"]["df"]["shift_pp"] for r in rows if "df" in r["cells"]]
+    ratios = sorted(r["median_abs_log_ratio"] for r in rows)
+    spread = f"{signed(sum(df) / len(df))} [{signed(min(df))}, {signed(max(df))}]" if df else "—"
+    return [label, str(len(rows)), spread, str(sum(bool(r["displaced"]) for r in rows)),
+            f"{ratios[len(ratios) // 2]:.4f}", f"{max(r['max_abs_log_ratio'] for r in rows):.4f}"]
+
+
+def scales_groups_markdown(census: Mapping[str, Any]) -> list[str]:
+    """The scales summarised per group (control label, family and variant, twin arm; as the encoder table): the
+    mean and range of Δdf, how many are displaced, the median of the checkpoints' median |ln ratio| and the largest
+    ratio; groups in first-seen order."""
+    controls = control_labels(census)
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for entry in census["checkpoints"]:
+        row = entry.get("scales")
+        if row and row["status"] == "audited":
+            groups.setdefault(census_group(entry, controls), []).append(row)
+    if not groups:
+        return []
+    return ["", "### Per group", ""] + markdown_table(
+        ["group", "n", "Δdf pp mean [min, max]", "displaced", "median abs ln ratio", "max abs ln ratio"],
+        [_group_row(label, rows) for label, rows in groups.items()])
 
 
 def scales_lines(scales: ScalesResult | None) -> list[str]:
@@ -102,4 +129,5 @@ def scales_lines(scales: ScalesResult | None) -> list[str]:
     return lines
 
 
-__all__ = ["HEADING", "reading", "scales_census_markdown", "scales_counts", "scales_lines", "scales_row"]
+__all__ = ["HEADING", "reading", "scales_census_markdown", "scales_counts", "scales_groups_markdown", "scales_lines",
+           "scales_row"]

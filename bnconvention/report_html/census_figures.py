@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.census_story import headline_cell
+from bnconvention.audit.families import census_group, control_labels
 from bnconvention.formats.text import signed
 from bnconvention.report_html.svg import COLOURS, SERIES, Axis, Figure, padded_range
 
@@ -26,24 +27,11 @@ WIDTH = 900
 ROW, GROUP_ROW, TOP, BOTTOM, LABELS = 11, 18, 34, 46, 200
 
 
-def checkpoint_group(row: Mapping[str, Any], controls: Mapping[str, str]) -> str:
-    """The forest plot's group of a census row: ``family (variant)``, ``twins``, ``control: <label>`` (from the
-    census's controls table), the population role, or ``checkpoints``."""
-    population = row.get("population") or {}
-    if row["checkpoint"] in controls:
-        return f"control: {controls[row['checkpoint']]}"
-    if population.get("role") == "twin":
-        return "twins"
-    if population.get("family"):
-        return f"{population['family']} ({population.get('variant') or '—'})"
-    return str(population.get("role") or "checkpoints")
-
-
 def _groups(census: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Mapping[str, Any]]]]:
-    controls = {r["checkpoint"]: r["label"] for r in (census.get("controls") or {}).get("rows") or []}
+    controls = control_labels(census)
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(checkpoint_group(row, controls), []).append(row)
+        groups.setdefault(census_group(row, controls, twin_arms=False), []).append(row)
     families = sorted(name for name in groups if "(" in name)
     return [(name, groups[name]) for name in [*families, *sorted(set(groups) - set(families))]]
 
@@ -222,5 +210,5 @@ def _decades(lo: float, hi: float) -> list[float]:
     return [10.0 ** k for k in range(math.ceil(math.log10(lo)), math.floor(math.log10(hi)) + 1)] or [lo, hi]
 
 
-__all__ = ["checkpoint_group", "forest_plot", "line_chart", "margin_sweep_plot", "recoverability_plot",
+__all__ = ["forest_plot", "line_chart", "margin_sweep_plot", "recoverability_plot",
            "staleness_scatter", "twin_gap_plot"]

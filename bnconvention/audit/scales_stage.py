@@ -120,6 +120,17 @@ def not_quantized(weights: Path) -> ScalesResult:
                         reason=f"not quantized: no activation scales declared or stored beside {weights.name}")
 
 
+def redecide_scales(scales: ScalesResult | None, *, margin_pp: float) -> ScalesResult | None:
+    """A journaled scales result re-decided at ``margin_pp`` from its stored replicate shifts (no recalibration):
+    its cells, annotation and reporting line as a fresh audit at that margin gives them."""
+    if scales is None or scales.annotation is None or scales.annotation.margin_pp == margin_pp:
+        return scales
+    from bnconvention.audit.scales_annotation import redecide_scales_annotation
+
+    annotation = redecide_scales_annotation(scales.annotation, margin_pp=margin_pp)
+    return scales.model_copy(update={"annotation": annotation, "reason": annotation.reporting_line or ""})
+
+
 def _inputs(x: torch.Tensor, data: AuditData, *, batch_size: int, device: Any) -> list[torch.Tensor]:
     return [data.eval_transform(chunk, generator=None).to(device) for chunk in x.split(batch_size)]
 
@@ -167,4 +178,4 @@ def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: P
 
 
 __all__ = ["SCALES_ANNOTATION_FILE", "ScalesPlan", "check_shipped_scales", "not_quantized", "plan_scales",
-           "run_scales", "ships_scales", "unaudited_warning"]
+           "redecide_scales", "run_scales", "ships_scales", "unaudited_warning"]

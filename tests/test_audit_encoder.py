@@ -235,12 +235,18 @@ ZOO_SPEC = {
 @pytest.mark.slow
 def test_audit_writes_a_1_1_annotation_with_the_diagnostics(zoo, tmp_path: Path) -> None:
     from bnconvention.audit.outputs import write_audit_outputs
+    from bnconvention.audit.relearn import relearn
     from bnconvention.audit.runner import prepare_audit, run_audit
     from bnconvention.validation.records import validate_record
 
     weights = Path(zoo.root) / "bn-badteacher-eval.safetensors"
     before = weights.read_bytes()
-    result = run_audit(prepare_audit(weights, parse_spec(ZOO_SPEC)))
+    prepared = prepare_audit(weights, parse_spec(ZOO_SPEC))
+    data, chosen = prepared.data, torch.from_numpy(prepared.encoder.relearn)
+    by_hand = relearn(prepared.checkpoint.model, train_x=data.forget.x[chosen], train_y=data.forget.y[chosen],
+                      eval_x=data.forget.x, eval_y=data.forget.y, spec=prepared.spec.diagnostics.relearning,
+                      transform=data.eval_transform)
+    result = run_audit(prepared)
     record = json.loads(result.annotation.model_dump_json(exclude_none=True))
     assert record["spec_version"] == "1.1" and validate_record(record) == []
     cells = {c["metric"]: c for c in record["cells"]}
@@ -252,7 +258,12 @@ def test_audit_writes_a_1_1_annotation_with_the_diagnostics(zoo, tmp_path: Path)
     assert probe["nc_residual_pp"]["estimate"] == pytest.approx(100 * (lp["refit"] - lp["reference"]["value"]),
                                                                 abs=1e-9)
     assert record["membership_inference"]["auc_shipped"]["estimate"] == mia["shipped"]
-    assert len(record["relearning"]["steps_refit"]) == 1
+    assert len(record["relearning"]["steps_refit"]) == len(record["relearning"]["area_refit"]) == 1
+    # the shipped state's area is the mean of its own trajectory, fine-tuned on the same records (same process and
+    # inputs, so equal to rounding: 1e-12 is far above the float64 sum of 6 accuracies, far below a 1/133 step)
+    assert by_hand.area == pytest.approx(sum(by_hand.trajectory) / 6, abs=1e-12)
+    assert record["relearning"]["area_shipped"] == pytest.approx(by_hand.area, abs=1e-12)
+    assert record["relearning"].get("steps_shipped") == by_hand.steps
     assert weights.read_bytes() == before  # θ and φ on disk untouched
     write_audit_outputs(result, tmp_path / "out", plots=False)  # the annotation round-trips through the journal's JSON
     assert type(result).model_validate_json(result.model_dump_json()) == result
@@ -296,6 +307,40 @@ def test_census_columns_and_table_from_the_annotation() -> None:
     full = parse_record(json.loads((vectors / "refit-annotation-full.json").read_text(encoding="utf-8")))
     assert encoder_row(full) is None and encoder_lines(full) == []
     assert encoder_census_markdown({"checkpoints": [{"checkpoint": "plain"}]}) == ""
+
+
+def test_relearning_areas_in_the_census_row_and_table() -> None:
+    from bnconvention.audit.encoder_report import encoder_census_markdown, encoder_lines, encoder_row
+    from bnconvention.standard.models import parse_record
+
+    vectors = Path(__file__).resolve().parent.parent / "schema" / "tests" / "valid"
+    record = parse_record(json.loads((vectors / "refit-annotation-v11-relearning-area.json").read_text("utf-8")))
+    row = encoder_row(record)
+    assert row is not None
+    assert (row["relearn_area_shipped"], row["relearn_area_refit"]) == (0.625, [0.875, 0.75, 0.375])
+    table = encoder_census_markdown({"checkpoints": [{"checkpoint": "c3-s0-x", "encoder": row}]})
+    assert "| relearn area shipped | relearn area refit |" in table
+    assert "| 7 | 2, 3, not reached | 0.625 | 0.875, 0.750, 0.375 |" in table
+    assert any("(area): shipped 0.625, refit 0.875, 0.750, 0.375." in line for line in encoder_lines(record))
+
+
+def test_a_1_1_relearning_section_without_areas_stays_valid_and_means_the_same() -> None:
+    """Migration: area_shipped / area_refit are optional, so every 1.1 record written before them still validates,
+    reads back without them, and reports as before (no area keys in the census row, dashes in the table)."""
+    from bnconvention.audit.encoder_report import encoder_census_markdown, encoder_lines, encoder_row
+    from bnconvention.standard.models import parse_record, to_dict
+    from bnconvention.validation.records import validate_record
+
+    vectors = Path(__file__).resolve().parent.parent / "schema" / "tests" / "valid"
+    data = json.loads((vectors / "refit-annotation-v11-encoder.json").read_text(encoding="utf-8"))
+    assert "area_shipped" not in data["relearning"] and validate_record(data) == []
+    record = parse_record(data)
+    assert to_dict(record) == data  # nothing added on the way through the models
+    row = encoder_row(record)
+    assert row is not None and not any(key.startswith("relearn_area") for key in row)
+    assert "| 7 | 2, 3, not reached | — | — |" in encoder_census_markdown(
+        {"checkpoints": [{"checkpoint": "c3-s0-x", "encoder": row}]})
+    assert not any("(area)" in line for line in encoder_lines(record))
 
 
 def test_a_censored_shipped_relearning_count_survives_the_writer() -> None:

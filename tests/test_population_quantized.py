@@ -198,3 +198,45 @@ def test_missing_observer_site_is_refused(tiny_quantized_population, tmp_path):
 def test_zoo_build_quantized_needs_a_folder_without_population(capsys):
     assert main(["zoo", "build", "--quantized", "--no-progress"]) == 2
     assert "--quantized needs DIR" in capsys.readouterr().err
+
+
+def _scales_view(outcome) -> dict:
+    """Each checkpoint's scales cells as the census wrote them: row decisions and the annotation file's cells."""
+    view = {}
+    for row in outcome.summary["checkpoints"]:
+        annotation = json.loads((outcome.out_dir / row["scales"]["annotation"]).read_text())
+        view[row["checkpoint"]] = {
+            "row": {m: (c["outcome"], c["p_value"]) for m, c in row["scales"]["cells"].items()},
+            "reason": row["scales"]["reason"], "margin_pp": annotation["margin_pp"],
+            "line": annotation["reporting_line"],
+            "cells": [(c["metric"], c["margin_pp"], c["decision"]) for c in annotation["cells"]]}
+    return view
+
+
+@pytest.mark.slow
+def test_a_census_rerun_under_another_margin_re_decides_the_scales_cells(tiny_quantized_population, tmp_path):
+    # regression: the journal's re-decision left the scales cells at the margin they were measured at
+    root = tiny_quantized_population.root
+    paths = [weights(root, name) for name in CENSUSED]
+    base = small_spec(root, quantization={"replicates": 3, "calibration_size": 64, "seed": 3})
+    wide, narrow = (base.model_copy(update={"margin_pp": m, "sweeps": base.sweeps.model_copy(
+        update={"margins_pp": [other]})}) for m, other in ((1.2, 0.3), (0.3, 1.2)))
+    first = run_census(paths, wide, tmp_path / "census")
+    rerun = run_census(paths, narrow, tmp_path / "census")
+    fresh = run_census(paths, narrow, tmp_path / "fresh")
+    assert (rerun.audits_run, rerun.audits_reused, fresh.audits_run) == (0, len(CENSUSED), len(CENSUSED))
+    assert _scales_view(rerun) == _scales_view(fresh)
+    assert _scales_view(first) != _scales_view(fresh)  # the margin changes some decision: the check can fail
+    assert {v["margin_pp"] for v in _scales_view(rerun).values()} == {0.3}
+    sweeps = [{row["margin_pp"]: row["scales"] for row in o.summary["sweeps"]["margins"]} for o in (first, fresh)]
+    assert sweeps[0] == sweeps[1] and set(sweeps[0]) == {0.3, 1.2}
+    decided = set(fresh.summary["decided"])
+    for margin, outcome in ((0.3, fresh), (1.2, first)):  # the sweep at a margin counts what a census there decides
+        counted: dict = {}
+        for row in outcome.summary["checkpoints"]:
+            for metric, cell in row["scales"]["cells"].items():
+                if row["checkpoint"] in decided:
+                    counts = counted.setdefault(metric, {"displaced": 0, "equivalent": 0, "undetermined": 0})
+                    counts[cell["outcome"]] += 1
+        assert sweeps[0][margin] == counted
+    assert "scales cell" in (tmp_path / "census" / "census.md").read_text()

@@ -41,7 +41,7 @@ from bnconvention.audit.membership import (
 )
 from bnconvention.audit.probe import LP_CELL, ProbeDraw, decompose, draw_probe, feature_layer, features_and_logits
 from bnconvention.audit.probe import probe_accuracy as fit_probe
-from bnconvention.audit.relearn import draw_relearn, steps_to_target
+from bnconvention.audit.relearn import Relearning, draw_relearn, relearn
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stats import decide
 from bnconvention.errors import AuditSpecError, UntrustedInputError
@@ -164,10 +164,10 @@ def _tensor_index(indices: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.asarray(indices, dtype=np.int64))
 
 
-def _relearn_steps(model: torch.nn.Module, records: np.ndarray, spec: RelearningSpec, data: AuditData) -> int | None:
+def _relearn(model: torch.nn.Module, records: np.ndarray, spec: RelearningSpec, data: AuditData) -> Relearning:
     index = _tensor_index(records)
-    return steps_to_target(model, train_x=data.forget.x[index], train_y=data.forget.y[index], eval_x=data.forget.x,
-                           eval_y=data.forget.y, spec=spec, transform=data.eval_transform)
+    return relearn(model, train_x=data.forget.x[index], train_y=data.forget.y[index], eval_x=data.forget.x,
+                   eval_y=data.forget.y, spec=spec, transform=data.eval_transform)
 
 
 @dataclass(frozen=True)
@@ -175,8 +175,8 @@ class EncoderOutcome:
     shipped: StateMeasure
     refits: list[StateMeasure]
     reference: StateMeasure | None
-    steps_shipped: int | None = None
-    steps_refit: list[int | None] | None = None
+    relearn_shipped: Relearning | None = None
+    relearn_refit: list[Relearning] | None = None
 
 
 def run_encoder(spec: AuditSpec, data: AuditData, plan: EncoderPlan, refitter: Refitter) -> EncoderOutcome:
@@ -186,13 +186,13 @@ def run_encoder(spec: AuditSpec, data: AuditData, plan: EncoderPlan, refitter: R
     model, batch = refitter.model, spec.eval_batch_size
     shipped = measure_state(model, plan, data, batch_size=batch)
     records, relearning = plan.relearn, plan.spec.relearning
-    steps_shipped = None
+    relearn_shipped = None
     if records is not None and relearning is not None:
-        steps_shipped = _relearn_steps(model, records, relearning, data)
+        relearn_shipped = _relearn(model, records, relearning, data)
     reference = None if plan.reference is None else measure_state(plan.reference.model, plan, data, batch_size=batch)
     transform = data.transform(spec.refit.transform)
     refits: list[StateMeasure] = []
-    steps_refit: list[int | None] = []
+    relearn_refit: list[Relearning] = []
     try:
         for r in range(spec.replicates):
             rng = stream(spec.seed, 0, r)
@@ -204,12 +204,12 @@ def run_encoder(spec: AuditSpec, data: AuditData, plan: EncoderPlan, refitter: R
                                                seed=spec.seed))
             refits.append(measure_state(model, plan, data, batch_size=batch))
             if records is not None and relearning is not None and r < relearning.replicates:
-                steps_refit.append(_relearn_steps(model, records, relearning, data))
+                relearn_refit.append(_relearn(model, records, relearning, data))
             refitter.restore()
     finally:
         refitter.restore()
-    return EncoderOutcome(shipped=shipped, refits=refits, reference=reference, steps_shipped=steps_shipped,
-                          steps_refit=steps_refit if relearning is not None else None)
+    return EncoderOutcome(shipped=shipped, refits=refits, reference=reference, relearn_shipped=relearn_shipped,
+                          relearn_refit=relearn_refit if relearning is not None else None)
 
 
 # --- the annotation ---------------------------------------------------------------------------------------------------
@@ -298,13 +298,15 @@ def _attack_section(spec: AuditSpec, attack: MembershipSpec, draw: AttackDraw, *
             "shift_pp": intervals.shift_pp.model_dump(mode="json")}
 
 
-def _relearning_section(spec: AuditSpec, relearning: RelearningSpec, outcome: EncoderOutcome,
-                        steps_refit: list[int | None]) -> dict[str, Any]:
+def _relearning_section(spec: AuditSpec, relearning: RelearningSpec, shipped: Relearning | None,
+                        refits: list[Relearning]) -> dict[str, Any]:
     protocol = {"optimizer": "sgd", "learning_rate": relearning.learning_rate, "batch_size": relearning.batch_size,
                 "records": relearning.records, "max_steps": relearning.max_steps,
                 "target_forget_accuracy": relearning.target_forget_accuracy, "evaluated_on": "forget",
                 "batchnorm": "frozen", "seed": spec.seed}
-    return {"protocol": protocol, "steps_shipped": outcome.steps_shipped, "steps_refit": steps_refit}
+    return {"protocol": protocol, "steps_shipped": None if shipped is None else shipped.steps,
+            "steps_refit": [r.steps for r in refits], "area_shipped": None if shipped is None else shipped.area,
+            "area_refit": [r.area for r in refits]}
 
 
 def with_encoder(annotation: RefitAnnotation, spec: AuditSpec, plan: EncoderPlan, outcome: EncoderOutcome, *,
@@ -328,8 +330,9 @@ def with_encoder(annotation: RefitAnnotation, spec: AuditSpec, plan: EncoderPlan
                                         unit="auc", **common, reference=_reference_arm(plan, reference_auc)))
         data["membership_inference"] = _attack_section(spec, attack, plan.attack, shipped=outcome.shipped.scores,
                                                        refits=refit_scores)
-    if plan.spec.relearning is not None and outcome.steps_refit is not None:
-        data["relearning"] = _relearning_section(spec, plan.spec.relearning, outcome, outcome.steps_refit)
+    if plan.spec.relearning is not None and outcome.relearn_refit is not None:
+        data["relearning"] = _relearning_section(spec, plan.spec.relearning, outcome.relearn_shipped,
+                                                 outcome.relearn_refit)
     record = parse_record(data)
     if not isinstance(record, RefitAnnotation):  # a refit_annotation stays one; a guard for the type checker
         raise TypeError("the annotation did not parse as a refit annotation")

@@ -57,8 +57,21 @@ def encoder_lines(annotation: Any) -> list[str]:
         lines += ["", f"Relearning: SGD (lr {r.learning_rate:g}, batch {r.batch_size}, BatchNorm frozen) on "
                       f"{plural(r.records, 'forget record')} until forget accuracy {r.target_forget_accuracy:g}, at "
                       f"most {r.max_steps} steps, on a copy: shipped {_steps(relearning.steps_shipped)}, refit "
-                      f"{', '.join(_steps(s) for s in relearning.steps_refit)}."]
+                      f"{', '.join(_steps(s) for s in relearning.steps_refit)}.{_area_sentence(relearning)}"]
     return lines
+
+
+def _area(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _area_sentence(relearning: Any) -> str:
+    """The areas under the forget-accuracy trajectories, when the record gives them (optional in 1.1)."""
+    if relearning.area_shipped is None and relearning.area_refit is None:
+        return ""
+    refit = ", ".join(_area(a) for a in relearning.area_refit or [])
+    return (f" Mean forget accuracy over steps 0..{relearning.protocol.max_steps} (area): shipped "
+            f"{_area(relearning.area_shipped)}, refit {refit or '—'}.")
 
 
 def encoder_row(annotation: Any) -> dict[str, Any] | None:
@@ -83,6 +96,8 @@ def encoder_row(annotation: Any) -> dict[str, Any] | None:
                     "mia_shift_pp": attack.shift_pp.model_dump(mode="json")})
     if relearning is not None:
         row.update({"relearn_steps_shipped": relearning.steps_shipped, "relearn_steps_refit": relearning.steps_refit})
+        areas = {"relearn_area_shipped": relearning.area_shipped, "relearn_area_refit": relearning.area_refit}
+        row.update({key: value for key, value in areas.items() if value is not None})
     return row
 
 
@@ -151,12 +166,14 @@ def encoder_census_markdown(census: Mapping[str, Any]) -> str:
         rows.append([entry["checkpoint"], _pp(row.get("bn_residual_pp")), _pp(row.get("nc_residual_pp")),
                      _auc(row.get("mia_auc_shipped")), _auc(row.get("mia_auc_refit")),
                      _steps(row.get("relearn_steps_shipped")) if "relearn_steps_shipped" in row else "—",
-                     ", ".join(_steps(s) for s in steps) if steps else "—"])
+                     ", ".join(_steps(s) for s in steps) if steps else "—", _area(row.get("relearn_area_shipped")),
+                     ", ".join(_area(a) for a in row.get("relearn_area_refit") or []) or "—"])
     if not rows:
         return ""
     lines = ["", "## Encoder-level diagnostics (seed 003)", "", READING, ""]
     lines += markdown_table(["checkpoint", "BN-residual pp", "NC-residual pp", "MIA AUC shipped", "MIA AUC refit",
-                             "relearn steps shipped", "relearn steps refit"], rows)
+                             "relearn steps shipped", "relearn steps refit", "relearn area shipped",
+                             "relearn area refit"], rows)
     lines += encoder_groups_markdown(census)
     return "\n".join(lines) + "\n"
 

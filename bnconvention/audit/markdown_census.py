@@ -53,7 +53,20 @@ def _margins(census: Mapping[str, Any]) -> list[str]:
               "flips (" + ", ".join(f"`{c}`" for c in census["verdicts"]) + ")"]
     return ["## Margin sweep", "", "Re-decided from the stored replicate shifts (no refit). Flips compare criteria "
             "on cell values and do not depend on the margin.", "",
-            *markdown_table(header, _design_rows(census["sweeps"]["margins"], "margin_pp"))]
+            *markdown_table(header, _design_rows(census["sweeps"]["margins"], "margin_pp")),
+            *_scales_margins(census["sweeps"]["margins"])]
+
+
+def _scales_margins(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The activation-scales cells at each margin (only when the census audited scales)."""
+    table = [[f"{row['margin_pp']:g}", f"`{metric}`", str(counts["displaced"]), str(counts["equivalent"]),
+              str(counts["undetermined"])]
+             for row in rows for metric, counts in row.get("scales", {}).items()]
+    if not table:
+        return []
+    return ["", "Activation-scales cells of the decided quantized checkpoints at each margin, re-decided from the "
+            "stored recalibration shifts (per checkpoint, outside the Benjamini–Yekutieli family).", "",
+            *markdown_table(["margin pp", "scales cell", "displaced", "equivalent", "undetermined"], table)]
 
 
 def _pool_sizes(census: Mapping[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from bnconvention.audit.scales_cells import ScalesAudit
+from bnconvention.audit.scales_cells import ScalesAudit, redecide_scales_cell
 from bnconvention.authoring.declaration import default_producer
 from bnconvention.errors import DigestMismatchError
 from bnconvention.formats.text import signed
@@ -22,6 +22,7 @@ from bnconvention.refit.scales import scales_digests
 from bnconvention.standard.models import (
     ActivationScalesRefit,
     AuditedFile,
+    Cell,
     CellV11,
     DataSplit,
     FittingConvention,
@@ -45,11 +46,30 @@ def scales_refit_state(audit: ScalesAudit, *, calibration: DataSplit,
         median_abs_log_ratio=ratio if math.isfinite(ratio) else None)
 
 
-def _reporting_line(audit: ScalesAudit, *, calibration: DataSplit) -> str:
-    cells = ", ".join(f"{c.metric} {signed(c.shift_pp)}pp {c.decision.outcome}" for c in audit.cells)
-    return (f"activation scales ({audit.shipped.spec.observer}) refit on {calibration.record_count} "
-            f"{calibration.role} records x {len(audit.refits)} replicates at bit-identical weights and BatchNorm "
-            f"buffers: {cells}")
+def _reporting_line(cells: Sequence[Cell], *, observer: str, calibration: DataSplit, replicates: int) -> str:
+    shown = ", ".join(f"{c.metric} {signed(c.shift_pp)}pp {c.decision.outcome}" for c in cells)
+    return (f"activation scales ({observer}) refit on {calibration.record_count} {calibration.role} records x "
+            f"{replicates} replicates at bit-identical weights and BatchNorm buffers: {shown}")
+
+
+def redecide_scales_annotation(annotation: RefitAnnotationV11, *, margin_pp: float) -> RefitAnnotationV11:
+    """A scales annotation's cells, margin and reporting line at ``margin_pp``, from the stored replicate shifts
+    alone (:func:`~bnconvention.audit.scales_cells.redecide_scales_cell`), validated again."""
+    state = annotation.refit_state
+    if not isinstance(state, ActivationScalesRefit):
+        raise TypeError("not a scales annotation: its refit_state is not of kind activation_scales")
+    cells = [redecide_scales_cell(cell, margin_pp=margin_pp) for cell in annotation.cells]
+    line = _reporting_line(cells, observer=state.observer, calibration=state.calibration,
+                           replicates=annotation.replicates)
+    data = to_dict(annotation.model_copy(update={"cells": cells, "margin_pp": margin_pp, "reporting_line": line}))
+    return _validated(data)
+
+
+def _validated(data: dict[str, object]) -> RefitAnnotationV11:
+    record = ensure_valid_record(data, source="scales annotation")
+    if not isinstance(record, RefitAnnotationV11):  # the data says 1.1 refit_annotation: cannot happen
+        raise TypeError(f"expected a 1.1 refit annotation, got {type(record).__name__}")
+    return record
 
 
 def scales_annotation(audit: ScalesAudit, *, subject: AuditedFile, convention: FittingConvention,
@@ -73,12 +93,10 @@ def scales_annotation(audit: ScalesAudit, *, subject: AuditedFile, convention: F
         "refit_state": to_dict(scales_refit_state(audit, calibration=calibration,
                                                   calibration_seeds=calibration_seeds)),
         "producer": to_dict(producer or default_producer()),
-        "reporting_line": reporting_line or _reporting_line(audit, calibration=calibration),
+        "reporting_line": reporting_line or _reporting_line(audit.cells, observer=audit.shipped.spec.observer,
+                                                            calibration=calibration, replicates=len(audit.refits)),
     }
-    record = ensure_valid_record(data, source="scales annotation")
-    if not isinstance(record, RefitAnnotationV11):  # the data says 1.1 refit_annotation: cannot happen
-        raise TypeError(f"expected a 1.1 refit annotation, got {type(record).__name__}")
-    return record
+    return _validated(data)
 
 
-__all__ = ["scales_annotation", "scales_refit_state"]
+__all__ = ["redecide_scales_annotation", "scales_annotation", "scales_refit_state"]

@@ -14,7 +14,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -24,6 +24,7 @@ from bnconvention.refit.scales import ScaleSet, fake_quantized, read_scales, ref
 from bnconvention.standard.models import Cell, CellDecision, SplitRole
 
 SPLIT_CELLS: dict[str, SplitRole] = {"df": "forget", "dr": "retain", "dt": "test"}
+C = TypeVar("C", bound=Cell)
 
 
 @dataclass(frozen=True)
@@ -85,13 +86,24 @@ def scales_cells(model: torch.nn.Module, *, splits: Mapping[str, tuple[torch.Ten
                        trainable_sha256=runs[0].trainable_sha256, running_sha256=runs[0].running_sha256)
 
 
+def _decision(shifts: Sequence[float], *, margin_pp: float) -> CellDecision:
+    decision = decide(list(shifts), margin_pp=margin_pp)
+    return CellDecision(outcome=decision.outcome, p_value=decision.p_value, method=decision.method)
+
+
 def _cell(metric: str, role: SplitRole, shipped: float, values: list[float], *, margin_pp: float) -> Cell:
     shifts = [100.0 * (v - shipped) for v in values]
-    decision = decide(shifts, margin_pp=margin_pp)
     return Cell(metric=metric, split=role, shipped=shipped, refit=math.fsum(values) / len(values),
                 shift_pp=math.fsum(shifts) / len(shifts), replicate_values=values, replicate_shifts_pp=shifts,
-                margin_pp=margin_pp,
-                decision=CellDecision(outcome=decision.outcome, p_value=decision.p_value, method=decision.method))
+                margin_pp=margin_pp, decision=_decision(shifts, margin_pp=margin_pp))
 
 
-__all__ = ["SPLIT_CELLS", "ScalesAudit", "quantized_accuracy", "scales_cells"]
+def redecide_scales_cell(cell: C, *, margin_pp: float) -> C:
+    """``cell`` decided at ``margin_pp`` from its stored replicate shifts alone (the rule of a freshly measured
+    scales cell): what a census rerun under another margin gives without a recalibration."""
+    decision = _decision(cell.replicate_shifts_pp, margin_pp=margin_pp)
+    return cell.model_copy(update={"margin_pp": margin_pp,
+                                   "decision": type(cell.decision).model_validate(decision.model_dump())})
+
+
+__all__ = ["SPLIT_CELLS", "ScalesAudit", "quantized_accuracy", "redecide_scales_cell", "scales_cells"]

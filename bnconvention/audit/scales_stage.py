@@ -1,11 +1,14 @@
 """The audit's second deployed state: a checkpoint's shipped activation scales against retain-only recalibrations.
 
-A checkpoint ships activation scales when ``activation_scales.safetensors`` (the standard's stored form) lies beside
-its weights, declared by the ``activation_scales`` state of the folder's ``declaration.json``. With the spec's
-``quantization`` section (:mod:`.scales_spec`) such a checkpoint is audited on that state too:
+A checkpoint ships activation scales when a 1.1 declaration beside it has an ``activation_scales`` deployed state
+(read from the folder's ``declaration.json``, the weights header or the model card, in that order:
+:mod:`bnconvention.authoring.scales_sources`), or when ``activation_scales.safetensors`` (the standard's stored form)
+lies beside its weights. With the spec's ``quantization`` section (:mod:`.scales_spec`) such a checkpoint is audited
+on that state too:
 
 * :func:`check_shipped_scales` (before any computation; the census's preflight runs it on every checkpoint): the
-  declaration valid and binding these weights (its digests are the file's), the scales file parsed (no NaN, zero or
+  declaration valid, the same in every place that declares it, and binding these weights (its digests are the
+  file's), the scales file (the state's ``filename`` beside the weights) parsed (no NaN, zero or
   negative scale), its sites, values and digest those declared, and every site an observer of the architecture
   prepared with the declared observer (:func:`bnconvention.refit.observers.prepare_static`). Any failure is a
   :class:`~bnconvention.errors.QuantizationError` naming the checkpoint;
@@ -58,36 +61,35 @@ class ScalesPlan:
     model: torch.nn.Module
 
 
-def scales_file(weights: Path) -> Path | None:
-    """The activation scales beside a checkpoint, or None when it ships none."""
-    path = weights.parent / SCALES_FILENAME
-    return path if path.is_file() else None
+def ships_scales(weights: Path) -> bool:
+    """Whether a checkpoint ships activation scales: declared in a place beside it, or the default file there (the
+    declaration is checked later: this never raises)."""
+    from bnconvention.authoring.scales_sources import declares_scales_beside
+
+    return (weights.parent / SCALES_FILENAME).is_file() or declares_scales_beside(weights)
 
 
 def unaudited_warning(weights: Path) -> str | None:
     """The warning of a checkpoint that ships scales under a spec without the quantization section."""
-    found = scales_file(weights)
-    if found is None:
+    if not ships_scales(weights):
         return None
-    return (f"{weights.name} ships activation scales ({found.name}) that this audit does not cover: add a "
+    return (f"{weights.name} ships activation scales that this audit does not cover: add a "
             "'quantization' section to the spec (e.g. quantization: {calibration_size: 256}) to audit them as a "
             "second deployed state")
 
 
 def check_shipped_scales(weights: Path, *, model: torch.nn.Module, digests: DigestSet) -> ScalesPlan:
     """The checked plan of a checkpoint that ships scales (see the module docstring); ``model`` is not changed."""
-    from bnconvention.authoring.activation_scales import read_quantized
+    from bnconvention.authoring.scales_sources import read_quantized_release
     from bnconvention.refit.observers import prepare_static
     from bnconvention.refit.scales import observer_sites
 
-    path = scales_file(weights)
-    if path is None:
-        raise QuantizationError(f"{weights}: no {SCALES_FILENAME} beside it", site=None)
     try:
-        declaration, shipped = read_quantized(weights.parent)
+        found, shipped = read_quantized_release(weights)
+        declaration = found.record
         bound = (declaration.digests.trainable_sha256, declaration.digests.running_sha256)
         if bound != (digests.trainable_sha256, digests.running_sha256):
-            raise QuantizationError("its declaration.json declares other weights (digests differ from the file's)",
+            raise QuantizationError(f"{found.source} declares other weights (digests differ from the file's)",
                                     site=None)
         prepared = prepare_static(model, shipped.spec)
         sites = set(observer_sites(prepared))
@@ -98,13 +100,13 @@ def check_shipped_scales(weights: Path, *, model: torch.nn.Module, digests: Dige
     except (QuantizationError, DigestMismatchError, RecordError, UntrustedInputError, OSError) as exc:
         raise QuantizationError(f"checkpoint {weights}: its activation scales cannot be audited: {exc}; nothing "
                                 "was written", site=getattr(exc, "site", None)) from exc
-    return ScalesPlan(scales_file=path, declaration=declaration, shipped=shipped, model=prepared)
+    return ScalesPlan(scales_file=found.scales_path, declaration=declaration, shipped=shipped, model=prepared)
 
 
 def plan_scales(spec: AuditSpec, data: AuditData, weights: Path, *, model: torch.nn.Module,
                 digests: DigestSet) -> ScalesPlan | None:
     """The scales audit of one checkpoint when the spec asks for it and the checkpoint ships scales."""
-    if spec.quantization is None or scales_file(weights) is None:
+    if spec.quantization is None or not ships_scales(weights):
         return None
     size = spec.quantization.calibration_size
     if size > len(data.retain.ids):
@@ -115,7 +117,18 @@ def plan_scales(spec: AuditSpec, data: AuditData, weights: Path, *, model: torch
 
 def not_quantized(weights: Path) -> ScalesResult:
     return ScalesResult(status="not_quantized",
-                        reason=f"not quantized: no {SCALES_FILENAME} beside {weights.name}")
+                        reason=f"not quantized: no activation scales declared or stored beside {weights.name}")
+
+
+def redecide_scales(scales: ScalesResult | None, *, margin_pp: float) -> ScalesResult | None:
+    """A journaled scales result re-decided at ``margin_pp`` from its stored replicate shifts (no recalibration):
+    its cells, annotation and reporting line as a fresh audit at that margin gives them."""
+    if scales is None or scales.annotation is None or scales.annotation.margin_pp == margin_pp:
+        return scales
+    from bnconvention.audit.scales_annotation import redecide_scales_annotation
+
+    annotation = redecide_scales_annotation(scales.annotation, margin_pp=margin_pp)
+    return scales.model_copy(update={"annotation": annotation, "reason": annotation.reporting_line or ""})
 
 
 def _inputs(x: torch.Tensor, data: AuditData, *, batch_size: int, device: Any) -> list[torch.Tensor]:
@@ -165,4 +178,4 @@ def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: P
 
 
 __all__ = ["SCALES_ANNOTATION_FILE", "ScalesPlan", "check_shipped_scales", "not_quantized", "plan_scales",
-           "run_scales", "scales_file", "unaudited_warning"]
+           "redecide_scales", "run_scales", "ships_scales", "unaudited_warning"]

@@ -12,7 +12,12 @@ the number of replicates R, the cells or the criteria. So:
   checkpoint, design (:data:`REPLICATE_FIELDS`, with the pool size) and index: a pool-size sweep
   (:mod:`bnconvention.audit.pool_sweep`) refits only the replicates no earlier run stored;
 * :func:`margin_sweep` — the census counts at every margin of ``sweeps.margins_pp`` and every level of
-  ``sweeps.fdr_qs``, from the stored shifts alone.
+  ``sweeps.fdr_qs``, from the stored shifts alone (with the activation-scales cells' decisions at each margin when
+  the census audited scales: :func:`scales_outcomes`).
+
+The activation-scales cells of a result (``AuditResult.scales``, spec ``quantization``) are re-decided with the rest:
+their recalibration shifts are stored in the scales annotation, and :func:`redecide` re-decides them at the new
+margin by the rule a fresh audit applies (:func:`bnconvention.audit.scales_stage.redecide_scales`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from bnconvention.audit.evaluation import BaseCells
 from bnconvention.audit.expressions import parse_cell
 from bnconvention.audit.outputs import write_json
 from bnconvention.audit.result import AuditResult, ReplicateRecord
+from bnconvention.audit.scales_stage import redecide_scales
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stages import ShippedCells, decide_cells
 from bnconvention.audit.stats import by_adjust
@@ -93,7 +99,8 @@ class ReplicateStore:
 def redecide(result: AuditResult, spec: AuditSpec, *, replicates: Sequence[BaseCells] | None = None
              ) -> AuditResult:
     """The result's decisions, verdicts and reporting line under ``spec`` (another margin, say), from its stored
-    shipped cells and ``replicates`` (default: its own replicate cells) — no model, no refit."""
+    shipped cells and ``replicates`` (default: its own replicate cells), and its scales cells from their stored
+    recalibration shifts — no model, no refit."""
     if replicates is None and result.spec_sha256 == spec.sha256():
         return result
     if result.shipped_base_cells is None:
@@ -112,6 +119,7 @@ def redecide(result: AuditResult, spec: AuditSpec, *, replicates: Sequence[BaseC
                                       "cells": cells_for(a, [*decisions.cells, *typed]), "verdicts": decisions.verdicts,
                                       "reporting_line": line})
     return result.model_copy(update={"annotation": annotation, "sign_tests": decisions.signs,
+                                     "scales": redecide_scales(result.scales, margin_pp=spec.margin_pp),
                                      "spec_sha256": spec.sha256()})
 
 
@@ -159,8 +167,26 @@ def margin_sweep(decided: Sequence[AuditResult], spec: AuditSpec) -> list[dict[s
     for margin in sorted({*spec.sweeps.margins_pp, spec.margin_pp}):
         at = spec.model_copy(update={"margin_pp": margin})
         row = design_counts([cell_outcomes(r, at) for r in decided], flips, fdr_qs=sweep_qs(spec))
-        rows.append({"margin_pp": margin, **row})
+        scales = scales_outcomes(decided, margin_pp=margin)
+        rows.append({"margin_pp": margin, **row, **({"scales": scales} if scales else {})})
     return rows
+
+
+def scales_outcomes(decided: Sequence[AuditResult], *, margin_pp: float) -> dict[str, dict[str, int]]:
+    """Decisions per scales cell at ``margin_pp`` over the decided checkpoints whose scales were audited, each
+    re-decided from its stored recalibration shifts (per checkpoint, outside the BY family, as in the census's scales
+    counts); empty when none was."""
+    annotations = [r.scales.annotation for r in decided if r.scales is not None and r.scales.annotation is not None]
+    if not annotations:
+        return {}
+    from bnconvention.audit.scales_cells import redecide_scales_cell
+
+    counts: dict[str, dict[str, int]] = {}
+    for annotation in annotations:
+        for cell in annotation.cells:
+            outcome = redecide_scales_cell(cell, margin_pp=margin_pp).decision.outcome
+            counts.setdefault(cell.metric, dict.fromkeys(OUTCOMES, 0))[outcome] += 1
+    return counts
 
 
 def sweep_qs(spec: AuditSpec) -> list[float]:

@@ -143,18 +143,6 @@ def load_quantized(model: torch.nn.Module, declaration: Path, *,
     return prepare_static(model, shipped.spec), shipped
 
 
-def read_quantized(folder: Path) -> tuple[Declaration, ScaleSet]:
-    """The declaration of a quantized release's folder (``declaration.json``) and its shipped scales (the declared
-    file beside it), checked against each other before anything uses them."""
-    source = folder / "declaration.json"
-    if not source.is_file():
-        raise QuantizationError(f"{folder} ships activation scales but no declaration.json declaring them (an "
-                                "activation_scales deployed state); declare them with declare_quantized", site=None)
-    record = read_declaration(source)
-    state = scales_state_of(record)
-    return record, shipped_scales(state, folder / (state.filename or SCALES_FILENAME), source=str(source))
-
-
 __all__ = ["activation_scales_state", "check_binds_weights", "declare_quantized", "float_state", "load_quantized",
-           "observer_spec_of", "read_declaration", "read_quantized", "refit_scales_declaration", "scales_state_of",
+           "observer_spec_of", "read_declaration", "refit_scales_declaration", "scales_state_of",
            "shipped_scales"]

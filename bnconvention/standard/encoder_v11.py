@@ -125,13 +125,19 @@ class RelearningProtocol(StrictModel):
 
 class Relearning(StrictModel):
     """Steps of fine-tuning to the target forget accuracy, shipped and after each refit replicate (None: the
-    budget ran out first)."""
+    budget ran out first), and optionally the area under each forget-accuracy trajectory (absent in a record that
+    does not give it, which means what it always meant)."""
 
     protocol: RelearningProtocol = Field(description="The fine-tuning.")
     steps_shipped: Count | None = Field(default=None, description=(
         "Steps with the shipped statistics; absent or null when not reached within the budget."))
     steps_refit: list[Count | None] = Field(min_length=1, description=(
         "Steps after each refit replicate (the first ones of the annotation's replicates); null when not reached."))
+    area_shipped: Fraction | None = Field(default=None, description=(
+        "Mean forget accuracy over steps 0..max_steps with the shipped statistics: the area under the relearning "
+        "curve per step, which still separates states that never reach the target. Optional."))
+    area_refit: list[Fraction] | None = Field(default=None, min_length=1, description=(
+        "The same area after each refit replicate, in the order of steps_refit. Optional."))
 
 
 __all__ = [

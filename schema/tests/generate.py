@@ -191,6 +191,10 @@ def register_valid() -> None:
            "cell (unit fraction) against its retrain reference with the BN/NC decomposition, an attack-AUC cell "
            "(unit auc) with its protocol and bootstrap intervals, relearning steps shipped and refit.",
            annotation_v11_encoder)
+    vector("refit-annotation-v11-relearning-area", "Spec version 1.1: the relearning section with its optional "
+           "areas, the mean forget accuracy over steps 0..max_steps shipped and per refit replicate (a censored "
+           "refit still has an area).", annotation_v11_encoder,
+           _all(_set("/relearning/area_shipped", 0.625), _set("/relearning/area_refit", [0.875, 0.75, 0.375])))
     vector("refit-annotation-v11-confidence-pp", "Spec version 1.1: a confidence-threshold attack, and a cell whose "
            "unit is pp (shifts refit - shipped, not 100 x): 3.0 -> 1.0 pp on six replicates, displaced at 0.5^6.",
            annotation_v11_encoder, _all(_set("/membership_inference/protocol/attack", "confidence-threshold"),
@@ -400,6 +404,12 @@ def register_version_invalid() -> None:
     vector("invalid-v11-relearning-empty", "relearning.steps_refit has a value per refit measured.",
            annotation_v11_encoder, _set("/relearning/steps_refit", []), level="schema",
            issues=[("schema.items", "/relearning/steps_refit")])
+    vector("invalid-v11-relearning-area-range", "A relearning area is a mean accuracy: a fraction in [0, 1].",
+           annotation_v11_encoder, _set("/relearning/area_shipped", 1.5), level="schema",
+           issues=[("schema.range", "/relearning/area_shipped")])
+    vector("invalid-v11-relearning-area-empty", "relearning.area_refit, when given, has an area per refit measured.",
+           annotation_v11_encoder, _set("/relearning/area_refit", []), level="schema",
+           issues=[("schema.items", "/relearning/area_refit")])
     vector("semantic-v11-twin-weights", "A twin has bit-identical trainable tensors.", annotation_v11,
            _set("/twin/trainable_sha256", fake("other weights")), level="semantic",
            issues=[("record.twin_weights_differ", "/twin/trainable_sha256")])

@@ -34,12 +34,11 @@ import torch
 from filelock import FileLock
 from tqdm import tqdm
 
-from bnconvention.authoring.activation_scales import declare_quantized
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_bytes, refuse_foreign_folder, replace_directory
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
-from bnconvention.refit.observers import observer_spec, prepare_static
-from bnconvention.refit.scales import read_scales, save_scales
+from bnconvention.refit.observers import observer_spec
+from bnconvention.refit.scales import save_scales
 from bnconvention.standard.models import (
     SCALES_FILENAME,
     DatasetRef,
@@ -61,10 +60,11 @@ from bnconvention.zoo.population_manifest import (
 )
 from bnconvention.zoo.population_plan import PopulationConfig, plan, removal
 from bnconvention.zoo.population_spec import SPEC_FILE
+from bnconvention.zoo.quantized import calibrate_and_declare
 
 DECLARATION_FILE = "declaration.json"
 QUANTIZATION_KEY = "quantization"
-_CODE_FILES = ("zoo/population_quantized.py", "refit/observers.py", "refit/scales.py",
+_CODE_FILES = ("zoo/population_quantized.py", "zoo/quantized.py", "refit/observers.py", "refit/scales.py",
                "authoring/activation_scales.py")
 
 __all__ = ["DECLARATION_FILE", "QuantizationSettings", "build_quantized_population", "calibration_split",
@@ -122,16 +122,9 @@ def quantize_checkpoint(manifest: PopulationManifest, name: str, *, settings: Qu
         return False
     sidecar = manifest.sidecar(name)
     x, calibration = calibration_split(task, sidecar, size=settings.calibration_size, seed=seed)
-    model = prepare_static(manifest.load_model(name), observer_spec(settings.observer,
-                                                                    percentile=settings.percentile))
-    with torch.no_grad():
-        for batch in x.split(128):
-            model(batch)
-    scales = read_scales(model)
-    record = declare_quantized(model, FittingConvention.model_validate(sidecar["convention"]),
-                               calibration=calibration, scales=scales,
-                               reporting_line=f"activation scales ({settings.observer}) calibrated on "
-                                              f"{calibration.record_count} {calibration.role} records")
+    scales, record = calibrate_and_declare(
+        manifest.load_model(name), observer_spec(settings.observer, percentile=settings.percentile), x,
+        convention=FittingConvention.model_validate(sidecar["convention"]), calibration=calibration)
     save_scales(folder / SCALES_FILENAME, scales)
     atomic_write_bytes(folder / DECLARATION_FILE, (json.dumps(to_dict(record), indent=2) + "\n").encode("utf-8"))
     return True

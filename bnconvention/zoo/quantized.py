@@ -29,12 +29,13 @@ from bnconvention.authoring.declaration import make_convention
 from bnconvention.data.digits import DIGITS_DATASET_ID, DIGITS_EVAL_TRANSFORM
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_bytes
-from bnconvention.refit.observers import observer_spec, prepare_static
-from bnconvention.refit.scales import read_scales, save_scales
+from bnconvention.refit.observers import ObserverSpec, observer_spec, prepare_static
+from bnconvention.refit.scales import ScaleSet, read_scales, save_scales
 from bnconvention.standard.models import (
     SCALES_FILENAME,
     DatasetRef,
     DataSplit,
+    DeclarationV11,
     FittingConvention,
     ObserverType,
     to_dict,
@@ -70,18 +71,27 @@ def _convention(zoo: ZooManifest, name: str) -> FittingConvention:
                            rule="exact", dropout="absent")
 
 
+def calibrate_and_declare(model: torch.nn.Module, spec: ObserverSpec, x: torch.Tensor, *,
+                          convention: FittingConvention, calibration: DataSplit) -> tuple[ScaleSet, DeclarationV11]:
+    """The scales of the float ``model`` prepared with ``spec`` and calibrated (eval-mode forwards) on ``x``, and
+    their 1.1 declaration beside the BatchNorm state ``convention`` describes: the zoo's and the population's
+    quantized checkpoints are made by this one rule."""
+    prepared = prepare_static(model, spec)
+    with torch.no_grad():
+        for batch in x.split(128):
+            prepared(batch)
+    scales = read_scales(prepared)
+    line = f"activation scales ({spec.observer}) calibrated on {calibration.record_count} {calibration.role} records"
+    return scales, declare_quantized(prepared, convention, calibration=calibration, scales=scales,
+                                     reporting_line=line)
+
+
 def quantize_variant(zoo: ZooManifest, name: str, out_dir: Path, *, observer: ObserverType = "minmax",
                      percentile: float | None = None, size: int = 256, seed: int = 0) -> Path:
     """Write ``<out_dir>/<name>-q8/`` (see the module docstring) and return it; written whole or not at all."""
-    spec = observer_spec(observer, percentile=percentile)
-    model = prepare_static(zoo.load_model(name), spec)
     x, _, calibration = calibration_draw("train", size=size, seed=seed)
-    with torch.no_grad():
-        for batch in x.split(128):
-            model(batch)
-    scales = read_scales(model)
-    record = declare_quantized(model, _convention(zoo, name), calibration=calibration, scales=scales,
-                               reporting_line=f"activation scales ({observer}) calibrated on {size} train records")
+    scales, record = calibrate_and_declare(zoo.load_model(name), observer_spec(observer, percentile=percentile), x,
+                                           convention=_convention(zoo, name), calibration=calibration)
     target = out_dir / f"{name}{QUANTIZED_SUFFIX}"
     partial = out_dir / f".{name}{QUANTIZED_SUFFIX}.partial"
     shutil.rmtree(partial, ignore_errors=True)
@@ -106,4 +116,5 @@ def build_quantized(zoo: ZooManifest, out_dir: Path | str, *, variants: Sequence
             for name in variants]
 
 
-__all__ = ["DEFAULT_VARIANTS", "QUANTIZED_SUFFIX", "build_quantized", "calibration_draw", "quantize_variant"]
+__all__ = ["DEFAULT_VARIANTS", "QUANTIZED_SUFFIX", "build_quantized", "calibrate_and_declare", "calibration_draw",
+           "quantize_variant"]

@@ -59,22 +59,34 @@ def _channel_sums(rows: torch.Tensor) -> torch.Tensor:
     return rows.sum(dim=2).sum(dim=0, dtype=torch.float64)
 
 
+def _threads_sleep_when_idle() -> bool:
+    """Whether OpenMP's idle threads sleep at once (``OMP_WAIT_POLICY=passive``), so that every parallel region
+    pays a wake-up; by default they spin a while first and a small region starts cheaply."""
+    import os
+
+    return os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive"
+
+
 @contextlib.contextmanager
 def _one_cpu_thread(x: torch.Tensor) -> Iterator[None]:
-    """Run the block of small CPU reductions with one intra-op thread (OpenMP builds), restoring the count after.
+    """Run a chunk's small CPU reductions with one intra-op thread where waking a second one costs more than it
+    saves, restoring the count after.
 
-    Each block's operations are small (about 1 MiB); on two threads every one of them pays an OpenMP wake-up of the
-    second thread, which costs more than it saves (measured, torch 2.14, ``OMP_WAIT_POLICY=PASSIVE``, 2 cores: one
-    chunk of every ResNet-18 BatchNorm input, 128 images of 32x32, 5.0 ms on one thread against 16.3 ms of wall and
-    CPU time on two). The thread count changes no bit: every operation here is elementwise or a reduction over
-    dimensions PyTorch never splits between threads (it splits only the output), and the refit's bytes were
-    measured equal with 1, 2 and 3 threads. Only the calling thread's OpenMP setting changes (``set_num_threads``
-    sets the caller's OpenMP count); other backends (native thread pool, TBB) cannot change it cheaply and keep it.
+    Each block's operations are small (about 1 MiB). Measured (torch 2.14, 2 cores, one chunk of every ResNet-18
+    BatchNorm input, 128 images of 32x32): with ``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep; the setting the
+    benchmarks use so that CPU time counts work, not spinning) 5.2 ms on one thread against 13.3 ms of wall and CPU
+    time on two; with the default policy (idle threads spin first) 5.2 ms against 3.3 ms of wall and 7.3 ms of CPU
+    time, so the count is only lowered under the passive policy. The thread count changes no bit: every operation
+    here is elementwise or a reduction that PyTorch splits between threads only along the output, never along the
+    summed dimension (the refit's bytes were measured equal with 1, 2 and 3 threads;
+    ``tests/test_refit_kernels.py`` checks the statistics). Only the calling thread's OpenMP count changes; builds
+    on another thread pool (native, TBB) cannot change it cheaply and keep theirs.
     """
     import torch
 
     threads = torch.get_num_threads()
-    if x.device.type != "cpu" or threads == 1 or not torch._C.has_openmp:
+    if (x.device.type != "cpu" or threads == 1 or not torch._C.has_openmp
+            or not _threads_sleep_when_idle()):
         yield
         return
     torch.set_num_threads(1)

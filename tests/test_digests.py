@@ -134,3 +134,24 @@ def test_check_against_names_the_field() -> None:
         digests.check_against(trainable_sha256="0" * 64, running_sha256=None)
     assert info.value.field == "digests.trainable_sha256"
     assert info.value.found == digests.trainable_sha256
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64, 1 << 20])
+def test_the_digest_in_pieces_is_the_digest_of_the_tensors(piece: int) -> None:
+    # issue 15: the θ witness hashes in pieces so that the caller can take over from its background thread
+    import torch
+
+    from bnconvention.formats.digests import tensor_digest_steps
+
+    state = {"b.weight": torch.arange(10.0), "a": torch.tensor([True, False]), "empty": torch.zeros(0, 3),
+             "c.h": torch.tensor([1.0, -0.0], dtype=torch.float16), "d": torch.arange(6).reshape(2, 3).t()}
+    steps = tensor_digest_steps(state, piece=piece)
+    hashed = []
+    while True:
+        try:
+            hashed.append(next(steps))
+        except StopIteration as done:
+            result = done.value
+            break
+    assert result == state_dict_digests(state, []).trainable_sha256
+    assert max(hashed) <= piece and sum(hashed) == sum(t.numel() * t.element_size() for t in state.values())

@@ -77,3 +77,71 @@ def test_traced_pass_pools_channels_last_with_the_result_of_the_eval_forward() -
     for name, state in running_state(hooked).items():
         got = running_state(traced)[name]
         assert torch.equal(got.mean, state.mean) and torch.equal(got.var, state.var), name
+
+
+def _moments_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    from bnconvention.refit.moments import ChannelMoments
+
+    moments = ChannelMoments()
+    for chunk in x.split(50):
+        moments.update(chunk)
+    mean, var = moments.mean_and_unbiased_var()
+    return mean.view(torch.int64), var.view(torch.int64)
+
+
+@pytest.mark.parametrize("shape", [
+    pytest.param((130, 64, 16, 16), id="many-positions"),
+    pytest.param((130, 48, 5, 7), id="odd-positions"),
+    pytest.param((130, 512, 2, 2), id="few-positions"),
+])
+def test_statistics_on_one_thread_are_the_statistics_on_several(shape: tuple[int, ...],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 15 (wall clock): under OMP_WAIT_POLICY=passive the statistics' small reductions run on one intra-op
+    # thread, because waking a second one for every ~1 MiB block cost more than it saved; the thread count must
+    # change no bit of the result
+    import contextlib
+
+    from bnconvention.refit import moments
+
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3)) * 3.0 + 1.5
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")  # where the count is lowered (read at each update)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(threads, 3))
+    try:
+        seen: list[int] = []
+        original = moments.ChannelMoments._add_blocks
+
+        def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append(torch.get_num_threads())
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(moments.ChannelMoments, "_add_blocks", spy)
+        one = _moments_bits(x)
+        assert set(seen) == ({1} if torch._C.has_openmp else {max(threads, 3)})
+        assert torch.get_num_threads() == max(threads, 3)  # restored after every block of reductions
+        monkeypatch.setattr(moments, "_one_cpu_thread", lambda _x: contextlib.nullcontext())
+        several = _moments_bits(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one[0], several[0]) and torch.equal(one[1], several[1])
+
+
+def test_statistics_keep_the_thread_count_when_idle_threads_spin(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bnconvention.refit import moments
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    seen: list[int] = []
+    original = moments.ChannelMoments._add_blocks
+
+    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(torch.get_num_threads())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(moments.ChannelMoments, "_add_blocks", spy)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        moments.ChannelMoments().update(torch.randn(4, 3, 5, 5))
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [2]

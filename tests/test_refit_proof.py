@@ -24,16 +24,17 @@ class _Identity:
 
 
 def _hashes_of(name: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every time the tensor ``name`` is fed to a digest, its name is appended to the returned list."""
+    """Every time the tensor ``name`` is fed to a digest, its name is appended to the returned list (``add_steps``:
+    every digest of a tensor, whole or piece by piece, goes through it)."""
     seen: list[str] = []
-    original = digest_module.TensorSetDigest.add
+    original = digest_module.TensorSetDigest.add_steps
 
     def counting(self, tensor_name, *args, **kwargs):  # type: ignore[no-untyped-def]
         if tensor_name == name:
             seen.append(tensor_name)
         return original(self, tensor_name, *args, **kwargs)
 
-    monkeypatch.setattr(digest_module.TensorSetDigest, "add", counting)
+    monkeypatch.setattr(digest_module.TensorSetDigest, "add_steps", counting)
     return seen
 
 
@@ -154,3 +155,60 @@ def test_byte_comparison_sees_every_bit_of_every_dtype(tensor: torch.Tensor) -> 
     else:
         _bits(changed).view(-1)[0] ^= 1  # the lowest bit of the first element, through an integer view
     assert not _equal_bytes(tensor, changed)
+
+
+def test_a_single_refit_digests_theta_after_its_pass_not_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 15 (wall clock): refit() asked for the witness's digest before the pass, so the "background" sha256 of
+    # θ was waited for at once and never overlapped anything; it is now needed only after the pass
+    from bnconvention.refit import engine
+
+    events: list[str] = []
+    original_pass, original_sha = engine.run_pass, ThetaWitness.trainable_sha256
+
+    def pass_(*args, **kwargs):  # type: ignore[no-untyped-def]
+        events.append("pass")
+        return original_pass(*args, **kwargs)
+
+    def sha(self):  # type: ignore[no-untyped-def]
+        events.append("sha256")
+        return original_sha.fget(self)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(engine, "run_pass", pass_)
+    monkeypatch.setattr(ThetaWitness, "trainable_sha256", property(sha))
+    model = seeded(SmallConvNet)
+    report = refit(model, make_pool((3, 6, 6), [6]))
+    assert events[0] == "pass" and "sha256" in events
+    details = report.declaration.refit
+    assert details is not None
+    assert details.trainable_sha256_before == model_digests(model).trainable_sha256
+
+
+def test_the_caller_finishes_a_digest_the_background_thread_has_not_reached(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the background digest runs at the lowest priority; on a busy machine it may not have started when the digest
+    # is needed, and the caller then hashes the pieces itself instead of waiting for it
+    import threading
+
+    from bnconvention.refit import proof
+
+    release = threading.Event()
+    monkeypatch.setattr(proof, "_PIECE", 64)  # many pieces, so that the caller's share is a real take-over
+    monkeypatch.setattr(proof, "_lower_this_threads_priority", lambda: release.wait(30))
+    model = seeded(SmallConvNet)
+    witness = ThetaWitness(model)
+    try:
+        assert witness.trainable_sha256 == model_digests(model).trainable_sha256
+        assert not release.is_set()  # done while the background thread was still held back
+    finally:
+        release.set()
+
+
+def test_the_background_thread_alone_completes_the_digest(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bnconvention.refit import proof
+
+    monkeypatch.setattr(proof, "_PIECE", 64)
+    model = seeded(SmallConvNet)
+    witness = ThetaWitness(model)
+    witness._thread.join(30)
+    assert not witness._advance()  # nothing left for the caller
+    assert witness.trainable_sha256 == model_digests(model).trainable_sha256

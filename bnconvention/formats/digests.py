@@ -22,7 +22,7 @@ import contextlib
 import hashlib
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -52,6 +52,16 @@ class TensorSetDigest:
 
     def add(self, name: str, dtype: str, shape: tuple[int, ...] | list[int],
             data: bytes | memoryview | Iterable[bytes | memoryview], nbytes: int | None = None) -> None:
+        for _ in self.add_steps(name, dtype, shape, data, nbytes):
+            pass
+
+    def add_steps(self, name: str, dtype: str, shape: tuple[int, ...] | list[int],
+                  data: bytes | memoryview | Iterable[bytes | memoryview],
+                  nbytes: int | None = None) -> Iterator[int]:
+        """:meth:`add`, one data chunk per step: a generator that hashes the entry header, then one chunk each time
+        it is advanced (yielding that chunk's byte count). A digest cut into steps can be carried on by whichever
+        thread advances it (the refit's θ witness: a background thread, then the caller). Nothing is hashed before
+        the first step."""
         key = name.encode("utf-8")
         if self._last is not None and key <= self._last:
             raise ValueError(f"tensor {name!r} added out of canonical order (after {self._last.decode()!r})")
@@ -69,8 +79,10 @@ class TensorSetDigest:
         self._hash.update(struct.pack("<Q", nbytes))
         seen = 0
         for chunk in chunks:
-            seen += memoryview(chunk).nbytes
+            size = memoryview(chunk).nbytes
+            seen += size
             self._hash.update(chunk)
+            yield size
         if seen != nbytes:
             raise ValueError(f"tensor {name!r}: got {seen} data bytes, expected {nbytes}")
         self.count += 1
@@ -202,6 +214,27 @@ def state_dict_digests(state: Mapping[str, torch.Tensor], bn_layers: Iterable[st
         return name, torch_dtype_name(tensor.dtype), tuple(tensor.shape), data, data.nbytes
 
     return _digest_set(list(state), bn_layers, entry)
+
+
+def tensor_digest_steps(state: Mapping[str, torch.Tensor], *, piece: int = 1 << 20) -> Generator[int, None, str]:
+    """The digest of every tensor of ``state`` (as ``state_dict_digests(state, []).trainable_sha256``), computed
+    one piece of at most ``piece`` data bytes per step: a generator yielding each piece's byte count and returning
+    the hex digest. Each step only hashes (the tensors' bytes are viewed here, in the calling thread), releases the
+    GIL while it does, and any thread may take the next one."""
+    entries: list[_Entry] = []
+    for name in canonical_order(state):
+        tensor = state[name]
+        data = _tensor_bytes(tensor)
+        pieces = [data[start:start + piece] for start in range(0, data.nbytes, piece)]
+        entries.append((name, torch_dtype_name(tensor.dtype), tuple(tensor.shape), pieces, data.nbytes))
+    return _steps(entries)
+
+
+def _steps(entries: list[_Entry]) -> Generator[int, None, str]:
+    digest = TensorSetDigest()
+    for name, dtype, shape, pieces, nbytes in entries:
+        yield from digest.add_steps(name, dtype, shape, pieces, nbytes)
+    return digest.hexdigest()
 
 
 def bn_layer_names(model: torch.nn.Module) -> list[str]:

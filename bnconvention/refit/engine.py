@@ -104,7 +104,8 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
     # the transaction: θ proven bit-identical before and after, φ restored on any failure, flags and momenta always
     witness = theta if theta is not None else ThetaWitness(model)
     setup.plans = witness.plans
-    before = witness.initial_digests if theta is None else witness.digests(model)
+    # a witness of our own was taken just now: its digest is needed only after the pass, which it overlaps
+    shared_before = witness.digests(model) if theta is not None else None
     shipped = running_state(model)
     modes = ModuleModes.capture(model)
     with refit_window(model):
@@ -112,6 +113,7 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
             outcome = run_pass(model, reader, setup, rule=rule, chunk_size=chunk_size, method=method,
                                memory_budget=memory_budget, progress=progress, shipped=shipped)
             after = witness.digests(model)
+            before = shared_before or witness.initial_digests
             check_theta_unchanged(before.trainable_sha256, after.trainable_sha256)
         except BaseException:
             restore_running_state(model, shipped)

@@ -212,3 +212,25 @@ def test_the_background_thread_alone_completes_the_digest(monkeypatch: pytest.Mo
     witness._thread.join(30)
     assert not witness._advance()  # nothing left for the caller
     assert witness.trainable_sha256 == model_digests(model).trainable_sha256
+
+
+def test_background_digests_are_stopped_and_joined_before_the_interpreter_exits() -> None:
+    # A daemon thread still hashing θ's copy while the runtime is torn down can abort the process ("terminate called
+    # without an active exception", exit 134, seen when a process ended with several witnesses hashing). The report
+    # is registered before the witness module is imported, so it runs after the module's exit hook (LIFO).
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import atexit
+        threads = []
+        atexit.register(lambda: print("alive", [t.is_alive() for t in threads], flush=True))
+        import torch
+        from bnconvention.refit.proof import ThetaWitness
+        model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(16)])
+        threads.extend(ThetaWitness(model)._thread for _ in range(3))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "alive [False, False, False]" in done.stdout

@@ -26,7 +26,9 @@ False
 
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 from bnconvention.formats.digests import (
@@ -48,6 +50,18 @@ __all__ = ["ThetaWitness"]
 # The background digest hashes the copy in pieces of this many bytes (about 0.6 ms each at sha256's 1.8 GB/s with
 # SHA extensions), so that the caller can take over between two pieces without waiting on a low-priority thread.
 _PIECE = 1 << 20
+
+# Background digests still running when the interpreter exits are stopped and joined first (at most one piece each):
+# a daemon thread still hashing a tensor's memory while the runtime tears it down can abort the process.
+_LIVE: weakref.WeakSet[ThetaWitness] = weakref.WeakSet()
+_EXITING = threading.Event()
+
+
+@atexit.register
+def _stop_background_digests() -> None:
+    _EXITING.set()
+    for witness in list(_LIVE):
+        witness.join_background()
 
 
 def _lower_this_threads_priority() -> None:
@@ -113,6 +127,7 @@ class ThetaWitness:
         self._lock = threading.Lock()
         self._steps = tensor_digest_steps(self._copies, piece=_PIECE)
         self._thread = threading.Thread(target=self._background, name="bnconvention-theta-digest", daemon=True)
+        _LIVE.add(self)
         self._thread.start()
         self._initial_running = state_dict_digests(running, layers)
         # refits sharing this witness (an audit's) also share the model's traced plan, re-traced on any change to
@@ -144,8 +159,13 @@ class ThetaWitness:
         single-threaded reductions) instead of taking one from the pass's threads; whatever is left when the digest
         is needed, the caller hashes at its own priority (:attr:`trainable_sha256`)."""
         _lower_this_threads_priority()
-        while self._advance():
+        while not _EXITING.is_set() and self._advance():
             pass
+
+    def join_background(self) -> None:
+        """Wait for the background thread (it stops at its next piece once the interpreter is exiting)."""
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
 
     @property
     def trainable_sha256(self) -> str:

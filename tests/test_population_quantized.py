@@ -240,3 +240,26 @@ def test_a_census_rerun_under_another_margin_re_decides_the_scales_cells(tiny_qu
                     counts[cell["outcome"]] += 1
         assert sweeps[0][margin] == counted
     assert "scales cell" in (tmp_path / "census" / "census.md").read_text()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_a_half_precision_checkpoint_is_audited_on_its_scales_bound_to_the_file(tiny_quantized_population,
+                                                                                tmp_path, dtype):
+    # A half-precision release is audited upcast; its scales annotation must still name the digests of the bytes
+    # the file holds (before: "the scales were audited on other weights", the upcast model's digests)
+    name = "r10-s0-base"
+    folder = _copy_checkpoint(tiny_quantized_population.root, name, tmp_path / "pop")
+    path = folder / f"{name}.safetensors"
+    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in load_file(str(path)).items()}
+    save_file(state, str(path))
+    digests = checkpoint_digests(open_checkpoint(path))
+    declaration = json.loads((folder / DECLARATION_FILE).read_text())
+    declaration["digests"].update(trainable_sha256=digests.trainable_sha256, running_sha256=digests.running_sha256)
+    (folder / DECLARATION_FILE).write_text(json.dumps(declaration))
+    before = file_sha256(path)
+    prepared = prepare_audit(path, small_spec(tmp_path / "pop", quantization={"calibration_size": 64}))
+    result = scales_outcome(prepared)
+    assert result is not None and result.status == "audited" and result.annotation is not None
+    subject = result.annotation.subject
+    assert (subject.trainable_sha256, subject.running_sha256) == (digests.trainable_sha256, digests.running_sha256)
+    assert file_sha256(path) == before

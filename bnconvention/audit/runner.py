@@ -116,7 +116,8 @@ def scales_outcome(prepared: PreparedAudit) -> ScalesResult | None:
     if prepared.scales is None:
         return not_quantized(checkpoint.path)
     return run_scales(prepared.spec, prepared.data, prepared.scales, weights=checkpoint.path,
-                      digests=checkpoint.file_digests)
+                      digests=checkpoint.file_digests,
+                      stored=None if checkpoint.weights is None else checkpoint.weights.stored_digests)
 
 
 def audit_checkpoint(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None,

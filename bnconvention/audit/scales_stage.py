@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -135,9 +136,14 @@ def _inputs(x: torch.Tensor, data: AuditData, *, batch_size: int, device: Any) -
     return [data.eval_transform(chunk, generator=None).to(device) for chunk in x.split(batch_size)]
 
 
-def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: Path, digests: DigestSet
-               ) -> ScalesResult:
-    """Measure the scales cells (see the module docstring) and their 1.1 refit annotation."""
+def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: Path, digests: DigestSet,
+               stored: Callable[[torch.nn.Module], DigestSet] | None = None) -> ScalesResult:
+    """Measure the scales cells (see the module docstring) and their 1.1 refit annotation.
+
+    ``stored``: the digests of a model as its file stores it (the file's names and dtypes,
+    :meth:`bnconvention.refit.weights.LoadedWeights.stored_digests`): a half-precision file is audited upcast, and
+    its annotation is bound by the digests of the bytes the file holds; None: the model's own tensors are the file's.
+    """
     import torch
 
     from bnconvention.audit.evaluation import model_device
@@ -160,6 +166,9 @@ def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: P
         pools.append(_inputs(data.retain.x[torch.from_numpy(chosen)], data, batch_size=batch, device=device))
     audit = scales_cells(plan.model, splits=splits, calibration_pools=pools, margin_pp=spec.margin_pp,
                          shipped=plan.shipped)
+    if stored is not None:  # θ, φ proven bit-identical in memory by each recalibration; bound as the file stores them
+        kept = stored(plan.model)
+        audit = replace(audit, trainable_sha256=kept.trainable_sha256, running_sha256=kept.running_sha256)
     calibration = DataSplit(role="retain", dataset=DatasetRef(id=data.dataset_id, revision=data.dataset_revision),
                             subset=f"{settings.calibration_size} records of the retain split per recalibration, "
                                    f"drawn from SeedSequence({seed}, spawn_key=({SCALES_STREAM}, r)), r < "

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from bnconvention.errors import DigestMismatchError, JSONInputError
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.digests import file_digests
-from bnconvention.formats.text import plural
+from bnconvention.formats.text import first_validation_error
 from bnconvention.standard.fields import StrictModel
 from bnconvention.standard.models import (
     AccumulationRule,
@@ -73,12 +73,9 @@ def parse_saved_observation(data: bytes, *, source: str) -> SavedObservation:
     try:
         return SavedObservation.model_validate(value)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = "/".join(str(part) for part in first["loc"]) or "(top level)"
         raise JSONInputError(
-            f"{source}: not a valid saved observation: at {where}: {first['msg']} "
-            f"({plural(exc.error_count(), 'problem')}); write it again with recorder.save_observation(path)",
-            source=source) from exc
+            f"{source}: not a valid saved observation: {first_validation_error(exc)}; write it again with "
+            "recorder.save_observation(path)", source=source) from exc
 
 
 def read_saved_observation(path: str | os.PathLike[str]) -> SavedObservation:

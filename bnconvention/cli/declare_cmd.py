@@ -15,7 +15,7 @@ from bnconvention.errors import BnConventionError, JSONInputError, RecordError, 
 from bnconvention.extras import needs_extra
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import loads_strict
-from bnconvention.formats.text import plural
+from bnconvention.formats.text import first_validation_error, plural
 
 # The standard's Literal aliases, spelled out so that building the parser does not import pydantic (every command
 # would pay ~0.2 s); tests/test_declare.py proves they equal typing.get_args of bnconvention.standard.models' aliases.
@@ -148,11 +148,9 @@ def read_observation(path: Path) -> Any:
     try:
         return Observation.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = "/".join(str(part) for part in first["loc"]) or "(top level)"
         raise JSONInputError(
-            f"{path}: not a recorder observation: at {where}: {first['msg']} ({plural(exc.error_count(), 'problem')}); "
-            "write it with to_dict(recorder.observation())", source=path) from exc
+            f"{path}: not a recorder observation: {first_validation_error(exc)}; write it with "
+            "to_dict(recorder.observation())", source=path) from exc
 
 
 def load_declared_model(arch: str, kwargs_json: str, weights: Path) -> tuple[Any, Any]:

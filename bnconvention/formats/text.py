@@ -37,6 +37,15 @@ def one_line(value: object) -> str:
     return " ".join(str(value).split())
 
 
+def first_validation_error(exc: object) -> str:
+    """``at <path>: <message> (<n> problems)`` for a pydantic ``ValidationError``: the first problem of an untrusted
+    file, for a one-line error that also says how many there are."""
+    errors = exc.errors()  # type: ignore[attr-defined]
+    first = errors[0]
+    where = "/".join(str(part) for part in first["loc"]) or "(top level)"
+    return f"at {where}: {first['msg']} ({plural(len(errors), 'problem')})"
+
+
 def table_cell(value: object) -> str:
     """:func:`one_line` made safe for a Markdown table cell: no pipes, no HTML (a value from a card or a header
     must not be able to end the table, or a generated section's comment markers)."""

@@ -130,15 +130,13 @@ def model_index_published(path: Path, spec: AuditSpec) -> tuple[dict[str, float]
     """Published cells from the card's model-index (:mod:`bnconvention.audit.published`), completed by the spec's
     own (whose values win), and a note for each cell the two give differently."""
     from bnconvention.audit.published import card_published_cells, merge_published
-    from bnconvention.formats.card import MAX_CARD_BYTES, decode_card, parse_card_metadata
+    from bnconvention.formats.card import parse_card_metadata, read_card_text
 
     card = card_path(path)
     if not card.is_file():
         raise AuditSpecError(f"published_source is 'model_index' but {path.name} has no model card {card.name} "
                              "beside it", field="/published_source")
-    with open(card, "rb") as handle:
-        text = decode_card(handle.read(MAX_CARD_BYTES + 1), source=str(card))
-    metadata = parse_card_metadata(text, source=str(card))
+    metadata = parse_card_metadata(read_card_text(card), source=str(card))
     cells, notes = merge_published(card_published_cells(metadata, spec.model_index_metrics, source=str(card)),
                                    spec.published_for(checkpoint_name(path)))
     if not cells:

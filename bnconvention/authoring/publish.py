@@ -44,7 +44,7 @@ from bnconvention.errors import (
 )
 from bnconvention.formats.atomic import TEMP_GLOBS
 from bnconvention.formats.canonical import loads_strict
-from bnconvention.formats.card import CARD_NAME, decode_card, read_card_record
+from bnconvention.formats.card import CARD_NAME, read_card_record, read_card_text
 from bnconvention.formats.digests import file_digests
 from bnconvention.formats.safetensors_header import read_header
 from bnconvention.standard.models import Declaration, RefitAnnotation, to_dict
@@ -141,7 +141,7 @@ def _card_record(card: Path) -> Loaded | None:
 
     if not card.is_file():
         return None
-    block = read_card_record(decode_card(card.read_bytes(), source=str(card)), source=str(card))
+    block = read_card_record(read_card_text(card), source=str(card))
     if block is None:
         return None
     return checked_record(block, source=f"{card} bnconvention block")
@@ -225,8 +225,7 @@ def plan_card(folder: Path, choices: Sequence[RecordChoice]) -> dict[str, Any] |
     if card_path.is_file():
         from bnconvention.authoring.card_stamp import stamp_card_text
 
-        stamp_card_text(decode_card(card_path.read_bytes(), source=str(card_path)), choices[0].data,
-                        source=str(card_path))
+        stamp_card_text(read_card_text(card_path), choices[0].data, source=str(card_path))
     return choices[0].data
 
 

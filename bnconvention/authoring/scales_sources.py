@@ -29,7 +29,7 @@ from typing import Any
 from bnconvention.authoring.activation_scales import scales_state_of, shipped_scales
 from bnconvention.errors import BnConventionError, QuantizationError
 from bnconvention.formats.canonical import loads_strict
-from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES, decode_card, read_card_record
+from bnconvention.formats.card import CARD_NAME, read_card_record, read_card_text
 from bnconvention.formats.safetensors_header import read_header
 from bnconvention.refit.scales import ScaleSet
 from bnconvention.standard.locations import record_from_header
@@ -92,9 +92,7 @@ def _header_record(weights: Path) -> Any | None:
 def _card_record(card: Path) -> Any | None:
     if not card.is_file():
         return None
-    with open(card, "rb") as handle:
-        text = decode_card(handle.read(MAX_CARD_BYTES + 1), source=str(card))
-    return read_card_record(text, source=str(card))
+    return read_card_record(read_card_text(card), source=str(card))
 
 
 def read_places(weights: Path) -> list[_Place]:
@@ -136,7 +134,6 @@ def _check_agree(chosen: tuple[_Place, Declaration], other: tuple[_Place, Declar
     raise QuantizationError(f"{chosen[0].source} and {other[0].source} declare different activation-scales records "
                             f"(first difference at {where or '/'}); the two places must carry the same record: "
                             "re-stamp one from the other", site=None)
-
 
 
 def find_scales_declaration(weights: Path) -> ScalesDeclaration | None:

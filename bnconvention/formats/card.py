@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -176,6 +177,13 @@ def decode_card(data: bytes, *, source: str = "README.md") -> str:
         raise CardError(
             f"{source}: not valid UTF-8 at byte {exc.start}; model cards must be UTF-8 text", source=source
         ) from exc
+
+
+def read_card_text(path: Path) -> str:
+    """The text of the card file ``path``: at most :data:`MAX_CARD_BYTES` read (one more, to tell a card over the
+    limit), decoded by :func:`decode_card`."""
+    with open(path, "rb") as handle:
+        return decode_card(handle.read(MAX_CARD_BYTES + 1), source=str(path))
 
 
 def parse_card_metadata(text: str, *, source: str = "README.md") -> dict[str, Any]:

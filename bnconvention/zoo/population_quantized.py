@@ -34,6 +34,7 @@ import torch
 from filelock import FileLock
 from tqdm import tqdm
 
+from bnconvention.authoring.scales_sources import DECLARATION_FILE
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_bytes, refuse_foreign_folder, replace_directory
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
@@ -62,7 +63,6 @@ from bnconvention.zoo.population_plan import PopulationConfig, plan, removal
 from bnconvention.zoo.population_spec import SPEC_FILE
 from bnconvention.zoo.quantized import calibrate_and_declare
 
-DECLARATION_FILE = "declaration.json"
 QUANTIZATION_KEY = "quantization"
 _CODE_FILES = ("zoo/population_quantized.py", "zoo/quantized.py", "refit/observers.py", "refit/scales.py",
                "authoring/activation_scales.py")

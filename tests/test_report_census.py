@@ -74,8 +74,10 @@ def census_doc() -> dict[str, Any]:
         "sweeps": {"margins": [{"margin_pp": m, "cells": {"df": {"displaced": d, "equivalent": e, "undetermined": u}},
                                 "flips": {"df <= 0.05": 2}}
                                for m, d, e, u in ((1.0, 3, 2, 2), (1.5, 3, 3, 1), (2.0, 2, 4, 1))]},
-        "detection_floor": [{"planted_pp": p, "cells": 10, "recovered": r, "recovered_by": r}
-                            for p, r in ((0.5, 1), (1.0, 5), (2.0, 9), (3.0, 10))],
+        "detection_floor": {"method": "centred replicate residuals", "margin_pp": 1.0, "share": 0.9, "cells": 10,
+                            "floor_pp": 1.75,
+                            "rows": [{"planted_pp": p, "cells": 10, "recovered": r, "recovered_by": r}
+                                     for p, r in ((0.5, 0), (1.0, 0), (2.0, 9), (3.0, 10))]},
         "families": {"level": 0.9, "margin_pp": 1.0, "clustered_by": ["seed", "removal"], "families": [
             _family("ft", "train", mean=0.5, lower=-0.5, upper=0.75, outcome="equivalent", displaced=1, checkpoints=3),
             _family("ga", "eval", mean=30.0, lower=10.0, upper=50.0, outcome="displaced", displaced=2, checkpoints=2)]},
@@ -166,12 +168,16 @@ def test_staleness_is_said_to_track_displacement_only_when_the_rank_correlation_
                    for line in population_story(census))
 
 
-def test_the_detection_floor_is_the_smallest_size_recovered_on_nine_cells_in_ten() -> None:
-    floor = census_doc()["detection_floor"]
-    assert detection_floor_pp(floor) == 2.0
-    assert detection_floor_pp(floor, share=1.0) == 3.0
-    assert detection_floor_pp([{"planted_pp": 1.0, "cells": 10, "recovered": 3, "recovered_by": 3}]) is None
-    assert detection_floor_pp([{"planted_pp": 0.0, "cells": 10, "recovered": 10, "recovered_by": 10}]) is None
+def test_the_story_states_the_exact_detection_floor_and_how_it_was_planted() -> None:
+    census = census_doc()
+    assert detection_floor_pp(census) == 1.75
+    line = next(line for line in population_story(census) if line.startswith("Detection floor"))
+    assert "centred replicate residuals" in line and "exceed 1.75 pp" in line and "3 pp: 10/10" in line
+    census["detection_floor"]["floor_pp"] = None
+    line = next(line for line in population_story(census) if line.startswith("Detection floor"))
+    assert "no plant is recovered on 90% of the 10 non-displaced cells" in line
+    census["detection_floor"]["cells"] = 0
+    assert not any(line.startswith("Detection floor") for line in population_story(census))
 
 
 def test_a_census_without_a_population_tells_only_what_it_has() -> None:

@@ -139,22 +139,27 @@ def _controls(census: Mapping[str, Any]) -> str | None:
             "multiplicity family).")
 
 
-def detection_floor_pp(floor: Sequence[Mapping[str, Any]], *, share: float = 0.9) -> float | None:
-    """The smallest planted shift the design recovers on at least ``share`` of the cells (None: none does)."""
-    sizes = [row["planted_pp"] for row in floor if row["planted_pp"] > 0 and row["cells"]
-             and row["recovered_by"] >= share * row["cells"]]
-    return min(sizes) if sizes else None
+def detection_floor_pp(census: Mapping[str, Any]) -> float | None:
+    """The plant above which the design recovers at least the floor's share of the non-displaced cells (the sign
+    test, before BY; :func:`bnconvention.audit.detection.floor_pp`), or None."""
+    floor = census.get("detection_floor") or {}
+    return floor.get("floor_pp")
 
 
-def _floor(census: Mapping[str, Any]) -> str | None:
-    floor = census.get("detection_floor") or []
-    if not floor:
+def floor_reading(census: Mapping[str, Any]) -> str | None:
+    """The detection floor in one sentence: how it was planted, the exact floor, and the planted rows after BY."""
+    floor = census.get("detection_floor") or {}
+    if not floor or not floor.get("cells"):
         return None
-    size = detection_floor_pp(floor)
-    recovered = ", ".join(f"{row['planted_pp']:g} pp: {row['recovered_by']}/{row['cells']}" for row in floor)
-    what = ("no planted size is recovered on 90 % of cells" if size is None
-            else f"shifts of {size:g} pp and more are recovered on at least 90 % of cells")
-    return f"Detection floor of this design: {what} ({recovered})."
+    size = floor.get("floor_pp")
+    share = f"{floor['share']:.0%}"
+    what = (f"no plant is recovered on {share} of the {floor['cells']} non-displaced cells" if size is None
+            else f"a shift must exceed {size:.2f} pp to be recovered on {share} of the {floor['cells']} "
+                 "non-displaced cells")
+    rows = ", ".join(f"{row['planted_pp']:g} pp: {row['recovered_by']}/{row['cells']}" for row in floor["rows"])
+    tail = f" (recovered after BY: {rows})" if rows else ""
+    return (f"Detection floor of this design, planted on {floor['method']} at ±{floor['margin_pp']:g} pp "
+            f"(a plant at or below the margin recovers nothing by construction): {what}{tail}.")
 
 
 def population_story(census: Mapping[str, Any]) -> list[str]:
@@ -162,11 +167,11 @@ def population_story(census: Mapping[str, Any]) -> list[str]:
     cell = headline_cell(census)
     lines = [headline(census)]
     supporting = (_no_equivalent_family(census, cell), _variants(census, cell), _twins(census), _staleness(census),
-                  _controls(census), _floor(census))
+                  _controls(census), floor_reading(census))
     for line in supporting:
         if line is not None:
             lines.append(line)
     return lines
 
 
-__all__ = ["detection_floor_pp", "headline", "headline_cell", "population_story"]
+__all__ = ["detection_floor_pp", "floor_reading", "headline", "headline_cell", "population_story"]

@@ -1,11 +1,20 @@
 """What the census design can see: the planted-effect detection floor and the recalibration budget.
 
-**Detection floor** (seed 001, appendix C). For every decided checkpoint and cell that is *not* displaced, a shift
-of known size δ is added to each of its replicate shifts, in the direction of its mean shift (up when the mean is
-0), and the cell is decided again by the census rules: the margin, the exact sign test and Benjamini–Yekutieli at
-q across the census (the planted cells' p-values replace theirs in the family; the displaced cells keep theirs).
-``recovered`` counts planted cells decided displaced, ``recovered_by`` those that also survive BY. A planted zero
-leaves every cell as it was, so nothing is recovered.
+**Detection floor** (seed 001, appendix C), calibrated on a null. For every decided checkpoint and cell that is
+*not* displaced, the replicate shifts are centred on their own mean (each replicate's residual: what a second
+retain refit of this checkpoint moves by, with no effect at all), a shift of known size δ is added to every
+residual, and the cell is decided again by the census rules: the margin, the exact sign test and
+Benjamini–Yekutieli at q across the census (the planted cells' p-values replace theirs in the family; the
+displaced cells keep theirs). ``recovered`` counts planted cells decided displaced, ``recovered_by`` those that also
+survive BY. Centred residuals have mean zero, so one of them is at most zero and a δ at or below the margin can
+never put every replicate beyond it: nothing is recovered, by construction. Planting on the raw shifts instead (δ
+added to each cell's own shift, in the direction of its mean) is circular: a near miss already shifted 1.1 pp is
+"recovered" by a 0.5 pp plant, although the design cannot see 0.5 pp at all.
+
+Per cell, the plant is recovered (by the sign test, before BY) exactly when δ > margin − min(residual) and the
+replicates can reach the test's level at all; ``floor_pp`` is the ``share`` quantile of that threshold over the
+planted cells (recovered on at least ``share`` of them for every δ above it), ``None`` when the replicates can
+never reach the level.
 
 **Recalibration budget** (seed 001). How far a cell moves between two independent retain refits of the same
 checkpoint: the largest |difference| between the disjoint replicate pairs (0, 1), (2, 3), … in pp. A verdict flip
@@ -23,20 +32,51 @@ from typing import Any
 
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import AuditSpec
-from bnconvention.audit.stats import by_adjust, decide
+from bnconvention.audit.stats import binomial_tail, by_adjust, decide
 from bnconvention.standard.models import Cell
 
 
+SHARE = 0.9  # the detection floor: the smallest plant recovered on at least this share of the cells
+NULL_METHOD = "centred replicate residuals"
+
+
+def residuals(shifts_pp: Sequence[float]) -> list[float]:
+    """Each replicate shift minus their mean: the cell's replicate noise, with no effect left in it."""
+    mean = math.fsum(shifts_pp) / len(shifts_pp)
+    return [s - mean for s in shifts_pp]
+
+
 def plant(shifts_pp: Sequence[float], size_pp: float) -> list[float]:
-    """Replicate shifts with ``size_pp`` added in the direction of their mean (up for a zero mean)."""
-    direction = -1.0 if math.fsum(shifts_pp) < 0 else 1.0
-    return [s + direction * size_pp for s in shifts_pp]
+    """The cell's centred replicate shifts with ``size_pp`` added to each (a known effect on the null)."""
+    return [r + size_pp for r in residuals(shifts_pp)]
 
 
-def detection_floor(decided: Sequence[AuditResult], spec: AuditSpec) -> list[dict[str, Any]]:
-    """One row per planted size: the non-displaced cells planted, recovered, recovered after BY."""
+def threshold_pp(shifts_pp: Sequence[float], *, margin_pp: float, level: float = 0.90) -> float:
+    """The plant above which this cell is recovered by the sign test (inf when R replicates cannot reach the
+    level: ``0.5**R > (1 - level) / 2``)."""
+    if binomial_tail(len(shifts_pp), len(shifts_pp)) > (1 - level) / 2:
+        return math.inf
+    return margin_pp - min(residuals(shifts_pp))
+
+
+def detection_floor(decided: Sequence[AuditResult], spec: AuditSpec) -> dict[str, Any]:
+    """The planted rows (one per size: cells planted, recovered, recovered after BY) and the exact floor."""
     metrics = [c.text for c in spec.cell_expressions()]
-    return [_planted_row(decided, metrics, size, spec) for size in spec.controls.planted_pp]
+    thresholds = [threshold_pp(_cell(r, m).replicate_shifts_pp, margin_pp=spec.margin_pp)
+                  for m in metrics for r in decided if _cell(r, m).decision.outcome != "displaced"]
+    return {"method": NULL_METHOD, "margin_pp": spec.margin_pp, "share": SHARE, "cells": len(thresholds),
+            "floor_pp": floor_pp(thresholds, share=SHARE),
+            "rows": [_planted_row(decided, metrics, size, spec) for size in spec.controls.planted_pp]}
+
+
+def floor_pp(thresholds: Sequence[float], *, share: float) -> float | None:
+    """The ``share`` quantile of the cells' thresholds: every plant above it is recovered on at least ``share`` of
+    the cells (None without cells, or when that many cells can never be recovered)."""
+    if not thresholds:
+        return None
+    needed = math.ceil(share * len(thresholds))
+    value = sorted(thresholds)[needed - 1]
+    return None if math.isinf(value) else value
 
 
 def _planted_row(decided: Sequence[AuditResult], metrics: Sequence[str], size: float,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bnconvention.audit.census_story import floor_reading
 from bnconvention.formats.text import markdown_table, signed
 
 
@@ -81,10 +82,11 @@ def _pool_sizes(census: Mapping[str, Any]) -> list[str]:
 
 
 def _detection(census: Mapping[str, Any]) -> list[str]:
+    floor = census["detection_floor"]
     rows = [[f"{row['planted_pp']:g}", str(row["cells"]), str(row["recovered"]), str(row["recovered_by"])]
-            for row in census["detection_floor"]]
-    return ["## Detection floor", "", f"Shifts planted in the replicate shifts of every non-displaced cell, decided "
-            f"at the census design (±{census['margin_pp']:g} pp, R = {census['replicates']}, BY at q = "
+            for row in floor["rows"]]
+    return ["## Detection floor", "", floor_reading(census) or "No non-displaced cell to plant in.", "",
+            f"Decided at the census design (±{census['margin_pp']:g} pp, R = {census['replicates']}, BY at q = "
             f"{census['fdr_q']:g}).", "",
             *markdown_table(["planted pp", "cells planted", "recovered", "recovered after BY"], rows)]
 

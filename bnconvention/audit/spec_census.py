@@ -19,7 +19,7 @@ PlantedSize = Annotated[float, Field(ge=0)]
 
 DEFAULT_MARGINS_PP = (1.0, 1.2, 1.5, 2.0)
 DEFAULT_FDR_QS = (0.01, 0.05, 0.1)
-DEFAULT_PLANTED_PP = (0.5, 1.0, 1.5, 2.0, 3.0)
+DEFAULT_PLANTED_PP = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 
 
 class SweepSpec(SpecModel):

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bnconvention.audit.census_story import headline_cell, population_story
+from bnconvention.audit.census_story import floor_reading, headline_cell, population_story
 from bnconvention.audit.scales_report import CELLS, HEADING, reading
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.text import signed
@@ -83,13 +83,13 @@ def _sweep_table(census: Mapping[str, Any], cell: str) -> str:
 
 
 def _detection_floor(census: Mapping[str, Any]) -> str:
-    floor = census.get("detection_floor") or []
-    if not floor:
+    floor = census.get("detection_floor") or {}
+    reading = floor_reading(census)
+    if reading is None:
         return ""
     rows = [[f"{r['planted_pp']:g}", str(r["cells"]), str(r["recovered"]), str(r["recovered_by"]),
-             "—" if not r["cells"] else f"{r['recovered_by'] / r['cells']:.0%}"] for r in floor]
-    return ('<h3 id="detection-floor">Detection floor</h3><p class="muted">Shifts of known size planted in the '
-            "replicate shifts of every non-displaced decided cell, and how many the census design recovers.</p>"
+             "—" if not r["cells"] else f"{r['recovered_by'] / r['cells']:.0%}"] for r in floor["rows"]]
+    return (f'<h3 id="detection-floor">Detection floor</h3><p class="muted">{esc(reading)}</p>'
             + table(["Planted, pp", "Cells", "Recovered", "Recovered (BY)", "Share"], rows,
                     table_id="detection-floor-table", numeric=(0, 1, 2, 3, 4)))
 

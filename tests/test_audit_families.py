@@ -19,9 +19,9 @@ from bnconvention.audit.markdown_families import families_markdown
 from bnconvention.audit.result import AuditResult, PopulationMetadata
 from bnconvention.audit.spec import parse_spec
 
-# Two-sided t critical values from a table: t(0.95; 5) for a 90 % interval over 6 clusters, t(0.975; 2) for a
+# Two-sided t critical values from a table: t(0.95; 2) for a 90 % interval over 3 seed clusters, t(0.975; 2) for a
 # 95 % interval over 3 seeds.
-T_95_DF5 = 2.015048
+T_95_DF2 = 2.919986
 T_975_DF2 = 4.302653
 SHIFTS = [1.3, 0.0, 0.1, -0.1, 0.0, 0.1]  # three seeds × two removals, one checkpoint per cluster
 CLUSTERS = [(s, r) for s in (0, 1, 2) for r in ("r05", "r10")]
@@ -50,25 +50,69 @@ def _readings(rows, meta, criteria=()):
                            criteria=list(criteria), margin_pp=1.2)
 
 
-def test_family_mean_and_clustered_interval_by_hand():
+def test_family_mean_and_seed_clustered_interval_by_hand():
     rows, meta = _family(SHIFTS, displaced_first=True)
     cell = _readings(rows, meta)["families"][0]["cells"]["df"]
-    mean = sum(SHIFTS) / 6  # 0.2333
-    se = math.sqrt(sum((s - mean) ** 2 for s in SHIFTS) / 5 / 6)  # 0.2155
-    assert cell["clusters"] == 6 and cell["mean_shift_pp"] == pytest.approx(mean)
-    assert cell["lower_pp"] == pytest.approx(mean - T_95_DF5 * se, abs=1e-5)  # -0.2009
-    assert cell["upper_pp"] == pytest.approx(mean + T_95_DF5 * se, abs=1e-5)  # +0.6676, inside ±1.2
+    seeds = [(1.3 + 0.0) / 2, (0.1 - 0.1) / 2, (0.0 + 0.1) / 2]  # each seed's checkpoints share its base weights
+    mean = sum(seeds) / 3  # 0.2333
+    se = math.sqrt(sum((s - mean) ** 2 for s in seeds) / 2 / 3)  # 0.2088
+    assert cell["clusters"] == 3 and cell["mean_shift_pp"] == pytest.approx(mean)
+    assert cell["lower_pp"] == pytest.approx(mean - T_95_DF2 * se, abs=1e-5)  # -0.3764
+    assert cell["upper_pp"] == pytest.approx(mean + T_95_DF2 * se, abs=1e-5)  # +0.8431, inside ±1.2
     assert cell["outcome"] == "equivalent" and cell["displaced_by"] == 1 and cell["displaced"] == 1
 
 
-def test_two_checkpoints_of_one_cluster_count_once():
+def test_two_checkpoints_of_one_seed_count_once():
     rows, meta = _family(SHIFTS, displaced_first=False)
     extra = "r05-s0-finetune-train-b"
-    rows.append(_row(extra, 0.7))  # same (seed 0, r05) cluster as the 1.3 one: the cluster mean becomes 1.0
+    rows.append(_row(extra, 0.7))  # seed 0 again: its cluster mean becomes (1.3 + 0.0 + 0.7) / 3
     meta[extra] = PopulationMetadata(role="unlearned", family="finetune", variant="train", removal="r05", seed=0)
     cell = _readings(rows, meta)["families"][0]["cells"]["df"]
-    assert cell["clusters"] == 6 and cell["cluster_means_pp"][0] == pytest.approx(1.0)
-    assert cell["mean_shift_pp"] == pytest.approx((1.0 + 0.1) / 6)
+    assert cell["clusters"] == 3 and cell["cluster_means_pp"][0] == pytest.approx(2.0 / 3)
+    assert cell["mean_shift_pp"] == pytest.approx((2.0 / 3 + 0.0 + 0.05) / 3)
+
+
+def test_an_interval_over_seeds_is_not_narrowed_by_the_checkpoints_that_share_a_seeds_weights():
+    """Shifts that move together within a seed (its base) and apart across seeds: counting (seed, removal) pairs
+    as independent gave a narrow interval inside the margin; over the seeds that share weights it is not."""
+    from scipy import stats
+
+    by_seed = {0: 1.0, 1: -0.6, 2: 0.2}
+    rows, meta = [], {}
+    for seed, shift in by_seed.items():
+        for removal in ("r02", "r05", "r10", "r20"):
+            name = f"{removal}-s{seed}-ga-eval"
+            rows.append(_row(name, shift + (0.01 if removal == "r02" else 0.0)))
+            meta[name] = PopulationMetadata(role="unlearned", family="ga", variant="eval", removal=removal, seed=seed,
+                                            removal_kind="instances")
+    cell = _readings(rows, meta)["families"][0]["cells"]["df"]
+    means = [statistics_mean([r["cells"]["df"]["shift_pp"] for r in rows if meta[r["checkpoint"]].seed == s])
+             for s in (0, 1, 2)]
+    low, high = stats.t.interval(0.90, df=2, loc=sum(means) / 3, scale=stats.sem(means))
+    assert cell["clusters"] == 3
+    assert (cell["lower_pp"], cell["upper_pp"]) == (pytest.approx(low), pytest.approx(high))
+    pairs = [r["cells"]["df"]["shift_pp"] for r in rows]  # what (seed, removal) clustering averaged over
+    naive = stats.t.interval(0.90, df=len(pairs) - 1, loc=sum(pairs) / len(pairs), scale=stats.sem(pairs))
+    assert -1.2 < naive[0] and naive[1] < 1.2  # would have read "equivalent on average"
+    assert cell["outcome"] == "undetermined" and high - low > 2.5 * (naive[1] - naive[0])
+
+
+def test_class_removal_is_read_apart_from_instance_removal():
+    rows, meta = [], {}
+    for seed in (0, 1, 2):
+        for removal, kind, shift in (("r05", "instances", 0.1 * seed), ("c3", "class", 20.0 + seed)):
+            name = f"{removal}-s{seed}-ga-train"
+            rows.append(_row(name, shift))
+            meta[name] = PopulationMetadata(role="unlearned", family="ga", variant="train", removal=removal,
+                                            removal_kind=kind, seed=seed)
+    families = _readings(rows, meta)["families"]
+    assert [(f["removal_kind"], f["checkpoints"]) for f in families] == [("class", 3), ("instances", 3)]
+    assert families[1]["cells"]["df"]["mean_shift_pp"] == pytest.approx(0.1)
+    assert families[1]["statements"][0].startswith("Family `ga` (train, instances removal)")
+
+
+def statistics_mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def test_the_equivalent_yet_displaced_statement_appears_exactly_when_the_data_has_it():
@@ -157,7 +201,7 @@ def test_population_metadata_from_a_sidecar_and_none_without_one():
                "removal": {"name": "r10", "kind": "instances", "ratio": 0.1, "class": None},
                "twin": {"arm": "frozen", "level": 4, "partner": "r10-s1-twin4-online"}}
     assert population_metadata(sidecar) == PopulationMetadata(
-        role="twin", family="relabel", variant="train", removal="r10", seed=1, parent="s1-base", twin_arm="frozen",
+        role="twin", family="relabel", variant="train", removal="r10", removal_kind="instances", seed=1, parent="s1-base", twin_arm="frozen",
         twin_level=4, twin_partner="r10-s1-twin4-online")
     assert population_metadata({"architecture": {"factory": "zoo/convnet-bn"}}) is None  # a digits-zoo sidecar
     assert population_metadata(None) is None
@@ -172,15 +216,16 @@ def test_summary_carries_families_only_when_the_checkpoints_name_one():
     from audit_support import PATTERN_SPEC
 
     spec = parse_spec({**PATTERN_SPEC, "cells": ["df"], "criteria": ["df <= 0.05"], "replicates": 10})
-    # one checkpoint displaced on every replicate (sign p = 0.5^10, survives BY), five near zero
-    per_cluster = [[2.0] * 10] + [[0.1, -0.1] * 5] * 5
+    # one checkpoint displaced on every replicate (sign p = 0.5^10, survives BY), its seed's other one below the
+    # margin the other way (half its replicates beyond it), four near zero: seed means 0.15, 0, 0
+    per_cluster = [[1.5] * 10, [-1.3, -1.1] * 5] + [[0.1, -0.1] * 5] * 4
     results = [_result(f"{r}-s{s}-ga-train", shifts, PopulationMetadata(role="unlearned", family="ga",
                                                                         variant="train", removal=r, seed=s))
                for (s, r), shifts in zip(CLUSTERS, per_cluster, strict=True)]
     summary = summarize(results, [r.checkpoint for r in results], spec)
     family = summary["families"]["families"][0]
     assert family["cells"]["df"]["displaced_by"] == 1
-    assert family["cells"]["df"]["mean_shift_pp"] == pytest.approx(2.0 / 6)
+    assert family["cells"]["df"]["mean_shift_pp"] == pytest.approx(0.15 / 3)
     assert family["cells"]["df"]["outcome"] == "equivalent" and "yet contains 1 displaced" in family["statements"][0]
     assert summary["twin_gaps"] is None
     json.dumps(summary)  # JSON-ready

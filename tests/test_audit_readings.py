@@ -8,7 +8,8 @@ import json
 import pytest
 from audit_support import pattern_census
 
-from bnconvention.audit.readings import mechanism_counts, spearman
+from bnconvention.audit.markdown_readings import base_check_reading
+from bnconvention.audit.readings import cluster_spearman, find_base, mechanism_counts, mechanisms, spearman
 
 
 def test_spearman_by_hand():
@@ -20,13 +21,71 @@ def test_spearman_by_hand():
     assert spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])["rho"] is None  # a constant side
 
 
+def test_a_cluster_bootstrap_does_not_count_a_weight_file_listed_four_times_as_four_draws():
+    # three weight files listed under four removals each (identical rows), and six checkpoints of their own
+    x = [5.0] * 4 + [6.0] * 4 + [7.0] * 4 + [1.0, 2.0, 3.0, 4.0, 2.5, 3.5]
+    y = [5.5] * 4 + [6.5] * 4 + [7.5] * 4 + [3.0, 1.0, 4.0, 2.0, 2.2, 2.4]
+    files = ["a"] * 4 + ["b"] * 4 + ["c"] * 4 + ["d", "e", "f", "g", "h", "i"]
+    clustered = cluster_spearman(x, y, files)
+    independent = cluster_spearman(x, y, [str(i) for i in range(len(x))])
+    assert clustered["clusters"] == 9 and independent["clusters"] == 18
+    assert clustered["rho"] == independent["rho"] == pytest.approx(spearman(x, y)["rho"])
+    assert clustered["upper"] - clustered["lower"] > 1.2 * (independent["upper"] - independent["lower"])
+    assert cluster_spearman(x, y, files) == clustered  # deterministic
+
+
+def test_a_cluster_bootstrap_needs_three_clusters():
+    assert cluster_spearman([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], ["a", "a", "b", "b"])["lower"] is None
+    perfect = cluster_spearman([1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 8.0], ["a", "b", "c", "d"])
+    assert perfect["rho"] == pytest.approx(1.0) and perfect["lower"] == pytest.approx(1.0)
+
+
 def test_mechanism_counts_leave_channel_absent_out():
-    rows = {"a": {"mechanism": "corruption", "evidence": "sidecar", "consistent": True},
-            "b": {"mechanism": None, "evidence": None, "consistent": None},
-            "c": {"mechanism": "misalignment", "evidence": "base", "consistent": False},
+    rows = {"a": {"mechanism": "corruption", "evidence": "sidecar", "consistent": True, "base_check": "compared"},
+            "b": {"mechanism": None, "evidence": None, "consistent": None, "base_check": "base not in census"},
+            "c": {"mechanism": "misalignment", "evidence": "base", "consistent": False, "base_check": "compared"},
             "g": {"mechanism": None, "evidence": "channel absent", "consistent": None}}
     assert mechanism_counts(rows) == {"corruption": 1, "misalignment": 1, "neither": 0, "undetermined": 1,
-                                      "inconsistent": 1}
+                                      "inconsistent": 1, "base_compared": 2, "base_not_found": 1}
+
+
+def test_a_population_finds_its_base_under_the_removal_prefix():
+    names = ["r05-s0-base", "r10-s0-base", "r05-s0-gradascent-eval", "r10-s1-base", "s2-base"]
+    assert find_base("r05-s0-gradascent-eval", "s0-base", names) == "r05-s0-base"
+    assert find_base("r10-s0-relabel-train", "s0-base", names) == "r10-s0-base"
+    assert find_base("x", "s2-base", names) == "s2-base"  # an exact name first
+    assert find_base("r05-s0-finetune-train", "s3-base", names) is None
+    assert find_base("r05-s0-base", "r05-s0-base", names) is None  # never its own base
+
+
+def test_a_base_check_that_could_not_run_says_not_run_never_zero_disagree():
+    assert base_check_reading({"inconsistent": 0, "base_compared": 0, "base_not_found": 12}) == (
+        "metadata against the base: not run, no checkpoint's base is in the census (12 name a base the census "
+        "does not hold)")
+    assert base_check_reading({"inconsistent": 3, "base_compared": 90, "base_not_found": 0}) == (
+        "metadata and base disagree on 3 of the 90 compared")
+
+
+def test_the_mechanism_compares_a_checkpoint_with_its_removals_base():
+    from audit_support import fake_result
+
+    from bnconvention.audit.result import MechanismEvidence
+
+    def member(name, trainable, running, *, declared, parent):
+        result = fake_result(name, [0.0] * 10)
+        subject = result.annotation.subject.model_copy(update={"trainable_sha256": trainable,
+                                                                "running_sha256": running})
+        evidence = MechanismEvidence(mechanism=declared, source="sidecar", reason="declared", base=parent)
+        return result.model_copy(update={"annotation": result.annotation.model_copy(update={"subject": subject}),
+                                         "mechanism": evidence})
+
+    base = member("r05-s0-base", "a" * 64, "b" * 64, declared="neither", parent=None)
+    frozen = member("r05-s0-ga-eval", "c" * 64, "b" * 64, declared="misalignment", parent="s0-base")
+    lying = member("r05-s0-ga-train", "d" * 64, "b" * 64, declared="corruption", parent="s0-base")
+    rows = mechanisms([base, frozen, lying], ["r05-s0-base", "r05-s0-ga-eval", "r05-s0-ga-train"])
+    assert rows["r05-s0-ga-eval"]["base"] == "r05-s0-base" and rows["r05-s0-ga-eval"]["consistent"] is True
+    assert rows["r05-s0-ga-train"]["base_comparison"] == "frozen" and rows["r05-s0-ga-train"]["consistent"] is False
+    assert mechanism_counts(rows)["inconsistent"] == 1 and mechanism_counts(rows)["base_compared"] == 2
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bnconvention.audit.census_story import detection_floor_pp, headline, population_story
+from bnconvention.audit.census_story import by_line, detection_floor_pp, headline, population_story
 from bnconvention.report_html import census_figures as figures
 from bnconvention.report_html.census_page import render_census_page, write_census_html
 from bnconvention.report_html.svg import Axis, Figure, nice_ticks, padded_range
@@ -56,21 +56,25 @@ def census_doc() -> dict[str, Any]:
     return {
         "format": "bnconvention-census/1", "spec_name": "hand-made", "headline": "df", "replicates": 10,
         "margin_pp": 1.0, "fdr_q": 0.05,
-        "counts": {"checkpoints": 8, "decided": 7, "controls": 1},
+        "counts": {"checkpoints": 8, "decided": 7, "controls": 1, "twin_arms": 0},
         "cells": {"df": {"displaced": 3, "displaced_by": 3, "equivalent": 2, "undetermined": 2}},
         "verdicts": {"df <= 0.05": {"flips": 2, "pass_to_fail": 2, "fail_to_pass": 0, "flips_on_every_replicate": 1}},
         "largest_shift": {"checkpoint": "a-ga-eval", "cell": "df", "shift_pp": 40.0},
         "checkpoints": rows,
         "readings": {
             "staleness": {"decided": 8, "exceeds_band": 3, "expected_false_positives_if_none_stale": 0.8,
-                          "staleness_vs_abs_shift": {"cell": "df", "n": 8, "rho": 0.75, "p_value": 0.03}},
+                          "staleness_vs_abs_shift": {"cell": "df", "n": 8, "rho": 0.75, "clusters": 8,
+                                                     "clustered_by": "weight file", "level": 0.95,
+                                                     "lower": 0.2, "upper": 0.9}},
             "recoverability": {"checkpoints": 5, "seeds": [2], "headline_budget": 10, "curve": [
                 {"source": s, "budget": b, "checkpoints": 5, "mean_shift_pp": v, "min_shift_pp": v, "max_shift_pp": v}
                 for s, pts in (("test", ((1, -40.0), (10, -2.0), (100, 1.0))), ("noise", ((1, -10.0), (10, -5.0))))
                 for b, v in pts]}},
         "controls": {"controls": 1, "as_expected": 1, "rows": [
             {"checkpoint": "s0-base", "label": "no-removal base", "channel": "present", "anchored": True,
-             "expected": "no cell displaced", "holds": True, "cells": {}}]},
+             "expected": "no cell displaced", "holds": True, "cells": {}, "flips": ["df <= 0.05"]}],
+            "background": {"checkpoints": 1, "displaced": {"df": 0}, "flips": {"df <= 0.05": 1}, "by_label": {
+                "no-removal base": {"checkpoints": 1, "displaced": {"df": 0}, "flips": {"df <= 0.05": 1}}}}},
         "sweeps": {"margins": [{"margin_pp": m, "cells": {"df": {"displaced": d, "equivalent": e, "undetermined": u}},
                                 "flips": {"df <= 0.05": 2}}
                                for m, d, e, u in ((1.0, 3, 2, 2), (1.5, 3, 3, 1), (2.0, 2, 4, 1))]},
@@ -136,34 +140,57 @@ def test_figure_escapes_what_it_is_given() -> None:
 
 # --- the story -----------------------------------------------------------------------------------------------------
 
-def test_headline_prefers_a_family_equivalent_on_average_that_contains_displaced_checkpoints() -> None:
+def test_the_headline_is_the_headline_cell_with_its_background_whatever_else_the_data_holds() -> None:
     census = census_doc()
-    assert headline(census).startswith("Family ft (train) is equivalent to zero on average on `df` (mean +0.50 pp, "
-                                       "90 % interval [-0.50, +0.75] pp) yet 1 checkpoint of its 3 are displaced")
+    assert headline(census) == ("`df` is displaced on 3 of 7 released checkpoints decided (±1 pp, BY q = 0.05); "
+                                "background: 0 of 1 known-answer controls displaced; the largest shift is +40.00 pp "
+                                "(`df`, a-ga-eval).")
     story = population_story(census)
-    assert not any(line.startswith("No family is shown equivalent") for line in story)
+    assert story[1] == ("Refitting the running statistics at bit-identical weights flips the verdict `df <= 0.05` on "
+                        "2 of 7 released checkpoints decided (2 pass→fail, 0 fail→pass; 1 on every replicate); "
+                        "background: 1 of 1 known-answer controls flip it.")
+    # the family reading is a supporting line, not a headline chosen because it is the strongest
+    assert story[2].startswith("Family ft (train) is equivalent to zero on average on `df` (mean +0.50 pp, "
+                               "90 % interval [-0.50, +0.75] pp) yet 1 checkpoint of its 3 are displaced")
     assert "Displaced on `df` by how BatchNorm ran while the weights moved — eval: 2 of 2; train: 1 of 3." in story
 
 
-def test_headline_falls_back_to_flips_then_displacement_then_says_nothing_moved() -> None:
+def test_the_headline_does_not_change_with_the_findings_it_does_not_count() -> None:
     census = census_doc()
+    first = headline(census)
     census["families"]["families"][0]["cells"]["df"]["displaced_by"] = 0
-    assert headline(census).startswith("Refitting the running statistics at bit-identical weights flips the verdict "
-                                       "`df <= 0.05` on 2 of 7 decided checkpoints (2 pass→fail, 0 fail→pass; 1 on")
+    census["verdicts"] = {}
+    assert headline(census) == first
     assert any(line.startswith("No family is shown equivalent to zero on average on `df` while containing "
                                "displaced checkpoints; the closest, ft (train)") for line in population_story(census))
-    census["verdicts"] = {}
-    assert headline(census) == ("`df` is displaced on 3 of 7 decided checkpoints beyond ±1 pp after "
-                                "Benjamini–Yekutieli; the largest shift is +40.00 pp (`df`, a-ga-eval).")
-    census["cells"]["df"]["displaced_by"] = 0
-    assert headline(census).startswith("No decided checkpoint is displaced on `df` (7 decided, ±1 pp)")
+    census["cells"]["df"].update(displaced_by=0, displaced=1)
+    assert headline(census) == ("No released checkpoint decided is displaced on `df` (0 of 7, ±1 pp, BY q = 0.05; "
+                                "1 before BY): the shipped statistics held; background: 0 of 1 known-answer controls "
+                                "displaced.")
+
+
+def test_a_census_without_bn_controls_says_its_background_was_not_measured() -> None:
+    census = census_doc()
+    del census["controls"]
+    assert "background rate: not measured, no BatchNorm control in this census" in headline(census)
+    census["counts"]["twin_arms"] = 6
+    assert "(±1 pp, BY q = 0.05; 6 synthetic twin arms read apart)" in headline(census)
+
+
+def test_by_is_said_to_bind_or_not_from_the_displaced_count() -> None:
+    census = census_doc()
+    census["cells"]["df"]["by"] = {"m": 7, "p_displaced": 0.5 ** 10, "keeps_all_from": 1}
+    assert by_line(census, "df").endswith("all once 1 of the 7 are displaced; 3 are, so it could not bind here "
+                                          "(removed 0).")
+    census["cells"]["df"]["by"] = {"m": 7, "p_displaced": 0.5 ** 3, "keeps_all_from": None}
+    assert by_line(census, "df").endswith("with 7 checkpoints decided not even all of them displaced would survive.")
 
 
 def test_staleness_is_said_to_track_displacement_only_when_the_rank_correlation_shows_it() -> None:
     census = census_doc()
     assert any(line.startswith("Staleness tracks displacement: Spearman ρ = 0.75") for line in population_story(census))
-    for rho, p in ((0.75, 0.2), (-0.6, 0.01)):
-        census["readings"]["staleness"]["staleness_vs_abs_shift"].update(rho=rho, p_value=p)
+    for rho, lower in ((0.75, -0.1), (-0.6, 0.01), (0.75, None)):
+        census["readings"]["staleness"]["staleness_vs_abs_shift"].update(rho=rho, lower=lower)
         assert any(line.startswith("Staleness is not shown to track displacement here")
                    for line in population_story(census))
 
@@ -184,7 +211,8 @@ def test_a_census_without_a_population_tells_only_what_it_has() -> None:
     census = {key: value for key, value in census_doc().items()
               if key not in ("families", "twin_gaps", "controls", "detection_floor", "readings")}
     story = population_story(census)
-    assert len(story) == 1 and story[0].startswith("Refitting the running statistics")
+    assert len(story) == 2 and story[0].startswith("`df` is displaced on 3 of 7")
+    assert story[1].startswith("Refitting the running statistics")
 
 
 # --- figures -------------------------------------------------------------------------------------------------------

@@ -1,15 +1,23 @@
-"""What a census found, in sentences chosen by its data: the headline first, then the readings that support it.
+"""What a census found, in sentences: a headline fixed before the data, then the readings that support it.
 
 The demo and the HTML report tell a population's story from ``census.json`` alone; nothing here is written for one
-population. The headline is the strongest finding the data holds, in this order: a family equivalent to zero on
-average that still contains displaced checkpoints (the paper's "per checkpoint, not per method"), verdicts that
-flip, displaced headline cells, or, when there are none, that the shipped statistics held. The supporting lines
-(per-variant contrast, frozen twins, staleness, controls, detection floor) appear only when their section exists.
+population, and nothing picks the strongest finding. The rule, fixed before any refit:
 
->>> census = {"headline": "df", "margin_pp": 1.2, "counts": {"decided": 4},
-...           "cells": {"df": {"displaced_by": 0}}, "verdicts": {}}
+1. the headline is always the spec's headline cell: how many of the released checkpoints decided are displaced
+   beyond the margin after Benjamini–Yekutieli, with the known-answer controls' rate beside it (the background:
+   what the instrument reports where there is nothing to find);
+2. then, for each criterion, how many verdicts flip, again with the controls' flips beside it;
+3. then the supporting readings, each only when its section exists: the family reading (a family equivalent on
+   average that still holds displaced checkpoints, the paper's "per checkpoint, not per method", or that none
+   does), the per-variant contrast, the frozen twins, staleness, the controls, the detection floor and whether BY
+   could bind.
+
+Synthetic twin arms are never counted as released checkpoints; they are read in the twins' own line.
+
+>>> census = {"headline": "df", "margin_pp": 1.2, "fdr_q": 0.05, "counts": {"decided": 4},
+...           "cells": {"df": {"displaced_by": 0, "displaced": 0}}, "verdicts": {}}
 >>> population_story(census)[0]
-'No decided checkpoint is displaced on `df` (4 decided, ±1.2 pp): the shipped statistics held.'
+'No released checkpoint decided is displaced on `df` (0 of 4, ±1.2 pp, BY q = 0.05): the shipped statistics held.'
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bnconvention.audit.families import family_label
 from bnconvention.formats.text import signed
 
 
@@ -43,40 +52,67 @@ def _equivalent_yet_displaced(census: Mapping[str, Any], cell: str) -> str | Non
     if not found:
         return None
     family, c = max(found, key=lambda pair: pair[1]["displaced_by"])
-    return (f"Family {family['family']} ({family['variant']}) is equivalent to zero on average on `{cell}` "
+    return (f"Family {_family_label(family)} is equivalent to zero on average on `{cell}` "
             f"(mean {signed(c['mean_shift_pp'])} pp, {_interval(c)}) yet {_plural(c['displaced_by'], 'checkpoint')} "
             f"of its {family['checkpoints']} are displaced: per checkpoint, not per method.")
 
 
-def _flips(census: Mapping[str, Any]) -> str | None:
-    verdicts = census.get("verdicts") or {}
-    flipped = [(criterion, tally) for criterion, tally in verdicts.items() if tally.get("flips")]
-    if not flipped:
-        return None
-    criterion, tally = max(flipped, key=lambda pair: pair[1]["flips"])
-    decided = census["counts"]["decided"]
-    return (f"Refitting the running statistics at bit-identical weights flips the verdict `{criterion}` on "
-            f"{tally['flips']} of {decided} decided checkpoints ({tally['pass_to_fail']} pass→fail, "
-            f"{tally['fail_to_pass']} fail→pass; {tally.get('flips_on_every_replicate', 0)} on every replicate).")
+def _family_label(family: Mapping[str, Any]) -> str:
+    return family_label(family["family"], family["variant"], family.get("removal_kind"))
 
 
-def _displaced(census: Mapping[str, Any], cell: str) -> str:
+def background_text(census: Mapping[str, Any], *, cell: str | None = None, criterion: str | None = None) -> str:
+    """The controls' rate for a headline count: displaced on ``cell`` or flipping ``criterion``, in all and per
+    label; 'no BatchNorm control in this census' when there is none to give a rate."""
+    back = (census.get("controls") or {}).get("background") or {}
+    if not back.get("checkpoints"):
+        return "background rate: not measured, no BatchNorm control in this census"
+    key, name = ("displaced", cell) if cell is not None else ("flips", criterion)
+
+    def count(rates: Mapping[str, Any]) -> int:
+        return int(rates[key].get(name, 0))
+
+    parts = [f"{label} {count(r)} of {r['checkpoints']}" for label, r in sorted(back["by_label"].items())]
+    what = "displaced" if cell is not None else "flip it"
+    return (f"background: {count(back)} of {back['checkpoints']} known-answer controls {what}"
+            + (f" ({'; '.join(parts)})" if len(parts) > 1 else ""))
+
+
+def _twin_note(census: Mapping[str, Any]) -> str:
+    twins = census["counts"].get("twin_arms", 0)
+    return f"; {_plural(twins, 'synthetic twin arm')} read apart" if twins else ""
+
+
+def flips_lines(census: Mapping[str, Any]) -> list[str]:
+    """One line per criterion: its flips over the released checkpoints decided, with the controls' flips."""
     decided = census["counts"]["decided"]
-    n = census["cells"][cell]["displaced_by"]
-    if not n:
-        return (f"No decided checkpoint is displaced on `{cell}` ({decided} decided, ±{census['margin_pp']:g} pp): "
-                "the shipped statistics held.")
-    largest = census.get("largest_shift") or {}
-    tail = (f"; the largest shift is {signed(largest['shift_pp'])} pp (`{largest['cell']}`, {largest['checkpoint']})"
-            if largest else "")
-    return (f"`{cell}` is displaced on {n} of {decided} decided checkpoints beyond ±{census['margin_pp']:g} pp "
-            f"after Benjamini–Yekutieli{tail}.")
+    lines = []
+    for criterion, tally in (census.get("verdicts") or {}).items():
+        lines.append(f"Refitting the running statistics at bit-identical weights flips the verdict `{criterion}` on "
+                     f"{tally['flips']} of {decided} released checkpoints decided ({tally['pass_to_fail']} "
+                     f"pass→fail, {tally['fail_to_pass']} fail→pass; {tally.get('flips_on_every_replicate', 0)} on "
+                     f"every replicate); {background_text(census, criterion=criterion)}.")
+    return lines
 
 
 def headline(census: Mapping[str, Any]) -> str:
-    """The census's headline sentence, the strongest finding its data holds (see the module docstring)."""
+    """The census's headline: the headline cell's displaced count with its background (the module's rule 1)."""
     cell = headline_cell(census)
-    return _equivalent_yet_displaced(census, cell) or _flips(census) or _displaced(census, cell)
+    decided = census["counts"]["decided"]
+    counts = census["cells"][cell]
+    n = counts["displaced_by"]
+    design = f"±{census['margin_pp']:g} pp, BY q = {census['fdr_q']:g}"
+    if not n:
+        raw = f"; {counts['displaced']} before BY" if counts.get("displaced") else ""
+        return (f"No released checkpoint decided is displaced on `{cell}` ({n} of {decided}, {design}{raw}"
+                f"{_twin_note(census)}): the shipped statistics held"
+                + ("" if not (census.get("controls") or {}).get("background") else
+                   f"; {background_text(census, cell=cell)}") + ".")
+    largest = census.get("largest_shift") or {}
+    tail = (f"; the largest shift is {signed(largest['shift_pp'])} pp (`{largest['cell']}`, {largest['checkpoint']})"
+            if largest else "")
+    return (f"`{cell}` is displaced on {n} of {decided} released checkpoints decided ({design}{_twin_note(census)})"
+            f"; {background_text(census, cell=cell)}{tail}.")
 
 
 def _no_equivalent_family(census: Mapping[str, Any], cell: str) -> str | None:
@@ -87,7 +123,7 @@ def _no_equivalent_family(census: Mapping[str, Any], cell: str) -> str | None:
     family = min(families, key=lambda f: abs(f["cells"][cell]["mean_shift_pp"]))
     c = family["cells"][cell]
     return (f"No family is shown equivalent to zero on average on `{cell}` while containing displaced checkpoints; "
-            f"the closest, {family['family']} ({family['variant']}), averages {signed(c['mean_shift_pp'])} pp "
+            f"the closest, {_family_label(family)}, averages {signed(c['mean_shift_pp'])} pp "
             f"({_interval(c)}, {c['outcome']}) and contains {_plural(c['displaced_by'], 'displaced checkpoint')}.")
 
 
@@ -121,12 +157,20 @@ def _staleness(census: Mapping[str, Any]) -> str | None:
     rank = staleness.get("staleness_vs_abs_shift")
     if not rank or rank.get("rho") is None:
         return None
-    tracks = rank["rho"] > 0 and rank["p_value"] is not None and rank["p_value"] < 0.05
+    tracks = rank["rho"] > 0 and rank.get("lower") is not None and rank["lower"] > 0
     reading = "Staleness tracks displacement" if tracks else "Staleness is not shown to track displacement here"
-    return (f"{reading}: Spearman ρ = {rank['rho']:.2f} between staleness and |shift| of "
-            f"`{rank['cell']}` over {rank['n']} checkpoints (p = {rank['p_value']:.2g}); "
-            f"{staleness.get('exceeds_band', 0)} of {staleness.get('decided', 0)} exceed the reference band "
-            f"(about {staleness.get('expected_false_positives_if_none_stale', 0):.1f} expected if none were stale).")
+    return (f"{reading}: Spearman ρ = {rank['rho']:.2f} between staleness and |shift| of `{rank['cell']}` over "
+            f"{rank['n']} checkpoints ({spearman_interval(rank)}); {staleness.get('exceeds_band', 0)} of "
+            f"{staleness.get('decided', 0)} exceed the reference band (about "
+            f"{staleness.get('expected_false_positives_if_none_stale', 0):.1f} expected if none were stale).")
+
+
+def spearman_interval(rank: Mapping[str, Any]) -> str:
+    """``95% cluster-bootstrap interval [+0.52, +0.79] over 103 weight files`` (or why there is none)."""
+    if rank.get("lower") is None:
+        return f"no interval: {rank.get('clusters', 0)} clusters"
+    return (f"{rank['level']:.0%} cluster-bootstrap interval [{signed(rank['lower'])}, {signed(rank['upper'])}] "
+            f"over {rank['clusters']} {rank.get('clustered_by', 'cluster')}s")
 
 
 def _controls(census: Mapping[str, Any]) -> str | None:
@@ -162,16 +206,35 @@ def floor_reading(census: Mapping[str, Any]) -> str | None:
             f"(a plant at or below the margin recovers nothing by construction): {what}{tail}.")
 
 
+def by_line(census: Mapping[str, Any], cell: str) -> str | None:
+    """Whether Benjamini–Yekutieli could bind on ``cell`` (:func:`bnconvention.audit.census_summary.by_reading`)."""
+    counts = census["cells"].get(cell) or {}
+    by = counts.get("by")
+    if not by or not by["m"]:
+        return None
+    removed = counts["displaced"] - counts["displaced_by"]
+    head = (f"Benjamini–Yekutieli on `{cell}`: every displaced cell has the same sign-test p = 0.5^"
+            f"{census['replicates']} = {by['p_displaced']:.2g}, so BY keeps all of them or none")
+    if by["keeps_all_from"] is None:
+        return f"{head}; with {by['m']} checkpoints decided not even all of them displaced would survive."
+    could = ("it could not bind here" if counts["displaced"] >= by["keeps_all_from"]
+             else "it binds here")
+    return (f"{head}: all once {by['keeps_all_from']} of the {by['m']} are displaced; {counts['displaced']} are, "
+            f"so {could} (removed {removed}).")
+
+
 def population_story(census: Mapping[str, Any]) -> list[str]:
-    """The headline, then each supporting reading the census has (see the module docstring)."""
+    """The headline, the flips, then each supporting reading the census has (the module docstring's rule)."""
     cell = headline_cell(census)
-    lines = [headline(census)]
-    supporting = (_no_equivalent_family(census, cell), _variants(census, cell), _twins(census), _staleness(census),
-                  _controls(census), floor_reading(census))
+    lines = [headline(census), *flips_lines(census)]
+    supporting = (_equivalent_yet_displaced(census, cell) or _no_equivalent_family(census, cell),
+                  _variants(census, cell), _twins(census), _staleness(census), _controls(census),
+                  floor_reading(census), by_line(census, cell))
     for line in supporting:
         if line is not None:
             lines.append(line)
     return lines
 
 
-__all__ = ["detection_floor_pp", "floor_reading", "headline", "headline_cell", "population_story"]
+__all__ = ["background_text", "by_line", "spearman_interval", "detection_floor_pp", "flips_lines", "floor_reading", "headline", "headline_cell",
+           "population_story"]

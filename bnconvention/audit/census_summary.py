@@ -7,6 +7,7 @@ the audits and writes it, ``hub audit`` summarises an organisation with it.
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from bnconvention.audit.census_sections import census_sections
 from bnconvention.audit.controls import control_label, controls_table
 from bnconvention.audit.encoder_report import encoder_row
 from bnconvention.audit.families import family_readings, twin_gaps
+from bnconvention.audit.ledger import CONTROL, DECIDED, TWIN_ARM, flip_rows
 from bnconvention.audit.outputs import ANNOTATION_FILE
 from bnconvention.audit.readings import census_readings
 from bnconvention.audit.result import AuditResult
@@ -24,7 +26,7 @@ from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stats import by_adjust
 from bnconvention.standard.models import Cell
 
-CENSUS_FORMAT = "bnconvention-census/1"
+CENSUS_FORMAT = "bnconvention-census/2"
 CHECKPOINTS_DIR = "checkpoints"
 
 
@@ -33,16 +35,20 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
     """Population counts with Benjamini–Yekutieli across the census, per cell (deterministic: no timings).
 
     ``annotations`` are the paths of the checkpoints' annotation files relative to the output folder (default: the
-    census layout, ``checkpoints/<name>/annotation.json``); the summary links them. Only the eligible checkpoints
-    (anchored, or with nothing to anchor to) enter the counts and the multiplicity family."""
+    census layout, ``checkpoints/<name>/annotation.json``); the summary links them. Only the released checkpoints
+    that are eligible (anchored, or with nothing to anchor to) and are neither known-answer controls nor synthetic
+    twin arms enter the counts and the multiplicity family; the controls' displacements and flips are the
+    background rate printed beside them."""
     if annotations is None:
         annotations = [f"{CHECKPOINTS_DIR}/{name}/{ANNOTATION_FILE}" for name in names]
     metrics = [cell.text for cell in spec.cell_expressions()]
     labels = [control_label(name, result, spec) for name, result in zip(names, results, strict=True)]
-    eligible = [i for i, r in enumerate(results) if r.anchored is not False and labels[i] is None]
+    groups = [_group(result, label) for result, label in zip(results, labels, strict=True)]
+    eligible = [i for i, r in enumerate(results) if r.anchored is not False and groups[i] == DECIDED]
     adjusted = {metric: adjusted_p_values(results, eligible, metric) for metric in metrics}
     counts = population_counts(results, [i for i, r in enumerate(results) if r.anchored is not False])
-    counts.update({"controls": sum(label is not None for label in labels), "decided": len(eligible)})
+    counts.update({"controls": sum(label is not None for label in labels), "decided": len(eligible),
+                   "twin_arms": groups.count(TWIN_ARM)})
     summary: dict[str, Any] = {
         "format": CENSUS_FORMAT,
         "spec_name": spec.name,
@@ -52,25 +58,54 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
         "fdr_q": spec.fdr_q,
         "headline": spec.headline_cell().text,
         "counts": counts,
-        "cells": {metric: cell_counts([results[i] for i in eligible], metric,
-                                      [adjusted[metric][i] for i in eligible], fdr_q=spec.fdr_q)
+        "cells": {metric: {**cell_counts([results[i] for i in eligible], metric,
+                                         [adjusted[metric][i] for i in eligible], fdr_q=spec.fdr_q),
+                           "by": by_reading([results[i].sign_tests[metric].p_value for i in eligible],
+                                            replicates=spec.replicates, fdr_q=spec.fdr_q)}
                   for metric in metrics},
         "verdicts": {criterion.text: verdict_tally([results[i] for i in eligible], criterion.text)
                      for criterion in spec.criterion_expressions()},
         "largest_shift": largest_shift([(names[i], results[i]) for i in eligible], metrics),
+        "flip_ledger": [row for i, (name, result) in enumerate(zip(names, results, strict=True))
+                        if result.anchored is not False
+                        for row in flip_rows(name, result, spec, group=groups[i], label=labels[i])],
         "checkpoints": [checkpoint_row(result, name, annotation, metrics, fdr_q=spec.fdr_q,
                                        by_p_values={metric: adjusted[metric].get(i) for metric in metrics})
                         for i, (result, name, annotation) in enumerate(zip(results, names, annotations, strict=True))],
         "readings": census_readings(results, names, headline=spec.headline_cell().text),
         **census_sections([results[i] for i in eligible], [names[i] for i in eligible], spec,
-                          controls=controls_table(results, names, labels)),
+                          controls=controls_table(results, names, labels, spec)),
     }
-    for row in summary["checkpoints"]:
+    for row, group in zip(summary["checkpoints"], groups, strict=True):
         row["mechanism"] = summary["readings"]["mechanism"]["per_checkpoint"][row["checkpoint"]]
+        row["group"] = group
     summary.update(population_sections(results, names, spec, rows=summary["checkpoints"],
                                        decided=summary["decided"]))
     summary.update(scales_counts(summary["checkpoints"]))  # only with the spec's quantization section
     return summary
+
+
+def _group(result: AuditResult, label: str | None) -> str:
+    """Where a checkpoint is counted: a control, a synthetic twin arm, or a released checkpoint to decide."""
+    if label is not None:
+        return CONTROL
+    if result.population is not None and result.population.role == "twin":
+        return TWIN_ARM
+    return DECIDED
+
+
+def by_reading(p_values: Sequence[float], *, replicates: int, fdr_q: float) -> dict[str, Any]:
+    """How far Benjamini–Yekutieli can bind on one cell. A displaced cell has every replicate beyond the margin, so
+    its sign-test p is exactly 0.5**R: all displaced cells share one p, and BY keeps all of them or none. It keeps
+    all of them once ``keeps_all_from`` of the m cells are displaced (0.5**R · m · H(m) / k <= q); from there on BY
+    cannot remove any, and the raw and adjusted counts agree by construction. None: not even all m displaced
+    would survive (too few replicates for this many checkpoints)."""
+    m = len(p_values)
+    smallest = 0.5 ** replicates
+    harmonic = math.fsum(1.0 / j for j in range(1, m + 1))
+    needed = math.ceil(smallest * m * harmonic / fdr_q - 1e-12) if m else None
+    return {"m": m, "p_displaced": smallest,
+            "keeps_all_from": None if needed is None or needed > m else max(1, needed)}
 
 
 def population_sections(results: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec, *,

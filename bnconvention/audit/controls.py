@@ -10,7 +10,7 @@ the sweeps or the detection floor: m counts the checkpoints whose answer is not 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.result import AuditResult
@@ -43,6 +43,7 @@ def control_row(name: str, label: str, result: AuditResult) -> dict[str, Any]:
     return {
         "checkpoint": name,
         "label": label,
+        "flips": [v.criterion for v in result.annotation.verdicts if v.flipped],
         "channel": result.annotation.channel,
         "anchored": result.anchored,
         "expected": EXPECT_ZERO if absent else EXPECT_NOT_DISPLACED,
@@ -52,9 +53,32 @@ def control_row(name: str, label: str, result: AuditResult) -> dict[str, Any]:
     }
 
 
-def controls_table(results: Sequence[AuditResult], names: Sequence[str],
-                   labels: Sequence[str | None]) -> dict[str, Any]:
-    """The controls' table for census.json: how many, how many gave their known answer, one row each."""
+def controls_table(results: Sequence[AuditResult], names: Sequence[str], labels: Sequence[str | None],
+                   spec: AuditSpec) -> dict[str, Any]:
+    """The controls' table for census.json: how many, how many gave their known answer, one row each, and the
+    background rates (:func:`background`)."""
     rows = [control_row(name, label, result)
             for result, name, label in zip(results, names, labels, strict=True) if label is not None]
-    return {"controls": len(rows), "as_expected": sum(row["holds"] for row in rows), "rows": rows}
+    return {"controls": len(rows), "as_expected": sum(row["holds"] for row in rows), "rows": rows,
+            "background": background(rows, metrics=[c.text for c in spec.cell_expressions()],
+                                     criteria=[c.text for c in spec.criterion_expressions()])}
+
+
+def background(rows: Sequence[Mapping[str, Any]], *, metrics: Sequence[str],
+               criteria: Sequence[str]) -> dict[str, Any]:
+    """The census's background rates: over the BatchNorm controls (channel present, not refused by anchoring),
+    how many are displaced on each cell and flip each criterion, in all and per label. A control's answer is
+    known, so every displacement or flip among them is what the instrument reports where there is nothing to
+    find; it is printed beside every headline count. Channel-absent controls cannot move (a refit is the
+    identity) and are left out of the denominator."""
+    bn = [row for row in rows if row["channel"] == "present" and row["anchored"] is not False]
+
+    def rates(members: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {"checkpoints": len(members),
+                "displaced": {m: sum(row["cells"].get(m, {}).get("outcome") == "displaced" for row in members)
+                              for m in metrics},
+                "flips": {c: sum(c in row["flips"] for row in members) for c in criteria}}
+
+    labels = sorted({row["label"] for row in bn})
+    return {**rates(bn), "by_label": {label: rates([row for row in bn if row["label"] == label])
+                                      for label in labels}}

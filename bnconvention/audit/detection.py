@@ -30,6 +30,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from bnconvention.audit.ledger import flip_rows, pair_budget_pp
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stats import binomial_tail, by_adjust, decide
@@ -101,13 +102,6 @@ def _planted_row(decided: Sequence[AuditResult], metrics: Sequence[str], size: f
     return {"planted_pp": size, "cells": planted, "recovered": recovered, "recovered_by": recovered_by}
 
 
-def pair_budget_pp(values: Sequence[float]) -> float | None:
-    """Largest |difference| (pp) between disjoint pairs of independent refits; None with fewer than two."""
-    if len(values) < 2:
-        return None
-    return max(100.0 * abs(values[i] - values[i + 1]) for i in range(0, len(values) - 1, 2))
-
-
 def recalibration_budget(decided: Sequence[tuple[str, AuditResult]], spec: AuditSpec) -> dict[str, Any]:
     """The budget per cell over the decided checkpoints, and each verdict flip against its checkpoint's budget."""
     per_cell: dict[str, Any] = {}
@@ -116,7 +110,7 @@ def recalibration_budget(decided: Sequence[tuple[str, AuditResult]], spec: Audit
                    is not None]
         per_cell[expression.text] = None if not budgets else {
             "max_pp": max(budgets), "median_pp": statistics.median(budgets)}
-    flips = [row for name, result in decided for row in _flip_rows(name, result, spec)]
+    flips = [row for name, result in decided for row in flip_rows(name, result, spec)]
     return {
         "cells": per_cell,
         "flips": flips,
@@ -124,27 +118,6 @@ def recalibration_budget(decided: Sequence[tuple[str, AuditResult]], spec: Audit
                    "hold_every_replicate": sum(f["holds_every_replicate"] for f in flips),
                    "clear_and_hold": sum(f["clears_budget"] and f["holds_every_replicate"] for f in flips)},
     }
-
-
-def _flip_rows(name: str, result: AuditResult, spec: AuditSpec) -> list[dict[str, Any]]:
-    operands = {c.text: [o.text for o in c.operands] for c in spec.criterion_expressions()}
-    replicates = result.annotation.replicates
-    rows = []
-    for verdict in result.annotation.verdicts:
-        if not verdict.flipped:
-            continue
-        compared: list[dict[str, Any]] = []
-        for metric in operands.get(verdict.criterion, []):
-            cell = _cell(result, metric)
-            compared.append({"cell": metric, "shift_pp": cell.shift_pp,
-                             "budget_pp": pair_budget_pp(cell.replicate_values)})
-        every = verdict.refit_pass_replicates == (replicates if verdict.refit else 0)
-        rows.append({"checkpoint": name, "criterion": verdict.criterion, "direction": verdict.direction,
-                     "compared": compared,
-                     "clears_budget": any(c["budget_pp"] is not None and abs(c["shift_pp"]) > c["budget_pp"]
-                                          for c in compared),
-                     "holds_every_replicate": every})
-    return rows
 
 
 def _cell(result: AuditResult, metric: str) -> Cell:

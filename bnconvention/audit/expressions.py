@@ -219,6 +219,14 @@ class Criterion:
     operands: tuple[CellExpression, ...]
     tree: ast.expr
 
+    @property
+    def thresholds(self) -> tuple[float, ...]:
+        """The constant sides of its comparisons, in order: ``abs(df - dt) <= 0.05`` has (0.05,)."""
+        sides = [side for node in ast.walk(self.tree) if isinstance(node, ast.Compare)
+                 for side in (node.left, *node.comparators)]
+        return tuple(_number(side, {}) for side in sides
+                     if not any(isinstance(n, ast.Name) for n in ast.walk(side)))
+
     def evaluate(self, values: Mapping[str, float]) -> bool:
         """Pass or fail on one set of base-cell values."""
         return _boolean(self.tree, lambda node: _number(node, values))

@@ -1,13 +1,15 @@
-"""Per-family readings of a structured population and the frozen-twin gap (issue 13, items 2 and 8).
+"""Per-family readings of a structured population and the frozen-twin gap.
 
 The paper's central reading is "per checkpoint, not per method": a family of unlearning runs (one procedure, one
 treatment of the BatchNorm buffers) can be equivalent to zero on average and still contain displaced checkpoints.
 To show it the census needs the family's mean shift with an interval that respects how the population was drawn:
-the checkpoints of one family share seeds and removals, so they are not independent draws. Each (seed, removal)
-cluster contributes its mean shift, and the family mean gets a t-interval over the clusters at the TOST level of
-the per-checkpoint decisions (90 %, :func:`bnconvention.audit.stats.tost`); the family is equivalent on average
-when that interval lies inside ±margin, displaced on average when it lies wholly outside, undetermined otherwise
-(also with a single cluster: no interval). Beside it: how many of the family's decided checkpoints are displaced
+every checkpoint of one seed starts from that seed's base weights (and its removals are nested subsets of one
+training set), so the unit that is drawn independently is the seed, not the checkpoint or the (seed, removal) pair.
+Each seed contributes the mean shift of its checkpoints, and the family mean gets a t-interval over the seeds at the
+TOST level of the per-checkpoint decisions (90 %, :func:`bnconvention.audit.stats.tost`), with the number of seeds
+(clusters) beside it; the family is equivalent on average when that interval lies inside ±margin, displaced on
+average when it lies wholly outside, undetermined otherwise (also with a single seed: no interval). Class removal
+and instance removal are different questions, so a family is read per removal kind. Beside it: how many of the family's decided checkpoints are displaced
 (after Benjamini–Yekutieli, and raw), and each criterion's flips by direction.
 
 The frozen twins are pairs with bit-identical θ whose buffers took different trajectories (the ``online`` arm kept
@@ -55,10 +57,16 @@ def population_metadata(sidecar: Mapping[str, Any] | None) -> PopulationMetadata
         return None
     removal = sidecar.get("removal")
     removal_name = _text(removal.get("name")) if isinstance(removal, Mapping) else _text(removal)
+    removal_kind = _text(removal.get("kind")) if isinstance(removal, Mapping) else None
     return PopulationMetadata(role=_text(sidecar.get("role")), family=family, variant=_text(sidecar.get("variant")),
-                              removal=removal_name, seed=_int(sidecar.get("seed")),
+                              removal=removal_name, removal_kind=removal_kind, seed=_int(sidecar.get("seed")),
                               parent=_text(sidecar.get("parent")), twin_arm=_text(twin.get("arm")),
                               twin_level=_int(twin.get("level")), twin_partner=_text(twin.get("partner")))
+
+
+def family_label(family: str, variant: str | None, removal_kind: str | None = None) -> str:
+    """How a family is named in tables, plots and sentences: ``gradascent (eval, class removal)``."""
+    return f"{family} ({variant or '—'}{f', {removal_kind} removal' if removal_kind else ''})"
 
 
 def census_group(entry: Mapping[str, Any], controls: Mapping[str, str], *, twin_arms: bool = True) -> str:
@@ -77,7 +85,7 @@ def census_group(entry: Mapping[str, Any], controls: Mapping[str, str], *, twin_
     if population.get("role") == "twin":
         return f"twin level {population.get('twin_level')} ({population.get('twin_arm')})" if twin_arms else "twins"
     if population.get("family"):
-        return f"{population['family']} ({population.get('variant') or '—'})"
+        return family_label(population["family"], population.get("variant"), population.get("removal_kind"))
     return str(population.get("role") or "checkpoints")
 
 
@@ -97,12 +105,11 @@ def mean_interval(values: Sequence[float], *, level: float) -> tuple[float, floa
 
 def family_cell(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, PopulationMetadata], metric: str, *,
                 margin_pp: float, level: float = FAMILY_LEVEL) -> dict[str, Any]:
-    """One cell of one family: cluster means over (seed, removal), the family mean with its clustered interval
-    and equivalence decision, and the displaced checkpoints in the family."""
-    clusters: dict[tuple[str, str], list[float]] = {}
+    """One cell of one family: the mean shift of each seed (the cluster that shares base weights), the family mean
+    with its interval over the seeds and equivalence decision, and the displaced checkpoints in the family."""
+    clusters: dict[str, list[float]] = {}
     for row in rows:
-        m = meta[row["checkpoint"]]
-        clusters.setdefault((str(m.seed), str(m.removal)), []).append(row["cells"][metric]["shift_pp"])
+        clusters.setdefault(str(meta[row["checkpoint"]].seed), []).append(row["cells"][metric]["shift_pp"])
     means = [statistics.fmean(clusters[key]) for key in sorted(clusters)]
     t = tost(means, margin_pp=margin_pp, level=level)
     lower, upper = (t.lower, t.upper) if math.isfinite(t.lower) else (None, None)
@@ -148,29 +155,29 @@ def statement(label: str, metric: str, cell: Mapping[str, Any], *, margin_pp: fl
 def family_readings(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, PopulationMetadata | None], *,
                     decided: Collection[str], metrics: Sequence[str], criteria: Sequence[str],
                     margin_pp: float) -> dict[str, Any] | None:
-    """Per family × variant over the decided checkpoints that name a family (twins are read apart): each cell's
-    clustered family mean and displaced count, each criterion's flips, and the plain statements. None when no
+    """Per family × variant × removal kind over the decided checkpoints that name a family (twins are read apart):
+    each cell's seed-clustered family mean and displaced count, each criterion's flips, and the plain statements. None when no
     decided checkpoint names a family."""
     known = {name: m for name, m in meta.items() if m is not None}
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for row in rows:
         m = known.get(row["checkpoint"])
         if m is None or m.family is None or m.role == "twin" or row["checkpoint"] not in decided:
             continue
-        groups.setdefault((m.family, m.variant or "—"), []).append(row)
+        groups.setdefault((m.family, m.variant or "—", m.removal_kind or ""), []).append(row)
     if not groups:
         return None
     out = []
-    for (family, variant), members in sorted(groups.items()):
+    for (family, variant, kind), members in sorted(groups.items()):
         cells = {metric: family_cell(members, known, metric, margin_pp=margin_pp) for metric in metrics}
-        label = f"Family `{family}` ({variant})"
-        out.append({"family": family, "variant": variant, "checkpoints": len(members),
+        label = f"Family `{family}` ({variant}{f', {kind} removal' if kind else ''})"
+        out.append({"family": family, "variant": variant, "removal_kind": kind or None, "checkpoints": len(members),
                     "seeds": sorted({known[r["checkpoint"]].seed for r in members}, key=str),
                     "removals": sorted({str(known[r["checkpoint"]].removal) for r in members}),
                     "cells": cells, "flips": {c: flip_tally(members, c) for c in criteria},
                     "statements": [statement(label, metric, cell, margin_pp=margin_pp)
                                    for metric, cell in cells.items()]})
-    return {"level": FAMILY_LEVEL, "margin_pp": margin_pp, "clustered_by": ["seed", "removal"], "families": out}
+    return {"level": FAMILY_LEVEL, "margin_pp": margin_pp, "clustered_by": ["seed"], "families": out}
 
 
 def twin_pairs(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, PopulationMetadata | None], *,

@@ -26,25 +26,28 @@ def families_markdown(census: Mapping[str, Any]) -> str:
 def family_lines(f: Mapping[str, Any]) -> list[str]:
     level = round(f["level"] * 100)
     lines = ["## Per family", "",
-             f"Family mean shift per cell over (seed, removal) clusters, with a {level} % t-interval across the "
-             f"clusters; equivalent on average when the interval lies inside ±{f['margin_pp']:g} pp. Displaced "
+             f"Family mean shift per cell over seed clusters (the checkpoints of one seed share its base weights), "
+             f"with a {level} % t-interval across the seeds; class and instance removal apart; equivalent on average when the interval lies inside ±{f['margin_pp']:g} pp. Displaced "
              "counts the family's decided checkpoints displaced after Benjamini–Yekutieli (raw in brackets).", ""]
     rows, flips = [], []
     for fam in f["families"]:
         for metric, cell in fam["cells"].items():
-            rows.append([f"`{fam['family']}`", fam["variant"], f"`{metric}`", str(fam["checkpoints"]),
+            rows.append([f"`{fam['family']}`", fam["variant"], fam.get("removal_kind") or "—", f"`{metric}`",
+                         str(fam["checkpoints"]),
                          str(cell["clusters"]), f"{signed(cell['mean_shift_pp'])} pp",
                          _interval(cell["lower_pp"], cell["upper_pp"]), cell["outcome"],
                          f"{cell['displaced_by']} ({cell['displaced']})"])
         for criterion, tally in fam["flips"].items():
-            flips.append([f"`{fam['family']}`", fam["variant"], f"`{criterion}`", str(tally["flips"]),
+            flips.append([f"`{fam['family']}`", fam["variant"], fam.get("removal_kind") or "—", f"`{criterion}`",
+                          str(tally["flips"]),
                           str(tally["pass_to_fail"]), str(tally["fail_to_pass"])])
-    lines += markdown_table(["family", "variant", "cell", "checkpoints", "clusters", "family mean",
+    lines += markdown_table(["family", "variant", "removal", "cell", "checkpoints", "seed clusters", "family mean",
                      f"{level} % interval (pp)", "on average", "displaced"], rows)
     lines += ["", *[f"- {text}" for fam in f["families"] for text in fam["statements"]]]
     if flips:
         lines += ["", "Criterion flips per family, both directions:", ""]
-        lines += markdown_table(["family", "variant", "criterion", "flips", "pass→fail", "fail→pass"], flips)
+        lines += markdown_table(["family", "variant", "removal", "criterion", "flips", "pass→fail", "fail→pass"],
+                                flips)
     return lines
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bnconvention.audit.census_story import spearman_interval
 from bnconvention.audit.result import ProvenanceArm, RecoverabilityCurve, StalenessNull
 from bnconvention.formats.text import markdown_table, signed
 
@@ -16,7 +17,7 @@ def _num(value: float | None, digits: int = 5) -> str:
 
 def staleness_lines(s: Mapping[str, Any]) -> list[str]:
     corr = s["staleness_vs_abs_shift"]
-    rho = "undefined" if corr["rho"] is None else f"{signed(corr['rho'], 3)} (p = {corr['p_value']:.3g})"
+    rho = "undefined" if corr["rho"] is None else f"{signed(corr['rho'], 3)} ({spearman_interval(corr)})"
     level = "—" if s["level"] is None else f"{s['level']:g} (exact {s['exact_level']:.4f})"
     one_pair = "—" if s["one_pair_false_positive_rate"] is None else (
         f"{s['one_pair_false_positive_rate']:.2f} on {s['one_pair_triples']} disjoint refit triples")
@@ -68,7 +69,16 @@ def mechanism_lines(m: Mapping[str, Any]) -> list[str]:
     c = m["counts"]
     return ["", "## Mechanism (seed 003)", "",
             f"Corruption {c['corruption']}, misalignment {c['misalignment']}, neither {c['neither']}, undetermined "
-            f"{c['undetermined']}; metadata and base disagree on {c['inconsistent']}."]
+            f"{c['undetermined']}; {base_check_reading(c)}."]
+
+
+def base_check_reading(c: Mapping[str, Any]) -> str:
+    """Whether the metadata was checked against each checkpoint's base: 'not run' when no base was found."""
+    compared, missing = c.get("base_compared", 0), c.get("base_not_found", 0)
+    absent = f" ({missing} name a base the census does not hold)" if missing else ""
+    if not compared:
+        return f"metadata against the base: not run, no checkpoint's base is in the census{absent}"
+    return f"metadata and base disagree on {c['inconsistent']} of the {compared} compared{absent}"
 
 
 def readings_lines(readings: Mapping[str, Any] | None) -> list[str]:

@@ -1,5 +1,5 @@
 """Census readings beyond the per-cell counts: the staleness band's null and its false-positive rate, staleness
-against displacement, the provenance arms, the recoverability curve and each checkpoint's mechanism.
+against displacement (Spearman ρ with a cluster-bootstrap interval), the provenance arms, the recoverability curve and each checkpoint's mechanism.
 
 Pure functions from audit results to JSON-ready dicts (``census.json``'s ``readings``; :mod:`.markdown` renders
 them). Only BatchNorm checkpoints (channel present) that are eligible (anchored, or nothing to anchor to) enter
@@ -9,6 +9,7 @@ the statistics; the mechanism is given for every checkpoint.
 from __future__ import annotations
 
 import math
+import posixpath
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -27,15 +28,51 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_LEVEL = 0.95
+
+
 def spearman(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
     """Spearman's rank correlation with its two-sided p (scipy), or None values when fewer than 3 pairs or a
-    constant side make it undefined."""
+    constant side make it undefined. The p assumes independent pairs; a census reports :func:`cluster_spearman`."""
     from scipy import stats
 
     if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
         return {"n": len(x), "rho": None, "p_value": None}
     result = stats.spearmanr(x, y)
     return {"n": len(x), "rho": _finite(float(result.statistic)), "p_value": _finite(float(result.pvalue))}
+
+
+def cluster_spearman(x: Sequence[float], y: Sequence[float], clusters: Sequence[str], *,
+                     resamples: int = BOOTSTRAP_RESAMPLES, level: float = BOOTSTRAP_LEVEL,
+                     seed: int = 0) -> dict[str, Any]:
+    """Spearman's ρ with a cluster-bootstrap percentile interval: rows that share a cluster (the same weight file
+    listed under several removals, say) are resampled together, so repeated rows do not count as independent
+    evidence. Deterministic given the inputs (``seed``). Resamples with a constant side are skipped; the interval
+    is None when fewer than 3 clusters or no resample is defined."""
+    import numpy as np
+    from scipy import stats
+
+    point = spearman(x, y)
+    keys = sorted(set(clusters))
+    out = {"n": len(x), "clusters": len(keys), "rho": point["rho"], "lower": None, "upper": None,
+           "level": level, "resamples": resamples}
+    if point["rho"] is None or len(keys) < 3:
+        return out
+    members = [np.array([i for i, c in enumerate(clusters) if c == key]) for key in keys]
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(resamples):
+        rows = np.concatenate([members[k] for k in rng.integers(0, len(keys), len(keys))])
+        rx, ry = xs[rows], ys[rows]
+        if np.ptp(rx) == 0 or np.ptp(ry) == 0:
+            continue
+        draws.append(float(stats.spearmanr(rx, ry).statistic))
+    if draws:
+        tail = (1 - level) / 2
+        out["lower"], out["upper"] = (float(np.quantile(draws, tail)), float(np.quantile(draws, 1 - tail)))
+    return out
 
 
 def staleness_readings(results: Sequence[AuditResult], names: Sequence[str], *, headline: str) -> dict[str, Any]:
@@ -48,6 +85,7 @@ def staleness_readings(results: Sequence[AuditResult], names: Sequence[str], *, 
     staleness = [combined(r.annotation.staleness.mean_distance, r.annotation.staleness.var_distance)
                  for _, r in rows if r.annotation.staleness is not None]
     shifts = [abs(next(c.shift_pp for c in r.annotation.cells if c.metric == headline)) for _, r in rows]
+    weights = [f"{r.annotation.subject.trainable_sha256}:{r.annotation.subject.running_sha256}" for _, r in rows]
     decided = [n for n in nulls if n.exceeds_band is not None]
     return {
         "checkpoints": len(rows),
@@ -59,7 +97,9 @@ def staleness_readings(results: Sequence[AuditResult], names: Sequence[str], *, 
         "expected_false_positives_if_none_stale": sum(n.exact_level for n in decided),
         "one_pair_false_positive_rate": fired / triples if triples else None,
         "one_pair_triples": triples,
-        "staleness_vs_abs_shift": {"cell": headline, **spearman(staleness, shifts)},
+        # clustered by weight file: a file listed under several removals is one draw, not several
+        "staleness_vs_abs_shift": {"cell": headline, "clustered_by": "weight file",
+                                   **cluster_spearman(staleness, shifts, weights)},
     }
 
 
@@ -111,30 +151,57 @@ def recoverability_readings(results: Sequence[AuditResult], names: Sequence[str]
             "headline_shift_pp": headline}
 
 
+def find_base(name: str, parent: str, names: Sequence[str]) -> str | None:
+    """The census member a checkpoint's sidecar ``parent`` names: the member of that exact name, else the members
+    named ``<prefix>-<parent>`` (a population lists its per-seed base once per removal, ``r05-s0-base`` for the
+    parent ``s0-base``), the one sharing the longest prefix with the checkpoint's own name (its own removal's
+    copy); None when no member matches."""
+    if parent in names and parent != name:
+        return parent
+    suffixed = [n for n in names if n != name and n.endswith(f"-{parent}")]
+    if not suffixed:
+        return None
+    return max(suffixed, key=lambda n: (len(posixpath.commonprefix([n, name])), n))
+
+
 def mechanisms(results: Sequence[AuditResult], names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Each checkpoint's mechanism from its metadata and, when its base is in the census, the digests."""
+    """Each checkpoint's mechanism from its metadata and, when its base is in the census, the digests; whether the
+    base comparison ran (``base_check``) is said for each."""
     by_name = dict(zip(names, results, strict=True))
     out: dict[str, dict[str, Any]] = {}
     for name, result in by_name.items():
         evidence = result.mechanism
-        base = by_name.get(evidence.base) if evidence is not None and evidence.base else None
+        parent = evidence.base if evidence is not None else None
+        base_name = find_base(name, parent, names) if parent else None
         comparison = None
-        if base is not None and base is not result:
-            subject, base_subject = result.annotation.subject, base.annotation.subject
+        if base_name is not None:
+            subject, base_subject = result.annotation.subject, by_name[base_name].annotation.subject
             comparison = from_base(trainable=subject.trainable_sha256, running=subject.running_sha256,
                                    base_trainable=base_subject.trainable_sha256,
                                    base_running=base_subject.running_sha256)
-        out[name] = combine(evidence, comparison, channel=result.annotation.channel)
+        row = combine(evidence, comparison, channel=result.annotation.channel)
+        row["base"] = base_name
+        row["base_check"] = (BASE_COMPARED if base_name is not None else
+                             BASE_NOT_FOUND if parent else BASE_NOT_NAMED)
+        out[name] = row
     return out
 
 
+BASE_COMPARED, BASE_NOT_FOUND, BASE_NOT_NAMED = "compared", "base not in census", "no base named"
+
+
 def mechanism_counts(rows: dict[str, dict[str, Any]]) -> dict[str, int]:
-    counts = {"corruption": 0, "misalignment": 0, "neither": 0, "undetermined": 0, "inconsistent": 0}
+    """Mechanisms over the BatchNorm checkpoints, and the base comparison: how many ran it, how many could not
+    (their base is not in the census), and on how many the metadata and the base disagree (of those compared)."""
+    counts = {"corruption": 0, "misalignment": 0, "neither": 0, "undetermined": 0, "inconsistent": 0,
+              "base_compared": 0, "base_not_found": 0}
     for row in rows.values():
         if row["evidence"] == "channel absent":
             continue
         counts[row["mechanism"] or "undetermined"] += 1
         counts["inconsistent"] += int(row["consistent"] is False)
+        counts["base_compared"] += int(row.get("base_check") == BASE_COMPARED)
+        counts["base_not_found"] += int(row.get("base_check") == BASE_NOT_FOUND)
     return counts
 
 

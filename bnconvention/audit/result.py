@@ -113,12 +113,13 @@ class MechanismEvidence(_Result):
 
 class PopulationMetadata(_Result):
     """Where a checkpoint sits in a structured population, from its sidecar (:mod:`.families`): the family readings
-    group by family and variant, cluster by seed and removal, and pair twins by arm and level."""
+    group by family, variant and removal kind, cluster by seed, and pair twins by arm and level."""
 
     role: str | None = None
     family: str | None = None
     variant: str | None = None
     removal: str | None = None
+    removal_kind: str | None = Field(default=None, description="'instances' or 'class', from the sidecar.")
     seed: int | None = None
     parent: str | None = None
     twin_arm: str | None = None

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.census_story import headline_cell
-from bnconvention.audit.families import census_group, control_labels
+from bnconvention.audit.families import census_group, control_labels, family_label
 from bnconvention.formats.text import signed
 from bnconvention.report_html.svg import COLOURS, SERIES, Axis, Figure, padded_range
 
@@ -38,7 +38,8 @@ def _groups(census: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> lis
 
 def _family_means(census: Mapping[str, Any], cell: str) -> dict[str, Mapping[str, Any]]:
     families = (census.get("families") or {}).get("families") or []
-    return {f"{f['family']} ({f['variant']})": f["cells"][cell] for f in families if cell in f["cells"]}
+    return {family_label(f["family"], f["variant"], f.get("removal_kind")): f["cells"][cell]
+            for f in families if cell in f["cells"]}
 
 
 def _shift_range(rows: Sequence[Mapping[str, Any]], means: Mapping[str, Mapping[str, Any]], cell: str,
@@ -202,7 +203,10 @@ def staleness_scatter(census: Mapping[str, Any]) -> str | None:
     rank = ((census.get("readings") or {}).get("staleness") or {}).get("staleness_vs_abs_shift") or {}
     if rank.get("rho") is not None:
         fig.text(WIDTH - 150, 80, f"Spearman ρ = {rank['rho']:.2f}")
-        fig.text(WIDTH - 150, 96, f"n = {rank['n']}, p = {rank['p_value']:.2g}")
+        interval = ("no interval" if rank.get("lower") is None
+                    else f"[{signed(rank['lower'])}, {signed(rank['upper'])}]")
+        fig.text(WIDTH - 150, 96, f"n = {rank['n']}, {rank.get('clusters', '?')} clusters")
+        fig.text(WIDTH - 150, 112, f"{rank.get('level', 0.95):.0%} interval {interval}")
     return fig.render()
 
 

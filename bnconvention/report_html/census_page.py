@@ -61,13 +61,14 @@ def _families(census: Mapping[str, Any], cell: str) -> str:
     for f in families:
         c = f["cells"][cell]
         interval = "—" if c["lower_pp"] is None else f"[{signed(c['lower_pp'])}, {signed(c['upper_pp'])}]"
-        rows.append([esc(f["family"]), esc(f["variant"]), str(f["checkpoints"]), str(c["clusters"]),
+        rows.append([esc(f["family"]), esc(f["variant"]), esc(f.get("removal_kind") or "—"), str(f["checkpoints"]),
+                     str(c["clusters"]),
                      _pp(c["mean_shift_pp"]), interval, badge(c["outcome"], c["outcome"]),
                      f"{c['displaced_by']} of {f['checkpoints']}"])
-    header = ["Family", "Variant", "Checkpoints", "Clusters", f"Mean shift of {cell}, pp",
+    header = ["Family", "Variant", "Removal", "Checkpoints", "Seed clusters", f"Mean shift of {cell}, pp",
               f"{census['families']['level']:.0%} interval", "On average", "Displaced checkpoints"]
     statements = "".join(f"<li>{esc_code(s)}</li>" for f in families for s in f["statements"][:1])
-    return (f"<h3>Families</h3>{table(header, rows, table_id='families', numeric=(2, 3, 4, 5))}"
+    return (f"<h3>Families</h3>{table(header, rows, table_id='families', numeric=(3, 4, 5, 6))}"
             f"<ul>{statements}</ul>")
 
 

@@ -1,0 +1,87 @@
+"""The flip ledger: every verdict that flips in a census, with what an auditor needs to judge it.
+
+A flip is a criterion whose outcome on the shipped cells differs from its outcome on the mean refit cells. One line
+of a ledger says, for each cell the criterion compares: the published value (when the census anchored against one),
+the shipped value, the mean refit value and the range over replicates, the shift and the recalibration budget
+(:func:`bnconvention.audit.detection.pair_budget_pp`); and for the criterion: its thresholds, how many replicates
+pass it after their own refit, whether the flip clears the budget and whether it holds on every replicate.
+
+Every flip is entered with its group: ``decided`` (a released checkpoint in the multiplicity family), ``control``
+(a known-answer control, whose flips are the census's background rate) or ``twin arm`` (a synthetic arm of the
+frozen-twin intervention, never counted as a released checkpoint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bnconvention.audit.expressions import CellExpression
+from bnconvention.audit.result import AuditResult
+from bnconvention.audit.spec import AuditSpec
+from bnconvention.standard.models import Cell
+
+DECIDED, CONTROL, TWIN_ARM = "decided", "control", "twin arm"
+
+
+def pair_budget_pp(values: Sequence[float]) -> float | None:
+    """Largest |difference| (pp) between disjoint pairs of independent refits; None with fewer than two."""
+    if len(values) < 2:
+        return None
+    return max(100.0 * abs(values[i] - values[i + 1]) for i in range(0, len(values) - 1, 2))
+
+
+def flip_rows(name: str, result: AuditResult, spec: AuditSpec, *, group: str = DECIDED,
+              label: str | None = None) -> list[dict[str, Any]]:
+    """One ledger line per flipped verdict of one checkpoint."""
+    criteria = {c.text: c for c in spec.criterion_expressions()}
+    published = _published(result)
+    replicates = result.annotation.replicates
+    rows = []
+    for verdict in result.annotation.verdicts:
+        criterion = criteria.get(verdict.criterion)
+        if not verdict.flipped or criterion is None:
+            continue
+        compared = [_operand(_cell(result, op.text), _published_value(op, published))
+                    for op in criterion.operands]
+        every = verdict.refit_pass_replicates == (replicates if verdict.refit else 0)
+        rows.append({"checkpoint": name, "group": group, "label": label, "criterion": verdict.criterion,
+                     "thresholds": list(criterion.thresholds), "direction": verdict.direction,
+                     "shipped_pass": verdict.shipped, "refit_pass": verdict.refit,
+                     "replicates_passing": verdict.refit_pass_replicates, "replicates": replicates,
+                     "compared": compared,
+                     "clears_budget": any(c["budget_pp"] is not None and abs(c["shift_pp"]) > c["budget_pp"]
+                                          for c in compared),
+                     "holds_every_replicate": every})
+    return rows
+
+
+def _published(result: AuditResult) -> dict[str, float]:
+    """The published cells the census anchored against (cell text -> value); empty without anchoring."""
+    anchoring = result.annotation.anchoring
+    return {} if anchoring is None else {c.metric: c.published for c in anchoring.cells}
+
+
+def _published_value(operand: CellExpression, published: dict[str, float]) -> float | None:
+    """The operand as published: listed itself, or computed from the published base cells it uses."""
+    if operand.text in published:
+        return published[operand.text]
+    if all(name in published for name in operand.names):
+        try:
+            return operand.evaluate(published)
+        except ZeroDivisionError:
+            return None
+    return None
+
+
+def _operand(cell: Cell, published: float | None) -> dict[str, Any]:
+    return {"cell": cell.metric, "published": published, "shipped": cell.shipped, "refit": cell.refit,
+            "replicate_min": min(cell.replicate_values), "replicate_max": max(cell.replicate_values),
+            "shift_pp": cell.shift_pp, "budget_pp": pair_budget_pp(cell.replicate_values)}
+
+
+def _cell(result: AuditResult, metric: str) -> Cell:
+    return next(c for c in result.annotation.cells if c.metric == metric)
+
+
+__all__ = ["CONTROL", "DECIDED", "TWIN_ARM", "flip_rows", "pair_budget_pp"]

@@ -93,7 +93,7 @@ def test_an_interval_over_seeds_is_not_narrowed_by_the_checkpoints_that_share_a_
     assert (cell["lower_pp"], cell["upper_pp"]) == (pytest.approx(low), pytest.approx(high))
     pairs = [r["cells"]["df"]["shift_pp"] for r in rows]  # what (seed, removal) clustering averaged over
     naive = stats.t.interval(0.90, df=len(pairs) - 1, loc=sum(pairs) / len(pairs), scale=stats.sem(pairs))
-    assert -1.2 < naive[0] and naive[1] < 1.2  # would have read "equivalent on average"
+    assert naive[0] > -1.2 and naive[1] < 1.2  # would have read "equivalent on average"
     assert cell["outcome"] == "undetermined" and high - low > 2.5 * (naive[1] - naive[0])
 
 
@@ -201,8 +201,8 @@ def test_population_metadata_from_a_sidecar_and_none_without_one():
                "removal": {"name": "r10", "kind": "instances", "ratio": 0.1, "class": None},
                "twin": {"arm": "frozen", "level": 4, "partner": "r10-s1-twin4-online"}}
     assert population_metadata(sidecar) == PopulationMetadata(
-        role="twin", family="relabel", variant="train", removal="r10", removal_kind="instances", seed=1, parent="s1-base", twin_arm="frozen",
-        twin_level=4, twin_partner="r10-s1-twin4-online")
+        role="twin", family="relabel", variant="train", removal="r10", removal_kind="instances", seed=1,
+        parent="s1-base", twin_arm="frozen", twin_level=4, twin_partner="r10-s1-twin4-online")
     assert population_metadata({"architecture": {"factory": "zoo/convnet-bn"}}) is None  # a digits-zoo sidecar
     assert population_metadata(None) is None
     assert population_metadata({"family": "ga", "seed": True}).seed is None  # wrong types are not trusted

@@ -130,3 +130,42 @@ def test_a_curve_is_plotted_and_summarized_only_when_the_audit_ran_one(zoo, tmp_
     assert written["recoverability.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = written["summary.md"].read_text()
     assert "| B = 10 | 0.6000 |" in summary and "![recoverability](recoverability.png)" in summary
+
+
+def _anchored(name, published, shipped):
+    from audit_support import fake_result
+
+    from bnconvention.standard.models import AnchorCell, Anchoring
+
+    result = fake_result(name, [0.0] * 10, shipped=shipped)
+    cells = [AnchorCell(metric="df", published=published, shipped=shipped, abs_diff=abs(published - shipped))]
+    anchoring = Anchoring(tolerance=0.02, anchored=abs(published - shipped) <= 0.02, cells=cells)
+    return result.model_copy(update={"anchored": anchoring.anchored,
+                                     "annotation": result.annotation.model_copy(update={"anchoring": anchoring})})
+
+
+def test_anchoring_that_compares_an_evaluation_with_itself_is_not_called_independent():
+    from bnconvention.audit.census_story import anchoring_line
+    from bnconvention.audit.readings import anchoring_reading
+
+    same = [_anchored(f"c{i}", 0.25 * i, 0.25 * i) for i in range(4)]
+    reading = anchoring_reading(same)
+    assert reading["independent"] is False and reading["exactly_equal"] == 4 and reading["failed"] == 0
+    line = anchoring_line({"readings": {"anchoring": reading}})
+    assert line is not None and "equal this evaluation exactly" in line and "not that an independent" in line
+    elsewhere = [*same[:3], _anchored("moved", 0.31, 0.25)]  # published by another evaluation: 6 pp apart
+    reading = anchoring_reading(elsewhere)
+    assert reading["independent"] is True and reading["failed"] == 1
+    assert reading["max_abs_diff"] == pytest.approx(0.06)
+    line = anchoring_line({"readings": {"anchoring": reading}})
+    assert line is not None and line.startswith("Anchoring: 3 of 4 checkpoints reproduce")
+    nothing = anchoring_reading([fake_result_plain()])
+    assert nothing["cells"] == 0 and nothing["independent"] is None
+    assert anchoring_line({"readings": {"anchoring": nothing}}) == (
+        "Anchoring: not run, no checkpoint publishes cells to compare with.")
+
+
+def fake_result_plain():
+    from audit_support import fake_result
+
+    return fake_result("plain", [0.0] * 10, anchored=None)

@@ -212,6 +212,48 @@ def test_a_card_that_does_not_match_the_weights_does_not_anchor(tiny_population,
     assert outcome.summary["counts"]["anchored"] == 0 and outcome.summary["counts"]["anchoring_checked"] == 1
 
 
+@pytest.mark.slow
+def test_published_cells_from_a_train_mode_evaluation_fail_to_anchor(tiny_population, tmp_path: Path):
+    """Anchoring can fail: a producer that evaluated with BatchNorm in train mode (batch statistics, batches of 64)
+    published numbers this audit's eval-mode evaluation does not reproduce, and the census says the published
+    cells were an independent measurement."""
+    import torch
+
+    from bnconvention.audit.census import local_spec, run_census
+    from bnconvention.audit.runner import prepare_audit
+    from bnconvention.audit.spec import load_spec
+
+    spec = load_spec(tiny_population.root / "population.yaml", replicates=2)
+    spec = spec.model_copy(update={"recoverability": None})
+    # frozen buffers: batch statistics move every cell by 0.16-0.18 on this checkpoint (measured), far beyond 0.02
+    name = tiny_population.select(role="unlearned", variant="eval", family="relabel")[0]
+    folder = tmp_path / "pop" / tiny_population.folders[name]
+    shutil.copytree(tiny_population.folder(name), folder)
+    shutil.copy(tiny_population.root / "task.npz", tmp_path / "pop" / "task.npz")
+    weights = folder / f"{name}.safetensors"
+    prepared = prepare_audit(weights, local_spec(spec, weights))  # the checkpoint's removal's rule applied
+    model, data = prepared.checkpoint.model, prepared.data
+    model.train()  # the producer's mistake
+    published = {}
+    with torch.no_grad():
+        for key, split in (("forget", data.forget), ("retain", data.retain), ("test", data.test)):
+            hits = sum(int((model(data.eval_transform(split.x[i:i + 64], generator=None)).argmax(1)
+                            == split.y[i:i + 64]).sum()) for i in range(0, len(split.x), 64))
+            published[key] = hits / len(split.y)
+    measured = tiny_population.sidecar(name)["measured_at_release"]
+    assert max(abs(published[k] - measured[k]) for k in measured) > 0.02  # else this checkpoint tests nothing
+    card = folder / "README.md"
+    text = card.read_text("utf-8")
+    for key, value in measured.items():
+        assert f"value: {value}" in text
+        text = text.replace(f"value: {value}", f"value: {published[key]}")
+    card.write_text(text, "utf-8")
+    summary = run_census([tmp_path / "pop"], spec, tmp_path / "census").summary
+    assert summary["counts"]["anchored"] == 0 and summary["counts"]["anchoring_checked"] == 1
+    anchoring = summary["readings"]["anchoring"]
+    assert anchoring["independent"] is True and anchoring["failed"] == 1 and anchoring["max_abs_diff"] > 0.02
+
+
 def test_committed_example_spec_is_the_built_one(repo_root: Path):
     from bnconvention.examples import read_example
     from bnconvention.zoo.population_spec import example_spec_text

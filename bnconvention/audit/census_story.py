@@ -22,7 +22,7 @@ Synthetic twin arms are never counted as released checkpoints; they are read in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.audit.families import family_label
@@ -183,6 +183,24 @@ def _controls(census: Mapping[str, Any]) -> str | None:
             "multiplicity family).")
 
 
+def anchoring_line(census: Mapping[str, Any]) -> str | None:
+    """Whether anchoring was an independent check, said plainly (:func:`bnconvention.audit.readings.
+    anchoring_reading`); 'not run' when nothing was published."""
+    a = (census.get("readings") or {}).get("anchoring")
+    if a is None:
+        return None
+    if not a["cells"]:
+        return "Anchoring: not run, no checkpoint publishes cells to compare with."
+    head = (f"Anchoring: {a['checked'] - a['failed']} of {a['checked']} checkpoints reproduce their published cells "
+            f"within {a['tolerance']:g}")
+    if not a["independent"]:
+        return (f"{head}, but all {a['cells']} published cells equal this evaluation exactly: they were written by "
+                "the same evaluation, so anchoring shows the files match their cards, not that an independent "
+                "measurement reproduces.")
+    return (f"{head}; the published cells are an independent measurement ({a['cells'] - a['exactly_equal']} of "
+            f"{a['cells']} differ from this evaluation, by at most {a['max_abs_diff']:.4f}).")
+
+
 def detection_floor_pp(census: Mapping[str, Any]) -> float | None:
     """The plant above which the design recovers at least the floor's share of the non-displaced cells (the sign
     test, before BY; :func:`bnconvention.audit.detection.floor_pp`), or None."""
@@ -229,12 +247,12 @@ def population_story(census: Mapping[str, Any]) -> list[str]:
     lines = [headline(census), *flips_lines(census)]
     supporting = (_equivalent_yet_displaced(census, cell) or _no_equivalent_family(census, cell),
                   _variants(census, cell), _twins(census), _staleness(census), _controls(census),
-                  floor_reading(census), by_line(census, cell))
+                  anchoring_line(census), floor_reading(census), by_line(census, cell))
     for line in supporting:
         if line is not None:
             lines.append(line)
     return lines
 
 
-__all__ = ["background_text", "by_line", "spearman_interval", "detection_floor_pp", "flips_lines", "floor_reading", "headline", "headline_cell",
-           "population_story"]
+__all__ = ["anchoring_line", "background_text", "by_line", "detection_floor_pp", "flips_lines", "floor_reading",
+           "headline", "headline_cell", "population_story", "spearman_interval"]

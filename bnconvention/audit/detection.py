@@ -36,7 +36,6 @@ from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stats import binomial_tail, by_adjust, decide
 from bnconvention.standard.models import Cell
 
-
 SHARE = 0.9  # the detection floor: the smallest plant recovered on at least this share of the cells
 NULL_METHOD = "centred replicate residuals"
 

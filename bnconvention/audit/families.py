@@ -9,8 +9,9 @@ Each seed contributes the mean shift of its checkpoints, and the family mean get
 TOST level of the per-checkpoint decisions (90 %, :func:`bnconvention.audit.stats.tost`), with the number of seeds
 (clusters) beside it; the family is equivalent on average when that interval lies inside ±margin, displaced on
 average when it lies wholly outside, undetermined otherwise (also with a single seed: no interval). Class removal
-and instance removal are different questions, so a family is read per removal kind. Beside it: how many of the family's decided checkpoints are displaced
-(after Benjamini–Yekutieli, and raw), and each criterion's flips by direction.
+and instance removal are different questions, so a family is read per removal kind. Beside it: how many of the
+family's decided checkpoints are displaced (after Benjamini–Yekutieli, and raw), and each criterion's flips by
+direction.
 
 The frozen twins are pairs with bit-identical θ whose buffers took different trajectories (the ``online`` arm kept
 what the run's train-mode BN accumulated, the ``frozen`` arm the base's buffers). Their gap is the headline cell as
@@ -156,8 +157,8 @@ def family_readings(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Popula
                     decided: Collection[str], metrics: Sequence[str], criteria: Sequence[str],
                     margin_pp: float) -> dict[str, Any] | None:
     """Per family × variant × removal kind over the decided checkpoints that name a family (twins are read apart):
-    each cell's seed-clustered family mean and displaced count, each criterion's flips, and the plain statements. None when no
-    decided checkpoint names a family."""
+    each cell's seed-clustered family mean and displaced count, each criterion's flips, and the plain statements.
+    None when no decided checkpoint names a family."""
     known = {name: m for name, m in meta.items() if m is not None}
     groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for row in rows:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bnconvention.audit.census_story import background_text
 from bnconvention.audit.decisions import format_p
 from bnconvention.audit.encoder_report import encoder_lines
 from bnconvention.audit.markdown_readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
@@ -130,13 +131,17 @@ def census_markdown(census: Mapping[str, Any]) -> str:
          str(eligible)],
         ["Channel absent (no running statistics)", str(counts["checkpoints"]), str(counts["channel_absent"])],
     ]
+    if counts.get("twin_arms"):
+        rows.append(["Synthetic twin arms (read apart, not counted as released)", str(counts["checkpoints"]),
+                     str(counts["twin_arms"])])
     for metric, cell in census["cells"].items():
         rows.append([f"`{metric}` displaced beyond ±{margin:g} pp (BY q = {q:g})", str(eligible),
-                     f"{cell['displaced_by']} (raw {cell['displaced']})"])
+                     f"{cell['displaced_by']} (raw {cell['displaced']}); {background_text(census, cell=metric)}"])
         rows.append([f"`{metric}` equivalent (TOST 90 %)", str(eligible), str(cell["equivalent"])])
     for criterion, verdict in census["verdicts"].items():
         rows.append([f"Verdict `{criterion}` flips", str(eligible),
-                     f"{verdict['flips']} (pass→fail {verdict['pass_to_fail']}, fail→pass {verdict['fail_to_pass']})"])
+                     f"{verdict['flips']} (pass→fail {verdict['pass_to_fail']}, fail→pass {verdict['fail_to_pass']}); "
+                     f"{background_text(census, criterion=criterion)}"])
     largest = census.get("largest_shift")
     if largest:
         rows.append(["Largest shift", "", f"{_pp(largest['shift_pp'])} pp (`{largest['cell']}`, "

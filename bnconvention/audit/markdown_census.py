@@ -17,7 +17,7 @@ def _budget(value: float | None) -> str:
 def census_sections_markdown(census: Mapping[str, Any]) -> str:
     """Every section, each headed, each a table (an empty section says so)."""
     lines: list[str] = []
-    for section in (_controls, _margins, _pool_sizes, _detection, _budget_section):
+    for section in (_controls, _ledger, _margins, _pool_sizes, _detection, _budget_section):
         lines += ["", *section(census)]
     return "\n".join(lines) + "\n"
 
@@ -36,6 +36,35 @@ def _controls(census: Mapping[str, Any]) -> list[str]:
                      f"{largest:.2f}", outcomes])
     header = ["checkpoint", "control", "known answer", "holds", "largest |shift| pp", "outcomes"]
     return lines + markdown_table(header, rows)
+
+
+def _value(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def _ledger(census: Mapping[str, Any]) -> list[str]:
+    """Every flip, released checkpoints first, then the controls' (the background) and the twin arms'."""
+    ledger = census.get("flip_ledger") or []
+    lines = ["## Flip ledger", "", "Every verdict that flips, with the compared cell as published, shipped and refit "
+             "(replicate mean and range), the replicates that pass after their own refit, and whether the shift "
+             "clears the checkpoint's recalibration budget. Only the released checkpoints decided are counted; the "
+             "controls' flips are the background rate, the twin arms are synthetic.", ""]
+    if not ledger:
+        return lines + ["No verdict flips."]
+    order = {"decided": 0, "control": 1, "twin arm": 2}
+    rows = []
+    for f in sorted(ledger, key=lambda f: (order.get(f["group"], 3), f["checkpoint"], f["criterion"])):
+        group = f["group"] if f["label"] is None else f"{f['group']}: {f['label']}"
+        for c in f["compared"]:
+            rows.append([f["checkpoint"], group, f"`{f['criterion']}`", (f["direction"] or "").replace("_", " "),
+                         f"`{c['cell']}`", _value(c["published"]), _value(c["shipped"]), _value(c["refit"]),
+                         f"[{_value(c['replicate_min'])}, {_value(c['replicate_max'])}]",
+                         ", ".join(f"{t:g}" for t in f["thresholds"]),
+                         f"{f['replicates_passing']}/{f['replicates']}",
+                         f"{signed(c['shift_pp'])} vs {_budget(c['budget_pp'])}"])
+    return lines + markdown_table(["checkpoint", "counted as", "criterion", "direction", "cell", "published",
+                                   "shipped", "refit", "replicate range", "threshold", "replicates pass",
+                                   "shift pp vs budget pp"], rows)
 
 
 def _design_rows(rows: Sequence[Mapping[str, Any]], key: str) -> list[list[str]]:

@@ -27,7 +27,8 @@ def family_lines(f: Mapping[str, Any]) -> list[str]:
     level = round(f["level"] * 100)
     lines = ["## Per family", "",
              f"Family mean shift per cell over seed clusters (the checkpoints of one seed share its base weights), "
-             f"with a {level} % t-interval across the seeds; class and instance removal apart; equivalent on average when the interval lies inside ±{f['margin_pp']:g} pp. Displaced "
+             f"with a {level} % t-interval across the seeds; class and instance removal apart; equivalent on "
+             f"average when the interval lies inside ±{f['margin_pp']:g} pp. Displaced "
              "counts the family's decided checkpoints displaced after Benjamini–Yekutieli (raw in brackets).", ""]
     rows, flips = [], []
     for fam in f["families"]:

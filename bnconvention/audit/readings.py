@@ -1,5 +1,6 @@
 """Census readings beyond the per-cell counts: the staleness band's null and its false-positive rate, staleness
-against displacement (Spearman ρ with a cluster-bootstrap interval), the provenance arms, the recoverability curve and each checkpoint's mechanism.
+against displacement (Spearman ρ with a cluster-bootstrap interval), the provenance arms, the recoverability
+curve and each checkpoint's mechanism.
 
 Pure functions from audit results to JSON-ready dicts (``census.json``'s ``readings``; :mod:`.markdown` renders
 them). Only BatchNorm checkpoints (channel present) that are eligible (anchored, or nothing to anchor to) enter
@@ -205,9 +206,27 @@ def mechanism_counts(rows: dict[str, dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
+def anchoring_reading(results: Sequence[AuditResult]) -> dict[str, Any]:
+    """What anchoring could show. Anchoring compares the shipped cells, evaluated here, with the published ones;
+    it is a check of the paper only when the published numbers come from somewhere else. When every published cell
+    equals our evaluation to the last bit, the numbers were written by this same evaluation (a build's own card):
+    anchoring then confirms that the files match their cards, and ``independent`` is False. A census with no
+    published cells says anchoring did not run (``checked`` 0)."""
+    diffs = [c.abs_diff for r in results if r.annotation.anchoring is not None for c in r.annotation.anchoring.cells]
+    checkpoints = sum(r.anchored is not None for r in results)
+    exact = sum(d == 0.0 for d in diffs)
+    return {"checked": checkpoints, "cells": len(diffs), "exactly_equal": exact,
+            "max_abs_diff": max(diffs) if diffs else None,
+            "failed": sum(r.anchored is False for r in results),
+            "tolerance": next((r.annotation.anchoring.tolerance for r in results
+                               if r.annotation.anchoring is not None), None),
+            "independent": None if not diffs else exact < len(diffs)}
+
+
 def census_readings(results: Sequence[AuditResult], names: Sequence[str], *, headline: str) -> dict[str, Any]:
     rows = mechanisms(results, names)
     return {
+        "anchoring": anchoring_reading(results),
         "staleness": staleness_readings(results, names, headline=headline),
         "provenance": provenance_readings(results, names),
         "recoverability": recoverability_readings(results, names),

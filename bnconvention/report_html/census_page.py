@@ -45,12 +45,47 @@ def _pp(value: float | None) -> str:
 
 
 def _counts(census: Mapping[str, Any]) -> str:
-    rows = [[f"<code>{esc(cell)}</code>", str(c["displaced_by"]), str(c["equivalent"]), str(c["undetermined"])]
-            for cell, c in census["cells"].items()]
+    back = (census.get("controls") or {}).get("background") or {}
+    n_back = back.get("checkpoints", 0)
+
+    def rate(kind: str, key: str) -> str:
+        return "not measured" if not n_back else f"{back[kind].get(key, 0)} of {n_back}"
+
+    rows = [[f"<code>{esc(cell)}</code>", str(c["displaced_by"]), str(c["equivalent"]), str(c["undetermined"]),
+             rate("displaced", cell)] for cell, c in census["cells"].items()]
     rows += [[f"verdict <code>{esc(v)}</code> flips", str(t["flips"]), f"{t['pass_to_fail']} pass→fail",
-              f"{t['fail_to_pass']} fail→pass"] for v, t in census.get("verdicts", {}).items()]
-    return table(["Cell", "Displaced (BY)", "Equivalent", "Undetermined"], rows, table_id="census-counts",
-                 numeric=(1, 2, 3))
+              f"{t['fail_to_pass']} fail→pass", rate("flips", v)] for v, t in census.get("verdicts", {}).items()]
+    return table(["Cell", "Displaced (BY)", "Equivalent", "Undetermined", "Controls (background)"], rows,
+                 table_id="census-counts", numeric=(1, 2, 3))
+
+
+def _ledger(census: Mapping[str, Any]) -> str:
+    ledger = census.get("flip_ledger") or []
+    if not ledger:
+        return ""
+    order = {"decided": 0, "control": 1, "twin arm": 2}
+    rows = []
+    for f in sorted(ledger, key=lambda f: (order.get(f["group"], 3), f["checkpoint"], f["criterion"])):
+        for c in f["compared"]:
+            rows.append([esc(f["checkpoint"]), esc(f["group"] if f["label"] is None else f"{f['group']}: {f['label']}"),
+                         f"<code>{esc(f['criterion'])}</code>", esc((f["direction"] or "").replace("_", " ")),
+                         _value(c["published"]), _value(c["shipped"]), _value(c["refit"]),
+                         f"[{_value(c['replicate_min'])}, {_value(c['replicate_max'])}]",
+                         f"{f['replicates_passing']}/{f['replicates']}",
+                         f"{_pp(c['shift_pp'])} / {_budget(c['budget_pp'])}"])
+    return ('<h2 id="flip-ledger">Flip ledger</h2><p class="muted">Every verdict that flips: released checkpoints '
+            "are counted; the controls' flips are the background rate, the twin arms are synthetic.</p>"
+            + table(["Checkpoint", "Counted as", "Criterion", "Direction", "Published", "Shipped", "Refit",
+                     "Replicate range", "Replicates pass", "Shift / budget, pp"], rows, table_id="flip-ledger-table",
+                    numeric=(4, 5, 6, 8)))
+
+
+def _value(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def _budget(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
 
 
 def _families(census: Mapping[str, Any], cell: str) -> str:
@@ -152,7 +187,7 @@ def render_census_page(census: Mapping[str, Any], *, title: str | None = None) -
         "</header>",
         f'<blockquote id="headline"><strong>{esc_code(story[0])}</strong></blockquote>',
         "<ul>" + "".join(f"<li>{esc_code(line)}</li>" for line in story[1:]) + "</ul>",
-        "<h2>Counts</h2>", _counts(census),
+        "<h2>Counts</h2>", _counts(census), _ledger(census),
         '<h2 id="forest">Shifts per checkpoint</h2>',
         _figure(figures.forest_plot(census), f"Refit − shipped shift of {cell} per checkpoint, grouped by family "
                 "and variant, with each family's clustered mean.", "forest-plot"),

@@ -187,6 +187,11 @@ class UsageError(BnConventionError, ValueError):
     """A command was called with arguments that cannot work together."""
 
 
+class PreregistrationError(BnConventionError, ValueError):
+    """A census differs from its preregistration (spec, checkpoints or margin) and the change was not recorded as an
+    amendment, or a second, different preregistration was asked for the same output folder."""
+
+
 class MissingDependencyError(BnConventionError, ImportError):
     """A command needs an optional dependency (torch, scipy, ...) that is not installed. ``extra`` names the
     ``bnconvention[...]`` extra that installs it; ``module`` the module that was missing."""
@@ -213,6 +218,7 @@ __all__ = [
     "HubNetworkError",
     "JSONInputError",
     "MissingDependencyError",
+    "PreregistrationError",
     "QuantizationError",
     "RecordError",
     "RefitError",

@@ -153,3 +153,40 @@ def test_user_factory_runs_only_when_allowed_on_the_command_line(zoo, tmp_path, 
                         "--no-progress"]) == 0
     annotation = json.loads((out / "annotation.json").read_text())
     assert annotation["subject"]["filename"] == "bn-retrain.safetensors"
+
+
+@pytest.mark.slow
+def test_a_preregistered_census_refuses_a_changed_spec_until_amended(zoo, tmp_path, capsys):
+    population = tmp_path / "zoo"
+    population.mkdir()
+    for suffix in (".safetensors", ".json"):
+        shutil.copy(zoo.root / f"bn-finetune{suffix}", population / f"bn-finetune{suffix}")
+    spec = write_spec(tmp_path / "spec.yaml", replicates=2, recoverability=None)
+    out = tmp_path / "census"
+    assert main(["census", str(population), "--spec", str(spec), "--out", str(out), "--preregister"]) == 0
+    assert capsys.readouterr().out.startswith("preregistered: 1 checkpoint, margin ±1.2 pp (from the spec)")
+    assert sorted(p.name for p in out.iterdir()) == ["preregistration.json"]  # nothing audited yet
+    wider = write_spec(tmp_path / "wider.yaml", replicates=2, recoverability=None, margin_pp=2.0)
+    assert main(["census", str(population), "--spec", str(wider), "--out", str(out), "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("bnconvention: preregistration: this census differs from its preregistration")
+    assert "--amend REASON" in error and error.count("\n") == 1
+    assert sorted(p.name for p in out.iterdir()) == ["preregistration.json"]  # still nothing audited
+    assert main(["census", str(population), "--spec", str(wider), "--out", str(out), "--no-progress",
+                 "--amend", "the pilot's spread was wider"]) == 0
+    census = json.loads((out / "census.json").read_text())
+    assert census["margin_pp"] == 2.0 and census["preregistration"]["preregistered"] is True
+    assert census["preregistration"]["margin_pp"] == 1.2
+    assert [a["reason"] for a in census["preregistration"]["amendments"]] == ["the pilot's spread was wider"]
+    assert "amended 1×" in (out / "census.md").read_text()
+
+
+def test_margin_auto_without_seeds_is_refused_in_one_line(zoo, tmp_path, capsys):
+    spec = write_spec(tmp_path / "spec.yaml", margin="auto")
+    _refused(capsys, ["census", str(zoo.root / "bn-finetune.safetensors"), "--spec", str(spec), "--preregister"],
+             tmp_path / "out", code=2, message="margin: auto needs the seed spread", label="usage error")
+    _refused(capsys, ["audit", str(zoo.root / "bn-finetune.safetensors"), "--spec", str(spec)], tmp_path / "out",
+             code=2, message="audit a population with `bnconvention census`", label="invalid audit spec")
+    both = write_spec(tmp_path / "both.yaml", margin="auto", margin_pp=1.5)
+    _refused(capsys, ["census", str(zoo.root / "bn-finetune.safetensors"), "--spec", str(both)], tmp_path / "out",
+             code=2, message="both margin: auto and margin_pp", label="invalid audit spec")

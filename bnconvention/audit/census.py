@@ -34,7 +34,7 @@ import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +57,24 @@ from bnconvention.audit.checkpoint import (
 from bnconvention.audit.data import AuditData, load_audit_data
 from bnconvention.audit.encoder import reference_file
 from bnconvention.audit.encoder_report import encoder_census_markdown
+from bnconvention.audit.families import population_metadata
+from bnconvention.audit.margin import MarginEntry, seed_spread_margin
 from bnconvention.audit.markdown import census_markdown
 from bnconvention.audit.markdown_census import census_sections_markdown
 from bnconvention.audit.markdown_families import families_markdown
 from bnconvention.audit.outputs import ANNOTATION_FILE, write_audit_outputs, write_json
 from bnconvention.audit.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
-from bnconvention.audit.result import AuditResult
-from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, weights_key
+from bnconvention.audit.preregistration import (
+    CensusPlan,
+    ListedCheckpoint,
+    Preregistration,
+    census_section,
+    check_plan,
+    listing_sha256,
+    preregister,
+)
+from bnconvention.audit.result import AuditResult, PopulationMetadata
+from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, split_records, weights_key
 from bnconvention.audit.scales_report import scales_census_markdown
 from bnconvention.audit.scales_stage import plan_scales
 from bnconvention.audit.shipped_store import SHIPPED_DIR, ShippedStore
@@ -85,6 +96,8 @@ class CensusItem:
     weights_key: str
     choice: ModelChoice
     spec: AuditSpec  # the spec this checkpoint is audited with (its rules applied: local_spec)
+    published: dict[str, float] | None = None  # the published cells anchoring compares with
+    population: PopulationMetadata | None = None  # its place in a structured population (read for margin: auto)
 
 
 def local_spec(spec: AuditSpec, path: Path) -> AuditSpec:
@@ -182,9 +195,10 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
     for path in paths:
         files = open_checkpoint(path)
         own = local_spec(spec, path)
-        sidecar = read_sidecar(path) if (own.model is None or own.published_source == "sidecar") else None
+        needs_sidecar = own.model is None or own.published_source == "sidecar" or own.margin == "auto"
+        sidecar = read_sidecar(path) if needs_sidecar else None
         choice = choose_model(path, own, sidecar)
-        published_cells(path, own, sidecar)
+        published = published_cells(path, own, sidecar)
         key = f"{choice.factory}|{sorted(choice.kwargs.items())!r}"
         if key not in models:
             models[key] = build_architecture(choice)
@@ -197,8 +211,42 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
         if name in names:
             name = f"{name}-{weights[:8]}"
         names.add(name)
-        items.append(CensusItem(path=path, name=name, weights_key=weights, choice=choice, spec=own))
+        items.append(CensusItem(path=path, name=name, weights_key=weights, choice=choice, spec=own,
+                                published=published, population=population_metadata(sidecar)))
     return items
+
+
+def census_plan(spec: AuditSpec, items: Sequence[CensusItem]) -> CensusPlan:
+    """What the census is fixed to before any refit: the spec's digest, the margin (derived with ``margin: auto``)
+    and the listing."""
+    listed = [ListedCheckpoint(name=item.name, path=str(item.path), weights_key=item.weights_key) for item in items]
+    derivation = None
+    margin = spec.margin_pp
+    if spec.margin == "auto":
+        entries = [MarginEntry(name=item.name, population=item.population, published=item.published)
+                   for item in items]
+        derivation = seed_spread_margin(entries, spec.cell_expressions())
+        margin = derivation["margin_pp"]
+    return CensusPlan(spec_sha256=spec.sha256(), margin_pp=margin,
+                      margin_source="auto" if spec.margin == "auto" else "spec", margin_derivation=derivation,
+                      listing_sha256=listing_sha256(listed), checkpoints=listed)
+
+
+def at_margin(spec: AuditSpec, margin_pp: float) -> AuditSpec:
+    """The spec deciding at a fixed margin (``margin: auto`` resolved)."""
+    return spec.model_copy(update={"margin_pp": margin_pp, "margin": None})
+
+
+def preregister_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path) -> tuple[
+        Preregistration, bool]:
+    """Check the population and the spec, derive the margin and write ``OUT/preregistration.json`` before any
+    refit (:mod:`bnconvention.audit.preregistration`); True when it was written, False when an identical one was
+    already there."""
+    out = Path(out_dir)
+    checkpoints = discover_checkpoints(paths)
+    data = load_audit_data(local_spec(spec, checkpoints[0]), repo_dir=checkpoints[0].parent)
+    items = preflight(checkpoints, spec, data)
+    return preregister(out, census_plan(spec, items))
 
 
 def journal_path(out_dir: Path, weights: str, measurement: str) -> Path:
@@ -251,8 +299,9 @@ def _worker_data(spec: AuditSpec, repo_dir: Path) -> AuditData:
 
 def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path, *, workers: int = 1,
                progress: bool = False, allowed_factories: Sequence[str] = (),
-               on_result: OnResult | None = None, device: Device = "cpu") -> CensusOutcome:
-    """Audit every checkpoint (resuming from the journal) and write the census; see the module docstring."""
+               on_result: OnResult | None = None, device: Device = "cpu", amend: str | None = None) -> CensusOutcome:
+    """Audit every checkpoint (resuming from the journal) and write the census; see the module docstring. A
+    preregistered census is checked against its record first (``amend`` records a change as an amendment)."""
     import torch
     from tqdm.auto import tqdm
 
@@ -263,11 +312,14 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     # prepare_audit rebinds the data to each checkpoint (and its own spec, when the spec has rules)
     data = load_audit_data(local_spec(spec, checkpoints[0]), repo_dir=checkpoints[0].parent)
     items = preflight(checkpoints, spec, data)
+    record, amendments, plan = check_plan(out, census_plan(spec, items), amend=amend)
+    spec = at_margin(spec, plan.margin_pp)
+    items = [replace(item, spec=at_margin(item.spec, plan.margin_pp)) for item in items]
     check_pool_sizes(spec, data)
     store = ReplicateStore(out / REPLICATES_DIR)
     shipped_store = ShippedStore(out / SHIPPED_DIR)  # census members sharing weights and splits: evaluated once
 
-    results = _reuse_journal(items, out)
+    results = _reuse_journal(items, out, data)
     reused = len(results)
     todo = [item for item in items if item.name not in results]
     ran = refits = 0
@@ -310,6 +362,8 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     summary["sweeps"]["pool_sizes"], sweep_refits = pool_size_sweep(swept, spec, store, data=data)
     summary["invocation"] = {"audits_run": ran, "audits_reused": reused, "refits_run": refits + sweep_refits}
     summary["timing"] = _timing(ordered, audits_run=ran, audits_reused=reused)
+    summary["margin"].update(source=plan.margin_source, derivation=plan.margin_derivation)
+    summary["preregistration"] = census_section(record, amendments)
     write_by_annotations(out, [r.annotation for r in ordered], summary,  # spec 1.1: by_p_value, family, ...
                          families=[annotation_family(r.population) for r in ordered],
                          extras=v11_fields(ordered, names, metric=spec.headline_cell().text))
@@ -320,10 +374,11 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
     return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)
 
 
-def _reuse_journal(items: Sequence[CensusItem], out: Path) -> dict[str, AuditResult]:
+def _reuse_journal(items: Sequence[CensusItem], out: Path, data: AuditData) -> dict[str, AuditResult]:
     """The journaled results of each checkpoint's measurement (under its own spec, rules applied), re-decided under
     that spec's margin and q (no refit); the checkpoint outputs of a re-decided one are written again, and so are
-    those a kill between the journal write and the outputs' left missing."""
+    those a kill between the journal write and the outputs' left missing. A result journaled before audits kept
+    their split sizes gets them from its splits (no evaluation)."""
     results: dict[str, AuditResult] = {}
     for item in items:
         measurement = measurement_sha256(item.spec)
@@ -332,6 +387,9 @@ def _reuse_journal(items: Sequence[CensusItem], out: Path) -> dict[str, AuditRes
         if entry is None:
             continue
         again = redecide(entry, item.spec)
+        if again.split_records is None:
+            own = load_audit_data(item.spec, repo_dir=item.path.parent, dataset=data.dataset)
+            again = again.model_copy(update={"split_records": split_records(own)})
         folder = out / CHECKPOINTS_DIR / item.name
         if again is not entry or not (folder / ANNOTATION_FILE).is_file():
             write_audit_outputs(again, folder)

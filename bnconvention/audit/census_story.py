@@ -183,6 +183,29 @@ def _controls(census: Mapping[str, Any]) -> str | None:
             "multiplicity family).")
 
 
+def margin_line(census: Mapping[str, Any]) -> str:
+    """Where the margin came from, whether it was preregistered, and the cells it cannot resolve."""
+    margin = census.get("margin") or {"margin_pp": census["margin_pp"], "source": "spec"}
+    derivation = margin.get("derivation")
+    if margin.get("source") == "auto" and derivation:
+        how = (f"derived before any refit as the median seed spread of the population's releases "
+               f"({len(derivation['spreads'])} spreads over {derivation['recipes']} recipes")
+        per_cell = ", ".join(f"`{c}` {v['median_pp']:.2f}" for c, v in derivation["per_cell"].items())
+        how += f"; per cell {per_cell})" if per_cell else ")"
+    else:
+        how = "fixed by the spec"
+    prereg = census.get("preregistration") or {}
+    if prereg.get("preregistered"):
+        amended = len(prereg["amendments"])
+        fixed = f"; preregistered {prereg['created']}" + (f", amended {amended}×" if amended else "")
+    else:
+        fixed = "; not preregistered"
+    coarse = [f"`{cell}` on {c['above_margin']} (up to {c['max_pp']:.2f} pp)"
+              for cell, c in (margin.get("resolution") or {}).items() if c["above_margin"]]
+    tail = ("; one record moves more than the margin on: " + ", ".join(coarse)) if coarse else ""
+    return f"Margin ±{margin['margin_pp']:.3g} pp, {how}{fixed}{tail}."
+
+
 def anchoring_line(census: Mapping[str, Any]) -> str | None:
     """Whether anchoring was an independent check, said plainly (:func:`bnconvention.audit.readings.
     anchoring_reading`); 'not run' when nothing was published."""
@@ -247,7 +270,7 @@ def population_story(census: Mapping[str, Any]) -> list[str]:
     lines = [headline(census), *flips_lines(census)]
     supporting = (_equivalent_yet_displaced(census, cell) or _no_equivalent_family(census, cell),
                   _variants(census, cell), _twins(census), _staleness(census), _controls(census),
-                  anchoring_line(census), floor_reading(census), by_line(census, cell))
+                  anchoring_line(census), margin_line(census), floor_reading(census), by_line(census, cell))
     for line in supporting:
         if line is not None:
             lines.append(line)
@@ -255,4 +278,4 @@ def population_story(census: Mapping[str, Any]) -> list[str]:
 
 
 __all__ = ["anchoring_line", "background_text", "by_line", "detection_floor_pp", "flips_lines", "floor_reading",
-           "headline", "headline_cell", "population_story", "spearman_interval"]
+           "headline", "headline_cell", "margin_line", "population_story", "spearman_interval"]

@@ -17,6 +17,7 @@ from bnconvention.audit.controls import control_label, controls_table
 from bnconvention.audit.encoder_report import encoder_row
 from bnconvention.audit.families import family_readings, twin_gaps
 from bnconvention.audit.ledger import CONTROL, DECIDED, TWIN_ARM, flip_rows
+from bnconvention.audit.margin import resolution_counts, resolution_warnings
 from bnconvention.audit.outputs import ANNOTATION_FILE
 from bnconvention.audit.readings import census_readings
 from bnconvention.audit.result import AuditResult
@@ -66,6 +67,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
         "verdicts": {criterion.text: verdict_tally([results[i] for i in eligible], criterion.text)
                      for criterion in spec.criterion_expressions()},
         "largest_shift": largest_shift([(names[i], results[i]) for i in eligible], metrics),
+        "margin": margin_section([(names[i], results[i].split_records) for i in eligible], spec),
         "flip_ledger": [row for i, (name, result) in enumerate(zip(names, results, strict=True))
                         if result.anchored is not False
                         for row in flip_rows(name, result, spec, group=groups[i], label=labels[i])],
@@ -83,6 +85,14 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
                                        decided=summary["decided"]))
     summary.update(scales_counts(summary["checkpoints"]))  # only with the spec's quantization section
     return summary
+
+
+def margin_section(rows: Sequence[tuple[str, Mapping[str, int] | None]], spec: AuditSpec) -> dict[str, Any]:
+    """The margin the census decided at and each cell's one-record resolution over the decided checkpoints
+    (:mod:`bnconvention.audit.margin`); where the margin came from is added by the census that fixed it."""
+    resolution = resolution_counts(rows, spec.cell_expressions(), margin_pp=spec.margin_pp)
+    return {"margin_pp": spec.margin_pp, "source": "spec", "derivation": None, "resolution": resolution,
+            "warnings": resolution_warnings(resolution, margin_pp=spec.margin_pp)}
 
 
 def _group(result: AuditResult, label: str | None) -> str:

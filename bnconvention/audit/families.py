@@ -47,14 +47,15 @@ def _int(value: Any) -> int | None:
 
 
 def population_metadata(sidecar: Mapping[str, Any] | None) -> PopulationMetadata | None:
-    """The population fields of a checkpoint's sidecar, or None when it names neither a family nor a twin (a
-    digits-zoo sidecar, or none). Fields of the wrong type are left out rather than trusted."""
+    """The population fields of a checkpoint's sidecar, or None when it names neither a family, a twin, nor a role
+    with a seed (a digits-zoo sidecar, or none). Fields of the wrong type are left out rather than trusted."""
     if not sidecar:
         return None
     raw_twin = sidecar.get("twin")
     twin: Mapping[str, Any] = raw_twin if isinstance(raw_twin, Mapping) else {}
     family = _text(sidecar.get("family"))
-    if family is None and not twin:
+    role, seed = _text(sidecar.get("role")), _int(sidecar.get("seed"))
+    if family is None and not twin and (role is None or seed is None):
         return None
     removal = sidecar.get("removal")
     removal_name = _text(removal.get("name")) if isinstance(removal, Mapping) else _text(removal)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bnconvention.audit.census_story import background_text
+from bnconvention.audit.census_story import background_text, margin_line
 from bnconvention.audit.decisions import format_p
 from bnconvention.audit.encoder_report import encoder_lines
 from bnconvention.audit.markdown_readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
@@ -122,7 +122,9 @@ def census_markdown(census: Mapping[str, Any]) -> str:
     lines = [f"# Census of {plural(counts['checkpoints'], 'checkpoint')}", "",
              f"Spec `{census['spec_name'] or census['spec_sha256'][:12]}`; "
              f"{plural(census['replicates'], 'replicate')} per checkpoint; margin ±{margin:g} pp; "
-             f"Benjamini–Yekutieli at q = {q:g} across the census, per cell.", ""]
+             f"Benjamini–Yekutieli at q = {q:g} across the census, per cell.", "", margin_line(census), ""]
+    warnings = (census.get("margin") or {}).get("warnings", [])
+    lines += [f"> warning: {w}" for w in warnings] + ([""] if warnings else [])
     rows = [
         ["Shipped cells reproduce the published ones (anchored)", str(counts["anchoring_checked"]),
          str(counts["anchored"])],

@@ -176,3 +176,5 @@ class AuditResult(_Result):
         "The sidecar's population metadata (family, variant, removal, seed, role, twin); None without one."))
     scales: ScalesResult | None = Field(default=None, description=(
         "The activation scales audit, when the spec has a quantization section; None without one."))
+    split_records: dict[str, int] | None = Field(default=None, description=(
+        "Records in the forget, retain and test splits the cells were measured on (their one-record step)."))

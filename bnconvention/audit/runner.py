@@ -93,6 +93,9 @@ def prepare_audit(weights: str | Path, spec: AuditSpec, *, data: AuditData | Non
     """Load and check everything (spec against data, checkpoint against its architecture) before computing;
     the model is moved to ``device`` (:mod:`bnconvention.refit.devices`; the data stays on the CPU and each batch
     follows the model)."""
+    if spec.margin == "auto":
+        raise AuditSpecError("margin: auto derives the margin from a population's seed spread; audit a population "
+                             "with `bnconvention census`, or give margin_pp a number", field="/margin")
     target = resolve_device(device)
     repo_dir = Path(weights).parent  # the model repo's folder: from_repo transforms, index files in the repo
     data = data.for_repo(spec, repo_dir) if data is not None else load_audit_data(spec, repo_dir=repo_dir)
@@ -177,7 +180,13 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
         mechanism=mechanism_evidence(checkpoint) if replicates.channel == "present" else None,
         population=population_evidence(checkpoint),
         scales=scales,
+        split_records=split_records(prepared.data),
     )
+
+
+def split_records(data: AuditData) -> dict[str, int]:
+    """How many records each split holds: a cell on a split of n records moves in steps of 100 / n pp."""
+    return {"forget": len(data.forget.y), "retain": len(data.retain.y), "test": len(data.test.y)}
 
 
 def weights_key(trainable_sha256: str, running_sha256: str | None) -> str:

@@ -198,6 +198,9 @@ class AuditSpec(_Spec):
     anchor_tolerance: Annotated[float, Field(ge=0)] = Field(default=0.02, description=(
         "Largest absolute difference between shipped and published cells for the checkpoint to anchor."))
     margin_pp: Annotated[float, Field(gt=0)] = Field(default=1.2, description="Displacement margin (pp).")
+    margin: Literal["auto"] | None = Field(default=None, description=(
+        "'auto': a census derives margin_pp before any refit as the median of the population's own seed spread "
+        "(each recipe's published cells across seeds; audit/margin.py) and records how; leave margin_pp out."))
     fdr_q: Annotated[float, Field(gt=0, lt=1)] = Field(default=0.05, description=(
         "False-discovery level of the census: Benjamini-Yekutieli across checkpoints, per cell."))
     replicates: Annotated[int, Field(ge=2)] = Field(default=10, description=(
@@ -227,7 +230,7 @@ class AuditSpec(_Spec):
     def _without_absent_diagnostics(self, handler: SerializerFunctionWrapHandler) -> Any:
         # A spec without these sections dumps, and so digests (journal keys), exactly as before they existed.
         data = handler(self)
-        for optional in ("diagnostics", "quantization"):
+        for optional in ("diagnostics", "quantization", "margin"):
             if getattr(self, optional) is None and isinstance(data, dict):
                 data.pop(optional, None)
         return data
@@ -329,6 +332,9 @@ def parse_spec(data: Any, *, source: str = "<spec>", base_dir: Path | None = Non
         lines = [f"{_pointer(e['loc']) or '/'}: {_message(e)}" for e in problems]
         raise AuditSpecError(f"{source}: {len(lines)} problem{'s' if len(lines) > 1 else ''}: " + "; ".join(lines),
                              field=_pointer(problems[0]["loc"])) from None
+    if data.get("margin") == "auto" and "margin_pp" in data:
+        raise AuditSpecError(f"{source}: the spec gives both margin: auto and margin_pp; keep one (auto derives "
+                             "margin_pp from the population's seed spread)", field="/margin_pp")
     spec.check()
     if base_dir is not None:
         spec = _resolve_rule_paths(_resolve_paths(spec, base_dir), base_dir)

@@ -40,7 +40,7 @@ from bnconvention.audit.stages import ShippedCells, decide_cells
 from bnconvention.audit.stats import by_adjust
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 
-DECISION_FIELDS = ("name", "margin_pp", "fdr_q", "sweeps", "controls")
+DECISION_FIELDS = ("name", "margin_pp", "margin", "fdr_q", "sweeps", "controls")
 REPLICATE_FIELDS = ("dataset", "splits", "transform", "model", "rules", "refit", "seed", "eval_batch_size")
 REPLICATES_DIR = "replicates"
 REPLICATE_FORMAT = "bnconvention-replicate/1"

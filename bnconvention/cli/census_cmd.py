@@ -54,6 +54,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "e.g. 1,1.2,1.5,2 (overrides sweeps.margins_pp; re-decided from stored replicates, no refit)")
     parser.add_argument("--pool-sizes", type=_numbers(int), metavar="N,...", help="pool sizes to sweep beside "
                         "refit.pool_size (overrides sweeps.pool_sizes; a pool size stored once is never refit)")
+    parser.add_argument("--preregister", action="store_true", help="check the population and the spec, derive "
+                        "the margin (margin: auto) and write DIR/preregistration.json before any refit; then stop")
+    parser.add_argument("--amend", metavar="REASON", help="run a preregistered census whose spec, checkpoints or "
+                        "margin changed, recording the change and REASON in DIR/amendments.json")
     add_common_options(parser)
     parser.set_defaults(func=run)
 
@@ -85,9 +89,25 @@ def _with_sweeps(spec: Any, args: argparse.Namespace) -> Any:
         raise UsageError(f"--margins/--pool-sizes: {problem['msg']} (found {problem.get('input')!r})") from None
 
 
+def _preregister(args: argparse.Namespace, spec: Any) -> int:
+    from bnconvention.audit.census import preregister_census
+    from bnconvention.audit.preregistration import PREREGISTRATION_FILE
+
+    if args.amend is not None:
+        raise UsageError("--amend records a change when a preregistered census runs; --preregister writes the record")
+    record, written = preregister_census(args.paths, spec, Path(args.out))
+    plan = record.plan
+    how = ("from the spec" if plan.margin_derivation is None else
+           f"derived: {plan.margin_derivation['rule']}, over {plan.margin_derivation['recipes']} recipes")
+    state = "preregistered" if written else "already preregistered (identical)"
+    print(f"{state}: {plural(len(plan.checkpoints), 'checkpoint')}, margin ±{plan.margin_pp:.4g} pp ({how}), spec "
+          f"{plan.spec_sha256[:12]}, at {record.created}; wrote {Path(args.out) / PREREGISTRATION_FILE}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from bnconvention.audit.census import run_census
-    from bnconvention.audit.census_story import headline
+    from bnconvention.audit.census_story import headline, margin_line
     from bnconvention.audit.spec import load_spec
     from bnconvention.report_html.census_page import CENSUS_HTML, write_census_html
 
@@ -98,9 +118,14 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, replicates=args.replicates)
     if args.margins is not None or args.pool_sizes is not None:
         spec = _with_sweeps(spec, args)
+    if args.preregister:
+        return _preregister(args, spec)
     outcome = run_census(args.paths, spec, Path(args.out), workers=args.workers, progress=show_progress(args.progress),
-                         allowed_factories=args.allow_factory, device=device)
+                         allowed_factories=args.allow_factory, device=device, amend=args.amend)
     summary = outcome.summary
+    print(margin_line(summary))
+    for warning in summary["margin"]["warnings"]:
+        print(f"warning: {warning}")
     page = write_census_html(summary, outcome.out_dir / CENSUS_HTML)
     counts = summary["counts"]
     print(f"census of {plural(counts['checkpoints'], 'checkpoint')}: {counts['anchored']} anchored of "

@@ -65,6 +65,7 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (errors.ArchitectureConfigError, EXIT_USAGE, "architecture refused"),
     (errors.UntrustedInputError, EXIT_USAGE, "unreadable input"),
     (errors.AuditSpecError, EXIT_USAGE, "invalid audit spec"),
+    (errors.PreregistrationError, EXIT_USAGE, "preregistration"),
     (errors.FactoryNotAllowedError, EXIT_USAGE, "factory not allowed"),
     (errors.FactoryImportError, EXIT_USAGE, "cannot load factory"),
     (errors.FactoryArgumentError, EXIT_USAGE, "bad factory arguments"),

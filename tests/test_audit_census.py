@@ -39,7 +39,7 @@ def test_census_counts_on_the_zoo_sample(pattern):
     assert counts.pop("staleness_exceeds_band") >= 3
     # the channel-absent twin is a control: outside the decided family and its counts (issue 13)
     assert counts == {"checkpoints": 5, "anchoring_checked": 5, "anchored": 5, "eligible": 5, "channel_absent": 1,
-                      "controls": 1, "decided": 4}
+                      "controls": 1, "decided": 4, "twin_arms": 0}
     df = summary["cells"]["df"]
     # with R = 3 the smallest sign-test p is 0.125 > 0.05: no cell is displaced (issue 13: three agreeing replicates
     # were called displaced), and none survives BY at q = 0.05; the control is outside the count
@@ -77,8 +77,12 @@ def test_benjamini_yekutieli_across_the_census(replicates, displaced_by):
     results += [fake_result(f"still{i}", [0.0] * replicates) for i in range(9)]
     results.append(fake_result("unanchored", [5.0] * replicates, anchored=False, direction="fail_to_pass"))
     summary = summarize(results, [r.checkpoint for r in results], spec)
+    by = summary["cells"]["df"].pop("by")
     assert summary["cells"]["df"] == {"displaced": 3, "displaced_by": displaced_by, "equivalent": 9,
                                       "undetermined": 0}
+    # every displaced cell has p = 0.5^R: BY keeps all three once 0.5^R * 12 * c(12) / k <= 0.05, i.e. from
+    # k = 1 with R = 10; with R = 5 not even all 12 displaced would survive
+    assert by == {"m": 12, "p_displaced": 0.5 ** replicates, "keeps_all_from": 1 if replicates == 10 else None}
     assert summary["counts"]["eligible"] == 12 and summary["counts"]["anchored"] == 12
     assert summary["verdicts"]["df <= 0.05"] == {"flips": 3, "pass_to_fail": 3, "fail_to_pass": 0,
                                                  "flips_on_every_replicate": 3}

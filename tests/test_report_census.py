@@ -211,8 +211,9 @@ def test_a_census_without_a_population_tells_only_what_it_has() -> None:
     census = {key: value for key, value in census_doc().items()
               if key not in ("families", "twin_gaps", "controls", "detection_floor", "readings")}
     story = population_story(census)
-    assert len(story) == 2 and story[0].startswith("`df` is displaced on 3 of 7")
+    assert len(story) == 3 and story[0].startswith("`df` is displaced on 3 of 7")
     assert story[1].startswith("Refitting the running statistics")
+    assert story[2] == "Margin ±1 pp, fixed by the spec; not preregistered."
 
 
 # --- figures -------------------------------------------------------------------------------------------------------

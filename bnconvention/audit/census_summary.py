@@ -68,6 +68,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
                      for criterion in spec.criterion_expressions()},
         "largest_shift": largest_shift([(names[i], results[i]) for i in eligible], metrics),
         "margin": margin_section([(names[i], results[i].split_records) for i in eligible], spec),
+        "preregistration": {"preregistered": False},  # a census fixed before its refits says so (run_census)
         "flip_ledger": [row for i, (name, result) in enumerate(zip(names, results, strict=True))
                         if result.anchored is not False
                         for row in flip_rows(name, result, spec, group=groups[i], label=labels[i])],

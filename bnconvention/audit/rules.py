@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from bnconvention.audit.spec import AuditSpec
 
 RULE_OVERRIDES: tuple[str, ...] = ("dataset", "splits", "model", "refit", "published", "published_source",
-                                   "model_index_metrics")
+                                   "model_index_metrics", "provenance", "diagnostics")
 Pattern = Annotated[str, StringConstraints(min_length=1)]
 ConfigValue = str | int | float | bool | None
 

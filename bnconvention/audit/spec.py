@@ -151,6 +151,19 @@ class RuleSpec(_Spec):
                                                      "from.")
     model_index_metrics: dict[Text, Text] | None = Field(default=None, description=(
         "Their model-index metric labels -> cells."))
+    provenance: ProvenanceSpec | None = Field(default=None, description=(
+        "The provenance contrast for these repos (a census can run it on a subset: one removal, say)."))
+    diagnostics: DiagnosticsSpec | None = Field(default=None, description=(
+        "The encoder-level diagnostics for these repos (on a subset of a census)."))
+
+    @model_serializer(mode="wrap")
+    def _without_absent_sections(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # a rule without these sections dumps, and so digests (journal keys), exactly as before they existed
+        data = handler(self)
+        for optional in ("provenance", "diagnostics"):
+            if getattr(self, optional) is None and isinstance(data, dict):
+                data.pop(optional, None)
+        return data
 
 
 class AuditSpec(_Spec):

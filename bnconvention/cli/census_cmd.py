@@ -123,9 +123,6 @@ def run(args: argparse.Namespace) -> int:
     outcome = run_census(args.paths, spec, Path(args.out), workers=args.workers, progress=show_progress(args.progress),
                          allowed_factories=args.allow_factory, device=device, amend=args.amend)
     summary = outcome.summary
-    print(margin_line(summary))
-    for warning in summary["margin"]["warnings"]:
-        print(f"warning: {warning}")
     page = write_census_html(summary, outcome.out_dir / CENSUS_HTML)
     counts = summary["counts"]
     print(f"census of {plural(counts['checkpoints'], 'checkpoint')}: {counts['anchored']} anchored of "
@@ -145,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
     largest = summary["largest_shift"]
     if largest:
         print(f"  largest shift {signed(largest['shift_pp'])}pp ({largest['cell']}, {largest['checkpoint']})")
+    print(margin_line(summary))
+    for warning in summary["margin"]["warnings"]:
+        print(f"warning: {warning}")
     print(f"headline: {headline(summary)}")
     print(f"{outcome.audits_run} audited, {outcome.audits_reused} reused from the journal, "
           f"{plural(summary['invocation']['refits_run'], 'refit')}; wrote "

@@ -35,15 +35,30 @@ def _splits(key: str, indent: str) -> str:
             f"{indent}forget_ids_sha256: {digest}\n")
 
 
+PROVENANCE_REMOVAL = "r10"
+
+
 def _rules(config: PopulationConfig) -> str:
     keys = [key for key in config.removals if key != DEFAULT_REMOVAL]
-    if not keys:
-        return ""
     lines = ["# Each removal's checkpoints (folders <removal>/<name>) read their own forget set.\n", "rules:\n"]
     for key in keys:
         lines.append(f"  - name: removal {key}\n    match:\n      repo: \"{key}/*\"\n    splits:\n")
         lines.append(_splits(key, " " * 6))
-    return "".join(lines) + "\n"
+    if PROVENANCE_REMOVAL in config.removals:
+        lines.append(_provenance_rule(PROVENANCE_REMOVAL, config))
+    return "".join(lines) + "\n" if len(lines) > 2 else ""
+
+
+def _provenance_rule(key: str, config: PopulationConfig) -> str:
+    """The provenance contrast (both arms, two draws, each with its null swap) on one removal's released
+    checkpoints (not the twins): the census's staleness / provenance reading, at about a fifth of its cost."""
+    patterns = [f"{key}/*-{role}" for role in ("base", "retrain")]
+    patterns += [f"{key}/*-{family}-*" for family in config.families]
+    listed = ", ".join(f'"{p}"' for p in patterns)
+    return (f"  # The provenance contrast on removal {key}: exchange retained records for removed ones in a fixed\n"
+            "  # pool (deployment arm: the removed share; ceiling: every removed record), against a null swap.\n"
+            f"  - name: provenance on {key}\n    match:\n      repo: [{listed}]\n"
+            "    provenance:\n      pool_size: 256\n      draws: 2\n")
 
 
 def spec_text(config: PopulationConfig, *, task_path: str = TASK_FILE, header: str = "") -> str:

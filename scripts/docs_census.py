@@ -1,0 +1,225 @@
+"""The census numbers of docs/: regenerated from committed census summaries, never typed.
+
+A census run on a population is trained in floating point, so its digits belong to one machine and one build. The
+docs therefore quote a committed extract of one run (``docs/data/<name>.json``: the census summary without its
+per-checkpoint rows, with the commit, machine, command and date of the run) and render every number they show from
+it, inside marked regions::
+
+    <!-- begin generated: NAME/PART (scripts/docs_census.py; do not edit by hand) -->
+    ...
+    <!-- end generated -->
+
+where NAME is the extract and PART one of the renderings below (the story of the census, its family table, its
+flip ledger, the provenance arms, the run it came from). The renderings are the library's own
+(:func:`bnconvention.audit.census_story.population_story` and the census tables), so the docs say what
+``census.md`` and ``census.html`` say.
+
+    .venv/bin/python scripts/docs_census.py --check     # exit 1 when a region differs from its extract (the test suite)
+    .venv/bin/python scripts/docs_census.py --write     # regenerate every region from the committed extracts
+    .venv/bin/python scripts/docs_census.py --extract CENSUS_DIR --name population --command "..."
+                                                        # refresh an extract from a census output folder
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bnconvention.audit.census_story import population_story
+from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.formats.text import markdown_table, signed
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+DATA = DOCS / "data"
+FORMAT = "bnconvention-docs-census/1"
+REGION = re.compile(r"(<!-- begin generated: (?P<name>[\w-]+)/(?P<part>[\w-]+) \(scripts/docs_census\.py; do not "
+                    r"edit by hand\) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.DOTALL)
+# census.json sections the docs read; the per-checkpoint rows (and everything only they need) stay out
+KEPT = ("spec_name", "spec_sha256", "replicates", "margin_pp", "fdr_q", "headline", "counts", "cells", "verdicts",
+        "largest_shift", "margin", "preregistration", "flip_ledger", "controls", "detection_floor",
+        "recalibration_budget", "families", "twin_gaps", "sweeps", "readings")
+
+
+# --- the extract ------------------------------------------------------------------------------------------------
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version()}
+
+
+def extract(census: Mapping[str, Any], *, command: str) -> dict[str, Any]:
+    """The part of a census summary the docs quote, with where it came from."""
+    kept = {key: census[key] for key in KEPT if key in census}
+    readings = dict(kept.get("readings") or {})
+    readings.pop("mechanism", None)
+    readings["mechanism_counts"] = (census.get("readings") or {}).get("mechanism", {}).get("counts")
+    provenance = readings.get("provenance") or {}
+    readings["provenance"] = {arm: {k: v for k, v in a.items() if k != "per_checkpoint"}
+                              for arm, a in provenance.items()} or None
+    kept["readings"] = readings
+    if kept.get("controls"):
+        kept["controls"] = {k: v for k, v in kept["controls"].items() if k != "rows"} | {
+            "failed": sorted(r["checkpoint"] for r in census["controls"]["rows"] if not r["holds"]),
+            "rows": [{"checkpoint": r["checkpoint"], "label": r["label"], "holds": r["holds"]}
+                     for r in census["controls"]["rows"] if not r["holds"]]}
+    if kept.get("twin_gaps"):
+        kept["twin_gaps"] = {k: v for k, v in kept["twin_gaps"].items() if k != "pairs"}
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"format": FORMAT, "source": {"commit": _git("rev-parse", "HEAD"), "uncommitted_changes": bool(status),
+                                         "machine": machine(), "command": command,
+                                         "date": datetime.now(UTC).isoformat(timespec="seconds")},
+            "census": kept}
+
+
+# --- the renderings -----------------------------------------------------------------------------------------------
+
+
+def _source(data: Mapping[str, Any]) -> str:
+    s = data["source"]
+    m = s["machine"]
+    dirty = " with uncommitted changes" if s["uncommitted_changes"] else ""
+    return (f"Run `{s['command']}` at commit `{s['commit'][:12]}`{dirty} on {m['cpu']} ({m['cores']} cores, "
+            f"Python {m['python']}), {s['date']}. The population is trained in floating point: another machine "
+            "prints other digits, and the docs quote this run only.")
+
+
+def _story(data: Mapping[str, Any]) -> str:
+    return "\n".join(f"- {line}" for line in population_story(data["census"]))
+
+
+def _families(data: Mapping[str, Any]) -> str:
+    census = data["census"]
+    cell = census["headline"]
+    rows = []
+    for f in (census.get("families") or {}).get("families") or []:
+        c = f["cells"][cell]
+        interval = "—" if c["lower_pp"] is None else f"[{signed(c['lower_pp'])}, {signed(c['upper_pp'])}]"
+        rows.append([f"{f['family']} ({f['variant']})", f.get("removal_kind") or "—", str(f["checkpoints"]),
+                     str(c["clusters"]), signed(c["mean_shift_pp"]), interval, c["outcome"],
+                     f"{c['displaced_by']}"])
+    level = round(100 * (census.get("families") or {}).get("level", 0.9))
+    return "\n".join(markdown_table(["family (variant)", "removal", "checkpoints", "seed clusters",
+                                     f"mean Δ{cell}, pp", f"{level} % interval", "on average", "displaced"], rows))
+
+
+def _ledger(data: Mapping[str, Any]) -> str:
+    order = {"decided": 0, "control": 1, "twin arm": 2}
+    rows = []
+    for f in sorted(data["census"].get("flip_ledger") or [], key=lambda f: (order.get(f["group"], 3),
+                                                                            f["checkpoint"])):
+        for c in f["compared"]:
+            published = "—" if c["published"] is None else f"{c['published']:.4f}"
+            budget = "—" if c["budget_pp"] is None else f"{c['budget_pp']:.2f}"
+            rows.append([f["checkpoint"], f["group"] if f["label"] is None else f"{f['group']}: {f['label']}",
+                         (f["direction"] or "").replace("_", " "), published, f"{c['refit']:.4f}",
+                         f"[{c['replicate_min']:.4f}, {c['replicate_max']:.4f}]",
+                         f"{f['replicates_passing']}/{f['replicates']}", f"{signed(c['shift_pp'])} / {budget}"])
+    if not rows:
+        return "No verdict flips."
+    return "\n".join(markdown_table(["checkpoint", "counted as", "direction", "published", "refit (mean)",
+                                     "replicate range", "replicates pass", "shift / budget, pp"], rows))
+
+
+def _provenance(data: Mapping[str, Any]) -> str:
+    arms = (data["census"].get("readings") or {}).get("provenance") or {}
+    if not arms:
+        return "Provenance was not run in this census."
+    rows = []
+    for arm, a in arms.items():
+        ratio = "—" if a["staleness_ratio_median"] is None else (
+            f"{a['staleness_ratio_median']:.2f} ({a['staleness_ratio_range'][0]:.2f} … "
+            f"{a['staleness_ratio_range'][1]:.2f})")
+        rows.append([arm, str(a["checkpoints"]), f"{a['exceeds_null']} of {a['checkpoints']}",
+                     signed(a["pooled_forget_shift_pp"]), signed(a["largest_forget_shift_pp"]),
+                     f"{a['shift_exceeds_null']} of {a['checkpoints']}", ratio])
+    return "\n".join(markdown_table(["arm", "checkpoints", "φ beyond its null band", "pooled Δ forget, pp",
+                                     "largest Δ forget, pp", "Δ forget beyond its null", "staleness ÷ arm distance, "
+                                     "median (range)"], rows))
+
+
+PARTS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "source": _source, "story": _story, "families": _families, "ledger": _ledger, "provenance": _provenance}
+
+
+# --- regions --------------------------------------------------------------------------------------------------------
+
+
+def load(name: str) -> dict[str, Any]:
+    data = json.loads((DATA / f"{name}.json").read_text("utf-8"))
+    if data.get("format") != FORMAT:
+        raise SystemExit(f"docs/data/{name}.json is not a {FORMAT} extract")
+    return data
+
+
+def render(text: str, *, loader: Callable[[str], Mapping[str, Any]] = load) -> str:
+    """The text with every generated region rendered from its extract."""
+    def replace(match: re.Match[str]) -> str:
+        part = match.group("part")
+        if part not in PARTS:
+            raise SystemExit(f"unknown generated part {part!r}; known: {', '.join(PARTS)}")
+        body = PARTS[part](loader(match.group("name")))
+        return f"{match.group(1)}{body}\n{match.group(5)}"
+    return REGION.sub(replace, text)
+
+
+def stale_pages(docs: Path = DOCS) -> list[str]:
+    """The pages whose generated regions differ from their extracts."""
+    return [p.name for p in sorted(docs.glob("*.md")) if render(p.read_text("utf-8")) != p.read_text("utf-8")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="exit 1 when a generated region is out of date")
+    mode.add_argument("--write", action="store_true", help="regenerate every region from the committed extracts")
+    mode.add_argument("--extract", metavar="CENSUS_DIR", help="refresh docs/data/NAME.json from a census folder")
+    parser.add_argument("--name", help="the extract's name (with --extract)")
+    parser.add_argument("--command", help="the command that produced the census (with --extract)")
+    args = parser.parse_args(argv)
+    if args.extract:
+        if not args.name or not args.command:
+            parser.error("--extract needs --name and --command")
+        census = json.loads((Path(args.extract) / "census.json").read_text("utf-8"))
+        atomic_write_text(DATA / f"{args.name}.json", json.dumps(extract(census, command=args.command), indent=1,
+                                                                   ensure_ascii=False) + "\n")
+        print(f"wrote docs/data/{args.name}.json; run --write to regenerate the pages")
+        return 0
+    if args.write:
+        for page in sorted(DOCS.glob("*.md")):
+            text = page.read_text("utf-8")
+            if render(text) != text:
+                atomic_write_text(page, render(text))
+                print(f"regenerated {page.relative_to(REPO)}")
+        return 0
+    stale = stale_pages()
+    for name in stale:
+        print(f"docs/{name}: a generated region differs from its extract; run scripts/docs_census.py --write",
+              file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

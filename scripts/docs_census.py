@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.audit.census_story import population_story
+from bnconvention.audit.encoder_report import encoder_census_markdown
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.text import markdown_table, signed
 
@@ -87,6 +88,9 @@ def extract(census: Mapping[str, Any], *, command: str) -> dict[str, Any]:
                      for r in census["controls"]["rows"] if not r["holds"]]}
     if kept.get("twin_gaps"):
         kept["twin_gaps"] = {k: v for k, v in kept["twin_gaps"].items() if k != "pairs"}
+    # the rows the encoder table reads: only the checkpoints the diagnostics ran on
+    kept["checkpoints"] = [{k: row[k] for k in ("checkpoint", "encoder", "population") if k in row}
+                           for row in census.get("checkpoints") or [] if row.get("encoder")]
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {"format": FORMAT, "source": {"commit": _git("rev-parse", "HEAD"), "uncommitted_changes": bool(status),
                                          "machine": machine(), "command": command,
@@ -160,8 +164,16 @@ def _provenance(data: Mapping[str, Any]) -> str:
                                      "median (range)"], rows))
 
 
+def _encoder(data: Mapping[str, Any]) -> str:
+    text = encoder_census_markdown(data["census"]).strip("\n")
+    if not text:
+        return "The encoder-level diagnostics were not run in this census."
+    return text.split("\n", 2)[2].strip("\n")  # without census.md's heading
+
+
 PARTS: dict[str, Callable[[Mapping[str, Any]], str]] = {
-    "source": _source, "story": _story, "families": _families, "ledger": _ledger, "provenance": _provenance}
+    "source": _source, "story": _story, "families": _families, "ledger": _ledger, "provenance": _provenance,
+    "encoder": _encoder}
 
 
 # --- regions --------------------------------------------------------------------------------------------------------

@@ -39,6 +39,9 @@ def test_margin_and_q_are_not_part_of_the_measurement_key():
                                                                 sweeps={"margins_pp": [3.0]},
                                                                 controls={"planted_pp": [1.0]}))
     assert measurement_sha256(base) != measurement_sha256(_spec(refit={"pool_size": 128}))
+    # a rule that does not match a checkpoint does not change how it is measured (local_spec applies the rules)
+    rule = {"match": {"repo": "elsewhere/*"}, "provenance": {"pool_size": 64, "draws": 1}}
+    assert measurement_sha256(base) == measurement_sha256(_spec(rules=[rule]))
     assert measurement_sha256(base) != measurement_sha256(_spec(seed=1))
 
 

@@ -301,3 +301,21 @@ def test_names_from_the_census_are_escaped_on_the_page() -> None:
     text = render_census_page(census)
     assert "<img src=x" not in text and "<b>spec</b>" not in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
+
+
+def test_the_provenance_line_reads_both_arms_and_the_staleness_ratio() -> None:
+    from bnconvention.audit.census_story import provenance_line
+
+    census = census_doc()
+    assert provenance_line(census) is None  # not run: no line, rather than a line of zeros
+    arm = {"checkpoints": 24, "draws": [2], "pooled_forget_shift_pp": 0.55, "largest_forget_shift_pp": 1.88,
+           "shift_exceeds_null": 9, "exceeds_null": 16, "staleness_ratio_median": 3.89,
+           "staleness_ratio_range": [1.99, 14.93]}
+    census["readings"]["provenance"] = {"deployment": arm, "ceiling": {**arm, "pooled_forget_shift_pp": 0.36,
+                                                                        "staleness_ratio_median": None}}
+    line = provenance_line(census)
+    assert line is not None and line.startswith("Provenance on 24 checkpoints (2 draws per arm): exchanging the "
+                                                "removed share of the fitting pool moves forget accuracy by +0.55 pp")
+    assert "every removed record in the pool moves forget accuracy by +0.36 pp pooled" in line
+    assert line.endswith("staleness is 3.89× the deployment exchange's distance at the median (1.99 … 14.93).")
+    assert line in population_story(census)

@@ -173,6 +173,32 @@ def spearman_interval(rank: Mapping[str, Any]) -> str:
             f"over {rank['clusters']} {rank.get('clustered_by', 'cluster')}s")
 
 
+def provenance_line(census: Mapping[str, Any]) -> str | None:
+    """The provenance contrast against staleness: whether exchanging kept records for removed ones in the fitting
+    pool moves the cell, and how far the shipped state's staleness exceeds that exchange's distance."""
+    arms = (census.get("readings") or {}).get("provenance") or {}
+    deployment, ceiling = arms.get("deployment"), arms.get("ceiling")
+    if not deployment:
+        return None
+    n = deployment["checkpoints"]
+
+    def moves(a: Mapping[str, Any]) -> str:
+        return (f"forget accuracy by {signed(a['pooled_forget_shift_pp'])} pp pooled (largest "
+                f"{signed(a['largest_forget_shift_pp'])}; beyond its null swap on {a['shift_exceeds_null']} of "
+                f"{a['checkpoints']}) and φ beyond its null band on {a['exceeds_null']} of {a['checkpoints']}")
+
+    line = (f"Provenance on {_plural(n, 'checkpoint')} ({'/'.join(map(str, deployment['draws']))} draws per arm): "
+            f"exchanging the removed share of the fitting pool moves {moves(deployment)}")
+    if ceiling:
+        line += f"; every removed record in the pool moves {moves(ceiling)}"
+    ratio = deployment.get("staleness_ratio_median")
+    if ratio is not None:
+        low, high = deployment["staleness_ratio_range"]
+        line += (f"; the shipped statistics' staleness is {ratio:.2f}× the deployment exchange's distance at the "
+                 f"median ({low:.2f} … {high:.2f})")
+    return line + "."
+
+
 def _controls(census: Mapping[str, Any]) -> str | None:
     controls = census.get("controls") or {}
     if not controls.get("controls"):
@@ -269,7 +295,8 @@ def population_story(census: Mapping[str, Any]) -> list[str]:
     cell = headline_cell(census)
     lines = [headline(census), *flips_lines(census)]
     supporting = (_equivalent_yet_displaced(census, cell) or _no_equivalent_family(census, cell),
-                  _variants(census, cell), _twins(census), _staleness(census), _controls(census),
+                  _variants(census, cell), _twins(census), _staleness(census), provenance_line(census),
+                  _controls(census),
                   anchoring_line(census), margin_line(census), floor_reading(census), by_line(census, cell))
     for line in supporting:
         if line is not None:
@@ -278,4 +305,4 @@ def population_story(census: Mapping[str, Any]) -> list[str]:
 
 
 __all__ = ["anchoring_line", "background_text", "by_line", "detection_floor_pp", "flips_lines", "floor_reading",
-           "headline", "headline_cell", "margin_line", "population_story", "spearman_interval"]
+           "headline", "headline_cell", "margin_line", "population_story", "provenance_line", "spearman_interval"]

@@ -40,8 +40,10 @@ from bnconvention.audit.stages import ShippedCells, decide_cells
 from bnconvention.audit.stats import by_adjust
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 
-DECISION_FIELDS = ("name", "margin_pp", "margin", "fdr_q", "sweeps", "controls")
-REPLICATE_FIELDS = ("dataset", "splits", "transform", "model", "rules", "refit", "seed", "eval_batch_size")
+# ``rules`` are not measured: a checkpoint is audited with the sections its matching rules set (its spec then has no
+# rules), or with the spec as written when none matches; editing a rule that does not match it changes nothing.
+DECISION_FIELDS = ("name", "margin_pp", "margin", "fdr_q", "sweeps", "controls", "rules")
+REPLICATE_FIELDS = ("dataset", "splits", "transform", "model", "refit", "seed", "eval_batch_size")
 REPLICATES_DIR = "replicates"
 REPLICATE_FORMAT = "bnconvention-replicate/1"
 OUTCOMES = ("displaced", "equivalent", "undetermined")

@@ -90,7 +90,7 @@ class DemoResult:
 
 
 class Stages:
-    """Announces each stage on stderr (``[demo 2/7] publish: ...``) and times it."""
+    """Announces each stage on stderr (``[demo 2/7] publish: ...``), times it and says how long it took."""
 
     def __init__(self, stream: TextIO, *, quiet: bool, names: tuple[str, ...] = STAGES) -> None:
         self.stream = stream
@@ -108,6 +108,9 @@ class Stages:
             yield
         finally:
             self.seconds[name] = time.perf_counter() - start
+        if not self.quiet:  # only when the stage finished
+            print(f"[demo {index}/{len(self.names)}] {name}: done in {self.seconds[name]:.0f} s", file=self.stream,
+                  flush=True)
 
 
 @contextlib.contextmanager

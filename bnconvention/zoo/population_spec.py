@@ -36,6 +36,7 @@ def _splits(key: str, indent: str) -> str:
 
 
 PROVENANCE_REMOVAL = "r10"
+DIAGNOSTICS_REMOVAL = "r05"  # the encoder-level diagnostics on its seed-0 released checkpoints
 
 
 def _rules(config: PopulationConfig) -> str:
@@ -46,7 +47,21 @@ def _rules(config: PopulationConfig) -> str:
         lines.append(_splits(key, " " * 6))
     if PROVENANCE_REMOVAL in config.removals:
         lines.append(_provenance_rule(PROVENANCE_REMOVAL, config))
+    if DIAGNOSTICS_REMOVAL in config.removals and config.seeds:
+        lines.append(_diagnostics_rule(DIAGNOSTICS_REMOVAL, config.seeds[0], config))
     return "".join(lines) + "\n" if len(lines) > 2 else ""
+
+
+def _diagnostics_rule(key: str, seed: int, config: PopulationConfig) -> str:
+    """The encoder-level diagnostics (linear probe with its BN/NC residuals against the sibling retrain, the
+    membership attack) on one removal's unlearned checkpoints of one seed: the census's encoder table on a subset."""
+    listed = ", ".join(f'"{key}/{key}-s{seed}-{family}-*"' for family in config.families)
+    reference = '"../{seed_stem}-retrain/{seed_stem}-retrain.safetensors"'
+    return (f"  # Encoder-level diagnostics on removal {key}, seed {seed}: is the forgetting in the encoder or only\n"
+            "  # in the statistics? (linear probe against the sibling retrain, membership attack)\n"
+            f"  - name: diagnostics on {key} seed {seed}\n    match:\n      repo: [{listed}]\n"
+            f"    diagnostics:\n      reference:\n        path: {reference}\n"
+            "      linear_probe: {per_class: 20}\n      membership_inference: {}\n")
 
 
 def _provenance_rule(key: str, config: PopulationConfig) -> str:

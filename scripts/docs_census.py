@@ -36,6 +36,9 @@ from typing import Any
 
 from bnconvention.audit.census_story import population_story
 from bnconvention.audit.encoder_report import encoder_census_markdown
+from bnconvention.audit.markdown_readings import recoverability_lines
+from bnconvention.audit.scales_report import reading as scales_reading
+from bnconvention.audit.scales_report import scales_groups_markdown
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.text import markdown_table, signed
 
@@ -48,7 +51,7 @@ REGION = re.compile(r"(<!-- begin generated: (?P<name>[\w-]+)/(?P<part>[\w-]+) \
 # census.json sections the docs read; the per-checkpoint rows (and everything only they need) stay out
 KEPT = ("spec_name", "spec_sha256", "replicates", "margin_pp", "fdr_q", "headline", "counts", "cells", "verdicts",
         "largest_shift", "margin", "preregistration", "flip_ledger", "controls", "detection_floor",
-        "recalibration_budget", "families", "twin_gaps", "sweeps", "readings")
+        "recalibration_budget", "families", "twin_gaps", "sweeps", "readings", "scales")
 
 
 # --- the extract ------------------------------------------------------------------------------------------------
@@ -71,8 +74,9 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version()}
 
 
-def extract(census: Mapping[str, Any], *, command: str) -> dict[str, Any]:
-    """The part of a census summary the docs quote, with where it came from."""
+def extract(census: Mapping[str, Any], *, command: str, commit: str | None = None) -> dict[str, Any]:
+    """The part of a census summary the docs quote, with where it came from: ``commit`` is the commit the census
+    ran at (default: this checkout's HEAD, with whether it had uncommitted changes)."""
     kept = {key: census[key] for key in KEPT if key in census}
     readings = dict(kept.get("readings") or {})
     readings.pop("mechanism", None)
@@ -85,14 +89,14 @@ def extract(census: Mapping[str, Any], *, command: str) -> dict[str, Any]:
         kept["controls"] = {k: v for k, v in kept["controls"].items() if k != "rows"} | {
             "failed": sorted(r["checkpoint"] for r in census["controls"]["rows"] if not r["holds"]),
             "rows": [{"checkpoint": r["checkpoint"], "label": r["label"], "holds": r["holds"]}
-                     for r in census["controls"]["rows"] if not r["holds"]]}
+                     for r in census["controls"]["rows"]]}
     if kept.get("twin_gaps"):
         kept["twin_gaps"] = {k: v for k, v in kept["twin_gaps"].items() if k != "pairs"}
-    # the rows the encoder table reads: only the checkpoints the diagnostics ran on
-    kept["checkpoints"] = [{k: row[k] for k in ("checkpoint", "encoder", "population") if k in row}
-                           for row in census.get("checkpoints") or [] if row.get("encoder")]
-    status = _git("status", "--porcelain", "--untracked-files=no")
-    return {"format": FORMAT, "source": {"commit": _git("rev-parse", "HEAD"), "uncommitted_changes": bool(status),
+    # the rows the encoder and scales tables read: only the checkpoints those audits ran on
+    kept["checkpoints"] = [{k: row[k] for k in ("checkpoint", "encoder", "scales", "population") if k in row}
+                           for row in census.get("checkpoints") or [] if row.get("encoder") or row.get("scales")]
+    dirty = None if commit is not None else bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return {"format": FORMAT, "source": {"commit": commit or _git("rev-parse", "HEAD"), "uncommitted_changes": dirty,
                                          "machine": machine(), "command": command,
                                          "date": datetime.now(UTC).isoformat(timespec="seconds")},
             "census": kept}
@@ -171,16 +175,33 @@ def _encoder(data: Mapping[str, Any]) -> str:
     return text.split("\n", 2)[2].strip("\n")  # without census.md's heading
 
 
+def _recoverability(data: Mapping[str, Any]) -> str:
+    curve = (data["census"].get("readings") or {}).get("recoverability")
+    if not curve:
+        return "The recoverability curve was not run in this census."
+    return "\n".join(recoverability_lines(curve)[3:]).strip("\n")  # without census.md's heading
+
+
+def _scales(data: Mapping[str, Any]) -> str:
+    census = data["census"]
+    if not (census.get("scales") or {}).get("quantized"):
+        return "No checkpoint of this census ships activation scales."
+    return "\n".join([scales_reading(census), *scales_groups_markdown(census)]).strip("\n")
+
+
 PARTS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "source": _source, "story": _story, "families": _families, "ledger": _ledger, "provenance": _provenance,
-    "encoder": _encoder}
+    "encoder": _encoder, "scales": _scales, "recoverability": _recoverability}
 
 
 # --- regions --------------------------------------------------------------------------------------------------------
 
 
 def load(name: str) -> dict[str, Any]:
-    data = json.loads((DATA / f"{name}.json").read_text("utf-8"))
+    path = DATA / f"{name}.json"
+    if not path.is_file():
+        raise SystemExit(f"docs/data/{name}.json is missing; make it with --extract CENSUS_DIR --name {name}")
+    data = json.loads(path.read_text("utf-8"))
     if data.get("format") != FORMAT:
         raise SystemExit(f"docs/data/{name}.json is not a {FORMAT} extract")
     return data
@@ -210,13 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--extract", metavar="CENSUS_DIR", help="refresh docs/data/NAME.json from a census folder")
     parser.add_argument("--name", help="the extract's name (with --extract)")
     parser.add_argument("--command", help="the command that produced the census (with --extract)")
+    parser.add_argument("--commit", help="the commit the census ran at (with --extract; default: HEAD here)")
     args = parser.parse_args(argv)
     if args.extract:
         if not args.name or not args.command:
             parser.error("--extract needs --name and --command")
         census = json.loads((Path(args.extract) / "census.json").read_text("utf-8"))
-        atomic_write_text(DATA / f"{args.name}.json", json.dumps(extract(census, command=args.command), indent=1,
-                                                                   ensure_ascii=False) + "\n")
+        DATA.mkdir(parents=True, exist_ok=True)
+        data = extract(census, command=args.command, commit=args.commit)
+        atomic_write_text(DATA / f"{args.name}.json", json.dumps(data, indent=1, ensure_ascii=False) + "\n")
         print(f"wrote docs/data/{args.name}.json; run --write to regenerate the pages")
         return 0
     if args.write:

@@ -209,6 +209,18 @@ class CellExpression:
         """The value for ``values`` of the cells; ``ZeroDivisionError`` when a divisor is 0."""
         return _number(self.tree, values)
 
+    def value_in(self, values: Mapping[str, float]) -> float | None:
+        """This cell's value in a mapping of cells (published ones, say): listed itself, else computed from the
+        cells it reads; None when one is missing or a divisor is 0."""
+        if self.text in values:
+            return float(values[self.text])
+        if not all(name in values for name in self.names):
+            return None
+        try:
+            return self.evaluate(values)
+        except ZeroDivisionError:
+            return None
+
 
 @dataclass(frozen=True)
 class Criterion:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bnconvention.audit.expressions import CellExpression
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.standard.models import Cell
@@ -42,7 +41,7 @@ def flip_rows(name: str, result: AuditResult, spec: AuditSpec, *, group: str = D
         criterion = criteria.get(verdict.criterion)
         if not verdict.flipped or criterion is None:
             continue
-        compared = [_operand(_cell(result, op.text), _published_value(op, published))
+        compared = [_operand(_cell(result, op.text), op.value_in(published))
                     for op in criterion.operands]
         every = verdict.refit_pass_replicates == (replicates if verdict.refit else 0)
         rows.append({"checkpoint": name, "group": group, "label": label, "criterion": verdict.criterion,
@@ -60,18 +59,6 @@ def _published(result: AuditResult) -> dict[str, float]:
     """The published cells the census anchored against (cell text -> value); empty without anchoring."""
     anchoring = result.annotation.anchoring
     return {} if anchoring is None else {c.metric: c.published for c in anchoring.cells}
-
-
-def _published_value(operand: CellExpression, published: dict[str, float]) -> float | None:
-    """The operand as published: listed itself, or computed from the published base cells it uses."""
-    if operand.text in published:
-        return published[operand.text]
-    if all(name in published for name in operand.names):
-        try:
-            return operand.evaluate(published)
-        except ZeroDivisionError:
-            return None
-    return None
 
 
 def _operand(cell: Cell, published: float | None) -> dict[str, Any]:

@@ -45,17 +45,6 @@ def recipe(population: PopulationMetadata) -> str:
     return "/".join(str(p) for p in parts if p is not None)
 
 
-def _value(cell: CellExpression, published: Mapping[str, float]) -> float | None:
-    if cell.text in published:
-        return float(published[cell.text])
-    if all(name in published for name in cell.names):
-        try:
-            return cell.evaluate(published)
-        except ZeroDivisionError:
-            return None
-    return None
-
-
 def seed_spread_margin(entries: Sequence[MarginEntry], cells: Sequence[CellExpression]) -> dict[str, Any]:
     """The margin by seed 001's rule and its derivation (see the module docstring); :class:`UsageError` when no
     recipe is published under two seeds."""
@@ -68,7 +57,7 @@ def seed_spread_margin(entries: Sequence[MarginEntry], cells: Sequence[CellExpre
     spreads: list[dict[str, Any]] = []
     for key, members in sorted(by_recipe.items()):
         for cell in cells:
-            values = [v for e in members if e.published is not None and (v := _value(cell, e.published)) is not None]
+            values = [v for e in members if e.published is not None and (v := cell.value_in(e.published)) is not None]
             if len(values) >= 2:
                 spreads.append({"recipe": key, "cell": cell.text, "seeds": len(values),
                                 "spread_pp": 100.0 * statistics.stdev(values)})

@@ -18,6 +18,8 @@ EPILOG = """examples:
   bnconvention census zoo --spec examples/audit/digits-zoo.yaml --out census-zoo
   bnconvention census a.safetensors b.safetensors --spec audit.yaml --out census --workers 2
   bnconvention census zoo --spec examples/audit/digits-zoo.yaml --out census-zoo --margins 1,1.5,2 --pool-sizes 256
+  bnconvention census population --spec spec.yaml --out census --preregister   # fix spec, margin, listing first
+  bnconvention census population --spec spec.yaml --out census --amend "why the spec changed"
 
 PATHS are .safetensors files, shard indexes (.safetensors.index.json) or folders searched recursively (a sharded
 checkpoint there is one checkpoint: its index). Every checkpoint is checked before any is audited.
@@ -29,6 +31,10 @@ DIR/checkpoints/<name>/ per checkpoint.
 Margins and q levels are re-read from the journaled replicates (no refit); stored replicates are kept per pool
 size in DIR/replicates/. Controls (spec controls.checkpoints, and channel-absent models) are reported apart and
 kept out of the Benjamini-Yekutieli family; census.md adds the detection floor and the recalibration budget.
+
+With --preregister nothing is refit: DIR/preregistration.json records the spec's digest, the margin (derived from
+the population's own seed spread with margin: auto in the spec) and the listing with weight digests. A census into
+that DIR then refuses a changed spec, listing or margin unless --amend gives the reason (DIR/amendments.json).
 
 Exit codes: 0 census written (displaced cells and flips are findings, not failures), 1 an audit could not run (a
 checkpoint does not fit its model, a factory failed, a dependency is missing), 2 invalid spec, unreadable or

@@ -93,13 +93,25 @@ def extract(census: Mapping[str, Any], *, command: str, commit: str | None = Non
     if kept.get("twin_gaps"):
         kept["twin_gaps"] = {k: v for k, v in kept["twin_gaps"].items() if k != "pairs"}
     # the rows the encoder and scales tables read: only the checkpoints those audits ran on
-    kept["checkpoints"] = [{k: row[k] for k in ("checkpoint", "encoder", "scales", "population") if k in row}
-                           for row in census.get("checkpoints") or [] if row.get("encoder") or row.get("scales")]
+    kept["checkpoints"] = [_row(row) for row in census.get("checkpoints") or []
+                           if row.get("encoder") or row.get("scales")]
     dirty = None if commit is not None else bool(_git("status", "--porcelain", "--untracked-files=no"))
     return {"format": FORMAT, "source": {"commit": commit or _git("rev-parse", "HEAD"), "uncommitted_changes": dirty,
                                          "machine": machine(), "command": command,
                                          "date": datetime.now(UTC).isoformat(timespec="seconds")},
             "census": kept}
+
+
+def _row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A census row cut to what the encoder and scales tables read."""
+    kept = {k: row[k] for k in ("checkpoint", "encoder", "population") if k in row}
+    scales = row.get("scales")
+    if scales:
+        kept["scales"] = {k: scales[k] for k in ("status", "displaced", "median_abs_log_ratio", "max_abs_log_ratio")
+                          if k in scales}
+        kept["scales"]["cells"] = {m: {"shift_pp": c["shift_pp"], "outcome": c["outcome"]}
+                                   for m, c in (scales.get("cells") or {}).items()}
+    return kept
 
 
 # --- the renderings -----------------------------------------------------------------------------------------------
@@ -110,7 +122,7 @@ def _source(data: Mapping[str, Any]) -> str:
     m = s["machine"]
     dirty = " with uncommitted changes" if s["uncommitted_changes"] else ""
     return (f"Run `{s['command']}` at commit `{s['commit'][:12]}`{dirty} on {m['cpu']} ({m['cores']} cores, "
-            f"Python {m['python']}), {s['date']}. The population is trained in floating point: another machine "
+            f"Python {m['python']}), {s['date']}. The checkpoints are trained in floating point: another machine "
             "prints other digits, and the docs quote this run only.")
 
 

@@ -169,6 +169,18 @@ def test_the_headline_does_not_change_with_the_findings_it_does_not_count() -> N
                                 "displaced.")
 
 
+def test_a_design_that_cannot_survive_by_does_not_say_the_statistics_held() -> None:
+    census = census_doc()
+    census["replicates"] = 5
+    census["cells"]["df"].update(displaced_by=0, displaced=4,
+                                 by={"m": 7, "p_displaced": 0.5 ** 5, "keeps_all_from": None})
+    line = headline(census)
+    assert line.startswith("No released checkpoint decided can be certified displaced on `df` by this design: with "
+                           "R = 5 and 7 decided, not even all of them displaced would survive BY at q = 0.05; 4 are "
+                           "displaced before BY")
+    assert "held" not in line
+
+
 def test_a_census_without_bn_controls_says_its_background_was_not_measured() -> None:
     census = census_doc()
     del census["controls"]

@@ -102,12 +102,18 @@ def headline(census: Mapping[str, Any]) -> str:
     counts = census["cells"][cell]
     n = counts["displaced_by"]
     design = f"±{census['margin_pp']:g} pp, BY q = {census['fdr_q']:g}"
+    background = ("" if not (census.get("controls") or {}).get("background") else
+                  f"; {background_text(census, cell=cell)}")
+    if not n and counts.get("displaced") and (counts.get("by") or {}).get("m") and \
+            counts["by"]["keeps_all_from"] is None:
+        return (f"No released checkpoint decided can be certified displaced on `{cell}` by this design: with "
+                f"R = {census['replicates']} and {counts['by']['m']} decided, not even all of them displaced would "
+                f"survive BY at q = {census['fdr_q']:g}; {counts['displaced']} are displaced before BY (±"
+                f"{census['margin_pp']:g} pp{_twin_note(census)}){background}.")
     if not n:
         raw = f"; {counts['displaced']} before BY" if counts.get("displaced") else ""
         return (f"No released checkpoint decided is displaced on `{cell}` ({n} of {decided}, {design}{raw}"
-                f"{_twin_note(census)}): the shipped statistics held"
-                + ("" if not (census.get("controls") or {}).get("background") else
-                   f"; {background_text(census, cell=cell)}") + ".")
+                f"{_twin_note(census)}): the shipped statistics held{background}.")
     largest = census.get("largest_shift") or {}
     tail = (f"; the largest shift is {signed(largest['shift_pp'])} pp (`{largest['cell']}`, {largest['checkpoint']})"
             if largest else "")

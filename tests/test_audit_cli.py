@@ -31,7 +31,8 @@ def test_audit_end_to_end_writes_a_valid_annotation(zoo, tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["audit", str(zoo.root / "bn-badteacher-eval.safetensors"), "--spec", str(spec), "--out", str(out),
                  "--no-progress"])
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert code == 0
     assert sorted(p.name for p in out.iterdir()) == ["annotation.json", "cells.png", "result.json", "staleness.png",
                                                      "summary.md"]
@@ -40,7 +41,9 @@ def test_audit_end_to_end_writes_a_valid_annotation(zoo, tmp_path, capsys):
     assert printed.splitlines()[0] == annotation["reporting_line"]
     assert "forget accuracy moves +" in annotation["reporting_line"]
     # two replicates cannot reach the sign test's level (p = 0.25 > 0.05): undetermined, however far they move
-    assert "(undetermined: 2/2 replicates beyond ±1.2pp)" in annotation["reporting_line"]
+    assert ("(undetermined: 2/2 replicates beyond ±1.2pp; R = 2 cannot reach p <= 0.05 (smallest p = 0.25))"
+            in annotation["reporting_line"])
+    assert "warning: with 2 replicates no cell can be displaced" in captured.err
     assert "FLIP pass to fail" in printed
     assert main(["validate", str(out / "annotation.json")]) == 0
     summary = (out / "summary.md").read_text()

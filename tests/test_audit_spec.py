@@ -142,3 +142,21 @@ def test_published_cells_are_canonicalised():
                        "published_by_checkpoint": {"bn-base": {"dr": 0.99}}})
     assert spec.published_for("other") == {"abs(df - dt)": 0.04, "df": 0.01}
     assert spec.published_for("bn-base") == {"dr": 0.99}
+
+
+@pytest.mark.parametrize(("extra", "pointer", "suggestion"), [
+    ({"replicate": 3}, "/replicate", "'replicates'"),
+    ({"refit": {"pol_size": 128}}, "/refit/pol_size", "'pool_size'"),
+    ({"splits": {"forget_clases": [3]}}, "/splits/forget_clases", "'forget_classes'"),
+    ({"rules": [{"match": {"repo": "a/*"}, "provenanse": {"pool_size": 8}}]}, "/rules/0/provenanse", "'provenance'"),
+])
+def test_a_misspelt_field_gets_the_field_it_was_meant_to_be(extra, pointer, suggestion):
+    with pytest.raises(AuditSpecError) as caught:
+        parse_spec({"spec_version": "1.0", "kind": "audit_spec", "splits": {"forget_classes": [3]}, **extra})
+    assert f"{pointer}: unknown field" in str(caught.value) and f"did you mean {suggestion}?" in str(caught.value)
+
+
+def test_a_field_like_no_other_gets_no_guess():
+    with pytest.raises(AuditSpecError, match="check the spelling against the schema") as caught:
+        parse_spec({"spec_version": "1.0", "kind": "audit_spec", "splits": {"forget_classes": [3]}, "zzz": 1})
+    assert "did you mean" not in str(caught.value)

@@ -15,7 +15,7 @@ from bnconvention.audit.evaluation import BaseCells
 from bnconvention.audit.expressions import CellExpression, Criterion, parse_cell
 from bnconvention.audit.result import SignRecord
 from bnconvention.audit.spec import AuditSpec
-from bnconvention.audit.stats import Decision, decide, sign_test
+from bnconvention.audit.stats import Decision, binomial_tail, decide, sign_test
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.text import plural, signed
 from bnconvention.standard.models import AnchorCell, Anchoring, Cell, CellDecision, Verdict
@@ -122,6 +122,28 @@ def reporting_line(*, spec: AuditSpec, cells: Sequence[Cell], signs: Mapping[str
         detail = f"equivalent within ±{spec.margin_pp:g}pp, TOST p = {format_p(cell.decision.p_value)}"
     else:
         detail = f"undetermined: {sign.beyond}/{plural(replicates, 'replicate')} beyond ±{spec.margin_pp:g}pp"
+        if sign.beyond == replicates and unreachable(replicates):
+            detail += f"; {reach_note(replicates)}"
     return f"{prefix}, {label} moves {signed(cell.shift_pp)}pp ({detail})"
+
+
+def unreachable(replicates: int, *, level: float = 0.90) -> bool:
+    """Whether R replicates can never displace a cell: the smallest sign-test p, 0.5**R, is above the level's
+    alpha (R <= 4 at the default 90 % level)."""
+    return binomial_tail(replicates, replicates) > (1 - level) / 2
+
+
+def reach_note(replicates: int, *, level: float = 0.90) -> str:
+    """``R = 3 cannot reach p <= 0.05 (smallest p = 0.125)``."""
+    return (f"R = {replicates} cannot reach p <= {(1 - level) / 2:g} (smallest p = "
+            f"{binomial_tail(replicates, replicates):g})")
+
+
+def reach_warning(replicates: int) -> str | None:
+    """The audit's warning when its R can never displace a cell, or None."""
+    if not unreachable(replicates):
+        return None
+    return (f"with {replicates} replicates no cell can be displaced: {reach_note(replicates)}; use at least 5 "
+            "replicates (the papers use 10)")
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bnconvention.audit.checkpoint import load_checkpoint
 from bnconvention.audit.data import AuditData, load_audit_data
+from bnconvention.audit.decisions import reach_warning
 from bnconvention.audit.encoder import plan_encoder, run_encoder, with_encoder
 from bnconvention.audit.evaluation import Refitter
 from bnconvention.audit.provenance import retained_needed
@@ -173,7 +174,8 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
         refits_run=refitter.count,
         seconds=time.perf_counter() - start,
         seconds_shipped_eval=shipped.seconds,
-        warnings=[*checkpoint.warnings, *replicates.warnings, *staleness.warnings],
+        warnings=[*checkpoint.warnings, *replicates.warnings, *staleness.warnings,
+                  *filter(None, [reach_warning(spec.replicates)])],
         staleness_null=staleness.null,
         provenance_arms=diagnostics.provenance_arms or None,
         recoverability_curve=diagnostics.curve,

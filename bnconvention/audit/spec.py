@@ -20,12 +20,14 @@ exact refit under the train transform, recoverability on B = 10 test images):
 
 from __future__ import annotations
 
+import difflib
 import json
+import typing
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import Field, JsonValue, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import BaseModel, Field, JsonValue, SerializerFunctionWrapHandler, ValidationError, model_serializer
 from pydantic_core import ErrorDetails
 
 from bnconvention.audit.diagnostics_spec import DiagnosticsSpec
@@ -363,10 +365,38 @@ def _message(error: ErrorDetails) -> str:
         return (f"a decision needs at least 2 replicates (found {found!r}): one refit reaches no sign-test level "
                 "and gives no TOST interval; the papers use 10")
     if error["type"] == "extra_forbidden":
-        return f"unknown field (found {found!r}); check the spelling against the schema"
+        suggestion = _did_you_mean(tuple(error["loc"]))
+        hint = f"; did you mean {suggestion!r}?" if suggestion else "; check the spelling against the schema"
+        return f"unknown field (found {found!r}){hint}"
     if isinstance(found, (str, int, float, bool)) or found is None:
         return f"{text} (found {found!r})"
     return text
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str | None:
+    """The closest field name of the model that holds the unknown key at ``loc`` (``replicate`` -> ``replicates``,
+    ``refit.pol_size`` -> ``pool_size``), or None."""
+    model: Any = AuditSpec
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        model = next((t for t in _types(field.annotation) if isinstance(t, type) and issubclass(t, BaseModel)), None)
+        if model is None:
+            return None
+    names = list(getattr(model, "model_fields", {}))
+    found = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _types(annotation: Any) -> list[Any]:
+    """The classes inside an annotation (``X | None``, ``list[X]``, ``Annotated[X, ...]``)."""
+    args = typing.get_args(annotation)
+    if not args:
+        return [annotation]
+    return [t for arg in args for t in _types(arg)]
 
 
 def _resolve_paths(spec: AuditSpec, base_dir: Path) -> AuditSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 # The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
 # and every other command stays light (cli/main.py).
 import argparse
+import sys
 from pathlib import Path
 
 from bnconvention.cli.device_option import add_device_option, chosen_device
@@ -90,5 +91,7 @@ def run(args: argparse.Namespace) -> int:
         flip = f"  FLIP {verdict.direction.replace('_', ' ')}" if verdict.direction else ""
         print(f"  {verdict.criterion}: shipped {'pass' if verdict.shipped else 'fail'}, refit "
               f"{'pass' if verdict.refit else 'fail'}{flip}")
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {written[ANNOTATION_FILE]} and {plural(len(written) - 1, 'more file')} in {out}")
     return 0

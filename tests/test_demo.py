@@ -246,6 +246,19 @@ def test_serve_keeps_the_published_organisation_up_until_ctrl_c(tmp_path: Path, 
     assert missing_output(shown[0].removeprefix("text\n"), serving.stdout) == []
 
 
+def test_serve_says_what_it_builds_without_progress_bars(tmp_path: Path) -> None:
+    """What a redirected ``demo --serve`` (no terminal: no bars) writes while it builds: a line per stage."""
+    import io
+
+    from bnconvention.demo import serve_demo
+
+    stream = io.StringIO()
+    with serve_demo(tmp_path / "out", zoo_dir=observed_zoo_dir(), progress=False, stage_lines=True, stream=stream):
+        lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("[demo 1/2] zoo: digits zoo") and lines[1].startswith("[demo 1/2] zoo: done in")
+    assert lines[2].startswith("[demo 2/2] publish: ") and lines[3].startswith("[demo 2/2] publish: done in")
+
+
 @pytest.mark.slow
 def test_serve_starts_over_from_the_published_state(tmp_path: Path) -> None:
     # what one session published (a new repo) is gone at the next start; a full demo's crawl is not touched

@@ -101,7 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
     from bnconvention.demo.serve import serve_demo, serve_text
 
     with serve_demo(args.out, zoo_dir=args.zoo, port=args.port or 0, fresh=args.fresh,
-                    progress=show_progress(args.progress)) as served:
+                    progress=show_progress(args.progress), stage_lines=args.progress is not False) as served:
         sys.stdout.write(serve_text(served))
         sys.stdout.flush()
         wait_until_stopped()

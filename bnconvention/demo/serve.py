@@ -67,13 +67,16 @@ def serve_text(served: ServedDemo) -> str:
 
 @contextlib.contextmanager
 def serve_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.PathLike[str] | None = None,
-               port: int = 0, fresh: bool = False, progress: bool = True,
+               port: int = 0, fresh: bool = False, progress: bool = True, stage_lines: bool | None = None,
                stream: TextIO | None = None) -> Iterator[ServedDemo]:
     """Build (or reuse) the zoo in ``out``, publish the organisation into a fresh store and serve it on 127.0.0.1
-    (``port`` 0: a free port) while the block runs. Holds the demo folder's lock throughout: a ``bnconvention
-    demo`` in the same ``out`` is refused until the block ends."""
+    (``port`` 0: a free port) while the block runs. Stage lines as :func:`~bnconvention.demo.pipeline.run_demo`
+    writes them (``stage_lines`` keeps them without progress bars: a redirected ``demo --serve`` says what it
+    builds while it builds). Holds the demo folder's lock throughout: a ``bnconvention demo`` in the same ``out`` is
+    refused until the block ends."""
     with demo_folder(out, zoo_dir=zoo_dir, fresh=fresh) as paths, hub_environment(paths.hf_home):
-        stages = Stages(stream or sys.stderr, quiet=not progress, names=SERVE_STAGES)
+        stages = Stages(stream or sys.stderr, quiet=not (progress if stage_lines is None else stage_lines),
+                        names=SERVE_STAGES)
         with stages.stage("zoo", f"digits zoo with the recorder observing training, and the timm and transformers "
                                  f"models ({paths.zoo})"):
             zoo, libraries, _ = prepare_models(paths, progress=progress)

@@ -193,3 +193,32 @@ def test_margin_auto_without_seeds_is_refused_in_one_line(zoo, tmp_path, capsys)
     both = write_spec(tmp_path / "both.yaml", margin="auto", margin_pp=1.5)
     _refused(capsys, ["census", str(zoo.root / "bn-finetune.safetensors"), "--spec", str(both)], tmp_path / "out",
              code=2, message="both margin: auto and margin_pp", label="invalid audit spec")
+
+
+@pytest.mark.slow
+def test_a_census_of_hub_like_folders_names_each_by_its_folder_and_keeps_identical_weights_apart(zoo, tmp_path,
+                                                                                                  capsys):
+    population = tmp_path / "lab"
+    for folder, source in (("release-a", "bn-finetune"), ("release-b", "bn-finetune"), ("other", "bn-retrain")):
+        (population / folder).mkdir(parents=True)
+        shutil.copy(zoo.root / f"{source}.safetensors", population / folder / "model.safetensors")
+        shutil.copy(zoo.root / f"{source}.json", population / folder / "model.json")
+    spec = write_spec(tmp_path / "spec.yaml", replicates=2, recoverability=None)
+    assert main(["census", str(population), "--spec", str(spec), "--out", str(tmp_path / "census"),
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    census = json.loads((tmp_path / "census" / "census.json").read_text())
+    rows = {row["checkpoint"]: row["path"] for row in census["checkpoints"]}
+    # one row per input path, named by its folder: the same weights released twice are two rows, and said to be one file
+    assert rows == {"other": str(population / "other" / "model.safetensors"),
+                    "release-a": str(population / "release-a" / "model.safetensors"),
+                    "release-b": str(population / "release-b" / "model.safetensors")}
+    assert census["identical_weights"] == [["release-a", "release-b"]]
+    assert census["counts"]["checkpoints"] == 3 and census["counts"]["decided"] == 3
+    assert "release-a = release-b" in (tmp_path / "census" / "census.md").read_text()
+    # a rerun reads both from the journal (one entry: one weight file, one measurement) and keeps both paths
+    assert main(["census", str(population), "--spec", str(spec), "--out", str(tmp_path / "census"),
+                 "--no-progress"]) == 0
+    assert "0 audited, 3 reused from the journal" in capsys.readouterr().out
+    again = json.loads((tmp_path / "census" / "census.json").read_text())
+    assert {row["checkpoint"]: row["path"] for row in again["checkpoints"]} == rows

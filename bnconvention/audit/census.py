@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -205,15 +205,40 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
         fit_model(models[key], files, factory=f"factory {choice.factory!r} (from {choice.source})")
         digests = checkpoint_digests(files)
         weights = weights_key(digests.trainable_sha256, digests.running_sha256)
-        name = checkpoint_name(path)
-        reference_file(own, path, name=name)  # the diagnostics' retrain reference, when the spec names one
+        reference_file(own, path, name=checkpoint_name(path))  # the diagnostics' retrain reference, if any
         plan_scales(own, data, path, model=models[key], digests=digests)  # shipped activation scales, checked
-        if name in names:
-            name = f"{name}-{weights[:8]}"
+        name = census_name(path, names)
         names.add(name)
         items.append(CensusItem(path=path, name=name, weights_key=weights, choice=choice, spec=own,
                                 published=published, population=population_metadata(sidecar)))
     return items
+
+
+GENERIC_STEMS = frozenset({"model", "pytorch_model", "weights", "checkpoint", "adapter_model",
+                           "diffusion_pytorch_model"})
+
+
+def census_name(path: Path, taken: Collection[str]) -> str:
+    """A checkpoint's name in the census, unique by path (never by content: two releases of the same weights are
+    two rows): the file's stem, or its folder's name when the stem is generic (``model.safetensors`` in a folder
+    laid out like a Hub repo); on a clash the folder above is prefixed, then a number.
+
+    >>> census_name(Path("lab/resnet-a/model.safetensors"), set()), census_name(Path("x/bn-base.safetensors"), set())
+    ('resnet-a', 'bn-base')
+    >>> census_name(Path("r2/resnet-a/model.safetensors"), {"resnet-a"})
+    'r2-resnet-a'
+    """
+    stem = checkpoint_name(path)
+    folder = path.parent
+    name = folder.name if stem in GENERIC_STEMS and folder.name else stem
+    candidates = [name, f"{folder.name}-{stem}" if name == stem else f"{folder.parent.name}-{name}"]
+    for candidate in candidates:
+        if candidate and candidate not in taken:
+            return candidate
+    number = 2
+    while f"{candidates[-1]}-{number}" in taken:
+        number += 1
+    return f"{candidates[-1]}-{number}"
 
 
 def census_plan(spec: AuditSpec, items: Sequence[CensusItem]) -> CensusPlan:
@@ -386,6 +411,8 @@ def _reuse_journal(items: Sequence[CensusItem], out: Path, data: AuditData) -> d
                              measurement_sha256=measurement)
         if entry is None:
             continue
+        if entry.weights_path != str(item.path):  # the same weights at another path: the same measurement, its row
+            entry = entry.model_copy(update={"weights_path": str(item.path), "checkpoint": checkpoint_name(item.path)})
         again = redecide(entry, item.spec)
         if again.split_records is None:
             own = load_audit_data(item.spec, repo_dir=item.path.parent, dataset=data.dataset)

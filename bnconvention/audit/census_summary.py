@@ -69,6 +69,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
         "largest_shift": largest_shift([(names[i], results[i]) for i in eligible], metrics),
         "margin": margin_section([(names[i], results[i].split_records) for i in eligible], spec),
         "preregistration": {"preregistered": False},  # a census fixed before its refits says so (run_census)
+        "identical_weights": identical_weights(results, names),
         "flip_ledger": [row for i, (name, result) in enumerate(zip(names, results, strict=True))
                         if result.anchored is not False
                         for row in flip_rows(name, result, spec, group=groups[i], label=labels[i])],
@@ -94,6 +95,15 @@ def margin_section(rows: Sequence[tuple[str, Mapping[str, int] | None]], spec: A
     resolution = resolution_counts(rows, spec.cell_expressions(), margin_pp=spec.margin_pp)
     return {"margin_pp": spec.margin_pp, "source": "spec", "derivation": None, "resolution": resolution,
             "warnings": resolution_warnings(resolution, margin_pp=spec.margin_pp)}
+
+
+def identical_weights(results: Sequence[AuditResult], names: Sequence[str]) -> list[list[str]]:
+    """The checkpoints that hold the same weights (trainable and running digests) under different names: each is
+    its own row, and this says which rows are one weight file."""
+    groups: dict[str, list[str]] = {}
+    for result, name in zip(results, names, strict=True):
+        groups.setdefault(result.weights_key, []).append(name)
+    return [members for members in groups.values() if len(members) > 1]
 
 
 def _group(result: AuditResult, label: str | None) -> str:

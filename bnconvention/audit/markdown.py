@@ -123,6 +123,10 @@ def census_markdown(census: Mapping[str, Any]) -> str:
              f"Spec `{census['spec_name'] or census['spec_sha256'][:12]}`; "
              f"{plural(census['replicates'], 'replicate')} per checkpoint; margin ±{margin:g} pp; "
              f"Benjamini–Yekutieli at q = {q:g} across the census, per cell.", "", margin_line(census), ""]
+    same = census.get("identical_weights") or []
+    if same:
+        lines += ["Identical weights under several names (each its own row, one weight file): "
+                  + "; ".join(" = ".join(group) for group in same) + ".", ""]
     warnings = (census.get("margin") or {}).get("warnings", [])
     lines += [f"> warning: {w}" for w in warnings] + ([""] if warnings else [])
     rows = [

@@ -85,7 +85,7 @@ def test_reporting_line_names_the_convention_and_the_evidence(results):
     line = results["bn-badteacher-eval"].annotation.reporting_line
     assert re.fullmatch(r"deployed state as shipped; refit on the retained split under the training transform "
                         r"\(exact rule\), forget accuracy moves \+\d+\.\d\dpp \(undetermined: 3/3 replicates beyond "
-                        r"±1\.2pp\)", line)  # R = 3: p = 0.125 does not displace it (issue 13)
+                        r"±1\.2pp; R = 3 cannot reach p <= 0\.05 \(smallest p = 0\.125\)\)", line)  # and says why
 
 
 @pytest.mark.slow

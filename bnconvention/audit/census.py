@@ -92,7 +92,7 @@ OnResult = Callable[[str, AuditResult], None]  # called after each checkpoint au
 @dataclass(frozen=True)
 class CensusItem:
     path: Path
-    name: str  # output folder name (the file name, disambiguated when two files share it)
+    name: str  # its row and output folder: file stem, or folder for a generic stem; unique by path (census_name)
     weights_key: str
     choice: ModelChoice
     spec: AuditSpec  # the spec this checkpoint is audited with (its rules applied: local_spec)

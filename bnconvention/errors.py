@@ -59,7 +59,12 @@ class SafetensorsHeaderError(UntrustedInputError):
 
 
 class CardError(UntrustedInputError):
-    """A model card (README.md) has malformed YAML front matter or a malformed bnconvention block."""
+    """A model card (README.md) has malformed YAML front matter or a malformed bnconvention block. ``line`` is the
+    card's line (1-based) of the problem when the YAML parser names one."""
+
+    def __init__(self, message: str, *, source: str | Path | None = None, line: int | None = None) -> None:
+        super().__init__(message, source=source)
+        self.line = line
 
 
 class JSONInputError(UntrustedInputError):

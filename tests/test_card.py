@@ -60,9 +60,10 @@ BOMB = "---\na: &a [" + ", ".join(['"lol"'] * 9) + "]\n" + "".join(
 
 @pytest.mark.parametrize(("text", "fragment"), [
     # regression (issue 10): anchors were refused outright; now only what they expand to is bounded
-    pytest.param(BOMB, "at line 7 column 4: YAML aliases expand this value to more than 8388608 characters",
+    # line numbers are the card's: its YAML starts on line 2, after the opening fence
+    pytest.param(BOMB, "at line 8 column 4: YAML aliases expand this value to more than 8388608 characters",
                  id="billion-laughs"),
-    pytest.param("---\na: &a [1, *a]\n---\n", "at line 1 column 4: a YAML alias refers to a node that contains it",
+    pytest.param("---\na: &a [1, *a]\n---\n", "at line 2 column 4: a YAML alias refers to a node that contains it",
                  id="recursive-alias"),
     pytest.param("---\nx: 1\ny: *x\n---\n", "found undefined alias 'x'", id="undefined-alias"),
     pytest.param("---\nbnconvention: 1\nbnconvention: 2\n---\n", "duplicate key 'bnconvention'", id="duplicate-key"),
@@ -132,3 +133,11 @@ def test_an_empty_front_matter_is_found() -> None:
     front = split_front_matter("---\n---\n# Body\n")
     assert front is not None and front.yaml_text == "" and front.body_start == len("---\n---\n")
     assert parse_card_metadata("---\n---\n# Body\n") == {}
+
+
+def test_a_yaml_error_names_the_cards_own_line_whatever_its_line_endings() -> None:
+    for newline in ("\n", "\r\n"):
+        text = newline.join(["---", "license: mit", "tags: [a, b", "---", "# body"])
+        with pytest.raises(CardError) as info:
+            read_card_record(text, source="README.md")
+        assert "at line 3 column" in str(info.value) and info.value.line == 3

@@ -206,8 +206,8 @@ def test_render_card_block_round_trips_floats() -> None:
 # --- bad input ---------------------------------------------------------------------------------------------------
 
 BAD_CARDS = [
-    pytest.param("malformed.md", "invalid YAML front matter at line 2 column 39: expected ',' or ']'", id="malformed"),
-    pytest.param("alias_bomb.md", "invalid YAML front matter at line 7 column 4: YAML aliases expand this value to "
+    pytest.param("malformed.md", "invalid YAML front matter at line 3 column 39: expected ',' or ']'", id="malformed"),
+    pytest.param("alias_bomb.md", "invalid YAML front matter at line 8 column 4: YAML aliases expand this value to "
                  "more than 8388608 characters", id="alias-bomb"),
     pytest.param("anchor_in_block.md", "if the bnconvention block defines a YAML anchor that other keys use, move the "
                  "anchor out of the block", id="anchor-in-the-block"),

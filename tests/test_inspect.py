@@ -188,7 +188,7 @@ def test_names_that_disagree_with_the_fields_are_shown(copy_of: Path, capsys: py
                  "header length 1000 exceeds the 35 bytes after the length field", id="truncated"),
     pytest.param("header_not_json.safetensors", "safetensors.invalid_header", "header is not valid JSON",
                  id="header-not-json"),
-    pytest.param("malformed_card/README.md", "card.invalid_yaml", "invalid YAML front matter at line 2 column 33",
+    pytest.param("malformed_card/README.md", "card.invalid_yaml", "invalid YAML front matter at line 3 column 33",
                  id="malformed-card"),
 ])
 @pytest.mark.parametrize("fmt", ["text", "json"])

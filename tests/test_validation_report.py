@@ -59,6 +59,16 @@ def test_github_escaping() -> None:
         "::warning file=dir%3Ax/a%2Cb.json,title=schema.enum::100%25 wrong%0D%0Asecond line")
 
 
+def test_a_card_yaml_error_is_annotated_on_its_line(tmp_path: Path) -> None:
+    card = tmp_path / "README.md"
+    card.write_text("---\nlicense: mit\ntags: [a, b\n---\n# body\n", "utf-8")
+    report = validate_paths([str(card)])
+    [issue] = report.issues
+    assert issue.code == "card.invalid_yaml" and issue.line == 3 and "at line 3 column" in issue.message
+    assert render(report, "github").startswith(f"::error file={card},line=3,title=card.invalid_yaml::")
+    assert json.loads(render(report, "json"))[0]["line"] == 3
+
+
 def test_unknown_format() -> None:
     with pytest.raises(ValueError, match="unknown report format 'xml'"):
         render(validate_paths([str(ROOT / "examples" / "releases")]), "xml")  # type: ignore[arg-type]

@@ -169,7 +169,8 @@ def parse_for_edit(text: str, *, source: str) -> ParsedCard:
     """Locate and load the front matter once; malformed YAML raises :class:`CardError` here, before an edit is
     built."""
     front = split_front_matter(text)
-    doc = load_yaml_document(front.yaml_text, source=source) if front else YamlDocument(data=None, root=None, keys=())
+    doc = (load_yaml_document(front.yaml_text, source=source, first_line=front.first_line) if front
+           else YamlDocument(data=None, root=None, keys=()))
     return ParsedCard(front=front, doc=doc, metadata=front_matter_mapping(doc.data, source=source))
 
 

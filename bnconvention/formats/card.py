@@ -47,6 +47,7 @@ class FrontMatter:
     yaml_end: int
     body_start: int  # first character after the closing fence line
     newline: str  # the card's line ending: "\r\n", "\r" or "\n"
+    first_line: int = 2  # the card's line number (1-based) of the first YAML line: the one after the opening fence
 
 
 def detect_newline(text: str) -> str:
@@ -60,7 +61,8 @@ def split_front_matter(text: str) -> FrontMatter | None:
     match = REGEX_YAML_BLOCK.search(text)
     if match is not None:
         return FrontMatter(yaml_text=match.group(2), yaml_start=match.start(2), yaml_end=match.end(2),
-                           body_start=match.end(), newline=detect_newline(match.group(1)))
+                           body_start=match.end(), newline=detect_newline(match.group(1)),
+                           first_line=len(re.findall(r"\r\n|\r|\n", text[:match.start(2)])) + 1)
     empty = _EMPTY_YAML_BLOCK.search(text)
     if empty is None:
         return None
@@ -139,8 +141,9 @@ class YamlDocument:
     keys: tuple[yaml.Node, ...]
 
 
-def load_yaml_document(text: str, *, source: str = "<yaml>") -> YamlDocument:
-    """Load untrusted YAML: safe types only, no duplicate keys, aliases bounded; errors name line and column."""
+def load_yaml_document(text: str, *, source: str = "<yaml>", first_line: int = 1) -> YamlDocument:
+    """Load untrusted YAML: safe types only, no duplicate keys, aliases bounded; errors name line and column, counted
+    in the file when the YAML starts on its line ``first_line`` (a card's front matter starts after its fence)."""
     loader = _StrictSafeLoader(text)
     try:
         root = loader.get_single_node()
@@ -151,9 +154,10 @@ def load_yaml_document(text: str, *, source: str = "<yaml>") -> YamlDocument:
         return YamlDocument(data=loader.construct_document(root), root=root, keys=keys)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        line = None if mark is None else mark.line + first_line
+        where = f" at line {line} column {mark.column + 1}" if mark else ""
         problem = exc.problem or exc.context or "malformed YAML"
-        raise CardError(f"{source}: invalid YAML front matter{where}: {problem}", source=source) from exc
+        raise CardError(f"{source}: invalid YAML front matter{where}: {problem}", source=source, line=line) from exc
     except yaml.YAMLError as exc:
         raise CardError(f"{source}: invalid YAML front matter: {exc}", source=source) from exc
     except RecursionError as exc:
@@ -162,9 +166,9 @@ def load_yaml_document(text: str, *, source: str = "<yaml>") -> YamlDocument:
         loader.dispose()
 
 
-def load_yaml_strict(text: str, *, source: str = "<yaml>") -> Any:
+def load_yaml_strict(text: str, *, source: str = "<yaml>", first_line: int = 1) -> Any:
     """Load untrusted YAML: safe types only, no duplicate keys, aliases bounded; errors name line and column."""
-    return load_yaml_document(text, source=source).data
+    return load_yaml_document(text, source=source, first_line=first_line).data
 
 
 def decode_card(data: bytes, *, source: str = "README.md") -> str:
@@ -191,7 +195,8 @@ def parse_card_metadata(text: str, *, source: str = "README.md") -> dict[str, An
     front = split_front_matter(text)
     if front is None:
         return {}
-    return front_matter_mapping(load_yaml_document(front.yaml_text, source=source).data, source=source)
+    return front_matter_mapping(load_yaml_document(front.yaml_text, source=source, first_line=front.first_line).data,
+                                source=source)
 
 
 def front_matter_mapping(data: Any, *, source: str = "README.md") -> dict[str, Any]:

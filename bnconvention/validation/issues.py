@@ -219,6 +219,7 @@ class Issue:
     file: str
     path: str
     message: str
+    line: int | None = None  # the file's line (1-based) when the problem has one: a YAML error in a card
 
     @property
     def pointer_tokens(self) -> tuple[str, ...]:
@@ -235,17 +236,21 @@ class Issue:
         return (self.file, tuple(_token_key(t) for t in self.pointer_tokens), _SEVERITY_RANK[self.severity],
                 self.code, self.message)
 
-    def to_dict(self) -> dict[str, str]:
-        return {"file": self.file, "path": self.path, "code": self.code, "severity": self.severity,
-                "message": self.message}
+    def to_dict(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"file": self.file, "path": self.path, "code": self.code, "severity": self.severity,
+                                 "message": self.message}
+        if self.line is not None:
+            found["line"] = self.line
+        return found
 
 
-def new_issue(code: str, *, file: str, path: str = "", message: str, severity: Severity | None = None) -> Issue:
+def new_issue(code: str, *, file: str, path: str = "", message: str, severity: Severity | None = None,
+              line: int | None = None) -> Issue:
     """An issue with the code's default severity (``severity`` overrides it, e.g. for --require-declaration)."""
     info = CODES.get(code)
     if info is None:
         raise KeyError(f"unknown issue code {code!r}; add it to bnconvention.validation.issues.CODES")
-    return Issue(code=code, severity=severity or info.severity, file=file, path=path, message=message)
+    return Issue(code=code, severity=severity or info.severity, file=file, path=path, message=message, line=line)
 
 
 def sort_issues(issues: Iterable[Issue]) -> list[Issue]:

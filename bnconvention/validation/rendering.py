@@ -70,7 +70,8 @@ def _escape_property(text: str) -> str:
 def format_github_issue(issue: Issue) -> str:
     """One GitHub Actions workflow command (``::error`` or ``::warning``) for an issue."""
     where = f"{issue.path}: " if issue.path else ""
-    return (f"::{issue.severity} file={_escape_property(issue.file)},title={_escape_property(issue.code)}::"
+    line = "" if issue.line is None else f",line={issue.line}"
+    return (f"::{issue.severity} file={_escape_property(issue.file)}{line},title={_escape_property(issue.code)}::"
             f"{_escape_data(where + issue.message)}")
 
 

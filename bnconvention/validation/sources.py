@@ -175,9 +175,9 @@ def load_card(path: Path, *, source: str) -> CardContent:
     if front is None:
         return CardContent(True, False, None, [])
     try:
-        meta = load_yaml_strict(front.yaml_text, source=source)
+        meta = load_yaml_strict(front.yaml_text, source=source, first_line=front.first_line)
     except CardError as exc:
-        return CardContent(False, False, None, [new_issue("card.invalid_yaml", file=source, message=(
+        return CardContent(False, False, None, [new_issue("card.invalid_yaml", file=source, line=exc.line, message=(
             f"{exc}; fix the YAML between the --- lines (repeated keys, and aliases that expand past the size bound, "
             "are refused)"))])
     if meta is None:

@@ -36,6 +36,8 @@ from typing import Any
 
 from bnconvention.audit.census_story import population_story
 from bnconvention.audit.encoder_report import encoder_census_markdown
+from bnconvention.audit.ledger import in_ledger_order
+from bnconvention.audit.markdown_census import ledger_table
 from bnconvention.audit.markdown_readings import recoverability_lines
 from bnconvention.audit.scales_report import reading as scales_reading
 from bnconvention.audit.scales_report import scales_groups_markdown
@@ -146,21 +148,8 @@ def _families(data: Mapping[str, Any]) -> str:
 
 
 def _ledger(data: Mapping[str, Any]) -> str:
-    order = {"decided": 0, "control": 1, "twin arm": 2}
-    rows = []
-    for f in sorted(data["census"].get("flip_ledger") or [], key=lambda f: (order.get(f["group"], 3),
-                                                                            f["checkpoint"])):
-        for c in f["compared"]:
-            published = "—" if c["published"] is None else f"{c['published']:.4f}"
-            budget = "—" if c["budget_pp"] is None else f"{c['budget_pp']:.2f}"
-            rows.append([f["checkpoint"], f["group"] if f["label"] is None else f"{f['group']}: {f['label']}",
-                         (f["direction"] or "").replace("_", " "), published, f"{c['refit']:.4f}",
-                         f"[{c['replicate_min']:.4f}, {c['replicate_max']:.4f}]",
-                         f"{f['replicates_passing']}/{f['replicates']}", f"{signed(c['shift_pp'])} / {budget}"])
-    if not rows:
-        return "No verdict flips."
-    return "\n".join(markdown_table(["checkpoint", "counted as", "direction", "published", "refit (mean)",
-                                     "replicate range", "replicates pass", "shift / budget, pp"], rows))
+    ledger = in_ledger_order(data["census"].get("flip_ledger") or [])  # extracts of older censuses are unsorted
+    return "\n".join(ledger_table({"flip_ledger": ledger}))
 
 
 def _provenance(data: Mapping[str, Any]) -> str:

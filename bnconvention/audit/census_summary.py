@@ -16,7 +16,7 @@ from bnconvention.audit.census_sections import census_sections
 from bnconvention.audit.controls import control_label, controls_table
 from bnconvention.audit.encoder_report import encoder_row
 from bnconvention.audit.families import family_readings, twin_gaps
-from bnconvention.audit.ledger import CONTROL, DECIDED, TWIN_ARM, flip_rows
+from bnconvention.audit.ledger import CONTROL, DECIDED, TWIN_ARM, flip_rows, in_ledger_order
 from bnconvention.audit.margin import resolution_counts, resolution_warnings
 from bnconvention.audit.outputs import ANNOTATION_FILE
 from bnconvention.audit.readings import census_readings
@@ -25,7 +25,6 @@ from bnconvention.audit.scales_report import scales_counts, scales_row
 from bnconvention.audit.scales_stage import SCALES_ANNOTATION_FILE
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stats import by_adjust
-from bnconvention.standard.models import Cell
 
 CENSUS_FORMAT = "bnconvention-census/2"
 CHECKPOINTS_DIR = "checkpoints"
@@ -61,8 +60,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
         "counts": counts,
         "cells": {metric: {**cell_counts([results[i] for i in eligible], metric,
                                          [adjusted[metric][i] for i in eligible], fdr_q=spec.fdr_q),
-                           "by": by_reading([results[i].sign_tests[metric].p_value for i in eligible],
-                                            replicates=spec.replicates, fdr_q=spec.fdr_q)}
+                           "by": by_reading(len(eligible), replicates=spec.replicates, fdr_q=spec.fdr_q)}
                   for metric in metrics},
         "verdicts": {criterion.text: verdict_tally([results[i] for i in eligible], criterion.text)
                      for criterion in spec.criterion_expressions()},
@@ -70,9 +68,9 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
         "margin": margin_section([(names[i], results[i].split_records) for i in eligible], spec),
         "preregistration": {"preregistered": False},  # a census fixed before its refits says so (run_census)
         "identical_weights": identical_weights(results, names),
-        "flip_ledger": [row for i, (name, result) in enumerate(zip(names, results, strict=True))
-                        if result.anchored is not False
-                        for row in flip_rows(name, result, spec, group=groups[i], label=labels[i])],
+        "flip_ledger": in_ledger_order([row for i, (name, result) in enumerate(zip(names, results, strict=True))
+                                        if result.anchored is not False
+                                        for row in flip_rows(name, result, spec, group=groups[i], label=labels[i])]),
         "checkpoints": [checkpoint_row(result, name, annotation, metrics, fdr_q=spec.fdr_q,
                                        by_p_values={metric: adjusted[metric].get(i) for metric in metrics})
                         for i, (result, name, annotation) in enumerate(zip(results, names, annotations, strict=True))],
@@ -115,13 +113,12 @@ def _group(result: AuditResult, label: str | None) -> str:
     return DECIDED
 
 
-def by_reading(p_values: Sequence[float], *, replicates: int, fdr_q: float) -> dict[str, Any]:
+def by_reading(m: int, *, replicates: int, fdr_q: float) -> dict[str, Any]:
     """How far Benjamini–Yekutieli can bind on one cell. A displaced cell has every replicate beyond the margin, so
     its sign-test p is exactly 0.5**R: all displaced cells share one p, and BY keeps all of them or none. It keeps
     all of them once ``keeps_all_from`` of the m cells are displaced (0.5**R · m · H(m) / k <= q); from there on BY
     cannot remove any, and the raw and adjusted counts agree by construction. None: not even all m displaced
     would survive (too few replicates for this many checkpoints)."""
-    m = len(p_values)
     smallest = 0.5 ** replicates
     harmonic = math.fsum(1.0 / j for j in range(1, m + 1))
     needed = math.ceil(smallest * m * harmonic / fdr_q - 1e-12) if m else None
@@ -169,7 +166,7 @@ def cell_counts(eligible: Sequence[AuditResult], metric: str, by_p_values: Seque
     adjusted p-value (``by_p_values``, one per checkpoint) is at most ``fdr_q``."""
     counts = {"displaced": 0, "displaced_by": 0, "equivalent": 0, "undetermined": 0}
     for result, p_by in zip(eligible, by_p_values, strict=True):
-        outcome = _cell(result, metric).decision.outcome
+        outcome = result.cell(metric).decision.outcome
         counts[outcome] += 1
         if outcome == "displaced" and p_by <= fdr_q:
             counts["displaced_by"] += 1
@@ -195,7 +192,7 @@ def largest_shift(eligible: Sequence[tuple[str, AuditResult]], metrics: Sequence
     largest: dict[str, Any] | None = None
     for name, result in eligible:
         for metric in metrics:
-            shift = _cell(result, metric).shift_pp
+            shift = result.cell(metric).shift_pp
             if largest is None or abs(shift) > abs(largest["shift_pp"]):
                 largest = {"checkpoint": name, "cell": metric, "shift_pp": shift}
     return largest
@@ -235,7 +232,7 @@ def checkpoint_row(result: AuditResult, name: str, annotation: str, metrics: Seq
 
 
 def _cell_row(result: AuditResult, metric: str, p_by: float | None, *, fdr_q: float) -> dict[str, Any]:
-    cell = _cell(result, metric)
+    cell = result.cell(metric)
     sign = result.sign_tests[metric]
     return {
         "shipped": cell.shipped, "refit": cell.refit, "shift_pp": cell.shift_pp,
@@ -245,7 +242,3 @@ def _cell_row(result: AuditResult, metric: str, p_by: float | None, *, fdr_q: fl
         "by_p_value": p_by,
         "displaced_by": bool(cell.decision.outcome == "displaced" and p_by is not None and p_by <= fdr_q),
     }
-
-
-def _cell(result: AuditResult, metric: str) -> Cell:
-    return next(c for c in result.annotation.cells if c.metric == metric)

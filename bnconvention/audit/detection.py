@@ -30,11 +30,11 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from bnconvention.audit.decisions import unreachable
 from bnconvention.audit.ledger import flip_rows, pair_budget_pp
 from bnconvention.audit.result import AuditResult
 from bnconvention.audit.spec import AuditSpec
-from bnconvention.audit.stats import binomial_tail, by_adjust, decide
-from bnconvention.standard.models import Cell
+from bnconvention.audit.stats import by_adjust, decide
 
 SHARE = 0.9  # the detection floor: the smallest plant recovered on at least this share of the cells
 NULL_METHOD = "centred replicate residuals"
@@ -54,7 +54,7 @@ def plant(shifts_pp: Sequence[float], size_pp: float) -> list[float]:
 def threshold_pp(shifts_pp: Sequence[float], *, margin_pp: float, level: float = 0.90) -> float:
     """The plant above which this cell is recovered by the sign test (inf when R replicates cannot reach the
     level: ``0.5**R > (1 - level) / 2``)."""
-    if binomial_tail(len(shifts_pp), len(shifts_pp)) > (1 - level) / 2:
+    if unreachable(len(shifts_pp), level=level):
         return math.inf
     return margin_pp - min(residuals(shifts_pp))
 
@@ -62,8 +62,8 @@ def threshold_pp(shifts_pp: Sequence[float], *, margin_pp: float, level: float =
 def detection_floor(decided: Sequence[AuditResult], spec: AuditSpec) -> dict[str, Any]:
     """The planted rows (one per size: cells planted, recovered, recovered after BY) and the exact floor."""
     metrics = [c.text for c in spec.cell_expressions()]
-    thresholds = [threshold_pp(_cell(r, m).replicate_shifts_pp, margin_pp=spec.margin_pp)
-                  for m in metrics for r in decided if _cell(r, m).decision.outcome != "displaced"]
+    thresholds = [threshold_pp(r.cell(m).replicate_shifts_pp, margin_pp=spec.margin_pp)
+                  for m in metrics for r in decided if r.cell(m).decision.outcome != "displaced"]
     return {"method": NULL_METHOD, "margin_pp": spec.margin_pp, "share": SHARE, "cells": len(thresholds),
             "floor_pp": floor_pp(thresholds, share=SHARE),
             "rows": [_planted_row(decided, metrics, size, spec) for size in spec.controls.planted_pp]}
@@ -86,7 +86,7 @@ def _planted_row(decided: Sequence[AuditResult], metrics: Sequence[str], size: f
         p_values: list[float] = []
         targets: list[bool] = []  # planted and decided displaced
         for result in decided:
-            cell = _cell(result, metric)
+            cell = result.cell(metric)
             if cell.decision.outcome == "displaced":
                 p_values.append(result.sign_tests[metric].p_value)
                 targets.append(False)
@@ -105,7 +105,7 @@ def recalibration_budget(decided: Sequence[tuple[str, AuditResult]], spec: Audit
     """The budget per cell over the decided checkpoints, and each verdict flip against its checkpoint's budget."""
     per_cell: dict[str, Any] = {}
     for expression in spec.cell_expressions():
-        budgets = [b for _, r in decided if (b := pair_budget_pp(_cell(r, expression.text).replicate_values))
+        budgets = [b for _, r in decided if (b := pair_budget_pp(r.cell(expression.text).replicate_values))
                    is not None]
         per_cell[expression.text] = None if not budgets else {
             "max_pp": max(budgets), "median_pp": statistics.median(budgets)}
@@ -117,7 +117,3 @@ def recalibration_budget(decided: Sequence[tuple[str, AuditResult]], spec: Audit
                    "hold_every_replicate": sum(f["holds_every_replicate"] for f in flips),
                    "clear_and_hold": sum(f["clears_budget"] and f["holds_every_replicate"] for f in flips)},
     }
-
-
-def _cell(result: AuditResult, metric: str) -> Cell:
-    return next(c for c in result.annotation.cells if c.metric == metric)

@@ -13,7 +13,7 @@ frozen-twin intervention, never counted as a released checkpoint).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.result import AuditResult
@@ -21,6 +21,7 @@ from bnconvention.audit.spec import AuditSpec
 from bnconvention.standard.models import Cell
 
 DECIDED, CONTROL, TWIN_ARM = "decided", "control", "twin arm"
+GROUP_ORDER = {DECIDED: 0, CONTROL: 1, TWIN_ARM: 2}  # a ledger lists the released checkpoints first
 
 
 def pair_budget_pp(values: Sequence[float]) -> float | None:
@@ -41,7 +42,7 @@ def flip_rows(name: str, result: AuditResult, spec: AuditSpec, *, group: str = D
         criterion = criteria.get(verdict.criterion)
         if not verdict.flipped or criterion is None:
             continue
-        compared = [_operand(_cell(result, op.text), op.value_in(published))
+        compared = [_operand(result.cell(op.text), op.value_in(published))
                     for op in criterion.operands]
         every = verdict.refit_pass_replicates == (replicates if verdict.refit else 0)
         rows.append({"checkpoint": name, "group": group, "label": label, "criterion": verdict.criterion,
@@ -53,6 +54,17 @@ def flip_rows(name: str, result: AuditResult, spec: AuditSpec, *, group: str = D
                                           for c in compared),
                      "holds_every_replicate": every})
     return rows
+
+
+def in_ledger_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ledger lines in the order every rendering shows them: released checkpoints, controls, twin arms; then by
+    checkpoint and criterion."""
+    return sorted(rows, key=lambda f: (GROUP_ORDER.get(f["group"], len(GROUP_ORDER)), f["checkpoint"], f["criterion"]))
+
+
+def counted_as(row: Mapping[str, Any]) -> str:
+    """How a ledger line is counted: ``decided``, ``control: retrain reference``, ``twin arm``."""
+    return row["group"] if row["label"] is None else f"{row['group']}: {row['label']}"
 
 
 def _published(result: AuditResult) -> dict[str, float]:
@@ -67,8 +79,5 @@ def _operand(cell: Cell, published: float | None) -> dict[str, Any]:
             "shift_pp": cell.shift_pp, "budget_pp": pair_budget_pp(cell.replicate_values)}
 
 
-def _cell(result: AuditResult, metric: str) -> Cell:
-    return next(c for c in result.annotation.cells if c.metric == metric)
-
-
-__all__ = ["CONTROL", "DECIDED", "TWIN_ARM", "flip_rows", "pair_budget_pp"]
+__all__ = ["CONTROL", "DECIDED", "GROUP_ORDER", "TWIN_ARM", "counted_as", "flip_rows", "in_ledger_order",
+           "pair_budget_pp"]

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.census_story import floor_reading
+from bnconvention.audit.ledger import counted_as
 from bnconvention.formats.text import markdown_table, signed
 
 
@@ -44,27 +45,29 @@ def _value(value: float | None) -> str:
 
 def _ledger(census: Mapping[str, Any]) -> list[str]:
     """Every flip, released checkpoints first, then the controls' (the background) and the twin arms'."""
+    return ["## Flip ledger", "", "Every verdict that flips, with the compared cell as published, shipped and refit "
+            "(replicate mean and range), the replicates that pass after their own refit, and whether the shift "
+            "clears the checkpoint's recalibration budget. Only the released checkpoints decided are counted; the "
+            "controls' flips are the background rate, the twin arms are synthetic.", "", *ledger_table(census)]
+
+
+def ledger_table(census: Mapping[str, Any]) -> list[str]:
+    """The flip ledger as a table, in its order (:func:`bnconvention.audit.ledger.in_ledger_order`)."""
     ledger = census.get("flip_ledger") or []
-    lines = ["## Flip ledger", "", "Every verdict that flips, with the compared cell as published, shipped and refit "
-             "(replicate mean and range), the replicates that pass after their own refit, and whether the shift "
-             "clears the checkpoint's recalibration budget. Only the released checkpoints decided are counted; the "
-             "controls' flips are the background rate, the twin arms are synthetic.", ""]
     if not ledger:
-        return lines + ["No verdict flips."]
-    order = {"decided": 0, "control": 1, "twin arm": 2}
+        return ["No verdict flips."]
     rows = []
-    for f in sorted(ledger, key=lambda f: (order.get(f["group"], 3), f["checkpoint"], f["criterion"])):
-        group = f["group"] if f["label"] is None else f"{f['group']}: {f['label']}"
+    for f in ledger:
         for c in f["compared"]:
-            rows.append([f["checkpoint"], group, f"`{f['criterion']}`", (f["direction"] or "").replace("_", " "),
-                         f"`{c['cell']}`", _value(c["published"]), _value(c["shipped"]), _value(c["refit"]),
+            direction = (f["direction"] or "").replace("_", " ")
+            rows.append([f["checkpoint"], counted_as(f), f"`{f['criterion']}`", direction, f"`{c['cell']}`",
+                         _value(c["published"]), _value(c["shipped"]), _value(c["refit"]),
                          f"[{_value(c['replicate_min'])}, {_value(c['replicate_max'])}]",
                          ", ".join(f"{t:g}" for t in f["thresholds"]),
                          f"{f['replicates_passing']}/{f['replicates']}",
                          f"{signed(c['shift_pp'])} vs {_budget(c['budget_pp'])}"])
-    return lines + markdown_table(["checkpoint", "counted as", "criterion", "direction", "cell", "published",
-                                   "shipped", "refit", "replicate range", "threshold", "replicates pass",
-                                   "shift pp vs budget pp"], rows)
+    return markdown_table(["checkpoint", "counted as", "criterion", "direction", "cell", "published", "shipped",
+                           "refit", "replicate range", "threshold", "replicates pass", "shift pp vs budget pp"], rows)
 
 
 def _design_rows(rows: Sequence[Mapping[str, Any]], key: str) -> list[list[str]]:

@@ -12,7 +12,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bnconvention.standard.models import AnyRefitAnnotation, LayerStaleness, RefitAnnotationV11
+from bnconvention.standard.models import AnyRefitAnnotation, Cell, LayerStaleness, RefitAnnotationV11
 
 RESULT_FORMAT: Final = "bnconvention-audit-result/1"
 
@@ -178,3 +178,7 @@ class AuditResult(_Result):
         "The activation scales audit, when the spec has a quantization section; None without one."))
     split_records: dict[str, int] | None = Field(default=None, description=(
         "Records in the forget, retain and test splits the cells were measured on (their one-record step)."))
+
+    def cell(self, metric: str) -> Cell:
+        """The annotation's cell of ``metric`` (a spec cell: every audit of the spec has it)."""
+        return next(c for c in self.annotation.cells if c.metric == metric)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.audit.census_story import floor_reading, headline_cell, population_story
+from bnconvention.audit.ledger import counted_as
 from bnconvention.audit.scales_report import CELLS, HEADING, reading
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.text import signed
@@ -63,11 +64,10 @@ def _ledger(census: Mapping[str, Any]) -> str:
     ledger = census.get("flip_ledger") or []
     if not ledger:
         return ""
-    order = {"decided": 0, "control": 1, "twin arm": 2}
     rows = []
-    for f in sorted(ledger, key=lambda f: (order.get(f["group"], 3), f["checkpoint"], f["criterion"])):
+    for f in ledger:
         for c in f["compared"]:
-            rows.append([esc(f["checkpoint"]), esc(f["group"] if f["label"] is None else f"{f['group']}: {f['label']}"),
+            rows.append([esc(f["checkpoint"]), esc(counted_as(f)),
                          f"<code>{esc(f['criterion'])}</code>", esc((f["direction"] or "").replace("_", " ")),
                          _value(c["published"]), _value(c["shipped"]), _value(c["refit"]),
                          f"[{_value(c['replicate_min'])}, {_value(c['replicate_max'])}]",

@@ -89,3 +89,23 @@ def test_a_malformed_record_is_refused_and_left_as_it_is(tmp_path: Path, name: s
     with pytest.raises(PreregistrationError):
         check_plan(tmp_path, _plan())
     assert (tmp_path / name).read_bytes() == content
+
+
+def test_an_amendment_that_cannot_be_written_leaves_the_record_and_the_earlier_amendments(tmp_path: Path,
+                                                                                          monkeypatch):
+    import os
+
+    preregister(tmp_path, _plan())
+    check_plan(tmp_path, _plan(margin=1.5), amend="first")
+    before = {name: (tmp_path / name).read_bytes() for name in (PREREGISTRATION_FILE, AMENDMENTS_FILE)}
+
+    def refuse(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError, match="disk full"):
+        check_plan(tmp_path, _plan(margin=2.0), amend="second")
+    monkeypatch.undo()
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [AMENDMENTS_FILE, PREREGISTRATION_FILE]  # no temp left
+    assert check_plan(tmp_path, _plan(margin=1.5))[2] == _plan(margin=1.5)  # the first amendment still holds

@@ -30,6 +30,7 @@ def test_a_cluster_bootstrap_does_not_count_a_weight_file_listed_four_times_as_f
     independent = cluster_spearman(x, y, [str(i) for i in range(len(x))])
     assert clustered["clusters"] == 9 and independent["clusters"] == 18
     assert clustered["rho"] == independent["rho"] == pytest.approx(spearman(x, y)["rho"])
+    # measured: the clustered interval is 2.6-3.6 times as wide over bootstrap seeds 0-4; 1.2 leaves room for that
     assert clustered["upper"] - clustered["lower"] > 1.2 * (independent["upper"] - independent["lower"])
     assert cluster_spearman(x, y, files) == clustered  # deterministic
 

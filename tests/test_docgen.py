@@ -52,11 +52,12 @@ def test_update_document_refuses_unknown_blocks() -> None:
 
 def test_pre_commit_hook() -> None:
     [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
-    assert (hook["id"], hook["entry"], hook["language"]) == ("bnconvention-validate", "bnconvention validate",
-                                                            "python")
+    assert (hook["id"], hook["entry"], hook["language"]) == ("bnconvention-validate",
+                                                            "bnconvention validate --skip-non-records", "python")
     pattern = re.compile(hook["files"])
+    # every .json is passed (records are found by content: tests/test_precommit.py), config.json included
     for name in ("model.safetensors", "README.md", "org/model/README.md", "bnconvention/refit-0123456789ab.json",
-                 "run.bnconvention.json"):
+                 "run.bnconvention.json", "record.json", "bnconvention-declaration.json", "config.json"):
         assert pattern.search(name), name
-    for name in ("config.json", "docs/notes.md", "README.md.bak"):
+    for name in ("docs/notes.md", "README.md.bak", "record.json.bak"):
         assert not pattern.search(name), name

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import shutil
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -559,3 +564,67 @@ def test_run_journaled_turns_a_hub_failure_into_one_scrubbed_error(tmp_path: Pat
     with pytest.raises(HubError) as caught:
         _run_journaled(args, prepare=lambda a: None, work=work, report=lambda *a: 0)
     assert TOKEN not in str(caught.value) and "403 Forbidden" in str(caught.value)
+
+
+# --- long commands speak when redirected (issue 23, item 6) ---------------------------------------------------------
+
+
+def test_hub_audit_redirected_says_each_repo_as_it_finishes(hub: LocalHub, zoo, tmp_path: Path) -> None:
+    # regression (issue 23): with its output going to a file, hub audit printed nothing until the very end
+    org, names = "log-org", ("alpha", "beta", "gamma")
+    for name in names:
+        _commit_bn_repo(hub, zoo, f"{org}/{name}")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    stdout_path = tmp_path / "stdout.txt"
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",
+           "HF_HUB_DISABLE_XET": "1", "BNC_TEST_HUB_TOKEN": TOKEN}
+    command = [sys.executable, "-m", "bnconvention", "hub", "audit", org, "--endpoint", hub.endpoint, "--token-env",
+               "BNC_TEST_HUB_TOKEN", "--retry-delay", "0.001", "--out", str(tmp_path / "out"), "--spec", str(spec),
+               "--no-plots"]
+    heard: list[tuple[str, bool, int]] = []  # (stderr line, process still running, stdout bytes so far) on arrival
+    with stdout_path.open("w") as stdout:  # both streams redirected: stdout to a file, stderr to a pipe
+        process = subprocess.Popen(command, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True)
+
+        def listen() -> None:
+            assert process.stderr is not None
+            for line in process.stderr:
+                heard.append((line.rstrip("\n"), process.poll() is None, stdout_path.stat().st_size))
+
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+        try:
+            assert process.wait(timeout=300) == 0, "\n".join(line for line, _, _ in heard)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        listener.join(timeout=30)
+    repo_line = re.compile(rf"^\[hub audit\] ({org}/\w+): audited \(1 file\), after \d+ s$")
+    finished = [(m.group(1), alive, size) for line, alive, size in heard if (m := repo_line.match(line))]
+    assert sorted(repo for repo, _, _ in finished) == [f"{org}/{name}" for name in names], heard
+    first, alive, size = finished[0]
+    assert alive and size == 0, heard  # said while the others were still being audited, long before the report
+    assert heard[0][0] == f"[hub audit] {org}: census (reusing the journal), then each BatchNorm repo's audit"
+    report = stdout_path.read_text().splitlines()
+    assert report[-1].startswith("3 BatchNorm repos: 3 audited; outputs in")
+    assert [line.split()[0] for line in report[:-1]] == sorted(repo for repo, _, _ in finished)
+
+
+def test_hub_audit_stage_lines_follow_the_progress_flag(env: list[str], hub: LocalHub, zoo, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The rule the demo's stage lines follow: on any stream unless --no-progress; a rerun names the repos it reuses."""
+    org = "lines-org"
+    _commit_bn_repo(hub, zoo, f"{org}/one")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    argv = ["hub", "audit", org, *[a for a in env if a != "--no-progress"], "--out", str(tmp_path / "out"),
+            "--spec", str(spec), "--no-plots"]
+    assert main(argv) == 0
+    first = capsys.readouterr().err.splitlines()
+    assert len(first) == 2 and re.fullmatch(rf"\[hub audit\] {org}/one: audited \(1 file\), after \d+ s", first[1])
+    assert main(argv) == 0
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        f"[hub audit] {org}/one: audited (1 file), reused from the journal"]
+    assert main([*argv, "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""

@@ -204,8 +204,14 @@ def test_folder_json_only_when_it_claims_to_be_a_record(release: Path) -> None:
     (release / "config.json").write_text('{"architectures": ["TinyNet"]}')
     (release / "results.json").write_text("[1, 2")  # not even JSON: not a record, left alone
     (release / "record.json").write_text(json.dumps({"spec_version": "1.0", "kind": "declaration"}))
+    # issue 23: the claim is read from the content, so a record cut short still fails; another document of the
+    # standard (an audit spec) and a "kind" of something else are not records
+    (release / "cut.json").write_text('{"spec_version": "1.0", "kind": "declaration", "conv')
+    (release / "spec.json").write_text(json.dumps({"spec_version": "1.0", "kind": "audit_spec"}))
+    (release / "manifest.json").write_text(json.dumps({"kind": "Deployment", "items": [{"kind": "declaration"}]}))
     report = _validate(release)
-    assert {(os.path.basename(i.file), i.code) for i in report.issues} == {("record.json", "schema.required")}
+    assert {(os.path.basename(i.file), i.code) for i in report.issues} == {("record.json", "schema.required"),
+                                                                          ("cut.json", "json.invalid")}
 
 
 # --- bad input ------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import os
 import sys
 
 from bnconvention.cli.hubserver_cmd import wait_until_stopped
-from bnconvention.cli.progress import add_progress_option, show_progress
+from bnconvention.cli.progress import add_progress_option, show_progress, show_stage_lines
 from bnconvention.demo.population_stage import POPULATION_SIZES
 from bnconvention.errors import UsageError
 from bnconvention.extras import needs_extra
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = run_demo(args.out, zoo_dir=args.zoo, population_dir=args.population,
                       population_size=args.population_size, fresh=args.fresh, progress=show_progress(args.progress),
-                      stage_lines=args.progress is not False)
+                      stage_lines=show_stage_lines(args.progress))
     text = summary_text(result)
     atomic_write_text(result.out / "summary.txt", text)
     sys.stdout.write(text)
@@ -101,7 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
     from bnconvention.demo.serve import serve_demo, serve_text
 
     with serve_demo(args.out, zoo_dir=args.zoo, port=args.port or 0, fresh=args.fresh,
-                    progress=show_progress(args.progress), stage_lines=args.progress is not False) as served:
+                    progress=show_progress(args.progress), stage_lines=show_stage_lines(args.progress)) as served:
         sys.stdout.write(serve_text(served))
         sys.stdout.flush()
         wait_until_stopped()

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.cli.hub_common import add_hub_options, guarded, hub_client
-from bnconvention.cli.progress import show_progress
+from bnconvention.cli.progress import show_progress, show_stage_lines, stage_line
 from bnconvention.extras import needs_extra
 
 if TYPE_CHECKING:
     from bnconvention.audit.spec import AuditSpec
     from bnconvention.hub.audit import AuditRun
+    from bnconvention.hub.audit_task import RepoAudit
     from bnconvention.hub.client import HubClient
     from bnconvention.hub.crawl import CensusRun
     from bnconvention.hub.executors import ExecutorKind
@@ -101,7 +102,9 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                "unusable journal; 130 interrupted.\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     audit.add_argument("org", metavar="ORG")
-    add_hub_options(audit)
+    add_hub_options(audit, progress_help="progress bars on stderr (default: only when stderr is a terminal); a line "
+                                         "per repo as it finishes is written to stderr on any stream, and "
+                                         "--no-progress also hides those lines")
     audit.add_argument("--spec", required=True, metavar="SPEC", help="audit spec (.yaml or .json)")
     audit.add_argument("--replicates", type=int, metavar="R", help="number of replicates (overrides the spec)")
     audit.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
@@ -305,11 +308,35 @@ def _audit_work(args: argparse.Namespace, options: tuple[AuditSpec, ExecutorKind
     from bnconvention.hub.audit import audit_org
 
     spec, executor = options
+    bars = show_progress(args.progress)
+    on_audit = None
+    if show_stage_lines(args.progress):  # said as it happens, whatever stderr is (a log, a pipe, a terminal)
+        stage_line(f"[hub audit] {args.org}: census (reusing the journal), then each BatchNorm repo's audit",
+                   bars=bars)
+        on_audit = _audit_line_writer(bars)
     return audit_org(client, args.org, spec, journal=journal, out=out, executor=executor, workers=args.workers,
                      allowed_factories=args.allow_factory, threads=args.threads, device=args.device,
-                     plots=not args.no_plots,
-                     progress=show_progress(args.progress), redo=args.redo, redo_failed=args.redo_failed,
-                     ray_address=args.ray_address)
+                     plots=not args.no_plots, progress=bars, redo=args.redo, redo_failed=args.redo_failed,
+                     ray_address=args.ray_address, on_audit=on_audit)
+
+
+def _audit_line_writer(bars: bool) -> Callable[[RepoAudit, bool], None]:
+    """The stage line of each repo, written as its audit arrives (or is taken from the journal): its status, its
+    files, the reason of a failure, and the time since the audits began."""
+    import time
+
+    from bnconvention.formats.text import plural
+
+    start = time.monotonic()
+
+    def write(audit: RepoAudit, reused: bool) -> None:
+        failure = audit.reason or next((f.reason for f in audit.files if f.status == "failed"), "")
+        when = "reused from the journal" if reused else f"after {time.monotonic() - start:.0f} s"
+        reason = f": {' '.join(failure.split())}" if audit.status == "failed" and failure else ""
+        stage_line(f"[hub audit] {audit.repo_id}: {audit.status} ({plural(len(audit.files), 'file')}), {when}"
+                   f"{reason}", bars=bars)
+
+    return write
 
 
 def _audit_report(args: argparse.Namespace, run: AuditRun, client: HubClient, out: Path) -> int:

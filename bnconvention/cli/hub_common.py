@@ -8,13 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bnconvention.cli.progress import add_progress_option
+from bnconvention.cli.progress import DEFAULT_HELP, add_progress_option
 
 if TYPE_CHECKING:
     from bnconvention.hub.client import HubClient
 
 
-def add_hub_options(parser: argparse.ArgumentParser, *, journal: bool = True) -> None:
+def add_hub_options(parser: argparse.ArgumentParser, *, journal: bool = True,
+                    progress_help: str = DEFAULT_HELP) -> None:
     parser.add_argument("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co)")
     parser.add_argument("--token-env", default="HF_TOKEN", metavar="VAR",
                         help="environment variable holding the token (default: HF_TOKEN); unset: anonymous")
@@ -27,7 +28,7 @@ def add_hub_options(parser: argparse.ArgumentParser, *, journal: bool = True) ->
                              "files), and of each silence while huggingface_hub downloads a file (default: 60)")
     parser.add_argument("--max-pages", type=int, default=1000, metavar="N",
                         help="pages of one listing before it counts as endless (default: 1000)")
-    add_progress_option(parser)
+    add_progress_option(parser, help=progress_help)
     if journal:
         parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: hub-ORG)")
         parser.add_argument("--journal", type=Path, metavar="PATH",

@@ -13,6 +13,7 @@ examples:
   bnconvention validate model.safetensors README.md    # one release's files, cross-checked
   bnconvention validate record.json --format json      # machine-readable issues
   bnconvention validate . --format github --require-declaration   # in a CI workflow
+  bnconvention validate --skip-non-records config.json record.json  # as the pre-commit hook: records only
 
 exit codes: 0 no errors (warnings allowed), 1 errors found, 2 unreadable input or bad usage.
 Issue codes and their meaning: docs/standard.md ("Validation issue codes").
@@ -37,13 +38,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--require-declaration", action="store_true",
                         help="a weights file with BatchNorm running buffers and no declaration is an error "
                              "(by default a warning)")
+    parser.add_argument("--skip-non-records", action="store_true",
+                        help="validate a .json file named only when its content is a record (a JSON object with "
+                             "spec_version or a record kind, whatever its name), as in a folder; pass over the "
+                             "others (config.json, tokenizer.json). The pre-commit hook passes it with every .json "
+                             "file; without it a .json file named is always validated as a record")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from bnconvention.validation import render, validate_paths
 
-    report = validate_paths(args.paths, require_declaration=args.require_declaration)
+    report = validate_paths(args.paths, require_declaration=args.require_declaration,
+                            skip_non_records=args.skip_non_records)
     sys.stdout.write(render(report, args.format))
     sys.stdout.flush()
     return report.exit_code

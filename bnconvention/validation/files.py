@@ -6,8 +6,10 @@ every folder holding ``.safetensors`` files, a shard index or a ``README.md`` is
 together with its ``bnconvention/*.json`` refit annotations. A shard index (``*.safetensors.index.json``) is checked
 by the rule the Hub census applies, whether met in a walk or named. A weights file named on its own is
 cross-checked with the ``README.md`` next to it, and a ``README.md`` with the weights next to it, because a file's
-declaration may live in its card. Other ``.json`` files met in a walk are validated as records only when they claim
-to be one (a JSON object with ``spec_version`` or ``kind``), so ``config.json`` and result files are left alone.
+declaration may live in its card. Other ``.json`` files met in a walk are validated as records only when their
+content claims to be one (:func:`looks_like_record`, whatever the file's name), so ``config.json`` and result files
+are left alone; ``skip_non_records=True`` (``validate --skip-non-records``, what the pre-commit hook passes) applies
+the same rule to the ``.json`` files named, which are otherwise always validated.
 
 >>> report = validate_paths(["does-not-exist.json"])
 >>> report.exit_code, report.issues[0].code
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,12 +41,14 @@ SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
 
 @dataclass
 class ValidationReport:
-    """Every issue found (sorted, stable), one summary per file checked, and the named paths that do not exist
-    (each also an ``input.unreadable`` issue; the text summary names them instead of counting them as checked)."""
+    """Every issue found (sorted, stable), one summary per file checked, the named paths that do not exist (each
+    also an ``input.unreadable`` issue; the text summary names them instead of counting them as checked), and the
+    named ``.json`` files passed over as not records (only with ``skip_non_records``)."""
 
     issues: list[Issue]
     files: list[FileSummary] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # named .json files that are not records (skip_non_records)
 
     @property
     def errors(self) -> list[Issue]:
@@ -89,19 +94,42 @@ def _add_card(release: Release, display: str, path: Path, *, explicit: bool) -> 
     release.card_explicit = release.card_explicit or explicit
 
 
-def looks_like_record(path: Path) -> bool:
-    """Whether a ``.json`` file met in a folder walk is a record: a JSON object with ``spec_version`` or ``kind``.
+RECORD_KINDS = ("declaration", "refit_annotation")  # the ``kind`` of a record: the schema's discriminator mapping
+OTHER_DOCUMENT_KINDS = ("audit_spec",)  # documents that carry ``spec_version`` too and are not records
+# the claim, looked for in the text before anything is parsed: the version key, or a record's kind (all a file
+# that is not valid JSON can show of itself)
+_CLAIM = re.compile(rb'"spec_version"\s*:|"kind"\s*:\s*"(?:' + "|".join(RECORD_KINDS).encode() + rb')"')
 
-    Folders hold other JSON (``config.json``, results); only files that claim to be records are validated. A file
-    named on the command line is always validated.
+
+def looks_like_record(path: Path) -> bool:
+    """Whether a ``.json`` file is a record by its content, whatever its name: the one rule a folder walk and
+    ``--skip-non-records`` (the pre-commit hook) apply.
+
+    A record is a JSON object carrying the standard's version key ``spec_version`` (unless its ``kind`` names
+    another document of the standard, an audit spec) or a record ``kind`` (``declaration``, ``refit_annotation``):
+    ``record.json`` of the quickstarts, the callbacks' ``bnconvention-declaration.json``, ``*.bnconvention.json``
+    and ``bnconvention/refit-*.json`` alike. A file that is not valid JSON claims to be a record when its text
+    carries the version key or a record kind, so a broken record fails (``json.*``) rather than being passed over.
+    Every other JSON (``config.json``, ``tokenizer.json``, an array, results, a saved observation) is not a record.
     """
     try:
         if path.stat().st_size > MAX_RECORD_BYTES:
             return False
-        data = loads_strict(path.read_bytes(), source=str(path))
-    except (OSError, JSONInputError):
+        raw = path.read_bytes()
+    except OSError:
         return False
-    return isinstance(data, dict) and ("spec_version" in data or "kind" in data)
+    if _CLAIM.search(raw) is None:  # neither key anywhere in the text: not a record, and nothing to parse
+        return False
+    try:
+        data = loads_strict(raw, source=str(path))
+    except JSONInputError:
+        return True
+    if not isinstance(data, dict):
+        return False
+    kind = data.get("kind")
+    if kind in RECORD_KINDS:
+        return True
+    return "spec_version" in data and kind not in OTHER_DOCUMENT_KINDS
 
 
 def _walk(root: str, releases: dict[tuple[Path, str], Release], records: list[tuple[str, Path]]) -> bool:
@@ -137,10 +165,12 @@ def _walk(root: str, releases: dict[tuple[Path, str], Release], records: list[tu
     return found
 
 
-def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path]], list[Release], list[Issue],
-                                                            list[str]]:
-    """What to check: ``(records, releases, issues found already, paths that do not exist)``."""
+def _plan(paths: Iterable[str | os.PathLike[str]], *, skip_non_records: bool = False,
+          ) -> tuple[list[tuple[str, Path]], list[Release], list[Issue], list[str], list[str]]:
+    """What to check: ``(records, releases, issues found already, paths that do not exist, .json files passed over
+    as not records)``."""
     missing: list[str] = []
+    skipped: list[str] = []
     records: list[tuple[str, Path]] = []
     releases: dict[tuple[Path, str], Release] = {}
     issues: list[Issue] = []
@@ -174,10 +204,13 @@ def _plan(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path
                     _add_weights(release, _display(os.path.join(os.path.dirname(os.fspath(raw)), sibling.name)),
                                  sibling)
         elif path.suffix == ".json":
-            _add_unique(records, display, path)
+            if skip_non_records and not looks_like_record(path):
+                skipped.append(display)
+            else:
+                _add_unique(records, display, path)
         else:
             issues.append(_unsupported(display, path))
-    return records, list(releases.values()), issues, missing
+    return records, list(releases.values()), issues, missing, skipped
 
 
 def _pickled_weights(folder: Path) -> list[Path]:
@@ -224,9 +257,15 @@ def _guarded(display: str, run: Callable[[], tuple[list[Issue], FileSummary | li
     summaries.extend(summary if isinstance(summary, list) else [summary])
 
 
-def validate_paths(paths: Sequence[str | os.PathLike[str]], *, require_declaration: bool = False) -> ValidationReport:
-    """Validate records, weights files, model cards and release folders; every problem, sorted and stable."""
-    records, releases, issues, missing = _plan(paths)
+def validate_paths(paths: Sequence[str | os.PathLike[str]], *, require_declaration: bool = False,
+                   skip_non_records: bool = False) -> ValidationReport:
+    """Validate records, weights files, model cards and release folders; every problem, sorted and stable.
+
+    ``skip_non_records``: a ``.json`` file named is validated only when its content claims to be a record
+    (:func:`looks_like_record`, the rule of a folder walk); the others are listed in ``report.skipped``. For a
+    caller handed every ``.json`` file of a repository (the pre-commit hook), not for paths a person names.
+    """
+    records, releases, issues, missing, skipped = _plan(paths, skip_non_records=skip_non_records)
     summaries: list[FileSummary] = []
     for display, path in records:
         _guarded(display, functools.partial(validate_file_record, display, path), issues, summaries)
@@ -235,7 +274,8 @@ def validate_paths(paths: Sequence[str | os.PathLike[str]], *, require_declarati
         _guarded(display, functools.partial(validate_release, release, require_declaration=require_declaration),
                  issues, summaries)
     summaries.sort(key=lambda s: s.file)
-    return ValidationReport(issues=sort_issues(issues), files=summaries, missing=sorted(set(missing)))
+    return ValidationReport(issues=sort_issues(issues), files=summaries, missing=sorted(set(missing)),
+                            skipped=sorted(set(skipped)))
 
 
-__all__ = ["ValidationReport", "validate_file_record", "validate_paths"]
+__all__ = ["RECORD_KINDS", "ValidationReport", "looks_like_record", "validate_file_record", "validate_paths"]

@@ -17,6 +17,7 @@ from bnconvention.validation.issues import Issue
 
 ReportFormat: TypeAlias = Literal["text", "json", "github"]
 FORMATS: tuple[ReportFormat, ...] = ("text", "json", "github")
+SKIPPED_SHOWN = 5  # .json files passed over as not records, named in the summary line (the others counted)
 
 
 def format_text(report: ValidationReport) -> str:
@@ -40,8 +41,13 @@ def format_text(report: ValidationReport) -> str:
 
 
 def _summary(report: ValidationReport, *, checked: int) -> str:
-    """The last line: how many files were checked with how many problems, and which named paths do not exist
-    (they were not checked, so they are not counted as files, nor their issues as the files' errors)."""
+    """The last line: how many files were checked with how many problems, which named paths do not exist (they
+    were not checked, so they are not counted as files, nor their issues as the files' errors), and which named
+    ``.json`` files were passed over as not records (``--skip-non-records``)."""
+    return _counts(report, checked=checked) + _passed_over(report)
+
+
+def _counts(report: ValidationReport, *, checked: int) -> str:
     if not report.missing:
         return (f"{plural(checked, 'file')} checked: {plural(len(report.errors), 'error')}, "
                 f"{plural(len(report.warnings), 'warning')}")
@@ -52,6 +58,15 @@ def _summary(report: ValidationReport, *, checked: int) -> str:
     errors = [i for i in report.errors if i.file not in report.missing]
     return (f"{plural(checked, 'file')} checked: {plural(len(errors), 'error')}, "
             f"{plural(len(report.warnings), 'warning')}; {absent}")
+
+
+def _passed_over(report: ValidationReport) -> str:
+    if not report.skipped:
+        return ""
+    shown = ", ".join(report.skipped[:SKIPPED_SHOWN])
+    more = f" and {len(report.skipped) - SKIPPED_SHOWN} more" if len(report.skipped) > SKIPPED_SHOWN else ""
+    what = "is not a record" if len(report.skipped) == 1 else "are not records"
+    return f"; passed over {plural(len(report.skipped), 'JSON file')} that {what}: {shown}{more}"
 
 
 def format_json(report: ValidationReport) -> str:

@@ -23,10 +23,15 @@ How a layer's mode is derived (:func:`layer_mode`):
    recorder cannot see wrote them: ``load_state_dict``, a direct assignment, a refit outside bnconvention).
 2. Last write an update with the buffers back to their starting value: ``unknown`` (an unseen write restored them).
 3. A refit followed by updates: ``mixed`` (the moving average continued from the refit statistics).
-4. Otherwise the last write decides (``refit`` or ``train``), unless frozen steps came after it while the trainable
-   tensors changed during the run: then the weights moved after the buffers were last fitted, ``mixed``.
-   Frozen steps *before* the last write do not matter (the write refitted the buffers afterwards), and when the
-   trainable tensors did not change, no step can have moved them.
+4. Otherwise the last write decides (``refit`` or ``train``), unless frozen steps came after it and the trainable
+   tensors changed after them: then the weights moved after the buffers were last fitted, ``mixed``.
+   Frozen steps *before* the last write do not matter (the write refitted the buffers afterwards). Eval-mode
+   forwards with autograd after the last write that no change of the trainable tensors followed (a gradient probe,
+   an evaluation left with autograd on) wrote nothing and moved nothing: they are not counted as steps (the
+   recorder compares the trainable digest at the first of them with the one at the end of the run).
+
+An author who knows better can put another mode in the convention only as an **override**
+(:func:`with_override`): the observation keeps the observed mode and records who declared what, and why.
 
 The model's mode (:func:`combine_modes`) is the common mode of its layers that track running statistics;
 ``unknown`` if any layer is unknown; ``mixed`` when layers disagree (some updated and others not, some refit and
@@ -56,6 +61,7 @@ from bnconvention.standard.models import (
     DistributedMode,
     DropoutMode,
     FittingConvention,
+    ModeOverride,
     Observation,
     Precision,
     SplitRole,
@@ -156,7 +162,8 @@ def declared_contradictions(observation: Observation, *, declared_mode: BufferUp
     found: list[Contradiction] = []
     observed = observation.mode
     changed = [layer.name for layer in observation.layers if layer.buffers_changed]
-    if declared_mode is not None and observed is not None and declared_mode != observed:
+    overridden = observation.override is not None and observation.override.mode == declared_mode
+    if declared_mode is not None and observed is not None and declared_mode != observed and not overridden:
         if declared_mode in ("frozen", "untouched") and observation.buffers_changed:
             code = DECLARED_FROZEN_BUFFERS_CHANGED if declared_mode == "frozen" else DECLARED_UNTOUCHED_BUFFERS_CHANGED
             found.append(Contradiction(
@@ -214,6 +221,40 @@ def with_declared(observation: Observation, *, declared_mode: BufferUpdateMode |
     return observation.model_copy(update={"contradictions": merged})
 
 
+def with_override(observation: Observation, *, mode: BufferUpdateMode, by: str, reason: str) -> Observation:
+    """A copy of ``observation`` whose convention mode is the author's ``mode``, recorded as an override beside the
+    observed one (the observation's own ``mode`` is kept). The declared-mode contradiction the override answers is
+    not listed again; the events' own contradictions stay."""
+    observed = observation.mode
+    if observed is None:
+        raise RecordError("the observation has no derived 'mode' to override; declare the mode without --override")
+    if mode == observed:
+        raise RecordError(f"the run already shows mode {mode!r}: there is nothing to override (drop the override)")
+    if not by.strip() or not reason.strip():
+        raise RecordError("an override names who makes it and why (by= and reason= are non-empty)")
+    return observation.model_copy(update={"override": ModeOverride(mode=mode, observed=observed, by=by,
+                                                                   reason=reason)})
+
+
+def with_author(observation: Observation, *, declared_mode: BufferUpdateMode | None, role: str | None,
+                rule: AccumulationRule | None, momentum: float | None, override_by: str | None = None,
+                override_reason: str | None = None) -> Observation:
+    """The observation with what the author says: claims checked against the run (:func:`with_declared`), and,
+    when ``override_reason`` and ``override_by`` are given, ``declared_mode`` as an override (:func:`with_override`).
+    """
+    if override_reason is not None or override_by is not None:
+        if declared_mode is None or override_reason is None or override_by is None:
+            raise RecordError("an override needs the mode, who overrides and why (declared_mode=, override_by=, "
+                              "override_reason=; on the command line --mode, --override-by and --override)")
+        observation = with_override(observation, mode=declared_mode, by=override_by, reason=override_reason)
+    return with_declared(observation, declared_mode=declared_mode, role=role, rule=rule, momentum=momentum)
+
+
+def convention_mode(observation: Observation) -> BufferUpdateMode | None:
+    """The mode a convention built from ``observation`` carries: the author's override when there is one."""
+    return observation.override.mode if observation.override is not None else observation.mode
+
+
 def convention_from_observation(
     observation: Observation, *, dataset_id: str, subset: str, transform: Transform,
     role: SplitRole | None = None, rule: AccumulationRule | None = None, momentum: float | None = None,
@@ -230,7 +271,7 @@ def convention_from_observation(
     nothing (``frozen``, ``untouched``, ``unknown``) the statistics come from an earlier fit the recorder did not
     see, so ``role`` and ``rule`` must be given.
     """
-    mode = observation.mode
+    mode = convention_mode(observation)
     if mode is None:
         raise RecordError("the observation has no derived 'mode'; it was not produced by bnconvention's recorder. "
                           "Record the run with BNRecorder, or declare the convention from flags")

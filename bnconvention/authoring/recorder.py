@@ -118,6 +118,10 @@ class BNRecorder:
         self._refit_conventions: list[FittingConvention | None] = []
         self._refit_details: list[RefitDetails | None] = []
         self._handles: list[Any] = []
+        self._last_write_tick = 0
+        self._probe_tick = 0  # first frozen forward after the last buffer write (0: none since)
+        self._probe_trainable = ""
+        self._probe_frozen: list[int] = []
         self._start: DigestSet | None = None
         self._end: DigestSet | None = None
         from torch.nn.modules.batchnorm import _BatchNorm
@@ -198,7 +202,7 @@ class BNRecorder:
                 events.train_forwards += 1
                 # the same condition as _BatchNorm.forward for writing the buffers
                 if module.track_running_stats and module.running_mean is not None:
-                    tick = recorder._tick = recorder._tick + 1
+                    tick = recorder._tick = recorder._last_write_tick = recorder._tick + 1
                     events.updates += 1
                     events.last_update_tick = tick
                     momentum = module.momentum
@@ -215,6 +219,8 @@ class BNRecorder:
                 if is_grad_enabled():
                     tick = recorder._tick = recorder._tick + 1
                     events.frozen_forwards += 1
+                    if recorder._probe_tick <= recorder._last_write_tick:
+                        recorder._start_probe(tick)
                     events.last_frozen_tick = tick
 
         return hook
@@ -226,6 +232,23 @@ class BNRecorder:
                 events.resync()  # what the forward itself wrote is seen
 
         return hook
+
+    def _start_probe(self, tick: int) -> None:
+        """The first frozen forward since the last buffer write: note the trainable tensors' digest and each layer's
+        last frozen tick before it, so the run's end can tell frozen forwards that preceded a change of the weights
+        (frozen training steps) from probes that changed nothing (a gradient probe, an evaluation left with autograd
+        on). A digest, not version counters: fused optimizers and writes through ``.data`` leave those unchanged.
+        One digest per switch from writing the buffers to frozen forwards, none per step."""
+        self._probe_tick = tick
+        self._probe_trainable = model_digests(self.model).trainable_sha256
+        self._probe_frozen = [events.last_frozen_tick for events in self._layers]
+
+    def _frozen_ticks(self, end: DigestSet) -> list[int]:
+        """Each layer's last frozen tick that counts: frozen forwards after the last buffer write that no change of
+        the trainable tensors followed are probes, not steps, and are left out."""
+        if self._probe_tick > self._last_write_tick and end.trainable_sha256 == self._probe_trainable:
+            return list(self._probe_frozen)
+        return [events.last_frozen_tick for events in self._layers]
 
     def _check_external(self) -> None:
         for events in self._layers:
@@ -279,7 +302,7 @@ class BNRecorder:
         details = declaration.refit if isinstance(declaration, Declaration) else None
         # the split the refit engine was told; the recorder's own tag when the report does not say
         split = convention.data.role if convention is not None else self._split
-        tick = self._tick = self._tick + 1
+        tick = self._tick = self._last_write_tick = self._tick + 1
         for events in hit:
             events.refits += 1
             events.last_refit_tick = tick
@@ -307,7 +330,7 @@ class BNRecorder:
         trainable_changed = end.trainable_sha256 != self._start.trainable_sha256
         layers: list[LayerObservation] = []
         bad_momenta: list[str] = []
-        for events in self._layers:
+        for events, last_frozen_tick in zip(self._layers, self._frozen_ticks(end), strict=True):
             module = events.module
             tracks = bool(module.track_running_stats) and getattr(module, "running_mean", None) is not None
             changed = self._start.layer_running_sha256.get(events.name) != end.layer_running_sha256.get(events.name)
@@ -320,7 +343,7 @@ class BNRecorder:
                 frozen_forwards=events.frozen_forwards, refits=events.refits,
                 mode=layer_mode(tracks=tracks, updates=events.updates, refits=events.refits,
                                 last_update_tick=events.last_update_tick, last_refit_tick=events.last_refit_tick,
-                                last_frozen_tick=events.last_frozen_tick, buffers_changed=changed,
+                                last_frozen_tick=last_frozen_tick, buffers_changed=changed,
                                 trainable_changed=trainable_changed, last_external_tick=events.last_external_tick),
             ))
         last_write, observed_rule, observed_momentum = self._last_write()
@@ -398,7 +421,8 @@ class BNRecorder:
         precision: Precision | None = None, dropout: DropoutMode | None = None,
         distributed: DistributedMode | None = None, record_count: int | None = None, ids_sha256: str | None = None,
         sampling_seed: int | None = None, dataset_revision: str | None = None, reporting_line: str | None = None,
-        strict: bool = False,
+        strict: bool = False, override_by: str | None = None, override_reason: str | None = None,
+        released: torch.nn.Module | None = None,
     ) -> Declaration:
         """The declaration of the model's deployed state, with the buffer-update mode *as observed*.
 
@@ -411,21 +435,27 @@ class BNRecorder:
         ``observation.contradictions`` (``strict=True`` raises :class:`RecordError` instead). For a run that wrote
         no buffers (``frozen``, ``untouched``), ``role`` and the rule of the earlier fit are the author's to give;
         the rule defaults to the layers' momentum setting. After a refit, anything not given is taken from the
-        refit engine's own declaration.
+        refit engine's own declaration. To put ``declared_mode`` in place of the observed mode, say who and why
+        (``override_by``, ``override_reason``): the record keeps the observed mode and the override beside it.
+        The record describes the network whose weights are released: ``released`` when the recorder watched a
+        wrapper around it (a LightningModule's ``self.net``, a library's wrapper), and DataParallel/DDP's
+        ``.module`` and ``torch.compile``'s ``_orig_mod`` on their own; ``observation.name_mapping`` says how the
+        watched layer names map onto the released ones.
         """
         return recorder_declaration(
             self, dataset_id=dataset_id, subset=subset, transform=transform, role=role, declared_mode=declared_mode,
             rule=rule, momentum=momentum, batch_size=batch_size, num_batches=num_batches, precision=precision,
             dropout=dropout, distributed=distributed, record_count=record_count, ids_sha256=ids_sha256,
             sampling_seed=sampling_seed, dataset_revision=dataset_revision, reporting_line=reporting_line,
-            strict=strict)
+            strict=strict, override_by=override_by, override_reason=override_reason, released=released)
 
-    def save_observation(self, path: str | os.PathLike[str]) -> Path:
+    def save_observation(self, path: str | os.PathLike[str], *, released: torch.nn.Module | None = None) -> Path:
         """Write what :meth:`declaration` reads (the observation, the BatchNorm layers, the digests) to ``path``,
         atomically, so ``bnconvention declare --from-observation path --weights W`` can declare it later, elsewhere,
         without the model (:mod:`bnconvention.authoring.saved_observation`). Save it beside the weights, at the same
-        point of the run: the declaration checks the file's tensors against the digests saved here."""
-        saved = saved_observation(self)
+        point of the run: the declaration checks the file's tensors against the digests saved here. ``released``:
+        as for :meth:`declaration`."""
+        saved = saved_observation(self, released)
         target = Path(path)
         atomic_write_text(target, json.dumps(to_dict(saved), indent=2, ensure_ascii=False) + "\n")
         return target

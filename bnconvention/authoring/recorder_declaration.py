@@ -15,10 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from bnconvention.authoring.declaration import declare_state
 from bnconvention.authoring.deployed_state import batchnorm_state, tensor_digests
-from bnconvention.authoring.observation import SPLIT_ROLES, convention_from_observation, with_declared
+from bnconvention.authoring.observation import (
+    SPLIT_ROLES,
+    WRITTEN_MODES,
+    convention_from_observation,
+    convention_mode,
+    with_author,
+)
 from bnconvention.authoring.saved_observation import FORMAT, SavedObservation
 from bnconvention.authoring.transforms import as_standard_transform
-from bnconvention.errors import RecordError
+from bnconvention.errors import RecordError, UsageError
 from bnconvention.formats.digests import model_digests
 from bnconvention.standard.models import (
     AccumulationRule,
@@ -26,6 +32,7 @@ from bnconvention.standard.models import (
     Declaration,
     DistributedMode,
     DropoutMode,
+    LayerNameMapping,
     Precision,
     SplitRole,
     Transform,
@@ -44,25 +51,51 @@ def _role_of(tag: str) -> SplitRole | None:
     return typing.cast(SplitRole, tag) if tag in SPLIT_ROLES else None
 
 
-def saved_observation(recorder: BNRecorder) -> SavedObservation:
+def released_module(model: Any, released: Any = None) -> tuple[Any, str]:
+    """The network whose weights are released, and its name prefix inside the recorded ``model``: ``released``
+    when given (a submodule of ``model``: a LightningModule's network, an unlearning library's wrapped model),
+    otherwise ``model`` with the wrappers that hold nothing of their own taken off (``DataParallel`` and
+    ``DistributedDataParallel``'s ``module.``, ``torch.compile``'s ``_orig_mod.``)."""
+    if released is not None:
+        for name, module in model.named_modules():
+            if module is released:
+                return released, f"{name}." if name else ""
+        raise UsageError(f"released= must be a submodule of the recorded model; {type(released).__name__} is not")
+    prefix = ""
+    while True:
+        kind = type(model).__name__
+        if kind in ("DataParallel", "DistributedDataParallel") and hasattr(model, "module"):
+            model, prefix = model.module, prefix + "module."
+        elif kind == "OptimizedModule" and hasattr(model, "_orig_mod"):
+            model, prefix = model._orig_mod, prefix + "_orig_mod."
+        else:
+            return model, prefix
+
+
+def saved_observation(recorder: BNRecorder, released: Any = None) -> SavedObservation:
     """What :func:`declaration_from_saved` needs of a recorder and its model, as one value (the file
     :meth:`BNRecorder.save_observation` writes); the recorder's private counters are read here, their one other
-    reader."""
+    reader. The layers and digests are those of the released network (:func:`released_module`); when it is not
+    the recorded model itself, the observation keeps the recorded names and says how they map."""
     observation = recorder.observation()  # first: a recorder that never ran is refused before any digest
-    digests = model_digests(recorder.model)
+    network, prefix = released_module(recorder.model, released)
+    if prefix:
+        observation = observation.model_copy(update={"name_mapping": LayerNameMapping(observed_prefix=prefix,
+                                                                                      weights_prefix="")})
+    digests = model_digests(network)
     rule, momentum = recorder._configured_rule()
     refits, details = recorder._refit_conventions, recorder._refit_details
     return SavedObservation(
-        format=FORMAT, observation=observation, deployed_state=batchnorm_state(recorder.model, digests),
+        format=FORMAT, observation=observation, deployed_state=batchnorm_state(network, digests),
         digests=tensor_digests(digests), split=recorder.split, configured_rule=rule, configured_momentum=momentum,
         sync_batchnorm=any(type(e.module).__name__ == "SyncBatchNorm" for e in recorder._layers),
         refit_convention=refits[-1] if refits else None, refit=details[-1] if details else None)
 
 
-def recorder_declaration(recorder: BNRecorder, *, transform: Any, **author: Any) -> Declaration:
+def recorder_declaration(recorder: BNRecorder, *, transform: Any, released: Any = None, **author: Any) -> Declaration:
     """See :meth:`BNRecorder.declaration`: the transform is checked before the run is read."""
     standard_transform = as_standard_transform(transform) if transform is not None else None
-    return declaration_from_saved(saved_observation(recorder), transform=standard_transform, **author)
+    return declaration_from_saved(saved_observation(recorder, released), transform=standard_transform, **author)
 
 
 def declaration_from_saved(
@@ -71,12 +104,15 @@ def declaration_from_saved(
     momentum: float | None, batch_size: int | None, num_batches: int | None, precision: Precision | None,
     dropout: DropoutMode | None, distributed: DistributedMode | None, record_count: int | None,
     ids_sha256: str | None, sampling_seed: int | None, dataset_revision: str | None, reporting_line: str | None,
-    strict: bool, variance_estimator: VarianceEstimator = "unbiased",
+    strict: bool, variance_estimator: VarianceEstimator = "unbiased", override_by: str | None = None,
+    override_reason: str | None = None,
 ) -> Declaration:
     """The declaration of a saved observation completed by the author's word: the same whether the recorder is
-    still in memory (``recorder.declaration``) or only its saved file is (``declare --from-observation``)."""
-    observation = with_declared(saved.observation, declared_mode=declared_mode, role=role, rule=rule,
-                                momentum=momentum)
+    still in memory (``recorder.declaration``) or only its saved file is (``declare --from-observation``).
+    With ``override_reason`` (and ``override_by``), ``declared_mode`` replaces the observed mode in the convention
+    and is recorded as an override beside it (:func:`~bnconvention.authoring.observation.with_override`)."""
+    observation = with_author(saved.observation, declared_mode=declared_mode, role=role, rule=rule,
+                              momentum=momentum, override_by=override_by, override_reason=override_reason)
     if strict and observation.contradictions:
         listing = "; ".join(f"[{c.code}] {c.message}" for c in observation.contradictions)
         raise RecordError(f"the run contradicts the declaration: {listing}")
@@ -104,7 +140,7 @@ def declaration_from_saved(
         role = role or _role_of(saved.split)
         if rule is None:
             rule, momentum = "ema", CHANNEL_ABSENT_MOMENTUM
-    elif observation.mode not in ("train", "refit", "mixed") and rule is None:
+    elif convention_mode(observation) not in WRITTEN_MODES and rule is None:
         rule, momentum = saved.configured_rule, saved.configured_momentum
     if distributed is None:
         distributed = "sync_batchnorm" if observation.buffer_updates and saved.sync_batchnorm else "none"
@@ -115,9 +151,10 @@ def declaration_from_saved(
         dropout=dropout, distributed=distributed, record_count=record_count, ids_sha256=ids_sha256,
         sampling_seed=sampling_seed, dataset_revision=dataset_revision,
     )
-    refit = saved.refit if observation.mode == "refit" else None
+    refit = saved.refit if convention_mode(observation) == "refit" else None
     return declare_state(convention, deployed_state=saved.deployed_state, digests=saved.digests,
                          reporting_line=reporting_line, observation=observation, refit=refit)
 
 
-__all__ = ["CHANNEL_ABSENT_MOMENTUM", "declaration_from_saved", "recorder_declaration", "saved_observation"]
+__all__ = ["CHANNEL_ABSENT_MOMENTUM", "declaration_from_saved", "recorder_declaration", "released_module",
+           "saved_observation"]

@@ -14,26 +14,26 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 from pydantic import ValidationError
 
 from bnconvention.errors import DigestMismatchError, JSONInputError
 from bnconvention.formats.canonical import loads_strict
-from bnconvention.formats.digests import file_digests
+from bnconvention.formats.digests import bn_layers_from_tensor_names, file_digests
+from bnconvention.formats.name_prefix import PrefixMapping, prefix_mapping
+from bnconvention.formats.safetensors_header import SafetensorsHeader, read_header
 from bnconvention.formats.text import first_validation_error
 from bnconvention.standard.fields import StrictModel
 from bnconvention.standard.models import (
     AccumulationRule,
     BatchNormState,
     FittingConvention,
+    LayerNameMapping,
     Observation,
     RefitDetails,
     TensorDigests,
 )
-
-if TYPE_CHECKING:
-    from bnconvention.formats.digests import DigestSet
 
 FORMAT: Final = "bnconvention.observation/1"
 OBSERVATION_NAME = "bnconvention-observation.json"  # the file the callbacks write beside their declaration
@@ -90,20 +90,48 @@ def read_saved_observation(path: str | os.PathLike[str]) -> SavedObservation:
     return parse_saved_observation(path.read_bytes(), source=str(path))
 
 
-def check_weights(saved: SavedObservation, weights: str | os.PathLike[str]) -> DigestSet:
-    """The digests of ``weights``, after checking they are the tensors the recorder saw
-    (:class:`~bnconvention.errors.DigestMismatchError` naming the first digest that differs)."""
+def check_weights(saved: SavedObservation, weights: str | os.PathLike[str]) -> SavedObservation:
+    """The saved observation bound to ``weights``, after checking they are the tensors the recorder saw
+    (:class:`~bnconvention.errors.DigestMismatchError` naming the first digest, or the first layer, that differs).
+
+    When the recorder watched a wrapper (``module.``, ``_orig_mod.``, a LightningModule's ``net.``) and the file holds
+    the inner network, the layer names are mapped across the one prefix that maps them
+    (:func:`~bnconvention.formats.name_prefix.prefix_mapping`), the file is checked under the run's names, and the
+    result describes the file in its own names, with the mapping kept as ``observation.name_mapping``.
+    """
     path = Path(weights)
     if not path.is_file():
         raise FileNotFoundError(f"weights file {str(path)!r} does not exist or is not a file")
+    header = read_header(path)
     layers = saved.layer_digests()
-    found = file_digests(path, bn_layers=list(layers))
+    tracked = [name for name, digest in layers.items() if digest is not None]
+    mapping = prefix_mapping(tracked, bn_layers_from_tensor_names(
+        {name: info.shape for name, info in header.tensors.items()}))
+    rename = None if mapping is None else (lambda name: mapping.to_observed(name) or name)
+    found = file_digests(path, bn_layers=list(layers), header=header, rename=rename)
     try:
         found.check_against(trainable_sha256=saved.digests.trainable_sha256,
                             running_sha256=saved.digests.running_sha256, layer_running_sha256=layers)
     except DigestMismatchError as exc:
+        via = "" if mapping is None else f" with the layer names mapped ({mapping.describe()})"
         raise DigestMismatchError(
-            f"{path}: {exc.field} is {exc.found} in the file but {exc.expected} in the saved observation: these are "
-            "not the tensors the recorder saw; save the weights and the observation at the same point of the run",
+            f"{path}: {exc.field} is {exc.found} in the file but {exc.expected} in the saved observation{via}: these "
+            "are not the tensors the recorder saw; save the weights and the observation at the same point of the run",
             field=exc.field, expected=exc.expected, found=exc.found) from exc
-    return found
+    return saved if mapping is None else _in_weights_names(saved, mapping, path, header)
+
+
+def _in_weights_names(saved: SavedObservation, mapping: PrefixMapping, path: Path,
+                      header: SafetensorsHeader) -> SavedObservation:
+    """``saved`` describing the file in the file's own layer names, the mapping recorded beside the observation."""
+    renamed = {layer.name: mapping.to_weights(layer.name) or layer.name for layer in saved.deployed_state.layers}
+    own = file_digests(path, bn_layers=list(renamed.values()), header=header)
+    layers = [layer.model_copy(update={"name": renamed[layer.name],
+                                       "running_sha256": own.layer_running_sha256.get(renamed[layer.name])})
+              for layer in saved.deployed_state.layers]
+    observation = saved.observation.model_copy(update={"name_mapping": LayerNameMapping(
+        observed_prefix=mapping.observed, weights_prefix=mapping.weights)})
+    return saved.model_copy(update={
+        "observation": observation, "deployed_state": saved.deployed_state.model_copy(update={"layers": layers}),
+        "digests": TensorDigests(algorithm=saved.digests.algorithm, trainable_sha256=own.trainable_sha256,
+                                 running_sha256=own.running_sha256)})

@@ -15,6 +15,7 @@ from bnconvention.errors import BnConventionError, JSONInputError, RecordError, 
 from bnconvention.extras import needs_extra
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.name_prefix import PrefixMapping
 from bnconvention.formats.text import first_validation_error, plural
 
 # The standard's Literal aliases, spelled out so that building the parser does not import pydantic (every command
@@ -52,7 +53,9 @@ With --from-observation the weights must be the tensors the recorder saw (their 
 an error and nothing is written), and the record equals what recorder.declaration(...) gives with the same values.
 With --observation or --from-observation, --mode/--role/--rule/--momentum are what you believe: the record keeps
 the observed mode and rule, and any disagreement is listed under observation.contradictions (--strict makes it an
-error, exit 1).
+error, exit 1). To correct the observed mode, say who and why: --mode train --override "the last forwards were a
+gradient probe" --override-by "A. Author" puts train in the convention and records the override beside the
+observed mode (validate reports it).
 The digests are those of the file's tensors; stamp the record with `bnconvention stamp`.
 """
 
@@ -89,6 +92,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     evidence.add_argument("--mode", choices=_choices("BufferUpdateMode"),
                           help="buffer-update mode (required without --observation; checked against it with one)")
     evidence.add_argument("--strict", action="store_true", help="fail when the observation contradicts the flags")
+    evidence.add_argument("--override", metavar="REASON",
+                          help="with --mode and --override-by: put --mode in place of the observed mode, recorded "
+                               "as an override (who, why, and the observed mode beside it)")
+    evidence.add_argument("--override-by", metavar="WHO", help="who overrides the observed mode (with --override)")
 
     data = parser.add_argument_group("data split")
     data.add_argument("--role", choices=_choices("SplitRole"),
@@ -205,8 +212,12 @@ def _declare_from_saved(args: argparse.Namespace) -> Any:
     from bnconvention.authoring.recorder_declaration import declaration_from_saved
     from bnconvention.authoring.saved_observation import check_weights, read_saved_observation
 
-    saved = read_saved_observation(args.from_observation)
-    check_weights(saved, args.weights)  # before anything is declared or written
+    saved = check_weights(read_saved_observation(args.from_observation), args.weights)  # before anything is written
+    mapping = saved.observation.name_mapping
+    if mapping is not None:
+        described = PrefixMapping(mapping.observed_prefix, mapping.weights_prefix).describe()
+        print(f"note: layer names mapped: {described} ({args.weights}; kept as observation.name_mapping)",
+              file=sys.stderr)
     try:
         return declaration_from_saved(
             saved, dataset_id=args.dataset_id, subset=args.subset, transform=_transform(args), role=args.role,
@@ -214,7 +225,8 @@ def _declare_from_saved(args: argparse.Namespace) -> Any:
             num_batches=args.num_batches, precision=args.precision, dropout=args.dropout,
             distributed=args.distributed, record_count=args.record_count, ids_sha256=args.ids_sha256,
             sampling_seed=args.sampling_seed, dataset_revision=args.dataset_revision,
-            reporting_line=args.reporting_line, strict=args.strict, variance_estimator=args.variance_estimator)
+            reporting_line=args.reporting_line, strict=args.strict, variance_estimator=args.variance_estimator,
+            override_by=args.override_by, override_reason=args.override)
     except ValueError as exc:
         _reraise_flag_error(exc)
         raise
@@ -223,7 +235,7 @@ def _declare_from_saved(args: argparse.Namespace) -> Any:
 def _declare_from_model(args: argparse.Namespace) -> Any:
     from bnconvention.architectures.factories import allow_user_factory
     from bnconvention.authoring.declaration import declare, make_convention
-    from bnconvention.authoring.observation import convention_from_observation, with_declared
+    from bnconvention.authoring.observation import convention_from_observation, with_author
 
     if args.allow_factory:
         allow_user_factory(args.allow_factory)
@@ -231,6 +243,8 @@ def _declare_from_model(args: argparse.Namespace) -> Any:
     if observation is None:
         missing = [flag for flag, value in (("--mode", args.mode), ("--role", args.role), ("--rule", args.rule))
                    if value is None]
+        if args.override or args.override_by:
+            raise UsageError("--override replaces an observed mode: give --observation or --from-observation")
         if missing:
             raise UsageError(f"without --observation, give {', '.join(missing)}: nothing was measured, so the "
                              "record states only what the flags say")
@@ -241,8 +255,9 @@ def _declare_from_model(args: argparse.Namespace) -> Any:
         sampling_seed=args.sampling_seed, dataset_revision=args.dataset_revision)
     try:
         if observation is not None:
-            observation = with_declared(observation, declared_mode=args.mode, role=args.role, rule=args.rule,
-                                        momentum=args.momentum)
+            observation = with_author(observation, declared_mode=args.mode, role=args.role, rule=args.rule,
+                                      momentum=args.momentum, override_by=args.override_by,
+                                      override_reason=args.override)
             if args.strict and observation.contradictions:
                 listing = "; ".join(f"[{c.code}] {c.message}" for c in observation.contradictions)
                 raise RecordError(f"{args.observation}: the observation contradicts the flags: {listing}")

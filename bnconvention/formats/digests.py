@@ -270,12 +270,14 @@ def running_digests_from_bytes(tensors: Mapping[str, tuple[str, tuple[int, ...],
 
 
 def file_digests(path: str | os.PathLike[str], *, bn_layers: Iterable[str] | None = None,
-                 header: SafetensorsHeader | None = None) -> DigestSet:
+                 header: SafetensorsHeader | None = None, rename: Callable[[str], str] | None = None) -> DigestSet:
     """Digests of a safetensors file, streamed from disk in chunks (memory independent of the file size).
 
     ``bn_layers`` defaults to the layers recognisable from tensor names (:func:`bn_layers_from_tensor_names`).
+    ``rename`` gives each tensor the name it has in another namespace (a wrapper's: ``net.`` + name) before it is
+    digested, so the file can be compared with digests taken there; ``bn_layers`` are then names of that namespace.
     """
-    return _stored_digests([(path, header or read_header(path))], bn_layers)
+    return _stored_digests([(path, header or read_header(path))], bn_layers, rename)
 
 
 def checkpoint_digests(files: CheckpointFiles, *, bn_layers: Iterable[str] | None = None) -> DigestSet:
@@ -287,10 +289,12 @@ def checkpoint_digests(files: CheckpointFiles, *, bn_layers: Iterable[str] | Non
 
 
 def _stored_digests(sources: list[tuple[str | os.PathLike[str], SafetensorsHeader]],
-                    bn_layers: Iterable[str] | None) -> DigestSet:
+                    bn_layers: Iterable[str] | None, rename: Callable[[str], str] | None = None) -> DigestSet:
     """Digests of the tensors of one or more files (tensor names unique across them), streamed in chunks."""
-    where = {name: index for index, (_, header) in enumerate(sources) for name in header.tensors}
-    shapes = {name: info.shape for _, header in sources for name, info in header.tensors.items()}
+    named = rename or (lambda name: name)
+    stored = {named(name): name for _, header in sources for name in header.tensors}
+    where = {named(name): index for index, (_, header) in enumerate(sources) for name in header.tensors}
+    shapes = {named(name): info.shape for _, header in sources for name, info in header.tensors.items()}
     layers = list(bn_layers) if bn_layers is not None else bn_layers_from_tensor_names(shapes)
     with contextlib.ExitStack() as stack:
         handles = [stack.enter_context(open(path, "rb")) for path, _ in sources]
@@ -309,7 +313,7 @@ def _stored_digests(sources: list[tuple[str | os.PathLike[str], SafetensorsHeade
 
         def entry(name: str) -> _Entry:
             index = where[name]
-            info = sources[index][1].tensors[name]
+            info = sources[index][1].tensors[stored[name]]
             return name, info.dtype, info.shape, chunks(index, info.begin, info.end), info.nbytes
 
         return _digest_set(list(where), layers, entry)

@@ -48,6 +48,23 @@ class Contradiction(StrictModel):
     layers: list[NonEmptyStr] = Field(default_factory=list, description="BatchNorm layers concerned, if any.")
 
 
+class ModeOverride(StrictModel):
+    """The author's buffer-update mode put in place of the observed one: who said what, beside what was observed.
+    The declaration's convention carries ``mode``; the observation keeps its own ``mode`` (the recorder's)."""
+
+    mode: BufferUpdateMode = Field(description="The mode the author declares, used by the convention.")
+    observed: BufferUpdateMode = Field(description="The mode the recorder derived from the run's events.")
+    by: NonEmptyStr = Field(description="Who overrides the observed mode (a person, a team or a pipeline).")
+    reason: NonEmptyStr = Field(description="Why the observed mode does not describe the deployed statistics.")
+
+
+class LayerNameMapping(StrictModel):
+    """How the layer names the recorder saw map onto the weights' (a wrapper around the released network)."""
+
+    observed_prefix: str = Field(description="Prefix of the names in the run, e.g. 'module.' or 'net.' (may be '').")
+    weights_prefix: str = Field(description="Prefix of the same layers' names in the weights (may be '').")
+
+
 class Observation(StrictModel):
     train_forwards: Count
     eval_forwards: Count
@@ -84,6 +101,12 @@ class Observation(StrictModel):
         default=None, description="Dropout during the buffer updates: on, off, or absent from the model."
     )
     precision: Precision | None = Field(default=None, description="Dtype of the running buffers.")
+    override: ModeOverride | None = Field(
+        default=None, description="The author's mode in place of the observed one, recorded as an override."
+    )
+    name_mapping: LayerNameMapping | None = Field(
+        default=None, description="How the layer names of 'layers' map onto the declared weights' layer names."
+    )
 
 
 # --- staleness and refit details ------------------------------------------------------------------------------------

@@ -61,8 +61,10 @@ from bnconvention.standard.convention import (
 from bnconvention.standard.deployed import BatchNormLayer, BatchNormState, DeployedState, Producer, TensorDigests
 from bnconvention.standard.evidence import (
     Contradiction,
+    LayerNameMapping,
     LayerObservation,
     LayerStaleness,
+    ModeOverride,
     Observation,
     RefitDetails,
     Staleness,
@@ -228,7 +230,9 @@ __all__ = [
     "FittingConvention",
     "FlipDirection",
     "Int",
+    "LayerNameMapping",
     "LayerObservation",
+    "ModeOverride",
     "LayerStaleness",
     "NonEmptyStr",
     "Normalization",

@@ -135,6 +135,12 @@ CODES: dict[str, CodeInfo] = {
         "A declaration carries refit details but its buffer-update mode is not 'refit'.", severity="warning"),
     "record.observation_contradiction": _code(
         "The recorder observed something that contradicts the declaration.", severity="warning"),
+    "record.mode_override": _code(
+        "The convention's buffer-update mode is the author's override of the mode the recorder observed.",
+        severity="warning"),
+    "record.observation_mode_mismatch": _code(
+        "The convention's buffer-update mode is not the mode the recorder observed, and no override (or a "
+        "different one) says so."),
     "record.staleness_average": _code("A staleness distance is not the average of its per-layer values."),
     "record.replicate_count": _code(
         "A cell's replicate lists do not have one value per replicate (the annotation's 'replicates')."),

@@ -16,6 +16,7 @@ from bnconvention.standard.models import (
     BatchNormState,
     Declaration,
     FittingConvention,
+    Observation,
     RefitAnnotation,
     Staleness,
 )
@@ -151,11 +152,31 @@ def refit_details_issues(record: Declaration, *, source: str) -> Iterator[Issue]
 def observation_issues(record: Declaration, *, source: str) -> Iterator[Issue]:
     if record.observation is None:
         return
+    yield from _mode_issues(record.convention.buffer_update_mode, record.observation, source=source)
     for k, contradiction in enumerate(record.observation.contradictions):
         yield new_issue("record.observation_contradiction", file=source,
                         path=join_pointer("", "observation", "contradictions", k), message=(
             f"{show(contradiction.code)}: {contradiction.message} (measured by the recorder: check the declared "
             "convention against what the run did)"))
+
+
+def _mode_issues(mode: str, observation: Observation, *, source: str) -> Iterator[Issue]:
+    """The convention's mode against the observed one: equal, or an override that names both."""
+    override, observed = observation.override, observation.mode
+    if override is not None:
+        if override.mode != mode or override.observed != observed:
+            yield new_issue("record.observation_mode_mismatch", file=source, path="/observation/override", message=(
+                f"the override says {show(override.observed)} observed, {show(override.mode)} declared, but the "
+                f"observation's mode is {show(observed)} and the convention's {show(mode)}: the override describes "
+                "another record"))
+            return
+        yield new_issue("record.mode_override", file=source, path="/observation/override", message=(
+            f"{show(override.by)} declares {show(override.mode)} where the recorder observed {show(override.observed)}"
+            f": {override.reason}"))
+    elif observed is not None and mode != observed:
+        yield new_issue("record.observation_mode_mismatch", file=source, path="/convention/buffer_update_mode",
+                        message=(f"{show(mode)} but the recorder observed {show(observed)}: declare the observed mode, "
+                                 "or record the author's as an override (declare --override REASON --override-by WHO)"))
 
 
 def declaration_issues(record: Declaration, *, source: str) -> list[Issue]:

@@ -1,0 +1,314 @@
+"""The recorder around a training loop it does not own: Lightning's ``Trainer.fit``, as Lightning's docs run it.
+
+What the recorder declares is checked against what happened to the tensors, read independently of the recorder:
+``num_batches_tracked`` (how many training-mode forwards wrote the buffers), the running buffers and the weights
+before and after each stage.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from bnconvention import BNRecorder, make_transform
+from bnconvention.errors import RecordError
+from bnconvention.standard.models import parse_record, to_dict
+from bnconvention.validation.records import check_record
+
+lightning = pytest.importorskip("lightning")
+
+TRANSFORM = make_transform(mode="train", reference="tests:generated", augmentations=["none"])
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = torch.nn.Linear(4, 6)
+        self.bn = torch.nn.BatchNorm1d(6)
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.bn(self.body(x))))
+
+
+class Module(lightning.LightningModule):  # type: ignore[misc]
+    """A LightningModule holding the network as ``self.net``, as Lightning's docs write one."""
+
+    def __init__(self, net: Net, *, freeze_bn: bool = False) -> None:
+        super().__init__()
+        self.net = net
+        self.freeze_bn = freeze_bn
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], index: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    def on_train_epoch_start(self) -> None:
+        if self.freeze_bn:
+            self.net.bn.eval()  # Lightning calls train() before each epoch: freeze BatchNorm after it
+
+
+class GradientProbe(lightning.Callback):  # type: ignore[misc]
+    """An unlearning library's diagnostic: after training, the cosine between the gradients of two batches, computed
+    in eval mode with autograd on; it steps no optimizer."""
+
+    def __init__(self) -> None:
+        self.cosine: float | None = None
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        pl_module.eval()
+        grads = []
+        for seed in (1, 2):
+            x, y = _batch(seed)
+            pl_module.zero_grad()
+            torch.nn.functional.cross_entropy(pl_module.net(x), y).backward()
+            grads.append(torch.cat([p.grad.flatten() for p in pl_module.parameters()]))
+        pl_module.zero_grad()
+        self.cosine = float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
+
+
+def _batch(seed: int, n: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def _loader(seed: int, n: int = 32) -> torch.utils.data.DataLoader[Any]:
+    x, y = _batch(seed, n)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+
+
+def _fit(module: Module, root: Path, *, steps: int, callbacks: list[Any] | None = None, seed: int = 0) -> None:
+    trainer = lightning.Trainer(max_steps=steps, callbacks=callbacks or [], default_root_dir=str(root),
+                                enable_progress_bar=False, logger=False, enable_checkpointing=False,
+                                accelerator="cpu", enable_model_summary=False)
+    trainer.fit(module, _loader(seed))
+
+
+def _state(net: Net) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+
+# --- a forward that writes no buffer and precedes no weight change does not change the mode -----------------------
+
+
+@pytest.mark.slow
+def test_a_gradient_probe_after_training_leaves_the_mode_train(tmp_path: Path) -> None:
+    net = Net()
+    module = Module(net)
+    probe = GradientProbe()
+    with BNRecorder(module, split="retain") as rec:
+        _fit(module, tmp_path, steps=4, callbacks=[probe])
+    obs = rec.observation()
+    assert probe.cosine is not None  # the probe ran: eval-mode forwards with autograd, after the last update
+    assert obs.frozen_forwards == 2 and obs.buffer_updates == 4
+    assert int(net.bn.num_batches_tracked) == 4  # independently: four training-mode writes
+    assert (obs.mode, obs.last_update_split) == ("train", "retain")
+
+
+@pytest.mark.slow
+def test_frozen_steps_after_training_that_move_the_weights_are_mixed(tmp_path: Path) -> None:
+    net = Net()
+    module = Module(net)
+    with BNRecorder(module, split="retain") as rec:
+        _fit(module, tmp_path / "a", steps=2)
+        after_training = _state(net)
+        module.freeze_bn = True
+        _fit(module, tmp_path / "b", steps=2, seed=1)
+    obs = rec.observation()
+    after = _state(net)
+    assert torch.equal(after["bn.running_mean"], after_training["bn.running_mean"])  # the buffers were frozen ...
+    assert not torch.equal(after["body.weight"], after_training["body.weight"])  # ... while the weights moved
+    assert obs.mode == "mixed"
+
+
+@pytest.mark.slow
+def test_a_weight_write_after_the_probe_that_version_counters_miss_is_seen(tmp_path: Path) -> None:
+    net = Net()
+    module = Module(net)
+    with BNRecorder(module, split="retain") as rec:
+        _fit(module, tmp_path, steps=2, callbacks=[GradientProbe()])
+        version = net.body.weight._version
+        net.body.weight.data.add_(0.5)  # a library stepping by hand through .data: no version counter moves
+        assert net.body.weight._version == version
+    assert rec.observation().mode == "mixed"
+
+
+# --- an override is recorded beside what was observed -----------------------------------------------------------
+
+
+def _mixed_run() -> tuple[Net, BNRecorder]:
+    net = Net()
+    with BNRecorder(net, split="retain") as rec:
+        x, y = _batch(0)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        optimizer.step()
+        net.eval()  # a frozen step that moves the weights after the last buffer write
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        optimizer.step()
+    return net, rec
+
+
+def test_declared_mode_without_override_stays_a_contradiction() -> None:
+    _, rec = _mixed_run()
+    record = rec.declaration(dataset_id="generated/tiny", subset="all", transform=TRANSFORM, declared_mode="train")
+    assert record.convention.buffer_update_mode == "mixed"
+    assert record.observation is not None and record.observation.override is None
+    assert [c.code for c in record.observation.contradictions] == ["declared-mode-mismatch"]
+
+
+def test_an_override_puts_the_author_mode_in_the_convention_beside_the_observed_one() -> None:
+    _, rec = _mixed_run()
+    record = rec.declaration(dataset_id="generated/tiny", subset="all", transform=TRANSFORM, declared_mode="train",
+                             override_by="A. Author", override_reason="the last step only probed the gradients")
+    assert record.convention.buffer_update_mode == "train"
+    observation = record.observation
+    assert observation is not None and observation.mode == "mixed"
+    assert observation.override is not None
+    assert (observation.override.mode, observation.override.observed, observation.override.by) == (
+        "train", "mixed", "A. Author")
+    assert observation.contradictions == []  # the override answers the declared-mode contradiction
+    _, issues = check_record(to_dict(record), source="record.json")
+    assert [(i.code, i.severity, i.path) for i in issues] == [
+        ("record.mode_override", "warning", "/observation/override")]
+    assert "A. Author" in issues[0].message and '"mixed"' in issues[0].message
+
+
+def test_a_convention_mode_edited_away_from_the_observed_one_is_an_error() -> None:
+    _, rec = _mixed_run()
+    data = to_dict(rec.declaration(dataset_id="generated/tiny", subset="all", transform=TRANSFORM))
+    data["convention"]["buffer_update_mode"] = "train"
+    data["convention"]["name"] = data["convention"]["name"].replace("mixed/", "train/", 1)
+    codes = [(i.code, i.path) for i in check_record(data, source="record.json")[1]]
+    assert ("record.observation_mode_mismatch", "/convention/buffer_update_mode") in codes
+
+
+def test_an_override_of_another_record_is_an_error() -> None:
+    _, rec = _mixed_run()
+    data = to_dict(rec.declaration(dataset_id="generated/tiny", subset="all", transform=TRANSFORM,
+                                   declared_mode="train", override_by="A", override_reason="probe"))
+    data["observation"]["override"]["observed"] = "frozen"
+    codes = [(i.code, i.path) for i in check_record(data, source="record.json")[1]]
+    assert ("record.observation_mode_mismatch", "/observation/override") in codes
+
+
+def test_an_override_needs_who_and_why_and_a_different_mode() -> None:
+    _, rec = _mixed_run()
+    with pytest.raises(RecordError, match="who overrides and why"):
+        rec.declaration(dataset_id="d", subset="s", transform=TRANSFORM, declared_mode="train", override_reason="x")
+    with pytest.raises(RecordError, match="nothing to override"):
+        rec.declaration(dataset_id="d", subset="s", transform=TRANSFORM, declared_mode="mixed", override_by="A",
+                        override_reason="x")
+
+
+def test_declare_cli_records_the_override(tmp_path: Path) -> None:
+    net, rec = _mixed_run()
+    rec.save_observation(tmp_path / "observation.json")
+    save_file(net.state_dict(), str(tmp_path / "model.safetensors"))
+    base = [sys.executable, "-m", "bnconvention", "declare", "--from-observation", str(tmp_path / "observation.json"),
+            "--weights", str(tmp_path / "model.safetensors"), "--dataset-id", "generated/tiny", "--subset", "all",
+            "--transform-mode", "train", "--mode", "train"]
+    done = subprocess.run([*base, "--override", "gradient probe", "--override-by", "A. Author",
+                           "-o", str(tmp_path / "record.json")], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    record = parse_record(json.loads((tmp_path / "record.json").read_text()))
+    assert record.convention.buffer_update_mode == "train"
+    assert record.observation is not None and record.observation.override is not None
+    assert record.observation.override.reason == "gradient probe"
+    half = subprocess.run([*base, "--override", "gradient probe", "-o", str(tmp_path / "other.json")],
+                          capture_output=True, text=True, check=False)
+    assert half.returncode != 0 and "who overrides and why" in half.stderr
+    assert len(half.stderr.strip().splitlines()) == 1 and not (tmp_path / "other.json").exists()
+
+
+# --- wrapped models: layer names mapped across the wrapper's prefix, and said ----------------------------------------
+
+
+def _declare(observation: Path, weights: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bnconvention", "declare", "--from-observation", str(observation),
+                           "--weights", str(weights), "--dataset-id", "generated/tiny", "--subset", "all",
+                           "--transform-mode", "train", "-o", str(out)], capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def lightning_wrapped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Module]:
+    """A Lightning fit recorded on the LightningModule (layer names ``net.*``), the observation saved beside the
+    inner network's weights (names without ``net.``), as a user releasing ``module.net`` does."""
+    root = tmp_path_factory.mktemp("wrapped")
+    module = Module(Net())
+    with BNRecorder(module, split="retain") as rec:
+        _fit(module, root, steps=3)
+    rec.save_observation(root / "observation.json")
+    save_file(module.net.state_dict(), str(root / "model.safetensors"))
+    return root, module
+
+
+@pytest.mark.slow
+def test_declare_from_an_observation_of_a_wrapper_maps_the_prefix(lightning_wrapped: tuple[Path, Module]) -> None:
+    root, _ = lightning_wrapped
+    done = _declare(root / "observation.json", root / "model.safetensors", root / "record.json")
+    assert done.returncode == 0, done.stderr
+    assert "'net.<name>' in the run is '<name>' in the weights" in done.stderr  # the mapping used is said
+    record = parse_record(json.loads((root / "record.json").read_text()))
+    assert [layer.name for layer in record.deployed_state[0].layers] == ["bn"]  # the file's own names
+    assert record.observation is not None and record.observation.name_mapping is not None
+    assert (record.observation.name_mapping.observed_prefix, record.observation.name_mapping.weights_prefix) == (
+        "net.", "")
+    assert [layer.name for layer in record.observation.layers] == ["net.bn"]  # what the recorder saw, as it saw it
+    stamped = subprocess.run([sys.executable, "-m", "bnconvention", "stamp", str(root / "model.safetensors"),
+                              "--record", str(root / "record.json")], capture_output=True, text=True, check=False)
+    assert stamped.returncode == 0, stamped.stderr  # the record binds to the released file's tensors
+
+
+@pytest.mark.slow
+def test_a_real_layer_mismatch_names_the_first_layer(lightning_wrapped: tuple[Path, Module],
+                                                     tmp_path: Path) -> None:
+    root, module = lightning_wrapped
+    other = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6))
+    save_file(other.state_dict(), str(tmp_path / "other.safetensors"))
+    done = _declare(root / "observation.json", tmp_path / "other.safetensors", tmp_path / "record.json")
+    assert done.returncode != 0 and not (tmp_path / "record.json").exists()
+    assert "'net.bn'" in done.stderr and "same point of the run" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_recorder_declares_the_released_network_of_a_wrapper(lightning_wrapped: tuple[Path, Module]) -> None:
+    _, module = lightning_wrapped
+    net = Net()
+    wrapped = Module(net)
+    with BNRecorder(wrapped, split="retain") as rec:
+        _fit(wrapped, Path(lightning_wrapped[0]) / "again", steps=2)
+    record = rec.declaration(dataset_id="generated/tiny", subset="all", transform=TRANSFORM, released=net)
+    from bnconvention.formats.digests import model_digests
+
+    assert record.digests.trainable_sha256 == model_digests(net).trainable_sha256
+    assert [layer.name for layer in record.deployed_state[0].layers] == ["bn"]
+    assert record.observation is not None and record.observation.name_mapping is not None
+    assert record.observation.name_mapping.observed_prefix == "net."
+    with pytest.raises(Exception, match="submodule of the recorded model"):
+        rec.declaration(dataset_id="d", subset="s", transform=TRANSFORM, released=Net())
+
+
+def test_data_parallel_and_compile_wrappers_are_taken_off() -> None:
+    net = Net()
+    wrapped = torch.nn.DataParallel(net)  # on CPU it calls the module itself
+    with BNRecorder(wrapped, split="train") as rec:
+        wrapped(_batch(0)[0])
+    record = rec.declaration(dataset_id="generated/tiny", subset="all", transform=TRANSFORM)
+    assert [layer.name for layer in record.deployed_state[0].layers] == ["bn"]
+    assert record.observation is not None and record.observation.name_mapping is not None
+    assert record.observation.name_mapping.observed_prefix == "module."
+    assert record.convention.buffer_update_mode == "train"

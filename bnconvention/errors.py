@@ -132,6 +132,17 @@ class AuditSpecError(BnConventionError, ValueError):
         self.field = field
 
 
+class PublishedCellsNotFoundError(BnConventionError, LookupError):
+    """None of the places beside a checkpoint where published cells are read holds them (the sidecar, the folder's
+    ``config.json``, the card's model-index; :func:`bnconvention.audit.checkpoint.published_places`). ``places``
+    says each place looked at, the keys looked for and what was there."""
+
+    def __init__(self, message: str, *, checkpoint: str | None = None, places: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
+        self.places = list(places or [])
+
+
 class FactoryNotAllowedError(BnConventionError, PermissionError):
     """A model factory was requested that is not on the allowlist; nothing was imported."""
 

@@ -271,19 +271,20 @@ def test_a_copy_of_only_some_cells_is_reported(tmp_path: Path, fixtures_dir: Pat
 def test_anchoring_reads_the_card_beside_the_weights(tmp_path: Path) -> None:
     from bnconvention.audit.checkpoint import published_cells
     from bnconvention.audit.spec import parse_spec
-    from bnconvention.errors import AuditSpecError
+    from bnconvention.errors import PublishedCellsNotFoundError
 
     spec = parse_spec({"spec_version": "1.0", "kind": "audit_spec", "splits": {"forget_classes": [3]},
                        "published_source": "model_index", "published": {"dt": 0.87}})
     weights = tmp_path / "model.safetensors"
-    with pytest.raises(AuditSpecError, match="has no model card README.md beside it"):
-        published_cells(weights, spec, None)
-    (tmp_path / "README.md").write_text(hf_card())
     notes: list[str] = []
-    assert published_cells(weights, spec, None, notes=notes) == {"df": 0.125, "dt": 0.87}
+    assert published_cells(weights, spec, notes=notes) == {"dt": 0.87}  # no file holds any: the spec's alone
+    assert notes == ["published cells: only the spec's, no file beside model.safetensors holds any"]
+    (tmp_path / "README.md").write_text(hf_card())
+    notes = []
+    assert published_cells(weights, spec, notes=notes) == {"df": 0.125, "dt": 0.87}
     assert notes == ["published cell dt: the spec's 0.87 is used, the card's model-index says 0.8671875"]
     (tmp_path / "README.md").write_text("---\nlicense: mit\n---\n")
     spec = parse_spec({"spec_version": "1.0", "kind": "audit_spec", "splits": {"forget_classes": [3]},
                        "published_source": "model_index"})
-    with pytest.raises(UntrustedInputError, match="its model-index publishes none of the metrics"):
-        published_cells(weights, spec, None)
+    with pytest.raises(PublishedCellsNotFoundError, match=r"README.md \(model-index metrics .*: no model-index\)"):
+        published_cells(weights, spec)

@@ -198,7 +198,7 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
         needs_sidecar = own.model is None or own.published_source == "sidecar" or own.margin == "auto"
         sidecar = read_sidecar(path) if needs_sidecar else None
         choice = choose_model(path, own, sidecar)
-        published = published_cells(path, own, sidecar)
+        published = published_cells(path, own)
         key = f"{choice.factory}|{sorted(choice.kwargs.items())!r}"
         if key not in models:
             models[key] = build_architecture(choice)

@@ -4,8 +4,11 @@ The checkpoint is a ``.safetensors`` file, a sharded checkpoint's ``*.safetensor
 (:mod:`bnconvention.formats.checkpoint_files`); its tensors are loaded by :mod:`bnconvention.refit.weights` (names
 of timm/transformers wrappers and base models mapped, float16/bfloat16 read exactly into float32).
 
-Published cells, for anchoring, come from the spec, the sidecar or the model card's ``model-index`` beside the
-weights (``published_source``).
+Published cells, for anchoring, come from the spec (``published_source: spec``) or from the files beside the weights,
+by one rule (:func:`published_places`, which ``hub audit`` follows too): the checkpoint's sidecar ``<name>.json``,
+the folder's ``config.json`` (``published`` or the zoo's ``shipped_accuracy`` in either), the folder's ``README.md``
+(its model-index, through the spec's ``model_index_metrics``); the first that holds any is read, the one
+``published_source`` names first. When none does, one error names every place looked at and what was looked for.
 
 The architecture comes from the spec's ``model`` section (in a local audit the spec is the user's own file, as
 explicit as the command line) or, when the spec names none, from the files beside the weights, in the order of
@@ -23,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from bnconvention.architectures.resolve import (
     CONFIG_NAME,
@@ -32,7 +35,13 @@ from bnconvention.architectures.resolve import (
     read_config,
     resolve_architecture,
 )
-from bnconvention.errors import AuditSpecError, CheckpointMismatchError, UntrustedInputError
+from bnconvention.audit.published import JSON_PUBLISHED_KEYS
+from bnconvention.errors import (
+    AuditSpecError,
+    CheckpointMismatchError,
+    PublishedCellsNotFoundError,
+    UntrustedInputError,
+)
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.safetensors_header import SafetensorsHeader
 
@@ -116,9 +125,6 @@ def choose_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) ->
     return resolve_model(path, spec, sidecar).architecture
 
 
-_ZOO_ACCURACY_CELLS = {"forget": "df", "retain": "dr", "test": "dt"}
-
-
 def card_path(path: Path) -> Path:
     """The model card of a checkpoint: the release folder's ``README.md``."""
     from bnconvention.formats.card import CARD_NAME
@@ -126,61 +132,101 @@ def card_path(path: Path) -> Path:
     return path.parent / CARD_NAME
 
 
-def model_index_published(path: Path, spec: AuditSpec) -> tuple[dict[str, float], list[str]]:
-    """Published cells from the card's model-index (:mod:`bnconvention.audit.published`), completed by the spec's
-    own (whose values win), and a note for each cell the two give differently."""
-    from bnconvention.audit.published import card_published_cells, merge_published
-    from bnconvention.formats.card import parse_card_metadata, read_card_text
+# --- published cells: one rule for audit and census of local files and for hub audit ----------------------------
 
-    card = card_path(path)
-    if not card.is_file():
-        raise AuditSpecError(f"published_source is 'model_index' but {path.name} has no model card {card.name} "
-                             "beside it", field="/published_source")
-    metadata = parse_card_metadata(read_card_text(card), source=str(card))
-    cells, notes = merge_published(card_published_cells(metadata, spec.model_index_metrics, source=str(card)),
-                                   spec.published_for(checkpoint_name(path)))
-    if not cells:
-        raise UntrustedInputError(f"{card}: its model-index publishes none of the metrics "
-                                  f"{sorted(spec.model_index_metrics)}; map the card's metric names to cells in "
-                                  "the spec's model_index_metrics", source=card)
-    return cells, notes
+PlaceKind = Literal["sidecar", "config", "card"]
+
+# the places read for published cells, in order, by the spec's published_source: the one it names first
+PLACE_ORDER: dict[str, tuple[PlaceKind, ...]] = {"sidecar": ("sidecar", "config", "card"),
+                                                 "model_index": ("card", "sidecar", "config")}
 
 
-def published_cells(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None, *,
-                    notes: list[str] | None = None) -> dict[str, float] | None:
-    """Published cells (canonical cell text -> value) for this checkpoint, from the spec, its sidecar or its card's
-    model-index; ``notes`` collects what the reader should know (a card and spec that disagree)."""
-    from bnconvention.audit.expressions import parse_cell
+@dataclass(frozen=True)
+class PublishedPlace:
+    """A file beside a checkpoint where its published cells may be: its sidecar ``<name>.json``, the folder's
+    ``config.json`` (``published`` or ``shipped_accuracy``) or the folder's ``README.md`` (its model-index)."""
+
+    kind: PlaceKind
+    path: Path
+
+    def keys(self, spec: AuditSpec) -> str:
+        """What is looked for in it."""
+        if self.kind == "card":
+            labels = ", ".join(repr(label) for label in spec.model_index_metrics)
+            return f"model-index metrics {labels} (model_index_metrics)"
+        return " or ".join(repr(key) for key in JSON_PUBLISHED_KEYS)
+
+
+def _same_bytes(first: Path, second: Path) -> bool:
+    import filecmp
+
+    return first.is_file() and second.is_file() and filecmp.cmp(first, second, shallow=False)
+
+
+def published_places(path: Path, source: str) -> list[PublishedPlace]:
+    """Where the published cells of the checkpoint at ``path`` are read, in order: with ``published_source:
+    sidecar`` its sidecar ``<name>.json``, the folder's ``config.json``, the folder's ``README.md`` model-index;
+    with ``model_index`` the card first, then the other two. The one rule of ``audit`` and ``census`` of local
+    files and of ``hub audit``, which lays each repo out the same way in its download folder (the repo's
+    ``config.json`` also as the sidecar, for the sidecar's other readers: a ``config.json`` with the sidecar's very
+    bytes is that copy, read once)."""
+    sidecar, config = sidecar_path(path), path.parent / CONFIG_NAME
+    files: dict[PlaceKind, Path] = {"sidecar": sidecar, "card": card_path(path)}
+    if config != sidecar and not _same_bytes(sidecar, config):
+        files["config"] = config
+    return [PublishedPlace(kind, files[kind]) for kind in PLACE_ORDER[source] if kind in files]
+
+
+def read_published_place(place: PublishedPlace, path: Path, spec: AuditSpec) -> tuple[dict[str, float], str]:
+    """The published cells one place holds (empty when none), and what was there when it holds none. A place that
+    is there but malformed raises (:class:`~bnconvention.errors.UntrustedInputError`, a card's
+    :class:`~bnconvention.errors.CardError`), naming the file."""
+    from bnconvention.audit.published import card_published_cells, json_published_cells
+
+    if not place.path.is_file():
+        return {}, "no such file"
+    if place.kind == "card":
+        from bnconvention.formats.card import parse_card_metadata, read_card_text
+        from bnconvention.formats.model_index import MODEL_INDEX_KEY
+
+        metadata = parse_card_metadata(read_card_text(place.path), source=str(place.path))
+        cells = card_published_cells(metadata, spec.model_index_metrics, source=str(place.path))
+        return cells, ("none of them in its model-index" if MODEL_INDEX_KEY in metadata else "no model-index")
+    document = read_sidecar(path) if place.kind == "sidecar" else read_config(place.path)
+    found = json_published_cells(document or {}, source=str(place.path))
+    return found or {}, "neither key"
+
+
+def published_cells(path: Path, spec: AuditSpec, *, notes: list[str] | None = None) -> dict[str, float] | None:
+    """Published cells (canonical cell text -> value) for this checkpoint: the spec's with ``published_source:
+    spec``, else those of the first place of :func:`published_places` that holds any, completed by the spec's own
+    (whose values win; with ``model_index`` the spec's alone when no file holds any). ``notes`` collects what the
+    reader should know (a file and the spec that disagree). When no place holds them,
+    :class:`~bnconvention.errors.PublishedCellsNotFoundError` names every place looked at and what it looked for."""
+    from bnconvention.audit.published import merge_published
 
     name = checkpoint_name(path)
+    own = spec.published_for(name)
     if spec.published_source == "spec":
-        return spec.published_for(name)
-    if spec.published_source == "model_index":
-        from_card, found = model_index_published(path, spec)
+        return own
+    looked: list[str] = []
+    for place in published_places(path, spec.published_source):
+        found, missing = read_published_place(place, path, spec)
+        if found:
+            cells, disagreements = merge_published(found, own, found_in=(
+                "the card's model-index" if place.kind == "card" else place.path.name))
+            if notes is not None:
+                notes.extend(disagreements)
+            return cells
+        looked.append(f"{place.path} ({place.keys(spec)}: {missing})")
+    if own:
         if notes is not None:
-            notes.extend(found)
-        return from_card
-    where = sidecar_path(path)
-    if sidecar is None:
-        raise AuditSpecError(f"published_source is 'sidecar' but {path.name} has no sidecar {where.name}",
-                             field="/published_source")
-    raw = sidecar.get("published")
-    if raw is None and isinstance(sidecar.get("shipped_accuracy"), dict):
-        raw = {_ZOO_ACCURACY_CELLS[k]: v for k, v in sidecar["shipped_accuracy"].items() if k in _ZOO_ACCURACY_CELLS}
-    if not isinstance(raw, dict) or not raw:
-        raise UntrustedInputError(f"{where}: no published cells found (expected 'published': {{cell: value}} or "
-                                  "'shipped_accuracy': {forget, retain, test})", source=where)
-    cells: dict[str, float] = {}
-    for key, value in raw.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UntrustedInputError(f"{where}: published cell {key!r} is {value!r}, not a number", source=where)
-        try:
-            text = parse_cell(key).text
-        except AuditSpecError as exc:
-            raise UntrustedInputError(f"{where}: published cell {key!r} is not a cell expression: {exc}",
-                                      source=where) from exc
-        cells[text] = float(value)
-    return cells
+            notes.append(f"published cells: only the spec's, no file beside {path.name} holds any")
+        return own
+    raise PublishedCellsNotFoundError(
+        f"no published cells for {path.name}; looked in {'; '.join(looked)}. Write them in one of these files (read "
+        f"in this order with published_source: {spec.published_source}), or list them in the spec (published: "
+        "{cell: value} with published_source: spec)", checkpoint=str(path), places=looked)
 
 
 def build_architecture(choice: ModelChoice) -> torch.nn.Module:
@@ -262,7 +308,7 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     resolution = resolve_model(path, spec, sidecar)
     choice = resolution.architecture
     notes: list[str] = []
-    published = published_cells(path, spec, sidecar, notes=notes)
+    published = published_cells(path, spec, notes=notes)
     model = build_architecture(choice)
     loaded = load_checkpoint_weights(model, path, factory=f"factory {choice.factory!r} (from {choice.source})")
     model.eval()

@@ -1,4 +1,7 @@
-"""Published cells from a model card's ``model-index``: the Hub's own place for a release's numbers.
+"""Published cells as a release writes them: in a model card's ``model-index`` (the Hub's own place for a release's
+numbers), or in a JSON file beside the weights (the checkpoint's sidecar ``<name>.json`` or the folder's
+``config.json``: a ``published`` mapping of cell -> value, or the digits zoo's ``shipped_accuracy``). Which of these
+places is read, and in which order, is one rule: :func:`bnconvention.audit.checkpoint.published_places`.
 
 The spec maps metric labels to cells (``model_index_metrics``, e.g. ``forget accuracy: df``). A metric of the card's
 model-index matches a label when its ``name`` is the label, or, when no metric has that name, when its ``type`` is
@@ -6,7 +9,8 @@ model-index matches a label when its ``name`` is the label, or, when no metric h
 published numbers. Two matching metrics with different values make the cell ambiguous: an error naming both, so a
 card that reports the test accuracy of two datasets is never anchored against the wrong one.
 
-Pure: front-matter mapping in, cells out. :func:`card_published_cells` is strict (anchoring relies on it);
+Pure: front-matter mapping or JSON object in, cells out. :func:`card_published_cells` and :func:`json_published_cells`
+are strict (anchoring relies on them);
 :func:`cell_origins` is lenient (it only says where the authors' number sits, so ``hub push`` can put the refit
 cell beside it) and never fails on someone else's card.
 
@@ -25,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.audit.expressions import parse_cell
-from bnconvention.errors import UntrustedInputError
+from bnconvention.errors import AuditSpecError, UntrustedInputError
 from bnconvention.formats.model_index import IndexMetric, iter_index_metrics, read_model_index
 from bnconvention.formats.text import one_line
 from bnconvention.validation.model_index import is_refit_metric
@@ -82,6 +86,45 @@ def card_published_cells(metadata: Mapping[str, Any], mapping: Mapping[str, str]
     return cells
 
 
+JSON_PUBLISHED_KEYS = ("published", "shipped_accuracy")
+ZOO_ACCURACY_CELLS = {"forget": "df", "retain": "dr", "test": "dt"}
+
+
+def json_published_cells(document: Mapping[str, Any], *, source: str) -> dict[str, float] | None:
+    """Published cells (canonical cell text -> value) of a sidecar or ``config.json``: its ``published`` mapping,
+    else the zoo's ``shipped_accuracy`` (forget, retain and test read as df, dr and dt); None when it holds neither.
+    A ``published`` that is not a mapping of cells to numbers raises
+    :class:`~bnconvention.errors.UntrustedInputError` naming ``source``.
+
+    >>> json_published_cells({"shipped_accuracy": {"forget": 0.0, "test": 0.98}}, source="config.json")
+    {'df': 0.0, 'dt': 0.98}
+    >>> json_published_cells({"architectures": ["ResNetForImageClassification"]}, source="config.json") is None
+    True
+    """
+    raw = document.get("published")
+    if raw is None:
+        accuracy = document.get("shipped_accuracy")
+        if not isinstance(accuracy, Mapping):
+            return None
+        raw = {ZOO_ACCURACY_CELLS[k]: v for k, v in accuracy.items() if k in ZOO_ACCURACY_CELLS}
+        if not raw:
+            return None
+    if not isinstance(raw, Mapping) or not raw:
+        raise UntrustedInputError(f"{source}: 'published' is {raw!r}; write it as {{cell: value}}, e.g. "
+                                  "{\"df\": 0.02, \"dt\": 0.95}", source=source)
+    cells: dict[str, float] = {}
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UntrustedInputError(f"{source}: published cell {key!r} is {value!r}, not a number", source=source)
+        try:
+            text = parse_cell(key).text
+        except AuditSpecError as exc:
+            raise UntrustedInputError(f"{source}: published cell {key!r} is not a cell expression: {exc}",
+                                      source=source) from exc
+        cells[text] = float(value)
+    return cells
+
+
 def cell_origins(metadata: Mapping[str, Any], mapping: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """Where the authors' number of each mapped cell sits in the model-index (its result's task and dataset, the
     metric's type and name), for cells the card names unambiguously; malformed parts are passed over."""
@@ -101,18 +144,18 @@ def cell_origins(metadata: Mapping[str, Any], mapping: Mapping[str, str]) -> dic
     return origins
 
 
-def merge_published(card: Mapping[str, float], spec: Mapping[str, float] | None) -> tuple[dict[str, float],
-                                                                                          list[str]]:
-    """The card's cells completed by the spec's; the spec's value wins where both give a cell (the auditor's own
-    word), with a note for each disagreement."""
+def merge_published(card: Mapping[str, float], spec: Mapping[str, float] | None, *,
+                    found_in: str = "the card's model-index") -> tuple[dict[str, float], list[str]]:
+    """The cells found in a release's file (the card's, by default) completed by the spec's; the spec's value wins
+    where both give a cell (the auditor's own word), with a note for each disagreement."""
     merged = dict(card)
     notes: list[str] = []
     for cell, value in (spec or {}).items():
         if cell in merged and merged[cell] != value:
-            notes.append(f"published cell {cell}: the spec's {value!r} is used, the card's model-index says "
-                         f"{merged[cell]!r}")
+            notes.append(f"published cell {cell}: the spec's {value!r} is used, {found_in} says {merged[cell]!r}")
         merged[cell] = value
     return merged, notes
 
 
-__all__ = ["card_published_cells", "cell_origins", "merge_published"]
+__all__ = ["JSON_PUBLISHED_KEYS", "ZOO_ACCURACY_CELLS", "card_published_cells", "cell_origins", "json_published_cells",
+           "merge_published"]

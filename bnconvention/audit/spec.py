@@ -196,16 +196,19 @@ class AuditSpec(_Spec):
     published_by_checkpoint: dict[str, dict[str, float]] | None = Field(default=None, description=(
         "Published cells per checkpoint file name (without .safetensors), for a census."))
     published_source: PublishedSource = Field(default="spec", description=(
-        "Where published cells come from: 'spec' (published / published_by_checkpoint above), 'sidecar' (each "
-        "checkpoint's '<name>.json': a 'published' mapping of cell -> value, or the zoo's 'shipped_accuracy' "
-        "with forget/retain/test read as df/dr/dt) or 'model_index' (the eval results of the model card's "
-        "model-index, README.md beside the weights, read through model_index_metrics; cells the spec lists "
-        "too take the spec's value)."))
+        "Where published cells come from: 'spec' (published / published_by_checkpoint above), or the files "
+        "beside the weights, read in one order by audit, census and hub audit alike: 'sidecar' reads the "
+        "checkpoint's '<name>.json', then the folder's config.json (in either a 'published' mapping of cell -> "
+        "value, or the zoo's 'shipped_accuracy' with forget/retain/test read as df/dr/dt), then the eval results "
+        "of the model card's model-index (README.md beside the weights, through model_index_metrics); "
+        "'model_index' reads the card first, then the other two. The first that holds any cells is used; cells "
+        "the spec lists too take the spec's value. When none holds any, one error names every place looked at."))
     model_index_metrics: dict[Text, Text] = Field(default_factory=lambda: dict(DEFAULT_MODEL_INDEX_METRICS),
                                                   description=(
         "Model-index metric labels -> cells, e.g. {'forget accuracy': df}. A metric matches a label by its name, "
-        "or by its type when no metric has that name (case and spacing ignored). Read for anchoring with "
-        "published_source 'model_index'; hub push puts each refit cell beside the metric it maps from."))
+        "or by its type when no metric has that name (case and spacing ignored). Read for anchoring when the "
+        "card is where the published cells are found (see published_source); hub push puts each refit cell "
+        "beside the metric it maps from."))
     rules: list[RuleSpec] = Field(default_factory=list, description=(
         "Per-repo rules of a Hub audit: the sections each replaces (dataset, splits, model, refit, published "
         "cells) for the repos it matches by repo-id pattern or config.json field; every matching rule applies, "

@@ -63,6 +63,7 @@ EXIT_INTERRUPTED = 130
 ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (errors.UsageError, EXIT_USAGE, "usage error"),
     (errors.ArchitectureConfigError, EXIT_USAGE, "architecture refused"),
+    (errors.PublishedCellsNotFoundError, EXIT_USAGE, "no published cells"),
     (errors.UntrustedInputError, EXIT_USAGE, "unreadable input"),
     (errors.AuditSpecError, EXIT_USAGE, "invalid audit spec"),
     (errors.PreregistrationError, EXIT_USAGE, "preregistration"),

@@ -5,9 +5,12 @@ Which architecture (:func:`choose_repo_spec`): the repo's own declaration in ``c
 entry ``{"factory": ..., "kwargs": {...}}``, the shape the digits zoo writes — when that factory is on the
 allowlist; else timm's or transformers' own ``config.json`` (:mod:`bnconvention.architectures.resolve`); otherwise
 the spec's ``model``. Nothing a repo names is imported unless it is allowlisted or in the library's own registry.
-Published cells: with ``published_source: sidecar`` they come from ``config.json`` (``published`` or the zoo's
-``shipped_accuracy``); with ``published_source: model_index`` from the eval results of the repo's card
-(``README.md``, placed beside the weights); with ``published_by_checkpoint`` the key is the repo id.
+Published cells: read as a local audit reads them, by one rule
+(:func:`bnconvention.audit.checkpoint.published_places`), from the repo's files laid out in the download folder as
+they are in the repo: ``config.json`` (``published`` or the zoo's ``shipped_accuracy``) and the eval results of the
+card's model-index (``README.md``), the one ``published_source`` names first (``sidecar``: ``config.json``;
+``model_index``: the card); with ``published_by_checkpoint`` the key is the repo id. A repo where neither holds them
+fails with one reason naming both files and the keys looked for.
 
 Which spec: the spec's rules (:mod:`bnconvention.audit.rules`) are applied first, by repo id and ``config.json``
 fields, so one spec audits a mixed organisation, each repo with its own data, model and published cells; the rules
@@ -22,6 +25,7 @@ result: every computation is seeded from the spec, and each task runs torch with
 from __future__ import annotations
 
 import contextlib
+import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -276,13 +280,16 @@ the audit of :mod:`bnconvention.audit.checkpoint` looks for them."""
 
 def relabel_reason(text: str, *, folder: Path, repo_id: str, filename: str) -> str:
     """A failure reason with the temporary folder's paths replaced by what they are in the repo: the weights by
-    ``<repo>/<file>``, the sidecar by ``<repo>/config.json``, the card by ``<repo>/README.md``."""
+    ``<repo>/<file>``, the sidecar and the config.json beside the weights by ``<repo>/config.json``, the card by
+    ``<repo>/README.md``."""
     weights, sidecar, card = _local_paths(folder, filename)
-    names = [(weights, filename), (sidecar, CONFIG_NAME), (card, CARD_NAME), (folder / "repo", ""), (folder, "")]
+    names = [(weights, filename), (sidecar, CONFIG_NAME), (weights.parent / CONFIG_NAME, CONFIG_NAME),
+             (card, CARD_NAME), (folder / "repo", ""), (folder, "")]
     for local, name in names:
         for form in dict.fromkeys((str(local), str(local.resolve()))):
             text = text.replace(form, f"{repo_id}/{name}".rstrip("/"))
-    return text
+    # the sidecar slot and config.json are both the repo's config.json: a list of places looked at names it once
+    return re.sub(r"(\S+ \([^()]*\)); \1(?=[;.])", r"\1", text)
 
 
 def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: RepoFiles, filename: str,
@@ -297,12 +304,15 @@ def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: Repo
     weights = _download(client, task.repo_id, filename, revision=task.revision, folder=folder)
     _, sidecar, card = _local_paths(folder, filename)  # hf_hub_download put the weights at folder/repo/<file>
     if files.config is not None:
-        # the audit reads architecture and published cells from the checkpoint's sidecar <name>.json
+        # the sidecar's readers (architecture, population and mechanism metadata) read config.json as the
+        # checkpoint's sidecar <name>.json; published cells are read by the rule of a local audit, which takes this
+        # copy and config.json below for one place
         sidecar.write_bytes(files.config)
     if files.card is not None and not card.exists():  # the model-index's published cells, beside the weights
         card.write_bytes(files.card)
     repo_dir = weights.parent
-    if files.config is not None and not (repo_dir / CONFIG_NAME).exists():  # timm's pretrained_cfg, for from_repo
+    # timm's pretrained_cfg (for from_repo) and the published cells, where a local audit looks for them
+    if files.config is not None and not (repo_dir / CONFIG_NAME).exists():
         (repo_dir / CONFIG_NAME).write_bytes(files.config)
     _fetch_repo_files(client, task, repo_spec, repo_dir)
     # a retrain reference published as a sibling repo: downloaded at a pinned commit, its local copy named in the spec

@@ -165,7 +165,7 @@ def test_declared_mode_without_override_stays_a_contradiction() -> None:
     _, rec = _mixed_run()
     record = rec.declaration(dataset_id="generated/tiny", subset="all", transform=TRANSFORM, declared_mode="train")
     assert record.convention.buffer_update_mode == "mixed"
-    assert record.observation is not None and record.observation.override is None
+    assert record.spec_version == "1.0"  # no field of 1.1 filled: no override
     assert [c.code for c in record.observation.contradictions] == ["declared-mode-mismatch"]
 
 

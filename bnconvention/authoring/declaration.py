@@ -25,6 +25,7 @@ from bnconvention.standard.models import (
     DatasetRef,
     DataSplit,
     Declaration,
+    DeclarationV11,
     DistributedMode,
     DropoutMode,
     EmaAccumulation,
@@ -42,6 +43,7 @@ from bnconvention.standard.models import (
     TransformDescription,
     TransformMode,
     VarianceEstimator,
+    added_in_1_1,
 )
 from bnconvention.standard.naming import canonical_name, transform_sha256
 
@@ -143,15 +145,13 @@ def declare_state(convention: FittingConvention, *, deployed_state: BatchNormSta
                   reporting_line: str | None = None, observation: Observation | None = None,
                   refit: RefitDetails | None = None, producer: Producer | None = None) -> Declaration:
     """The declaration of a deployed state already described (a saved observation's layers and digests): what
-    :func:`declare` builds once it has read them off the model."""
-    return Declaration(
-        spec_version=SPEC_VERSION,
-        kind="declaration",
-        convention=convention,
-        deployed_state=[deployed_state],
-        digests=digests,
-        producer=producer or default_producer(),
-        reporting_line=reporting_line,
-        observation=observation,
-        refit=refit,
-    )
+    :func:`declare` builds once it has read them off the model. Spec version 1.0 unless the observation fills a
+    field 1.1 added (an override, a layer-name mapping, splits matched by content): then 1.1."""
+    fields = dict(kind="declaration", convention=convention, deployed_state=[deployed_state], digests=digests,
+                  producer=producer or default_producer(), reporting_line=reporting_line, refit=refit)
+    added = added_in_1_1()["Observation"]
+    if observation is not None and any(getattr(observation, name, None) is not None for name in added):
+        return DeclarationV11(spec_version="1.1", observation=observation, **fields)
+    if observation is not None:
+        observation = Observation.model_validate(observation.model_dump(exclude=set(added)))
+    return Declaration(spec_version=SPEC_VERSION, observation=observation, **fields)

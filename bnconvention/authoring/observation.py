@@ -63,6 +63,7 @@ from bnconvention.standard.models import (
     FittingConvention,
     ModeOverride,
     Observation,
+    ObservationV11,
     Precision,
     SplitRole,
     Transform,
@@ -162,7 +163,8 @@ def declared_contradictions(observation: Observation, *, declared_mode: BufferUp
     found: list[Contradiction] = []
     observed = observation.mode
     changed = [layer.name for layer in observation.layers if layer.buffers_changed]
-    overridden = observation.override is not None and observation.override.mode == declared_mode
+    override = getattr(observation, "override", None)
+    overridden = override is not None and override.mode == declared_mode
     if declared_mode is not None and observed is not None and declared_mode != observed and not overridden:
         if declared_mode in ("frozen", "untouched") and observation.buffers_changed:
             code = DECLARED_FROZEN_BUFFERS_CHANGED if declared_mode == "frozen" else DECLARED_UNTOUCHED_BUFFERS_CHANGED
@@ -232,8 +234,15 @@ def with_override(observation: Observation, *, mode: BufferUpdateMode, by: str, 
         raise RecordError(f"the run already shows mode {mode!r}: there is nothing to override (drop the override)")
     if not by.strip() or not reason.strip():
         raise RecordError("an override names who makes it and why (by= and reason= are non-empty)")
-    return observation.model_copy(update={"override": ModeOverride(mode=mode, observed=observed, by=by,
-                                                                   reason=reason)})
+    return as_v11(observation).model_copy(update={"override": ModeOverride(mode=mode, observed=observed, by=by,
+                                                                           reason=reason)})
+
+
+def as_v11(observation: Observation) -> ObservationV11:
+    """``observation`` as the 1.1 model (which adds optional fields only), to fill one of them."""
+    if isinstance(observation, ObservationV11):
+        return observation
+    return ObservationV11.model_validate(observation.model_dump(exclude_none=True))
 
 
 def with_author(observation: Observation, *, declared_mode: BufferUpdateMode | None, role: str | None,
@@ -252,7 +261,8 @@ def with_author(observation: Observation, *, declared_mode: BufferUpdateMode | N
 
 def convention_mode(observation: Observation) -> BufferUpdateMode | None:
     """The mode a convention built from ``observation`` carries: the author's override when there is one."""
-    return observation.override.mode if observation.override is not None else observation.mode
+    override = getattr(observation, "override", None)
+    return override.mode if override is not None else observation.mode
 
 
 def convention_from_observation(

@@ -53,7 +53,7 @@ from bnconvention.standard.models import (
     DropoutMode,
     FittingConvention,
     LayerObservation,
-    Observation,
+    ObservationV11,
     Precision,
     RefitDetails,
     SplitRole,
@@ -315,7 +315,7 @@ class BNRecorder:
     # --- results -----------------------------------------------------------------------------------------------
 
     def observation(self, *, declared_mode: BufferUpdateMode | None = None, role: str | None = None,
-                    rule: AccumulationRule | None = None, momentum: float | None = None) -> Observation:
+                    rule: AccumulationRule | None = None, momentum: float | None = None) -> ObservationV11:
         """What the run did, as the standard's ``Observation``, with contradictions.
 
         Contradictions seen in the events alone are always included; give what the author claims
@@ -349,7 +349,7 @@ class BNRecorder:
         last_write, observed_rule, observed_momentum = self._last_write()
         if observed_rule == "ema" and not (observed_momentum is not None and 0 < observed_momentum <= 1):
             observed_rule, observed_momentum = None, None
-        observation = Observation(
+        observation = ObservationV11(
             train_forwards=max((e.train_forwards for e in self._layers), default=0),
             eval_forwards=max((e.eval_forwards for e in self._layers), default=0),
             buffer_updates=max((e.updates for e in self._layers), default=0),

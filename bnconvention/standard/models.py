@@ -66,7 +66,10 @@ from bnconvention.standard.evidence import (
     LayerStaleness,
     ModeOverride,
     Observation,
+    ObservationV11,
     RefitDetails,
+    SplitMatching,
+    SplitShare,
     Staleness,
     StalenessBand,
 )
@@ -135,6 +138,8 @@ class DeclarationV11(Declaration):
         description="Version of the standard the record follows.")
     deployed_state: list[DeployedStateV11] = Field(  # type: ignore[assignment]
         min_length=1, description="The deployed state, one entry per kind (tagged by kind).")
+    observation: ObservationV11 | None = Field(  # type: ignore[assignment]
+        default=None, description="Evidence measured by the recorder.")
 
 
 # Each record kind is a union tagged by spec_version, inside the union tagged by kind (the schema's $defs
@@ -150,6 +155,7 @@ VERSIONED_MODELS: tuple[tuple[type[BaseModel], type[BaseModel]], ...] = (
     (RefitAnnotation, RefitAnnotationV11),
     (Cell, CellV11),
     (CellDecision, CellDecisionV11),
+    (Observation, ObservationV11),
 )
 
 
@@ -237,6 +243,7 @@ __all__ = [
     "NonEmptyStr",
     "Normalization",
     "Observation",
+    "ObservationV11",
     "OtherModules",
     "PositiveInt",
     "Precision",
@@ -249,6 +256,8 @@ __all__ = [
     "Sha256Hex",
     "SplitRole",
     "Staleness",
+    "SplitMatching",
+    "SplitShare",
     "StalenessBand",
     "StrictModel",
     "TensorDigests",

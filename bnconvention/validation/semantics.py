@@ -162,7 +162,7 @@ def observation_issues(record: Declaration, *, source: str) -> Iterator[Issue]:
 
 def _mode_issues(mode: str, observation: Observation, *, source: str) -> Iterator[Issue]:
     """The convention's mode against the observed one: equal, or an override that names both."""
-    override, observed = observation.override, observation.mode
+    override, observed = getattr(observation, "override", None), observation.mode
     if override is not None:
         if override.mode != mode or override.observed != observed:
             yield new_issue("record.observation_mode_mismatch", file=source, path="/observation/override", message=(

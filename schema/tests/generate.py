@@ -201,8 +201,28 @@ def register_valid() -> None:
                                         _append_pp_cell))
     vector("declaration-v11", "Spec version 1.1 declares the same fields as 1.0.", base_ema,
            _set("/spec_version", "1.1"))
+    vector("declaration-v11-observation-override", "Spec 1.1: the author's 'train' in place of the observed 'mixed' "
+           "(a gradient probe the recorder took for frozen steps), recorded as an override: valid with a warning.",
+           base_ema, _all(_set("/spec_version", "1.1"), _set("/observation", _observation(mode="mixed", override={
+               "mode": "train", "observed": "mixed", "by": "A. Author",
+               "reason": "the last forwards were a gradient probe"}))),
+           warnings=[("record.mode_override", "/observation/override")])
+    vector("declaration-v11-observation-splits", "Spec 1.1: the recorder watched a wrapper ('net.' before each "
+           "layer name) and matched the buffer-writing batches by content: 70 % retain, 25 % forget, 5 % from "
+           "before the run.", base_ema,
+           _all(_set("/spec_version", "1.1"), _set("/observation", _observation(
+               mode="train", name_mapping={"observed_prefix": "net.", "weights_prefix": ""},
+               split_matching={"splits": [{"split": "retain", "records": 2100, "share": 0.7},
+                                          {"split": "forget", "records": 900, "share": 0.25}],
+                               "unmatched_records": 0, "unmatched_share": 0.0, "initial_share": 0.05}))))
     vector("refit-annotation-channel-absent", "Channel absent: every shift is exactly 0.", base_annotation_absent)
     vector("refit-annotation-minimal", "Only the required fields of an annotation.", annotation_minimal)
+
+
+def _observation(**extra: Any) -> Record:
+    """A recorder observation of a 300-step training run, with ``extra`` fields."""
+    return {"train_forwards": 300, "eval_forwards": 12, "buffer_updates": 300, "buffers_changed": True,
+            "split_tags": ["train"], "last_update_split": "train", **extra}
 
 
 def _append_pp_cell(record: Record) -> None:
@@ -310,6 +330,13 @@ def register_schema_invalid() -> None:
 
 
 def register_semantic_invalid() -> None:
+    vector("semantic-observation-mode-mismatch", "The convention says 'train' where the recorder observed 'mixed', "
+           "and no override says who changed it and why.", base_ema, _set("/observation", _observation(mode="mixed")),
+           level="semantic", issues=[("record.observation_mode_mismatch", "/convention/buffer_update_mode")])
+    vector("semantic-v11-override-of-another-record", "The override names an observed mode the observation does not "
+           "hold.", base_ema, _all(_set("/spec_version", "1.1"), _set("/observation", _observation(
+               mode="frozen", override={"mode": "train", "observed": "mixed", "by": "A", "reason": "probe"}))),
+           level="semantic", issues=[("record.observation_mode_mismatch", "/observation/override")])
     vector("semantic-name-mismatch", "The name is derived from the fields: ema-m0.1 is not ema-m0.01.", base_ema,
            _set("/convention/name", "train/train/train-transform/ema-m0.01"), level="semantic",
            issues=[("record.name_mismatch", "/convention/name")])
@@ -370,6 +397,15 @@ def register_semantic_invalid() -> None:
 
 
 def register_version_invalid() -> None:
+    vector("invalid-v10-observation-override", "A 1.0 observation carrying the 1.1 override.", base_ema,
+           _set("/observation", _observation(mode="mixed", override={
+               "mode": "train", "observed": "mixed", "by": "A", "reason": "probe"})), level="schema",
+           issues=[("schema.additional_property", "/observation")])
+    vector("invalid-v11-split-share-range", "A split's share of the statistics is a fraction.", base_ema,
+           _all(_set("/spec_version", "1.1"), _set("/observation", _observation(split_matching={
+               "splits": [{"split": "retain", "records": 10, "share": 1.5}], "unmatched_records": 0,
+               "unmatched_share": 0.0, "initial_share": 0.0}))), level="schema",
+           issues=[("schema.range", "/observation/split_matching/splits/0/share")])
     vector("invalid-v10-family", "A 1.0 record carrying a 1.1 field: 1.0 stays strict.", base_annotation,
            _set("/family", {"name": "gradient-ascent"}), level="schema",
            issues=[("schema.additional_property", "")])

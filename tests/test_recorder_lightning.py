@@ -312,3 +312,101 @@ def test_data_parallel_and_compile_wrappers_are_taken_off() -> None:
     assert record.observation is not None and record.observation.name_mapping is not None
     assert record.observation.name_mapping.observed_prefix == "module."
     assert record.convention.buffer_update_mode == "train"
+
+
+# --- which data the statistics saw, matched by content -------------------------------------------------------------
+
+
+class Distill(lightning.LightningModule):  # type: ignore[misc]
+    """A distillation-style unlearning step inside Lightning's loop: each step runs the train-mode student on a
+    forget batch, then on a retain batch (the last write of every step is a retain batch)."""
+
+    def __init__(self, net: Net, forget: torch.utils.data.Dataset[Any]) -> None:
+        super().__init__()
+        self.net = net
+        self.forget = forget
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], index: int) -> torch.Tensor:
+        x, y = batch
+        fx, fy = (torch.stack(t) for t in zip(*[self.forget[(index * 4 + k) % len(self.forget)] for k in range(4)],
+                                                strict=True))
+        away = -torch.nn.functional.cross_entropy(self.net(fx), fy)  # forget batch first
+        return away + torch.nn.functional.cross_entropy(self.net(x), y)  # retain batch last
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _datasets() -> tuple[torch.utils.data.TensorDataset, torch.utils.data.TensorDataset]:
+    rx, ry = _batch(10, 32)
+    fx, fy = _batch(11, 16)
+    return torch.utils.data.TensorDataset(rx, ry), torch.utils.data.TensorDataset(fx, fy)
+
+
+@pytest.mark.slow
+def test_a_step_that_mixes_splits_is_recorded_with_each_share(tmp_path: Path) -> None:
+    retain, forget = _datasets()
+    net = Net()
+    module = Distill(net, forget)
+    with BNRecorder(module, split="retain", splits={"retain": retain, "forget": forget}) as rec:
+        trainer = lightning.Trainer(max_steps=4, default_root_dir=str(tmp_path), enable_progress_bar=False,
+                                    logger=False, enable_checkpointing=False, accelerator="cpu",
+                                    enable_model_summary=False)
+        trainer.fit(module, torch.utils.data.DataLoader(retain, batch_size=8))
+    obs = rec.observation()
+    assert int(net.bn.num_batches_tracked) == 8  # independently: two writes per step, four steps
+    assert obs.last_update_split == "retain"  # the tag alone says retain ...
+    matching = obs.split_matching
+    assert matching is not None
+    # ... by content: 4 steps x (4 forget rows, then 8 retain rows), every row matched
+    assert [(s.split, s.records) for s in matching.splits] == [("retain", 32), ("forget", 16)]
+    assert matching.unmatched_records == 0
+    # each write weighted as ema 0.1 weights it: forget writes at 1, 3, 5, 7 of 8, retain at 2, 4, 6, 8
+    forget_share = sum(0.1 * 0.9 ** (8 - k) for k in (1, 3, 5, 7))
+    retain_share = sum(0.1 * 0.9 ** (8 - k) for k in (2, 4, 6, 8))
+    assert matching.splits[1].share == pytest.approx(forget_share, rel=1e-12)  # float64 sums of 8 terms
+    assert matching.splits[0].share == pytest.approx(retain_share, rel=1e-12)
+    assert matching.initial_share == pytest.approx(0.9 ** 8, rel=1e-12)
+    assert "mixed-split" in [c.code for c in obs.contradictions]
+    record = rec.declaration(dataset_id="generated/tiny", subset="retain and forget", transform=TRANSFORM,
+                             released=net)
+    assert record.spec_version == "1.1" and record.observation is not None
+    assert "mixed-split" in [c.code for c in record.observation.contradictions]
+
+
+def test_a_single_split_run_is_not_mixed_and_augmented_rows_are_counted_unmatched() -> None:
+    retain, forget = _datasets()
+    net = Net()
+    with BNRecorder(net, split="retain", splits={"retain": retain, "forget": forget}) as rec:
+        for start in (0, 8, 16):
+            x = torch.stack([retain[i][0] for i in range(start, start + 8)])
+            net(x)
+        net(x + 1e-3)  # an augmented batch: no record matches
+    obs = rec.observation()
+    assert obs.split_matching is not None
+    assert [(s.split, s.records) for s in obs.split_matching.splits] == [("retain", 24), ("forget", 0)]
+    assert obs.split_matching.unmatched_records == 8
+    assert obs.split_matching.unmatched_share == pytest.approx(0.1, rel=1e-12)
+    codes = [c.code for c in obs.contradictions]
+    assert "mixed-split" not in codes and "unmatched-records" in codes
+
+
+def test_a_declared_role_against_the_content_is_a_contradiction() -> None:
+    retain, forget = _datasets()
+    net = Net()
+    with BNRecorder(net, split="retain", splits={"retain": retain, "forget": forget}) as rec:
+        net(torch.stack([forget[i][0] for i in range(8)]))  # tagged retain, but forget data
+    record = rec.declaration(dataset_id="generated/tiny", subset="s", transform=TRANSFORM)
+    assert record.convention.data.role == "forget"  # the role defaults to the split the content shows
+    declared = rec.declaration(dataset_id="generated/tiny", subset="s", transform=TRANSFORM, role="retain")
+    assert declared.observation is not None
+    assert "split-mismatch" in [c.code for c in declared.observation.contradictions]
+
+
+def test_splits_that_cannot_be_indexed_are_refused_in_one_line() -> None:
+    from bnconvention.errors import UsageError
+
+    with pytest.raises(UsageError, match="record 0: a str"):
+        BNRecorder(Net(), splits={"retain": ["not a tensor"]})
+    with pytest.raises(UsageError, match="no length"):
+        BNRecorder(Net(), splits={"retain": iter([])})

@@ -147,11 +147,12 @@ def declare_state(convention: FittingConvention, *, deployed_state: BatchNormSta
     """The declaration of a deployed state already described (a saved observation's layers and digests): what
     :func:`declare` builds once it has read them off the model. Spec version 1.0 unless the observation fills a
     field 1.1 added (an override, a layer-name mapping, splits matched by content): then 1.1."""
-    fields = dict(kind="declaration", convention=convention, deployed_state=[deployed_state], digests=digests,
-                  producer=producer or default_producer(), reporting_line=reporting_line, refit=refit)
     added = added_in_1_1()["Observation"]
-    if observation is not None and any(getattr(observation, name, None) is not None for name in added):
-        return DeclarationV11(spec_version="1.1", observation=observation, **fields)
-    if observation is not None:
+    v11 = observation is not None and any(getattr(observation, name, None) is not None for name in added)
+    if observation is not None and not v11:
         observation = Observation.model_validate(observation.model_dump(exclude=set(added)))
-    return Declaration(spec_version=SPEC_VERSION, observation=observation, **fields)
+    model: type[Declaration] = DeclarationV11 if v11 else Declaration
+    return model.model_validate({
+        "spec_version": "1.1" if v11 else SPEC_VERSION, "kind": "declaration", "convention": convention,
+        "deployed_state": [deployed_state], "digests": digests, "producer": producer or default_producer(),
+        "reporting_line": reporting_line, "observation": observation, "refit": refit})

@@ -53,6 +53,7 @@ import typing
 from collections.abc import Iterable
 
 from bnconvention.authoring.declaration import make_convention
+from bnconvention.authoring.split_matching import MIXED_SHARE_FLOOR
 from bnconvention.errors import RecordError
 from bnconvention.standard.models import (
     AccumulationRule,
@@ -71,6 +72,7 @@ from bnconvention.standard.models import (
 )
 
 SPLIT_ROLES: tuple[str, ...] = typing.get_args(SplitRole)
+AnyObservation = typing.TypeVar("AnyObservation", bound=Observation)
 WRITTEN_MODES: frozenset[str] = frozenset({"train", "refit", "mixed"})
 
 # Stable contradiction codes (documented in docs/recorder.md; never renamed).
@@ -84,6 +86,8 @@ DECLARED_MODE_MISMATCH = "declared-mode-mismatch"
 SPLIT_MISMATCH = "split-mismatch"
 DECLARED_RULE_MISMATCH = "declared-rule-mismatch"
 LAYERS_CHANGED = "batchnorm-layers-changed"
+MIXED_SPLIT = "mixed-split"
+UNMATCHED_RECORDS = "unmatched-records"
 
 
 def layer_mode(*, tracks: bool, updates: int, refits: int, last_update_tick: int, last_refit_tick: int,
@@ -156,6 +160,36 @@ def observed_contradictions(observation: Observation) -> list[Contradiction]:
     return found
 
 
+def split_contradictions(observation: Observation) -> list[Contradiction]:
+    """What the splits matched by content say against a single-split convention: statistics that mix several
+    named splits, and buffer-writing records found in none of them (each at least ``MIXED_SHARE_FLOOR`` of the
+    statistics)."""
+    matching = getattr(observation, "split_matching", None)
+    if matching is None:
+        return []
+    found: list[Contradiction] = []
+    mixed = [s for s in matching.splits if s.share >= MIXED_SHARE_FLOOR]
+    if len(mixed) > 1:
+        shares = ", ".join(f"{s.split} {100 * s.share:.1f} %" for s in sorted(mixed, key=lambda s: -s.share))
+        found.append(Contradiction(code=MIXED_SPLIT, message=(
+            f"the running statistics mix {len(mixed)} named splits by content ({shares}); a convention names one "
+            "split: the record keeps each split's share in observation.split_matching")))
+    if matching.unmatched_share >= MIXED_SHARE_FLOOR:
+        found.append(Contradiction(code=UNMATCHED_RECORDS, message=(
+            f"{matching.unmatched_records} records of buffer-writing batches ({100 * matching.unmatched_share:.1f} % "
+            "of the statistics) are in none of the named splits (random augmentation, a cast or device move before "
+            "the forward, or data not named)")))
+    return found
+
+
+def largest_split(observation: Observation) -> str | None:
+    """The named split with the largest share of the statistics when the splits were matched by content."""
+    matching = getattr(observation, "split_matching", None)
+    if matching is None or not any(s.share > 0 for s in matching.splits):
+        return None
+    return max(matching.splits, key=lambda s: s.share).split
+
+
 def declared_contradictions(observation: Observation, *, declared_mode: BufferUpdateMode | None = None,
                             role: str | None = None, rule: AccumulationRule | None = None,
                             momentum: float | None = None) -> list[Contradiction]:
@@ -191,8 +225,15 @@ def declared_contradictions(observation: Observation, *, declared_mode: BufferUp
                 code=DECLARED_MODE_MISMATCH,
                 message=f"declared buffer-update mode {declared_mode!r} but the run shows {observed!r}",
             ))
-    if role is not None and observed in WRITTEN_MODES and observation.last_update_split is not None \
-            and role != observation.last_update_split:
+    content = largest_split(observation)
+    if role is not None and observed in WRITTEN_MODES and content is not None and role != content:
+        found.append(Contradiction(
+            code=SPLIT_MISMATCH,
+            message=f"declared on {role!r} data, but matched by content the largest share of the running "
+                    f"statistics is split {content!r} (observation.split_matching)",
+        ))
+    elif role is not None and observed in WRITTEN_MODES and content is None \
+            and observation.last_update_split is not None and role != observation.last_update_split:
         what = "refit" if (declared_mode or observed) == "refit" else "fit"
         found.append(Contradiction(
             code=SPLIT_MISMATCH,
@@ -210,9 +251,9 @@ def declared_contradictions(observation: Observation, *, declared_mode: BufferUp
     return found
 
 
-def with_declared(observation: Observation, *, declared_mode: BufferUpdateMode | None = None,
+def with_declared(observation: AnyObservation, *, declared_mode: BufferUpdateMode | None = None,
                   role: str | None = None, rule: AccumulationRule | None = None,
-                  momentum: float | None = None) -> Observation:
+                  momentum: float | None = None) -> AnyObservation:
     """A copy of ``observation`` whose contradictions also cover what the author declares (no duplicates)."""
     extra = declared_contradictions(observation, declared_mode=declared_mode, role=role, rule=rule,
                                     momentum=momentum)
@@ -287,7 +328,7 @@ def convention_from_observation(
                           "Record the run with BNRecorder, or declare the convention from flags")
     written = mode in WRITTEN_MODES
     if role is None:
-        tag = observation.last_update_split if written else None
+        tag = (largest_split(observation) or observation.last_update_split) if written else None
         if tag is None or tag not in SPLIT_ROLES:
             found = f"the last write was tagged {tag!r}" if tag is not None else "the run wrote no buffers"
             raise RecordError(f"cannot tell which split fitted the statistics ({found}); name it with role= "

@@ -26,7 +26,7 @@ import contextlib
 import json
 import os
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,10 +37,12 @@ from bnconvention.authoring.observation import (
     combine_modes,
     layer_mode,
     observed_contradictions,
+    split_contradictions,
     with_declared,
 )
 from bnconvention.authoring.recorder_declaration import recorder_declaration, saved_observation
 from bnconvention.authoring.recorder_events import LayerEvents, check_tag, structure_contradictions
+from bnconvention.authoring.split_matching import INPUT_KEYS, ShareTracker, SplitIndex
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.digests import DigestSet, model_digests
@@ -94,12 +96,19 @@ class BNRecorder:
         record = rec.declaration(dataset_id="sklearn/digits", subset="all classes except 3",
                                  transform=DIGITS_TRAIN_TRANSFORM)
 
+    Inside a loop you do not own, name the data instead of tagging it: ``splits={"retain": retain_set,
+    "forget": forget_set}`` (torch ``Dataset``s or ``datasets`` splits in torch format; ``input_key`` names the input
+    of mapping records) has every record digested once, and every batch that writes the buffers matched row by row;
+    ``observation.split_matching`` gives each split's share of the final statistics
+    (:mod:`bnconvention.authoring.split_matching`), and a run whose statistics mix splits is a contradiction.
+
     Run evaluation under ``torch.no_grad()`` or ``torch.inference_mode()``: an eval-mode forward with autograd
     enabled counts as a training step with frozen buffers (see :mod:`bnconvention.authoring.observation`).
     A recorder is used once; the counts stay readable after the block exits.
     """
 
-    def __init__(self, model: torch.nn.Module, *, split: str = "train") -> None:
+    def __init__(self, model: torch.nn.Module, *, split: str = "train", splits: Mapping[str, Any] | None = None,
+                 input_key: str | None = None) -> None:
         import torch
 
         if not isinstance(model, torch.nn.Module):
@@ -131,6 +140,13 @@ class BNRecorder:
                         if isinstance(module, _BatchNorm)]
         self._dropouts = [module for module in model.modules() if isinstance(module, _DropoutNd)]
         self._dropout_ids = {id(module) for module in self._dropouts}
+        # splits matched by content (authoring.split_matching): indexed once, here, before the run
+        self._index = SplitIndex(splits, input_key=input_key) if splits is not None else None
+        self._shares = ShareTracker(self._index.names) if self._index is not None else None
+        self._input_key = input_key
+        self._pending: list[int] | None = None  # the current forward's rows per split, until a layer writes
+        self._holders: set[int] = set()
+        self._depth = 0  # nesting of calls to modules holding BatchNorm layers
 
     # --- context manager ---------------------------------------------------------------------------------------
 
@@ -144,6 +160,15 @@ class BNRecorder:
             self._handles.append(events.module.register_forward_hook(self._seen_hook(events)))
         for module in self._dropouts:
             self._handles.append(module.register_forward_pre_hook(self._dropout_hook))
+        if self._index is not None:
+            # the records enter at the outermost call of a module holding BatchNorm layers: the model, or its
+            # network when a wrapper's own method (a LightningModule's training_step) calls self.net(x)
+            names = {e.name for e in self._layers}
+            holders = [m for n, m in self.model.named_modules() if n == "" or any(b.startswith(f"{n}.") for b in names)]
+            self._holders = {id(m) for m in holders}
+            for module in holders:
+                self._handles.append(module.register_forward_pre_hook(self._input_hook, with_kwargs=True))
+                self._handles.append(module.register_forward_hook(self._input_done, always_call=True))
         refit_listeners.add_refit_listener(self._on_refit)
         refit_listeners.add_window_listener(self._on_refit_window)
         self._state = "active"
@@ -211,6 +236,8 @@ class BNRecorder:
                         if momentum not in events.momenta:
                             events.momenta.append(momentum)
                     recorder._note_batch(args)
+                    if recorder._shares is not None:
+                        recorder._note_shares(module, args)
                     recorder._last_write_split = recorder._split
                     if not recorder._split_noted:
                         recorder._note_split(recorder._split)
@@ -278,6 +305,39 @@ class BNRecorder:
             self._bs_min = size
         if self._bs_max is None or size > self._bs_max:
             self._bs_max = size
+
+    def _input_hook(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Before each forward of the recorded model: which named split each row of its input comes from."""
+        import torch
+
+        if id(module) not in self._holders or self._index is None:
+            return  # a deep copy of the model (a teacher) inherited the hook
+        self._depth += 1
+        if self._depth > 1:
+            return  # an inner call of the same forward: its input is an activation, not a record
+        batch = args[0] if args else kwargs.get(self._input_key or "")
+        if batch is None:
+            batch = next((kwargs[k] for k in INPUT_KEYS if isinstance(kwargs.get(k), torch.Tensor)), None)
+        self._pending = self._index.counts(batch) if isinstance(batch, torch.Tensor) and batch.dim() else None
+
+    def _input_done(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        if id(module) in self._holders:
+            self._depth -= 1
+
+    def _note_shares(self, module: Any, args: tuple[Any, ...]) -> None:
+        """The first buffer write of a forward moves the splits' shares as it moves the statistics; a write no
+        matched input precedes (a submodule called alone) counts its rows as unmatched."""
+        assert self._shares is not None
+        counts = self._pending
+        if counts is None:
+            try:
+                counts = [0] * len(self._shares.names) + [int(args[0].shape[0])]
+            except (IndexError, AttributeError, TypeError):
+                return
+        self._pending = None
+        tracked = getattr(module, "num_batches_tracked", None)
+        self._shares.update(counts, momentum=module.momentum, batches_tracked=int(tracked) if tracked is not None
+                            else 0)
 
     def _note_split(self, split: str) -> None:
         if split not in self._split_tags:
@@ -377,6 +437,9 @@ class BNRecorder:
                 message="buffer updates ran with a momentum outside (0, 1], which the standard cannot name; "
                         "set the layers' momentum to a value in (0, 1] (PyTorch's default is 0.1)",
             ))
+        if self._shares is not None:
+            observation = observation.model_copy(update={"split_matching": self._shares.matching()})
+            contradictions += split_contradictions(observation)
         update: dict[str, Any] = {"contradictions": contradictions}
         if any(c.code == LAYERS_CHANGED for c in contradictions):
             update["mode"] = "unknown"  # the layers it saw are not the model's now

@@ -138,7 +138,7 @@ class DeclarationV11(Declaration):
         description="Version of the standard the record follows.")
     deployed_state: list[DeployedStateV11] = Field(  # type: ignore[assignment]
         min_length=1, description="The deployed state, one entry per kind (tagged by kind).")
-    observation: ObservationV11 | None = Field(  # type: ignore[assignment]
+    observation: ObservationV11 | None = Field(
         default=None, description="Evidence measured by the recorder.")
 
 

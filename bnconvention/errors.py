@@ -89,6 +89,20 @@ class WeightsChangedError(BnConventionError, RuntimeError):
     """Trainable tensors changed during an operation that must leave them bit-identical. This is a bug: report it."""
 
 
+class ImpossibleStatisticsError(BnConventionError, ValueError):
+    """A file's running statistics cannot be: a NaN or infinite ``running_mean`` or ``running_var``, or a negative
+    ``running_var`` (:mod:`bnconvention.formats.running_values`). ``declare`` and ``stamp`` refuse to describe such
+    a file and the audit refuses to evaluate its shipped state. ``source`` names the file, ``layer`` and ``buffer``
+    the first buffer found."""
+
+    def __init__(self, message: str, *, source: str | None = None, layer: str | None = None,
+                 buffer: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.layer = layer
+        self.buffer = buffer
+
+
 # --- stamping -------------------------------------------------------------------------------------------------------
 
 
@@ -199,6 +213,17 @@ class HubNetworkError(HubError, ConnectionError):
         self.endpoint = endpoint
 
 
+class OutputInUseError(BnConventionError, RuntimeError):
+    """Another run holds the lock of an output folder or journal (``hub census|audit|push``), or of a repo's pull
+    requests (:mod:`bnconvention.hub.locking`); nothing was written. ``path`` is the lock file; ``holder`` says who
+    holds it (``pid``, ``host``, ``command``, ``since``), None when it has not said."""
+
+    def __init__(self, message: str, *, path: str | None = None, holder: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.holder = holder
+
+
 class UsageError(BnConventionError, ValueError):
     """A command was called with arguments that cannot work together."""
 
@@ -232,8 +257,10 @@ __all__ = [
     "FactoryNotAllowedError",
     "HubError",
     "HubNetworkError",
+    "ImpossibleStatisticsError",
     "JSONInputError",
     "MissingDependencyError",
+    "OutputInUseError",
     "PreregistrationError",
     "QuantizationError",
     "RecordError",

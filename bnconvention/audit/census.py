@@ -49,6 +49,7 @@ from bnconvention.audit.census_v11 import v11_fields
 from bnconvention.audit.checkpoint import (
     ModelChoice,
     build_architecture,
+    check_shipped_statistics,
     checkpoint_name,
     choose_model,
     published_cells,
@@ -194,6 +195,7 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
     names: set[str] = set()
     for path in paths:
         files = open_checkpoint(path)
+        check_shipped_statistics(path, files)  # NaN or negative variances: refused before any audit
         own = local_spec(spec, path)
         needs_sidecar = own.model is None or own.published_source == "sidecar" or own.margin == "auto"
         sidecar = read_sidecar(path) if needs_sidecar else None

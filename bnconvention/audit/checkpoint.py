@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     import torch
 
     from bnconvention.audit.spec import AuditSpec
+    from bnconvention.formats.checkpoint_files import CheckpointFiles
     from bnconvention.formats.digests import DigestSet
     from bnconvention.refit.weights import LoadedWeights
 
@@ -290,6 +291,20 @@ def declared_convention(header: SafetensorsHeader, *, source: str) -> tuple[str 
     return None, []
 
 
+NOT_EVALUATED = ("the shipped state cannot be evaluated as it is, so it is not audited: refit the statistics "
+                 "(bnconvention refit) and audit the refit file, or obtain the state the authors meant to ship")
+
+
+def check_shipped_statistics(path: Path, files: CheckpointFiles | None = None) -> None:
+    """Refuse a checkpoint whose running statistics cannot be (NaN or infinite, a negative variance) with one
+    :class:`~bnconvention.errors.ImpossibleStatisticsError` naming the file, layer and buffer, before any model is
+    built: its shipped cells would be numbers computed through NaN (issue 24, item 11)."""
+    from bnconvention.formats.checkpoint_files import open_checkpoint
+    from bnconvention.formats.running_values import ensure_possible_statistics
+
+    ensure_possible_statistics(files or open_checkpoint(path), source=str(path), consequence=NOT_EVALUATED)
+
+
 def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     """Everything an audit needs from one checkpoint (file, shard index or folder), checked before any computation.
 
@@ -304,6 +319,7 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     path = resolve_checkpoint_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist or is not a file")
+    check_shipped_statistics(path)
     sidecar = read_sidecar(path) if (spec.model is None or spec.published_source == "sidecar") else None
     resolution = resolve_model(path, spec, sidecar)
     choice = resolution.architecture

@@ -54,6 +54,7 @@ from typing import Any, Literal, TypeAlias
 from bnconvention.errors import DigestMismatchError, RecordError, SafetensorsHeaderError, StampError, UsageError
 from bnconvention.formats.atomic import STAMP_TEMP_SUFFIX, create_temp, fsync_directory, remove_stale_temps
 from bnconvention.formats.canonical import canonical_json, canonical_sha256
+from bnconvention.formats.running_values import ensure_possible_statistics
 from bnconvention.formats.safetensors_header import (
     MAX_HEADER_BYTES,
     METADATA_KEY,
@@ -303,6 +304,9 @@ def stamp_file(path: str | os.PathLike[str], record: Declaration | RefitAnnotati
             raise
         raise StampError(f"{source}: cannot read: {exc.strerror or exc}") from exc
     _checkpoint("header-read")
+    ensure_possible_statistics((target, header), source=source, consequence=(
+        "nothing was stamped: a record cannot describe a shipped state that cannot be evaluated (refit the "
+        "statistics, or release the state they had before they broke)"))
     if check_digests:
         check_record_matches_file(target, model, header=header)
     new = stamped_header_bytes(header, record_text, reserve=reserve)

@@ -32,6 +32,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 MAX_OBSERVATION_BYTES = 16 * 1024 * 1024
+NOT_DECLARED = ("nothing was declared: a record cannot describe a shipped state that cannot be evaluated (refit the "
+                "statistics, or declare the state they had before they broke)")
 
 EPILOG = """\
 examples:
@@ -166,6 +168,7 @@ def load_declared_model(arch: str, kwargs_json: str, weights: Path) -> tuple[Any
 
     from bnconvention.audit.checkpoint import ModelChoice, build_architecture, check_fits, model_shapes
     from bnconvention.formats.digests import bn_layer_names, file_digests
+    from bnconvention.formats.running_values import ensure_possible_statistics
     from bnconvention.formats.safetensors_header import read_header
 
     try:
@@ -177,6 +180,7 @@ def load_declared_model(arch: str, kwargs_json: str, weights: Path) -> tuple[Any
     if not weights.is_file():
         raise FileNotFoundError(f"weights file {str(weights)!r} does not exist or is not a file")
     header = read_header(weights)  # our strict parser first: a clear message for a malformed file
+    ensure_possible_statistics((weights, header), consequence=NOT_DECLARED)
     choice = ModelChoice(factory=arch, kwargs=kwargs, source="--arch")
     model = build_architecture(choice)
     check_fits(weights, header, choice, model_shapes(model))
@@ -211,7 +215,10 @@ def _declare_from_saved(args: argparse.Namespace) -> Any:
     """The record ``recorder.declaration(...)`` gives, from its saved observation, after binding it to --weights."""
     from bnconvention.authoring.recorder_declaration import declaration_from_saved
     from bnconvention.authoring.saved_observation import check_weights, read_saved_observation
+    from bnconvention.formats.running_values import ensure_possible_statistics
 
+    if Path(args.weights).is_file():
+        ensure_possible_statistics(args.weights, consequence=NOT_DECLARED)
     saved = check_weights(read_saved_observation(args.from_observation), args.weights)  # before anything is written
     mapping = saved.observation.name_mapping
     if mapping is not None:

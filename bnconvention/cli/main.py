@@ -78,6 +78,8 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (errors.WeightsChangedError, EXIT_FAILED, "weights changed"),
     (errors.HubNetworkError, EXIT_FAILED, "network error"),
     (errors.QuantizationError, EXIT_FAILED, "quantization refused"),
+    (errors.OutputInUseError, EXIT_FAILED, "output in use"),
+    (errors.ImpossibleStatisticsError, EXIT_FAILED, "impossible statistics"),
     (errors.BnConventionError, EXIT_FAILED, "error"),
     (FileNotFoundError, EXIT_USAGE, "file not found"),
     (PermissionError, EXIT_USAGE, "permission denied"),

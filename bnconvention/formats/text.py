@@ -10,6 +10,8 @@
 '-0.01'
 >>> one_line(ValueError("bad\\n  value\\tat 3"))
 'bad value at 3'
+>>> elide("x" * 5000, 8)
+'xxxxxxxx... (5,000 characters)'
 >>> table_cell("a | <b>\\nc")
 'a \\\\| &lt;b&gt; c'
 """
@@ -35,6 +37,17 @@ def one_line(value: object) -> str:
     """``str(value)`` with every run of whitespace (line breaks included) made one space: an error message or a
     value from untrusted input fits the one line a report, a census reason or the CLI gives it."""
     return " ".join(str(value).split())
+
+
+MAX_SHOWN = 200  # characters of an untrusted value echoed in a message (elide)
+
+
+def elide(value: object, limit: int = MAX_SHOWN) -> str:
+    """:func:`one_line` of ``value``, cut to its first ``limit`` characters with how long it was: what a message
+    echoes of a value from untrusted input (an architecture string, a layer name, a field of a repo's file), so that
+    a 1 MB value makes a one-line error and not a 1 MB one. Short values are returned whole."""
+    text = one_line(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def first_validation_error(exc: object) -> str:

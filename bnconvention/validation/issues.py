@@ -167,6 +167,13 @@ CODES: dict[str, CodeInfo] = {
     "layers.unexpected_running_stats": _code(
         "A layer declared with track_running_stats false has running buffers in the file."),
     "layers.undeclared": _code("The weights file has running buffers of a BatchNorm layer the record omits."),
+    "statistics.nonfinite": _code(
+        "A BatchNorm layer's running_mean or running_var in the weights file holds NaN or infinite values: a shipped "
+        "state that cannot be evaluated as it is (checked for float64, float32, float16 and bfloat16 buffers, "
+        "declared or not)."),
+    "statistics.negative_variance": _code(
+        "A BatchNorm layer's running_var in the weights file holds negative values, which no variance can be: the "
+        "shipped state cannot be evaluated as it is."),
     "declaration.missing": _code(
         "A weights file has BatchNorm running buffers and no declaration (error with --require-declaration).",
         severity="warning"),

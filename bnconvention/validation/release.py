@@ -25,6 +25,7 @@ from bnconvention.errors import BnConventionError, JSONInputError
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.checkpoint_files import CheckpointFiles, open_checkpoint
 from bnconvention.formats.digests import DigestSet, bn_layers_from_tensor_names, checkpoint_digests, file_digests
+from bnconvention.formats.running_values import impossible_statistics
 from bnconvention.formats.safetensors_header import SafetensorsHeader
 from bnconvention.formats.safetensors_index import MAX_INDEX_BYTES, index_mismatch, index_missing_shards, parse_index
 from bnconvention.formats.text import plural
@@ -207,7 +208,7 @@ def check_weights_file(weights: WeightsFile, card: ReleaseCard | None, *,
         return [], FileSummary(weights.display, "weights", "unreadable")
     result = check_consistency(header=weights.stored(), card=card.stored if card is not None else None,
                                shapes=weights.shapes(), display=weights.display, digests=weights.digest_set)
-    issues = list(result.issues)
+    issues = list(result.issues) + statistics_issues(weights, result.declaration)
     if card is not None and card.declaration is not None and weights.stored() is None and not weights.record_present:
         issues.append(new_issue("release.header_missing_record", file=weights.display, message=(
             f"{card.display} declares {card.declaration.convention.name} for {weights.display}, but its header "
@@ -239,6 +240,26 @@ def check_weights_file(weights: WeightsFile, card: ReleaseCard | None, *,
     else:
         note = "no BatchNorm running statistics (channel absent), nothing to declare"
     return issues, FileSummary(weights.display, "weights", note)
+
+
+def statistics_issues(weights: WeightsFile, declaration: Declaration | None = None) -> list[Issue]:
+    """The running statistics that cannot be, as issues of the weights file: NaN or infinite means and variances
+    (``statistics.nonfinite``), negative variances (``statistics.negative_variance``), in every BatchNorm layer the
+    header shows or ``declaration`` names (:mod:`bnconvention.formats.running_values`)."""
+    if weights.header is None:
+        return []
+    layers = weights.header_bn_layers()
+    if declaration is not None:
+        layers += [layer.name for s in declaration.deployed_state if isinstance(s, BatchNormState)
+                   for layer in s.layers if layer.name not in layers]
+    try:
+        found = impossible_statistics(weights.shards if weights.shards is not None else (weights.path, weights.header),
+                                      layers=layers)
+    except (BnConventionError, OSError):  # data cut short: the digests' reading reports it
+        return []
+    fix = ("the shipped state cannot be evaluated as it is; refit the statistics (bnconvention refit) or release "
+           "the state they had before they broke")
+    return [new_issue(item.code, file=weights.display, message=f"{item.describe()}: {fix}") for item in found]
 
 
 def merge_shards(release: Release, weights_list: list[WeightsFile]) -> tuple[list[WeightsFile], list[Issue]]:
@@ -442,5 +463,6 @@ __all__ = [  # diff_pointers, layer_issues and normalized live in validation.con
     "normalized",
     "read_release_card",
     "read_weights_file",
+    "statistics_issues",
     "validate_release",
 ]

@@ -41,8 +41,9 @@ EPILOG = """examples:
 
 census, audit and push share --out (default hub-ORG) and its journal (OUT/journal.sqlite): run them in that order;
 a killed run resumes where it stopped when run again, without redoing finished repos or opening a second pull
-request. Exit codes: 0 done, 1 some repos failed (rerun to retry them) or validation errors, 2 bad usage or
-unreadable input, 130 interrupted.
+request. One run at a time writes an --out or a journal: a second is refused at once, naming the first (pid, host,
+command, since when); a killed run's lock is taken over by the next. Exit codes: 0 done, 1 some repos failed (rerun
+to retry them), validation errors or --out in use by another run, 2 bad usage or unreadable input, 130 interrupted.
 """
 
 
@@ -67,8 +68,8 @@ def _add_census(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
                     "undeclared / unreadable. Writes OUT/census.json and OUT/census.md.",
         epilog="example:\n  bnconvention hub census my-org --endpoint http://127.0.0.1:8000 --format json\n\n"
                "exit codes: 0 every repo read or reused from the journal; 1 some repos could not be read (the Hub "
-               "failed; rerun to retry them), ORG has no model repos, or the Hub cannot be reached; 2 bad usage or "
-               "an unusable journal; 130 interrupted.\n",
+               "failed; rerun to retry them), ORG has no model repos, the Hub cannot be reached, or another run is "
+               "writing --out or the journal; 2 bad usage or an unusable journal; 130 interrupted.\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     census.add_argument("org", metavar="ORG")
     add_hub_options(census)
@@ -98,8 +99,8 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                "even after a success) and/or those whose last audit failed; the others are reused or left for a "
                "later run.\n\n"
                "exit codes: 0 every BatchNorm repo audited or skipped; 1 some audits failed (rerun to retry them), "
-               "ORG has no model repos, or the Hub cannot be reached; 2 bad usage, an unreadable spec or an "
-               "unusable journal; 130 interrupted.\n",
+               "ORG has no model repos, the Hub cannot be reached, or another run is writing --out or the journal; "
+               "2 bad usage, an unreadable spec or an unusable journal; 130 interrupted.\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     audit.add_argument("org", metavar="ORG")
     add_hub_options(audit, progress_help="progress bars on stderr (default: only when stderr is a terminal); a line "
@@ -142,8 +143,8 @@ def _add_push(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                "reruns: a repo whose pull request was opened (or found already opened or merged) is reused from "
                "the journal; a failed push is tried again.\n\n"
                "exit codes: 0 every audited repo has its pull request (opened now, earlier, or already merged); "
-               "1 some pushes failed (rerun to retry them), the token is refused, or the Hub cannot be reached; "
-               "2 bad usage or an unusable journal; 130 interrupted.\n",
+               "1 some pushes failed (rerun to retry them), the token is refused, the Hub cannot be reached, or "
+               "another run is writing --out or the journal; 2 bad usage or an unusable journal; 130 interrupted.\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     push.add_argument("org", metavar="ORG")
     add_hub_options(push)
@@ -214,23 +215,30 @@ def _run_journaled(args: argparse.Namespace, *, prepare: Callable[[argparse.Name
                    work: Callable[[argparse.Namespace, P, HubClient, Journal, Path], R],
                    report: Callable[[argparse.Namespace, R, HubClient, Path], int]) -> int:
     """The skeleton the census, audit and push commands share: check ORG, ``prepare`` the command's own options
-    (before any Hub client exists), make the client and the output and journal paths, run ``work`` with the journal
-    open, then ``report`` the outcome once the journal is closed; its return value is the exit code. Hub failures
-    in ``work`` and ``report`` become one scrubbed error (:func:`_guarded`)."""
+    (before any Hub client exists), make the client and the output and journal paths, take the lock of both (one
+    writer per output: another run holding either is refused in one line naming it, :mod:`bnconvention.hub.locking`),
+    run ``work`` with the journal open, then ``report`` the outcome once the journal is closed, still under the lock;
+    its return value is the exit code. Hub failures in ``work`` and ``report`` become one scrubbed error
+    (:func:`_guarded`)."""
     from bnconvention.hub.crawl import check_org
     from bnconvention.hub.journal import Journal
+    from bnconvention.hub.locking import output_lock
 
     check_org(args.org)
     prepared = prepare(args)
     client = hub_client(args)
     out, journal_path = _paths(args, args.org)
 
+    command = f"bnconvention hub {getattr(args, 'hub_command', None) or ''} {args.org}"
+
     def go() -> int:
         with Journal(journal_path, org=args.org, endpoint=client.endpoint) as journal:
             outcome = work(args, prepared, client, journal, out)
         return report(args, outcome, client, out)
 
-    return guarded(client, go)
+    with output_lock(out, journal_path, command=command,
+                     on_recovered=lambda line: print(f"bnconvention: note: {line}", file=sys.stderr)):
+        return guarded(client, go)
 
 
 def _no_options(args: argparse.Namespace) -> None:

@@ -160,7 +160,8 @@ def census_repo(client: HubClient, repo: ListedRepo, *, speculative: int | None 
 
 
 def census_entries(journal: Journal) -> Iterator[RepoCensus]:
-    """The entries of the latest census in ``journal``, sorted by repo id, read back a page of rows at a time
+    """The entries of the census ``journal`` listed (this run's listing, never another run's; a journal that
+    listed nothing: the latest finished census), sorted by repo id, read back a page of rows at a time
     (:meth:`Journal.listed_entries`): what the census reports are written from."""
     for entry in journal.listed_entries("census"):
         yield RepoCensus.model_validate(entry.payload)
@@ -236,6 +237,7 @@ def census_org(client: HubClient, org: str, *, journal: Journal, workers: int = 
                 on_repo(census, False)
     finally:
         bar.close()
+    journal.finish_listing()  # the listing ended: a journal opened later reads this one
     run.seconds = time.perf_counter() - start
     return run
 

@@ -10,10 +10,13 @@ WAL mode), so a process killed at any instant leaves either the old row or the n
 Hub failure that outlasted the retries) is redone on the next run; a final row is reused as long as the
 revision and key still match.
 
-The ``listed`` table holds the repo ids the latest census listing reported (cleared when a census starts, one row
-added as each repo comes off the listing): the census outputs are read back from the journal for exactly those
-repos (:meth:`Journal.listed_entries`, a page of rows at a time), so neither the crawl nor its report holds the
-organisation in memory, and a repo deleted since an earlier run is not reported.
+A census notes each repo id as it comes off the listing in a table of its own connection (a SQLite temporary
+table: :meth:`Journal.start_listing`, :meth:`Journal.add_listed`), and its outputs are read back from the journal for
+exactly those repos (:meth:`Journal.listed_entries`, a page of rows at a time), so neither the crawl nor its report
+holds the organisation in memory, and a repo deleted since an earlier run is not reported. The listing is this
+run's alone: another run sharing the journal never clears or fills it (issue 24: a run that cleared a shared table
+when it started made the other report 29 of 30 repos). A listing that ends is copied, in one transaction, to the
+``listed`` table (:meth:`Journal.finish_listing`): what a journal opened later without a listing of its own reads.
 
 The journal also remembers the organisation and endpoint it was made for, and refuses to mix crawls. A journal of
 format 1 (one audit row per repo) is upgraded in place, in one transaction, when it is opened.
@@ -59,7 +62,8 @@ CREATE TABLE IF NOT EXISTS {name} (
     PRIMARY KEY (stage, repo_id, slot)
 );
 """
-_LISTED = "CREATE TABLE IF NOT EXISTS listed (repo_id TEXT PRIMARY KEY);"  # the latest census listing
+_LISTED = "CREATE TABLE IF NOT EXISTS listed (repo_id TEXT PRIMARY KEY);"  # the latest finished census listing
+_RUN_LISTED = "CREATE TEMP TABLE IF NOT EXISTS run_listed (repo_id TEXT PRIMARY KEY);"  # this connection's listing
 _SCHEMA = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);" + _LISTED + _ENTRIES.format(
     name="entries")
 LISTED_PAGE = 500  # rows read back per query by :meth:`Journal.listed_entries`
@@ -90,6 +94,7 @@ class Journal:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._listing = False  # whether this journal holds a listing of its own (start_listing)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -181,23 +186,44 @@ class Journal:
             yield from self.entries(stage)
 
     def start_listing(self) -> None:
-        """Forget the previous census listing: a census is about to list the organisation again."""
+        """Begin a listing of this journal's own (a census is about to list the organisation): empty, and private
+        to this connection, so a run sharing the journal neither clears nor fills it."""
         with self._lock:
-            self._db.execute("DELETE FROM listed")
+            self._db.execute(_RUN_LISTED)
+            self._db.execute("DELETE FROM temp.run_listed")
+            self._listing = True
 
     def add_listed(self, repo_id: str) -> bool:
         """Note that this census's listing reported ``repo_id``; False when it had already (a repeated entry)."""
+        if not self._listing:
+            self.start_listing()
         with self._lock:
-            cursor = self._db.execute("INSERT OR IGNORE INTO listed (repo_id) VALUES (?)", (repo_id,))
+            cursor = self._db.execute("INSERT OR IGNORE INTO temp.run_listed (repo_id) VALUES (?)", (repo_id,))
         return cursor.rowcount == 1
 
+    def finish_listing(self) -> None:
+        """The listing ended: make it the journal's latest (the ``listed`` table), in one transaction."""
+        if not self._listing:
+            return
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("DELETE FROM main.listed")
+                self._db.execute("INSERT INTO main.listed (repo_id) SELECT repo_id FROM temp.run_listed")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
     def listed_entries(self, stage: Stage, *, page: int = LISTED_PAGE) -> Iterator[Entry]:
-        """The rows of ``stage`` of the repos the latest listing reported, sorted by repo id (then key), read
-        ``page`` rows per query (keyset pagination): memory stays flat in the size of the organisation, and no
-        cursor is held open between pages, so other threads may write meanwhile."""
+        """The rows of ``stage`` of the repos this journal's listing reported (without one: the latest finished
+        listing), sorted by repo id (then key), read ``page`` rows per query (keyset pagination): memory stays flat
+        in the size of the organisation, and no cursor is held open between pages, so other threads may write
+        meanwhile."""
         after = ("", "")
+        listed = "temp.run_listed" if self._listing else "main.listed"
         query = (f"SELECT {', '.join('e.' + c.strip() for c in _COLUMNS.split(','))}, e.slot FROM entries e "
-                 "JOIN listed l ON l.repo_id = e.repo_id WHERE e.stage = ? AND (e.repo_id, e.slot) > (?, ?) "
+                 f"JOIN {listed} l ON l.repo_id = e.repo_id WHERE e.stage = ? AND (e.repo_id, e.slot) > (?, ?) "
                  "ORDER BY e.repo_id, e.slot LIMIT ?")
         while True:
             with self._lock:

@@ -18,11 +18,14 @@ user (open, merged or closed: a maintainer's refusal is respected) are searched 
 on ``main`` (also when recorded at an earlier commit of the same weights) count as done
 (:mod:`bnconvention.hub.proposals`). A rerun therefore never opens a second pull request for the same annotations,
 even when the journal was lost or the previous run was killed between the Hub's answer and the journal write; a
-new pull request carries only the annotations no earlier one did.
+new pull request carries only the annotations no earlier one did. The search and the creation are one step under
+the repo's lock (:func:`bnconvention.hub.locking.repo_lock`), so two pushes at once on this machine, even into
+different ``--out`` folders, open at most one pull request per annotation: the second waits, then finds the first's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +40,7 @@ from bnconvention.formats.text import one_line, plural, signed
 from bnconvention.hub.audit import FileAudit, RepoAudit
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
+from bnconvention.hub.locking import repo_lock
 from bnconvention.hub.proposals import (
     MARKER,
     already_on_main,
@@ -306,6 +310,16 @@ def push_repo(client: HubClient, audit: RepoAudit, *, user: str, dry_run: bool =
     if plan is None:
         return PushOutcome(repo_id=audit.repo_id, revision=audit.revision, status="nothing", annotations=[],
                            reason="no audited file"), None
+    # one step under the repo's lock: the search for a pull request carrying the annotations and the creation of a
+    # new one, so two pushes at once (two processes, any --out) open at most one (issue 24)
+    with contextlib.nullcontext() if dry_run else repo_lock(client.endpoint, audit.repo_id):
+        return _search_then_open(client, audit, plan, user=user, dry_run=dry_run, eval_results=eval_results,
+                                 benchmarks=benchmarks, after_open=after_open)
+
+
+def _search_then_open(client: HubClient, audit: RepoAudit, plan: PushPlan, *, user: str, dry_run: bool,
+                      eval_results: bool, benchmarks: dict[str, Benchmark | None] | None,
+                      after_open: Callable[[PushOutcome], None] | None) -> tuple[PushOutcome, PushPlan | None]:
     base: dict[str, Any] = {"repo_id": audit.repo_id, "revision": audit.revision, "annotations": plan.annotations}
     proposals = our_pull_requests(client, audit.repo_id, user=user)
     found = next(((num, status) for num, status, carried in proposals if set(plan.annotations) <= carried), None)

@@ -31,7 +31,7 @@ from bnconvention.errors import (
     FactoryNotAllowedError,
 )
 from bnconvention.extras import missing_dependency
-from bnconvention.formats.text import one_line
+from bnconvention.formats.text import elide, one_line
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
 
@@ -85,7 +85,7 @@ def check_allowed(name: str) -> str:
     target = _user_allowed.get(name) or REGISTRY.get(name)
     if target is None:
         raise FactoryNotAllowedError(
-            f"model factory {name!r} is not allowlisted; known: torchvision/<arch>, timm/<model>, "
+            f"model factory {elide(name)!r} is not allowlisted; known: torchvision/<arch>, timm/<model>, "
             "transformers/<image classifier class>, zoo/convnet-bn, zoo/convnet-gn. "
             "To use your own, name it on the command line: --allow-factory package.module:function"
         )
@@ -188,4 +188,8 @@ def build_model(name: str, kwargs: Mapping[str, Any] | None = None, *, source: s
 
     if not isinstance(model, torch.nn.Module):
         raise FactoryCallError(f"model factory {name!r} returned a {type(model).__name__}, not a torch.nn.Module")
+    from bnconvention.refit.state import ensure_materialised
+
+    ensure_materialised(model, what=f"model factory {name!r}",
+                        fix="run one forward in the factory before it returns the model")
     return model

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from bnconvention.errors import ArchitectureConfigError, BnConventionError, FactoryCallError
 from bnconvention.extras import import_extra
-from bnconvention.formats.text import one_line
+from bnconvention.formats.text import elide, one_line
 
 # timm and torch are imported inside the functions that use them: importing this module does not import torch.
 if TYPE_CHECKING:
@@ -70,14 +70,14 @@ def timm_name(name: Any, *, source: str) -> str:
     """The registry name of ``name`` (tag dropped), refused unless it is a plain name timm registers."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ArchitectureConfigError(
-            f"{source}: the timm architecture {name!r} is not a plain timm model name (source prefixes such as "
+            f"{source}: the timm architecture {elide(name)!r} is not a plain timm model name (source prefixes such as "
             "'hf-hub:' and paths are never followed); name a model of timm's registry", source=source)
     base = name.split(".", 1)[0]
-    timm = _import_timm(f"the timm architecture {base!r} (from {source})")
+    timm = _import_timm(f"the timm architecture {elide(base)!r} (from {source})")
     if not timm.is_model(base):
         raise ArchitectureConfigError(
-            f"{source}: {base!r} is not in timm's model registry (timm {timm.__version__}); nothing was imported; "
-            "name a model timm.list_models() lists, or the model in the spec", source=source)
+            f"{source}: {elide(base)!r} is not in timm's model registry (timm {timm.__version__}); nothing was "
+            "imported; name a model timm.list_models() lists, or the model in the spec", source=source)
     return base
 
 

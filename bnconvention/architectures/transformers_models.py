@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from bnconvention.architectures.timm_models import safe_timm_kwargs, timm_name
 from bnconvention.errors import ArchitectureConfigError, BnConventionError, FactoryCallError
 from bnconvention.extras import import_extra
-from bnconvention.formats.text import one_line
+from bnconvention.formats.text import elide, one_line
 
 # transformers and torch are imported inside the functions that use them: importing this module does not import
 # torch.
@@ -83,7 +83,7 @@ def _model_type_of(class_name: str, *, source: str) -> str:
     types = [t for t in MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES if class_name in image_classifier_classes(t)]
     if len(types) != 1:
         raise ArchitectureConfigError(
-            f"{source}: {class_name!r} is not one of transformers' image classifiers"
+            f"{source}: {elide(class_name)!r} is not one of transformers' image classifiers"
             + (" (several model types use it; name model_type)" if types else ""), source=source)
     return types[0]
 
@@ -102,19 +102,21 @@ def check_transformers_config(config: Mapping[str, Any], *, source: str, class_n
         raise ArchitectureConfigError(f"{source}: 'architectures' names no model class (expected a non-empty list "
                                       "of class names, as save_pretrained writes it)", source=source)
     if named is not None and named != class_name:
-        raise ArchitectureConfigError(f"{source}: architectures[0] is {named!r}, not {class_name!r}", source=source)
+        raise ArchitectureConfigError(f"{source}: architectures[0] is {elide(named)!r}, not {elide(class_name)!r}",
+                                      source=source)
     model_type = config.get("model_type")
     if model_type is None:
         model_type = _model_type_of(class_name, source=source)
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise ArchitectureConfigError(
-            f"{source}: model_type {model_type!r} is unknown to transformers' config mapping; nothing was imported",
-            source=source)
+            f"{source}: model_type {elide(model_type) if isinstance(model_type, str) else model_type!r} is unknown "
+            "to transformers' config mapping; nothing was imported", source=source)
     if class_name not in image_classifier_classes(model_type):
         known = image_classifier_classes(model_type)
         raise ArchitectureConfigError(
-            f"{source}: architectures[0] {class_name!r} is not an image classifier of transformers for model_type "
-            f"{model_type!r}" + (f" (that is {' or '.join(known)})" if known else " (it has none)"), source=source)
+            f"{source}: architectures[0] {elide(class_name)!r} is not an image classifier of transformers for "
+            f"model_type {model_type!r}" + (f" (that is {' or '.join(known)})" if known else " (it has none)"),
+            source=source)
     if model_type == "timm_wrapper":
         timm_name(config.get("architecture"), source=source)
         model_args = config.get("model_args") or {}

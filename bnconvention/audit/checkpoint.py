@@ -107,7 +107,8 @@ def resolve_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) -
     """The spec's model, else the first of the sidecar and the folder's ``config.json`` that names a usable
     architecture (with the refusals of those passed over)."""
     if spec.model is not None:
-        return Resolution(ModelChoice(factory=spec.model.factory, kwargs=dict(spec.model.kwargs), source="spec"))
+        return Resolution(ModelChoice(factory=spec.model.factory, kwargs=dict(spec.model.kwargs),
+                                      source=spec.model.source))
     where = sidecar_path(path)
     files: list[tuple[dict[str, Any] | None, str]] = [(sidecar, str(where))]
     config_path = path.parent / CONFIG_NAME

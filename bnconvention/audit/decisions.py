@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from bnconvention.audit.evaluation import BaseCells
-from bnconvention.audit.expressions import CellExpression, Criterion, parse_cell
+from bnconvention.audit.expressions import CellExpression, Criterion, NonFiniteError, parse_cell
 from bnconvention.audit.result import SignRecord
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stats import Decision, binomial_tail, decide, sign_test
@@ -50,25 +50,58 @@ def decide_cell(cell: CellExpression, shipped: float, values: list[float], *, sp
     return record, SignRecord(p_value=signs.p_value, beyond=signs.beyond, direction=signs.direction)
 
 
-def evaluate_cell(cell: CellExpression, values: Mapping[str, float], *, field: str) -> float:
-    """A cell's value; a division by zero is the spec's problem, reported at ``field``."""
+def cell_field(spec: AuditSpec, index: int, cell: CellExpression) -> tuple[str, str | None]:
+    """Where the ``index``-th of :meth:`AuditSpec.cell_expressions` comes from: ``(/cells/i, None)`` for a listed
+    cell, ``(/criteria/j, criterion text)`` for an operand of a criterion that is not listed."""
+    if index < len(spec.cells):
+        return f"/cells/{index}", None
+    for position, criterion in enumerate(spec.criterion_expressions()):
+        if any(operand.text == cell.text for operand in criterion.operands):
+            return f"/criteria/{position}", criterion.text
+    return f"/cells/{index}", None
+
+
+def evaluate_cell(cell: CellExpression, values: Mapping[str, float], field: str,
+                  criterion: str | None = None) -> float:
+    """A cell's value; a division by zero or an overflow is the spec's problem, reported at ``field`` (naming
+    ``criterion`` when the cell is one of its operands: :func:`cell_field`)."""
     try:
         return cell.evaluate(values)
     except ZeroDivisionError as exc:
         raise AuditSpecError(f"cell {cell.text!r} divides by zero on the measured values {dict(values)}; "
                              "rewrite it without that division", field=field) from exc
+    except NonFiniteError as exc:
+        owner = f"criterion {criterion!r} overflows to inf in the cell" if criterion else "cell"
+        part = f" (at {exc.expression!r})" if exc.expression != cell.text else ""
+        raise AuditSpecError(f"{owner} {cell.text!r}{part} on the measured values {_shown(values)}; rewrite it "
+                             "with smaller factors", field=field) from exc
+
+
+def _shown(values: Mapping[str, float]) -> str:
+    return "{" + ", ".join(f"{name}: {value:.4g}" for name, value in values.items()) + "}"
 
 
 def verdict(criterion: Criterion, shipped: BaseCells, replicates: list[BaseCells], *, field: str) -> Verdict:
     """Shipped vs refit outcome of a criterion; refit uses the mean over replicates of each compared cell."""
+    where: tuple[str, Mapping[str, float]] = ("shipped cells", shipped)
     try:
         shipped_pass = criterion.evaluate(shipped)
-        per_replicate = [criterion.evaluate(cells) for cells in replicates]
+        per_replicate = []
+        for index, cells in enumerate(replicates):
+            where = (f"cells of refit replicate {index}", cells)
+            per_replicate.append(criterion.evaluate(cells))
+        where = ("refit cells (the mean over replicates)", {})
         means = {op.text: math.fsum(op.evaluate(cells) for cells in replicates) / len(replicates)
                  for op in criterion.operands}
         refit_pass = criterion.evaluate_operands(means)
     except ZeroDivisionError as exc:
         raise AuditSpecError(f"criterion {criterion.text!r} divides by zero on the measured cells; rewrite it",
+                             field=field) from exc
+    except (NonFiniteError, OverflowError) as exc:  # OverflowError: fsum of finite values past the float range
+        part = exc.expression if isinstance(exc, NonFiniteError) else " / ".join(op.text for op in criterion.operands)
+        label, values = where
+        raise AuditSpecError(f"criterion {criterion.text!r} overflows to inf in the cell {part!r} on the {label}"
+                             f"{' ' + _shown(values) if values else ''}; rewrite it with smaller factors",
                              field=field) from exc
     flipped = shipped_pass != refit_pass
     direction = None if not flipped else ("pass_to_fail" if shipped_pass else "fail_to_pass")

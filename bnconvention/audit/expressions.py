@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from bnconvention.errors import AuditSpecError
+from bnconvention.formats.text import elide
 
 BASE_CELLS: tuple[str, ...] = ("df", "dr", "dt")
 MAX_EXPRESSION_CHARS = 300
@@ -152,6 +153,22 @@ class _Checker:
             raise self.refuse(node, "a criterion must be a comparison such as 'dr >= 0.95'")
 
 
+class NonFiniteError(ArithmeticError):
+    """An expression's value left the finite floats on finite inputs (``df * 1e308 * 10`` overflows to inf);
+    ``expression`` is the canonical text of the part that did. Callers report it as they report a division by
+    zero: one line naming the cell or criterion (issue 24, item 12)."""
+
+    def __init__(self, expression: str) -> None:
+        super().__init__(f"{expression!r} is not a finite number (it overflows)")
+        self.expression = expression
+
+
+def _finite(value: float, node: ast.expr) -> float:
+    if not math.isfinite(value):
+        raise NonFiniteError(ast.unparse(node))
+    return value
+
+
 def _number(node: ast.expr, values: Mapping[str, float]) -> float:
     if isinstance(node, ast.Constant):
         return float(cast("float", node.value))  # the parser admits numeric constants only
@@ -161,7 +178,10 @@ def _number(node: ast.expr, values: Mapping[str, float]) -> float:
         left, right = _number(node.left, values), _number(node.right, values)
         if isinstance(node.op, ast.Div) and right == 0:
             raise ZeroDivisionError(f"division by zero in {ast.unparse(node)!r}")
-        return float(_BINARY[type(node.op)](left, right))
+        try:
+            return _finite(float(_BINARY[type(node.op)](left, right)), node)
+        except OverflowError as exc:  # Python floats overflow to inf in * and /, but say so in some cases
+            raise NonFiniteError(ast.unparse(node)) from exc
     if isinstance(node, ast.UnaryOp):
         value = _number(node.operand, values)
         return -value if isinstance(node.op, ast.USub) else value
@@ -206,7 +226,8 @@ class CellExpression:
         return {"df": "forget", "dr": "retain", "dt": "test"}.get(self.text)
 
     def evaluate(self, values: Mapping[str, float]) -> float:
-        """The value for ``values`` of the cells; ``ZeroDivisionError`` when a divisor is 0."""
+        """The value for ``values`` of the cells; ``ZeroDivisionError`` when a divisor is 0,
+        :class:`NonFiniteError` when a part overflows."""
         return _number(self.tree, values)
 
     def value_in(self, values: Mapping[str, float]) -> float | None:
@@ -218,7 +239,7 @@ class CellExpression:
             return None
         try:
             return self.evaluate(values)
-        except ZeroDivisionError:
+        except (ZeroDivisionError, NonFiniteError):
             return None
 
 
@@ -280,6 +301,12 @@ def parse_criterion(text: object, *, field: str | None = None, names: Sequence[s
                 sub.number(side)
                 if sub.used and ast.unparse(side) not in {o.text for o in operands}:
                     operands.append(CellExpression(text=ast.unparse(side), names=tuple(sub.used), tree=side))
+                elif not sub.used:
+                    try:
+                        _number(side, {})
+                    except (ZeroDivisionError, NonFiniteError) as exc:
+                        raise _fail(f"criterion {elide(text)!r} compares with {ast.unparse(side)!r}, which is not a "
+                                    f"finite number ({exc}); write the threshold as a number", field) from exc
     return Criterion(text=ast.unparse(tree), names=tuple(checker.used), operands=tuple(operands), tree=tree)
 
 

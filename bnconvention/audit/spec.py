@@ -27,7 +27,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, Field, JsonValue, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    Field,
+    JsonValue,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 from pydantic_core import ErrorDetails
 
 from bnconvention.audit.diagnostics_spec import DiagnosticsSpec
@@ -73,6 +81,20 @@ class ModelSpec(_Spec):
         "Keyword arguments of the factory, plain JSON values: scalars or lists of scalars for factories and timm "
         "(timm.create_model's loading options are refused), the config fields for transformers (e.g. "
         "embedding_size, hidden_sizes, depths, num_labels or id2label)."))
+    # where the architecture was named, for messages ("... (from <source>)"): the spec, or the repo file a hub audit
+    # read it from and put here (issue 24, item 12); never serialized, so the spec's digest is unchanged
+    _source: str = PrivateAttr(default="spec")
+
+    @property
+    def source(self) -> str:
+        """``spec``, or the file the architecture was read from (``org/name/config.json``)."""
+        return self._source
+
+    def read_from(self, source: str) -> ModelSpec:
+        """This model section, marked as read from ``source`` (a repo's ``config.json``)."""
+        copy = self.model_copy()
+        copy._source = source
+        return copy
 
 
 class RefitSpec(_Spec):

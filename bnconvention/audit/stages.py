@@ -21,7 +21,14 @@ import numpy as np
 from bnconvention.audit.band import band_null, combined
 from bnconvention.audit.checkpoint import LoadedCheckpoint
 from bnconvention.audit.data import AuditData
-from bnconvention.audit.decisions import anchoring, decide_cell, evaluate_cell, reporting_line, verdict
+from bnconvention.audit.decisions import (
+    anchoring,
+    cell_field,
+    decide_cell,
+    evaluate_cell,
+    reporting_line,
+    verdict,
+)
 from bnconvention.audit.diagnostics import recoverability
 from bnconvention.audit.encoder import EncoderPlan
 from bnconvention.audit.evaluation import (
@@ -117,7 +124,7 @@ def evaluate_shipped(prepared: PreparedAudit, *, store: ShippedStore | None = No
     if store is not None and key is not None and stored is None:
         store.put(key, base)
     seconds = 0.0 if stored is not None else time.perf_counter() - start
-    cells = {c.text: evaluate_cell(c, base, field=f"/cells/{i}") for i, c in enumerate(spec.cell_expressions())}
+    cells = {c.text: evaluate_cell(c, base, *cell_field(spec, i, c)) for i, c in enumerate(spec.cell_expressions())}
     anchors = anchoring(spec, published=checkpoint.published, shipped_cells=cells, shipped_base=base)
     return ShippedCells(base=base, cells=cells, anchoring=anchors, seconds=seconds)
 
@@ -264,7 +271,7 @@ def decide_cells(spec: AuditSpec, shipped: ShippedCells, replicates: Sequence[Ba
     signs: dict[str, SignRecord] = {}
     published = published or {}
     for i, cell in enumerate(spec.cell_expressions()):
-        values = [evaluate_cell(cell, b, field=f"/cells/{i}") for b in replicates]
+        values = [evaluate_cell(cell, b, *cell_field(spec, i, cell)) for b in replicates]
         record, sign = decide_cell(cell, shipped.cells[cell.text], values, spec=spec, anchored=shipped.anchored,
                                    channel=channel, published=published.get(cell.text))
         cells.append(record)

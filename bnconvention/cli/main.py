@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from bnconvention import errors
 from bnconvention._version import __version__
 from bnconvention.extras import missing_dependency
-from bnconvention.formats.text import one_line
+from bnconvention.formats.text import elide
 
 # Order is the order of ``bnconvention --help``.
 COMMAND_MODULES: list[str] = [
@@ -54,6 +54,7 @@ COMMAND_MODULES: list[str] = [
     "bnconvention.cli.demo_cmd",
 ]
 
+MAX_MESSAGE = 4000  # characters of the one error line (messages elide long values themselves: formats.text.elide)
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _classify(exc: BaseException) -> tuple[int, str, str]:
     """``(exit code, kind, message)`` of the one line that reports ``exc``."""
-    message = one_line(exc)
+    message = elide(exc, MAX_MESSAGE)  # a value echoed whole from untrusted input cannot make a megabyte line
     for exc_type, code, label in ERROR_TABLE:
         if isinstance(exc, exc_type):
             return code, label, message or type(exc).__name__

@@ -18,6 +18,7 @@ The revision of a local source is the sha256 over its files (relative path -> sh
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -257,7 +258,14 @@ def _decode(spec: DatasetSpec, dataset: Any, *, where: str) -> tuple[np.ndarray,
     columns = [c for c in (spec.image_column, spec.label_column, spec.id_column) if c is not None]
     images, labels, ids = [], [], []
     row = 0
-    for batch in dataset.select_columns(columns).iter(batch_size=DECODE_BATCH):
+    batches = iter(dataset.select_columns(columns).iter(batch_size=DECODE_BATCH))
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            break
+        except Exception as exc:  # noqa: BLE001 - datasets decodes a batch's images itself: find the row, name it
+            raise _undecodable(dataset, spec, start=row, where=where, exc=exc) from exc
         for image in batch[spec.image_column]:
             if image is None:
                 raise UntrustedInputError(f"{where} row {row}: the image is missing", source=where)
@@ -272,6 +280,27 @@ def _decode(spec: DatasetSpec, dataset: Any, *, where: str) -> tuple[np.ndarray,
     x = stack_images(images, where=where)
     return x, label_array(np.asarray(labels), len(images), where=f"{where} column {spec.label_column!r}"), ids
 
+
+
+def _undecodable(dataset: Any, spec: DatasetSpec, *, start: int, where: str,
+                 exc: BaseException) -> UntrustedInputError:
+    """The error of a batch ``datasets`` could not decode, naming the dataset, split and row whose image it is (Pillow
+    names only a ``BytesIO`` object): the batch's rows are decoded one by one to find it."""
+    column = dataset.select_columns([spec.image_column])
+    for row in range(start, min(start + DECODE_BATCH, len(column))):
+        try:
+            column[row]
+        except Exception as row_exc:  # noqa: BLE001 - Pillow raises many types
+            return UntrustedInputError(f"{where} row {row}: column {spec.image_column!r} does not hold a readable "
+                                       f"image ({type(row_exc).__name__}: {_without_objects(row_exc)})", source=where)
+    return UntrustedInputError(f"{where} rows {start} to {start + DECODE_BATCH - 1}: cannot be decoded "
+                               f"({type(exc).__name__}: {_without_objects(exc)})", source=where)
+
+
+def _without_objects(exc: BaseException) -> str:
+    """An exception's one line without the reprs of in-memory objects (``<_io.BytesIO object at 0x7f..>``), which
+    say nothing about the input."""
+    return re.sub(r"\s*<[\w.]+ object at 0x[0-9a-fA-F]+>", "", _one_line(exc)) or type(exc).__name__
 
 
 def _one_line(exc: BaseException) -> str:

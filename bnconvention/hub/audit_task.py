@@ -30,9 +30,9 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from bnconvention.architectures.resolve import CONFIG_NAME, MAX_CONFIG_BYTES, parse_config
 from bnconvention.audit.result import AuditResult
@@ -42,7 +42,7 @@ from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
 from bnconvention.formats.checkpoint_files import is_index_path
 from bnconvention.formats.safetensors_index import INDEX_SUFFIX, parse_index
-from bnconvention.formats.text import one_line
+from bnconvention.formats.text import elide, one_line
 from bnconvention.hub.client import (
     DEFAULT_TIMEOUT_S,
     HubClient,
@@ -57,6 +57,11 @@ from bnconvention.refit.devices import Device
 from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
 
+MAX_REASON = 2000  # characters of a failure reason kept in the journal and the outputs (issue 24, item 12)
+# A reason quotes what a repo's files said; the journal keeps a bounded prefix of it, whatever the repo put there.
+# (cut 40 characters short, so that the cut reason with its "... (N characters)" fits and a reread keeps it as it is)
+Reason = Annotated[str, AfterValidator(lambda text: elide(text, MAX_REASON - 40) if len(text) > MAX_REASON else text)]
+
 
 class FileAudit(BaseModel):
     """The audit of one weights file of a repo."""
@@ -65,7 +70,7 @@ class FileAudit(BaseModel):
 
     filename: str
     status: Literal["audited", "failed", "skipped"]
-    reason: str = ""
+    reason: Reason = ""
     factory: str | None = None
     architecture_source: Literal["repo", "spec"] | None = None
     rules: list[str] = []  # the spec rules that shaped this repo's spec (see bnconvention.audit.rules)
@@ -86,7 +91,7 @@ class RepoAudit(BaseModel):
     revision: str
     spec_sha256: str
     status: Literal["audited", "failed", "skipped"]
-    reason: str = ""
+    reason: Reason = ""
     transient: bool = False
     files: list[FileAudit] = []
 
@@ -161,7 +166,8 @@ def choose_repo_spec(spec: AuditSpec, *, repo_id: str, config: Any
     chosen = resolution.architecture
     source: Literal["repo", "spec"] = "spec" if chosen.source == "spec" else "repo"
     if source == "repo":
-        update["model"] = ModelSpec.model_validate({"factory": chosen.factory, "kwargs": chosen.kwargs})
+        update["model"] = ModelSpec.model_validate({"factory": chosen.factory, "kwargs": chosen.kwargs}).read_from(
+            chosen.source)  # errors say "(from org/name/config.json)", not "(from spec)"
     if spec.published_by_checkpoint and repo_id in spec.published_by_checkpoint:
         update["published"] = spec.published_by_checkpoint[repo_id]
         update["published_by_checkpoint"] = None

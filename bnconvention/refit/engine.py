@@ -45,6 +45,7 @@ from bnconvention.refit.staleness import staleness_distance
 from bnconvention.refit.state import (
     ModuleModes,
     batchnorm_modules,
+    ensure_materialised,
     restore_running_state,
     running_state,
     tracked_layers,
@@ -158,6 +159,7 @@ class PassOutcome:
 
 def inspect_model(model: torch.nn.Module, *, rule: AccumulationRule) -> RefitSetup:
     """Dtype/device checks, the tracked BatchNorm layers (untracked ones warned about) and the ema momentum."""
+    ensure_materialised(model, what="refit")
     dtype, device = _model_dtype_device(model)
     all_layers = batchnorm_modules(model)
     layers = tracked_layers(model)

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, cast
 
-from bnconvention.errors import RefitError
+from bnconvention.errors import RefitError, UnsupportedModelError
+from bnconvention.formats.text import elide
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
@@ -38,6 +39,36 @@ def batchnorm_modules(model: torch.nn.Module) -> dict[str, torch.nn.modules.batc
     from torch.nn.modules.batchnorm import _BatchNorm
 
     return {name: module for name, module in model.named_modules() if isinstance(module, _BatchNorm)}
+
+
+def lazy_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The lazy modules (``LazyBatchNorm2d``, ``LazyLinear``, ...) whose parameters or buffers are not materialised
+    yet, by name, in module order: their shapes, running statistics included, exist only after one forward."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    return [(name, module) for name, module in model.named_modules()
+            if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params()]  # type: ignore[misc]
+
+
+def ensure_materialised(model: torch.nn.Module, *, what: str, fix: str = "") -> None:
+    """Raise :class:`UnsupportedModelError` naming the layers when ``model`` has lazy layers not materialised yet:
+    one line instead of torch's error about an uninitialized parameter deep inside a refit (issue 24, item 12).
+    ``what`` starts the message (the model or the factory that built it); ``fix`` ends it."""
+    from torch.nn.modules.batchnorm import _LazyNormBase
+
+    lazy = lazy_layers(model)
+    if not lazy:
+        return
+    batchnorm = [(name, module) for name, module in lazy if isinstance(module, _LazyNormBase)]
+    named = batchnorm or lazy
+    shown = ", ".join(f"{elide(name or '(the model itself)')!r} ({type(module).__name__})"
+                      for name, module in named[:3])
+    more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+    kind = "lazy BatchNorm layer" if batchnorm else "lazy layer"
+    raise UnsupportedModelError(
+        f"{what}: {kind}{'s' if len(named) > 1 else ''} {shown}{more} not materialised: lazy "
+        f"{'BatchNorm ' if batchnorm else ''}layers must be materialised (one forward with an input of the model's "
+        f"shape) before a refit, which needs their num_features{'; ' + fix if fix else ''}")
 
 
 def has_running_stats(module: torch.nn.Module) -> bool:

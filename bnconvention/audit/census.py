@@ -203,7 +203,7 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
         published = published_cells(path, own)
         key = f"{choice.factory}|{sorted(choice.kwargs.items())!r}"
         if key not in models:
-            models[key] = build_architecture(choice)
+            models[key] = build_architecture(choice, files)  # sized against the header first
         fit_model(models[key], files, factory=f"factory {choice.factory!r} (from {choice.source})")
         digests = checkpoint_digests(files)
         weights = weights_key(digests.trainable_sha256, digests.running_sha256)

@@ -231,13 +231,13 @@ def published_cells(path: Path, spec: AuditSpec, *, notes: list[str] | None = No
         "{cell: value} with published_source: spec)", checkpoint=str(path), places=looked)
 
 
-def build_architecture(choice: ModelChoice) -> torch.nn.Module:
-    """Build the allowlisted architecture (random initialisation) in eval mode."""
-    from bnconvention.architectures.factories import build_model
+def build_architecture(choice: ModelChoice, files: CheckpointFiles | None = None) -> torch.nn.Module:
+    """Build the allowlisted architecture (random initialisation) in eval mode. With the checkpoint's ``files``,
+    its sizes are checked against their header first, with nothing allocated, and a config that sizes it otherwise
+    is refused naming its field (:func:`bnconvention.architectures.sizing.build_fitting`, issue 24 item 4)."""
+    from bnconvention.architectures.sizing import build_fitting, build_sized
 
-    model = build_model(choice.factory, choice.kwargs, source=None if choice.source == "spec" else choice.source)
-    model.eval()
-    return model
+    return build_sized(choice) if files is None else build_fitting(choice, files)
 
 
 def header_mismatches(header: SafetensorsHeader, expected: Mapping[str, tuple[int, ...]]) -> list[str]:
@@ -313,7 +313,7 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     mapped, half precision read exactly into float32); the digests are the file's own, over every shard, and the
     model's tensors converted back to the file's names and dtypes must give them (else a warning: θ is then
     proved unchanged in memory only)."""
-    from bnconvention.formats.checkpoint_files import resolve_checkpoint_path
+    from bnconvention.formats.checkpoint_files import open_checkpoint, resolve_checkpoint_path
     from bnconvention.formats.digests import checkpoint_digests
     from bnconvention.refit.weights import load_checkpoint_weights
 
@@ -326,7 +326,7 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     choice = resolution.architecture
     notes: list[str] = []
     published = published_cells(path, spec, notes=notes)
-    model = build_architecture(choice)
+    model = build_architecture(choice, open_checkpoint(path))  # sized against the header before allocating
     loaded = load_checkpoint_weights(model, path, factory=f"factory {choice.factory!r} (from {choice.source})")
     model.eval()
     declared, header_notes = declared_convention(loaded.header, source=str(path))

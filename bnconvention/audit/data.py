@@ -224,6 +224,7 @@ def _transforms(spec: AuditSpec, dataset: LocalDataset, *, repo_dir: Path | None
         raise AuditSpecError(f"transform: from_repo applies image preprocessing, but dataset {dataset.dataset_id!r} "
                              "is tabular (N x F); use transform: dataset", field="/transform")
     repo = transforms_from_repo(Path(repo_dir or "."), repo_name=repo_name)
+    repo.check_records(int(dataset.x.shape[2]), int(dataset.x.shape[3]))  # sized by the records: before any work
     wants_train = spec.refit.transform == "train" or (
         spec.recoverability is not None and spec.recoverability.transform == "train")
     if repo.train is None and wants_train:

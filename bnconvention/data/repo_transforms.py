@@ -12,8 +12,20 @@
   under the train transform is refused with a one-line error naming ``refit.transform``.
 
 When a repo has both, the timm ``pretrained_cfg`` is used. The files are untrusted metadata: read with the strict
-JSON loader and a size limit, numbers checked, the output size bounded (:data:`MAX_SIDE`), and only names the
-libraries' registries know are used.
+JSON loader and a size limit, numbers checked, and only names the libraries' registries know are used. The work
+they size is bounded before any image is touched (issue 24 item 5; docs/audit-spec.md, "Transforms from the repo"),
+from the file's numbers alone (:class:`SizePlan`, nothing is run to find out):
+
+* every side the transform resizes an image to is at most :data:`MAX_RESIZE_SIDE` and every output side at most
+  :data:`MAX_SIDE` (timm resizes to ``input_size / crop_pct`` before its centre crop: ``crop_pct`` 0.05 at 2048
+  would be 40960 pixels a side);
+* against the records it is applied to: a record is enlarged at most :data:`MAX_UPSCALE` times a side (a 16 px
+  record resized to 2048 is refused), checked when the audit binds the dataset and again on every batch;
+* a batch: a transformers image processor holds a batch's resized images at once, so it is given sub-batches of at
+  most :data:`MAX_BATCH_PIXELS` pixels; a batch whose outputs alone are over that budget is refused (lower the
+  spec's batch sizes).
+
+Each refusal is one :class:`~bnconvention.errors.UntrustedInputError` naming the file and its fields.
 
 The pipelines take PIL images, as they do when a model is trained and evaluated. A batch of prepared images
 (float N×C×H×W in [0, 1], decoded from 8-bit files) is turned back into 8-bit PIL images (exact for decoded
@@ -42,13 +54,84 @@ if TYPE_CHECKING:
 CONFIG_NAME = "config.json"
 PREPROCESSOR_NAME = "preprocessor_config.json"
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
-MAX_SIDE = 2048
+MAX_SIDE = 2048  # largest output side of a repo's transform
+MAX_RESIZE_SIDE = 4096  # largest side a repo's transform may resize an image to on the way
+MAX_UPSCALE = 32  # a record's longer side may be enlarged at most this many times
+MAX_BATCH_PIXELS = 2**27  # pixels a batch of a repo's transform holds at once (134M: 512 images of 512×512)
+TIMM_DEFAULT_CROP_PCT = 0.875  # timm.data.constants.DEFAULT_CROP_PCT, what timm uses when crop_pct is not given
 TIMM_DATA_KEYS = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
 TIMM_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")
 TIMM_CROP_MODES = ("center", "squash", "border")
 
-__all__ = ["DescribedTransform", "RepoTransforms", "after_decode_resize", "timm_transforms",
-           "transformers_transforms", "transforms_from_repo"]
+__all__ = ["MAX_BATCH_PIXELS", "MAX_RESIZE_SIDE", "MAX_SIDE", "MAX_UPSCALE", "DescribedTransform", "RepoTransforms",
+           "SizePlan", "after_decode_resize", "timm_transforms", "transformers_transforms", "transforms_from_repo"]
+
+
+@dataclass(frozen=True)
+class SizePlan:
+    """How large the images a repo's transform makes are, read from its file alone (nothing is run).
+
+    ``resize``: the side the transform resizes to (the shorter side when ``keep_ratio``, then the longer follows
+    the record's aspect ratio, up to ``cap``), None when it does not resize; ``output``: the output's (height,
+    width), None when it follows the record. ``fields`` names the file's fields that set them, for messages."""
+
+    source: str
+    fields: str
+    resize: int | None
+    keep_ratio: bool = False
+    cap: int | None = None
+    output: tuple[int, int] | None = None
+
+    def largest_side(self, height: int, width: int) -> int:
+        """The largest side of any image the transform makes from a ``height``×``width`` record."""
+        side = max(height, width)
+        if self.resize is not None:
+            side = self.resize
+            if self.keep_ratio:
+                side = math.ceil(self.resize * max(height, width) / max(1, min(height, width)))
+                side = min(side, self.cap) if self.cap else side
+        return max(side, *(self.output or (0,)))
+
+    def output_pixels(self, height: int, width: int) -> int:
+        """Pixels of one output image for a ``height``×``width`` record."""
+        if self.output is not None:
+            return self.output[0] * self.output[1]
+        side = self.largest_side(height, width)
+        return side * side
+
+    def check(self) -> None:
+        """Refuse a file whose sizes are over the limits, whatever the records (no record is needed)."""
+        if self.resize is not None and self.resize > MAX_RESIZE_SIDE:
+            raise UntrustedInputError(
+                f"{self.source}: {self.fields} resizes every image to {self.resize} pixels a side, over the "
+                f"{MAX_RESIZE_SIDE}-pixel limit of a resize in a repo's transform", source=self.source)
+        if self.output is not None and max(self.output) > MAX_SIDE:
+            raise UntrustedInputError(
+                f"{self.source}: {self.fields} makes {self.output[0]}×{self.output[1]} images; images larger than "
+                f"{MAX_SIDE} pixels a side are refused", source=self.source)
+
+    def check_records(self, height: int, width: int, *, count: int | None = None) -> None:
+        """Refuse applying the transform to ``height``×``width`` records (and, with ``count``, to a batch of that
+        many) when the images it would make are over the limits; nothing is allocated."""
+        largest = self.largest_side(height, width)
+        if largest > MAX_RESIZE_SIDE or largest > MAX_UPSCALE * max(height, width):
+            times = largest / max(height, width)
+            raise UntrustedInputError(
+                f"{self.source}: {self.fields} resizes each {height}×{width} record to {largest} pixels a side "
+                f"({times:.0f} times its size); a repo's transform may enlarge a record at most {MAX_UPSCALE} times "
+                f"and to at most {MAX_RESIZE_SIDE} pixels a side (use transform: dataset, or records of a size "
+                "the model was made for)", source=self.source)
+        pixels = 0 if count is None else count * self.output_pixels(height, width)
+        if pixels > MAX_BATCH_PIXELS:
+            raise UntrustedInputError(
+                f"{self.source}: {self.fields} makes a batch of {count} records {pixels:,} pixels, over the "
+                f"{MAX_BATCH_PIXELS:,}-pixel budget of a batch; lower the spec's batch sizes (refit.batch_size, "
+                "eval_batch_size)", source=self.source)
+
+    def chunk(self, height: int, width: int) -> int:
+        """How many records one pass of the transform may hold at once within :data:`MAX_BATCH_PIXELS`."""
+        side = self.largest_side(height, width)
+        return max(1, MAX_BATCH_PIXELS // max(1, side * side))
 
 
 @dataclass(frozen=True)
@@ -57,6 +140,7 @@ class DescribedTransform:
 
     record: Transform
     fn: Callable[[torch.Tensor, torch.Generator | None], torch.Tensor] = field(repr=False, compare=False)
+    plan: SizePlan | None = field(default=None, repr=False, compare=False)
 
     @property
     def mode(self) -> TransformMode:
@@ -77,6 +161,12 @@ class RepoTransforms:
     source: str
     eval: DescribedTransform
     train: DescribedTransform | None
+    plans: tuple[SizePlan, ...] = field(default=(), compare=False)  # the sizes of eval (and train), for checks
+
+    def check_records(self, height: int, width: int) -> None:
+        """Refuse applying these transforms to ``height``×``width`` records (:meth:`SizePlan.check_records`)."""
+        for plan in self.plans:
+            plan.check_records(height, width)
 
 
 def after_decode_resize(transform: DescribedTransform, resize: str | None) -> DescribedTransform:
@@ -93,7 +183,7 @@ def after_decode_resize(transform: DescribedTransform, resize: str | None) -> De
         crop=described.crop, augmentations=described.augmentations,
         normalize_mean=normalize.mean if normalize else None, normalize_std=normalize.std if normalize else None,
         steps=[first, *(described.steps or [])])
-    return DescribedTransform(record=updated, fn=transform.fn)
+    return DescribedTransform(record=updated, fn=transform.fn, plan=transform.plan)
 
 
 def transforms_from_repo(repo_dir: Path | str, *, repo_name: str | None = None) -> RepoTransforms:
@@ -138,6 +228,9 @@ def timm_transforms(config: Mapping[str, Any], *, source: str = CONFIG_NAME) -> 
 
     data_config = resolve_data_config(pretrained_cfg=timm_data_config(config.get("pretrained_cfg"), source=source))
     channels = int(data_config["input_size"][0])
+    plans = _timm_plans(data_config, source=source)
+    for plan in plans.values():
+        plan.check()
     reference = f"{source} pretrained_cfg (timm {timm.__version__} resolve_data_config + create_transform)"
     built: dict[str, DescribedTransform] = {}
     modes: tuple[TransformMode, ...] = ("train", "eval")
@@ -149,8 +242,24 @@ def timm_transforms(config: Mapping[str, Any], *, source: str = CONFIG_NAME) -> 
                                       source=source) from exc
         record = describe_transform(pipeline, mode=mode, reference=reference)
         built[mode] = DescribedTransform(record=record, fn=_per_image(pipeline, channels=channels,
-                                                                      random_steps=mode == "train"))
-    return RepoTransforms(library="timm", source=source, eval=built["eval"], train=built["train"])
+                                                                      random_steps=mode == "train",
+                                                                      plan=plans[mode]), plan=plans[mode])
+    return RepoTransforms(library="timm", source=source, eval=built["eval"], train=built["train"],
+                          plans=(plans["eval"], plans["train"]))
+
+
+def _timm_plans(data_config: Mapping[str, Any], *, source: str) -> dict[str, SizePlan]:
+    """The sizes of timm's eval transform (resize to ``input_size / crop_pct``, keeping the aspect ratio except
+    with ``crop_mode: squash``, then a centre crop to ``input_size``) and of its train transform (a random crop of
+    the record resized to ``input_size``), as ``transforms_imagenet_eval``/``_train`` compute them."""
+    height, width = (int(v) for v in data_config["input_size"][1:])
+    crop_pct = data_config.get("crop_pct") or TIMM_DEFAULT_CROP_PCT
+    fields = f"pretrained_cfg.input_size {canonical_json(list(data_config['input_size']))} with crop_pct {crop_pct}"
+    scale = max(math.floor(height / crop_pct), math.floor(width / crop_pct))
+    return {"eval": SizePlan(source=source, fields=fields, resize=scale,
+                             keep_ratio=data_config.get("crop_mode") != "squash", output=(height, width)),
+            "train": SizePlan(source=source, fields=fields.split(" with ")[0], resize=max(height, width),
+                              output=(height, width))}
 
 
 def timm_data_config(pretrained_cfg: Any, *, source: str) -> dict[str, Any]:
@@ -236,6 +345,8 @@ def transformers_transforms(processor_config: Mapping[str, Any], *,
         raise UntrustedInputError(f"{source}: transformers cannot build {name} from it ({exc})",
                                   source=source) from exc
     params = {k: v for k, v in params.items() if not k.startswith("_") and k != "image_processor_type"}
+    plan = processor_plan(params, source=source)
+    plan.check()  # from the numbers alone: running the processor on a probe would allocate what they ask
     record = make_transform(
         mode="eval", reference=f"{source} (transformers {transformers.__version__} {name})",
         resize=f"size={canonical_json(params.get('size'))} resample={params.get('resample')}"
@@ -244,10 +355,50 @@ def transformers_transforms(processor_config: Mapping[str, Any], *,
         normalize_mean=params.get("image_mean") if params.get("do_normalize") else None,
         normalize_std=params.get("image_std") if params.get("do_normalize") else None,
         steps=[f"transformers.{name}({canonical_json(params)})"])
-    fn = _processor_fn(processor)
+    fn = _processor_fn(processor, plan=plan)
     _check_output_size(fn, source=source)
-    return RepoTransforms(library="transformers", source=source, eval=DescribedTransform(record=record, fn=fn),
-                          train=None)
+    return RepoTransforms(library="transformers", source=source,
+                          eval=DescribedTransform(record=record, fn=fn, plan=plan), train=None, plans=(plan,))
+
+
+def _side_values(value: Any) -> list[int]:
+    if isinstance(value, dict):
+        return [v for v in value.values() if isinstance(v, int) and not isinstance(v, bool)]
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else []
+
+
+def processor_plan(params: Mapping[str, Any], *, source: str) -> SizePlan:
+    """The sizes of a transformers image processor from its parameters (``size`` as ``height``/``width``,
+    ``shortest_edge`` with an optional ``longest_edge`` or ``crop_pct``, ``longest_edge``, ``max_height``/
+    ``max_width``; ``crop_size`` when it centre-crops), read conservatively: a resize key it does not know is taken
+    as the shorter side."""
+    size = params.get("size")
+    crop = params.get("crop_size") if params.get("do_center_crop") else None
+    fields = f"size {canonical_json(size)}"
+    resize: int | None = None
+    keep_ratio, cap = False, None
+    if params.get("do_resize") and _side_values(size):
+        sides = dict(size) if isinstance(size, dict) else {"shortest_edge": size}
+        if "height" in sides and "width" in sides:
+            resize = max(_side_values({k: sides[k] for k in ("height", "width")}))
+        elif "shortest_edge" in sides:
+            crop_pct = params.get("crop_pct")
+            edge = sides["shortest_edge"]
+            resize = math.floor(edge / crop_pct) if _is_number(crop_pct) and crop_pct > 0 else edge
+            fields += f" with crop_pct {crop_pct}" if _is_number(crop_pct) else ""
+            keep_ratio, cap = True, sides.get("longest_edge")
+        elif "longest_edge" in sides or "max_height" in sides:
+            resize = max(_side_values(sides))
+        else:
+            resize, keep_ratio = max(_side_values(sides)), True
+    output = None
+    crop_sides = dict(crop) if isinstance(crop, dict) else {}
+    if "height" in crop_sides and "width" in crop_sides and _side_values(crop_sides):
+        output = (int(crop_sides["height"]), int(crop_sides["width"]))
+        fields += f", crop_size {canonical_json(crop)}"
+    elif resize is not None and not keep_ratio and isinstance(size, dict) and "height" in size:
+        output = (int(size["height"]), int(size["width"]))
+    return SizePlan(source=source, fields=fields, resize=resize, keep_ratio=keep_ratio, cap=cap, output=output)
 
 
 def _processor_crop(params: Mapping[str, Any]) -> str | None:
@@ -258,21 +409,29 @@ def _processor_crop(params: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _processor_fn(processor: Any) -> Callable[[torch.Tensor, torch.Generator | None], torch.Tensor]:
+def _processor_fn(processor: Any, *,
+                  plan: SizePlan) -> Callable[[torch.Tensor, torch.Generator | None], torch.Tensor]:
     def apply(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         import torch
 
-        out = processor(images=_pil_images(x, channels=None), return_tensors="pt")["pixel_values"]
-        return torch.as_tensor(out, dtype=torch.float32)
+        if x.ndim == 4:  # the processor holds a whole pass's resized images: sub-batches within the budget
+            plan.check_records(int(x.shape[2]), int(x.shape[3]), count=int(x.shape[0]))
+            step = plan.chunk(int(x.shape[2]), int(x.shape[3]))
+        else:
+            step = len(x)
+        outs = [processor(images=_pil_images(part, channels=None), return_tensors="pt")["pixel_values"]
+                for part in x.split(max(1, step))]
+        return torch.cat([torch.as_tensor(out, dtype=torch.float32) for out in outs])
 
     return apply
 
 
 def _check_output_size(fn: Callable[..., torch.Tensor], *, source: str) -> None:
-    """One 8×8 image through the processor: its output sides must stay within :data:`MAX_SIDE`."""
+    """One 128×128 image through the processor (its sizes already checked): its output sides must stay within
+    :data:`MAX_SIDE`."""
     import torch
 
-    shape = tuple(fn(torch.zeros(1, 3, 8, 8), None).shape)
+    shape = tuple(fn(torch.zeros(1, 3, 128, 128), None).shape)
     if len(shape) != 4 or max(shape[2:]) > MAX_SIDE:
         raise UntrustedInputError(f"{source}: the processor's output has shape {list(shape)}; images larger than "
                                   f"{MAX_SIDE} pixels a side are refused", source=source)
@@ -296,12 +455,15 @@ def _pil_images(x: torch.Tensor, *, channels: int | None) -> list[Any]:
     return [im.convert("L" if channels == 1 else "RGB") for im in images]
 
 
-def _per_image(pipeline: Any, *, channels: int,
-               random_steps: bool) -> Callable[[torch.Tensor, torch.Generator | None], torch.Tensor]:
-    """A batch function over a PIL pipeline; random steps are seeded once per batch from the generator."""
+def _per_image(pipeline: Any, *, channels: int, random_steps: bool,
+               plan: SizePlan | None = None) -> Callable[[torch.Tensor, torch.Generator | None], torch.Tensor]:
+    """A batch function over a PIL pipeline; random steps are seeded once per batch from the generator. With a
+    ``plan``, a batch is checked against the limits before any image is made."""
     def apply(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         import torch
 
+        if plan is not None and x.ndim == 4:
+            plan.check_records(int(x.shape[2]), int(x.shape[3]), count=int(x.shape[0]))
         images = _pil_images(x, channels=channels)
         if not random_steps:
             return torch.stack([pipeline(im) for im in images]).float()

@@ -51,6 +51,8 @@ class KeyProblems:
     unexpected: list[str]
     shapes: list[str]
     note: str | None = None
+    # (file name, shape in the file, model name, shape in the model) of each tensor whose shapes differ
+    mismatched: list[tuple[str, tuple[int, ...], str, tuple[int, ...]]] = field(default_factory=list)
 
     def describe(self) -> str:
         parts = []
@@ -104,11 +106,13 @@ def _problems(to_model: dict[str, str], file_shapes: Shapes, model_shapes: Shape
     covered = _stand_ins(targets, aliases)
     missing = [n for n in model_shapes if n not in targets and n not in covered]
     unexpected = [f for f, m in to_model.items() if m not in model_shapes]
-    shapes = [f"{f!r} has shape {list(file_shapes[f])} in the file but {list(model_shapes[m])} in the model"
-              for f, m in to_model.items() if m in model_shapes and tuple(file_shapes[f]) != tuple(model_shapes[m])]
+    mismatched = [(f, tuple(file_shapes[f]), m, tuple(model_shapes[m])) for f, m in to_model.items()
+                  if m in model_shapes and tuple(file_shapes[f]) != tuple(model_shapes[m])]
+    shapes = [f"{f!r} has shape {list(found)} in the file but {list(wanted)} in the model"
+              for f, found, _, wanted in mismatched]
     if len(targets) != len(to_model):  # two file names mapped onto one model name
         unexpected += sorted(f for f, m in to_model.items() if list(to_model.values()).count(m) > 1)
-    return KeyProblems(missing=missing, unexpected=unexpected, shapes=shapes, note=note)
+    return KeyProblems(missing=missing, unexpected=unexpected, shapes=shapes, note=note, mismatched=mismatched)
 
 
 def match_keys(file_shapes: Shapes, model_shapes: Shapes, *, base_prefix: str = "",

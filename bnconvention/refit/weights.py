@@ -121,7 +121,9 @@ def storage_aliases(model: torch.nn.Module) -> dict[str, str]:
     groups: dict[tuple[int, int, tuple[int, ...]], list[str]] = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
         if tensor.numel():
-            key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+            # a model without storage (meta device, built to check its sizes) ties by sharing the tensor itself
+            where = id(tensor) if tensor.is_meta else tensor.untyped_storage().data_ptr()
+            key = (where, tensor.storage_offset(), tuple(tensor.shape))
             groups.setdefault(key, []).append(name)
     return {name: names[0] for names in groups.values() if len(names) > 1 for name in names}
 

@@ -6,14 +6,20 @@ from __future__ import annotations
 # and every other command stays light (cli/main.py).
 import argparse
 import logging
+import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 from bnconvention.errors import UsageError
 from bnconvention.formats.text import plural
+
+TOKENS_ENV = "BNC_HUBSERVER_TOKENS"  # NAME=TOKEN entries, separated by commas or spaces
+MAX_TOKEN_FILE_BYTES = 1_000_000
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,11 +31,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "info, downloads with ranges, uploads as regular files or with --lfs through the LFS batch API, pull "
             "requests, discussions, refs). Prints the "
             "endpoint, then serves until Ctrl-C or SIGTERM. Point clients at it with HfApi(endpoint=...) or "
-            "HF_ENDPOINT (set before huggingface_hub is imported). Tokens given here are never printed."
+            "HF_ENDPOINT (set before huggingface_hub is imported). Tokens given here are never printed. Tokens "
+            "come from --token-file (one NAME=TOKEN a line; refused when other users may read or write it), from "
+            f"the environment variable {TOKENS_ENV} (NAME=TOKEN entries separated by commas or spaces) and from "
+            "--token; a --token argument is visible to every local user (ps, /proc), so prefer the other two."
         ),
         epilog=(
             "examples:\n"
-            "  bnconvention hubserver --root ./hub --token alice=secret-token --org lab=alice\n"
+            "  bnconvention hubserver --root ./hub --token-file tokens.txt --org lab=alice   # chmod 600 tokens.txt\n"
+            f"  {TOKENS_ENV}=alice=secret-token bnconvention hubserver --root ./hub --org lab=alice\n"
             "  bnconvention hubserver --root ./hub --port 8900 --fault kind=status,status=503,path=/resolve/,"
             "probability=0.2\n"
             "  HF_ENDPOINT=http://127.0.0.1:8900 python my_pipeline.py\n"
@@ -37,7 +47,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "  HF_ENDPOINT=http://127.0.0.1:8900 HF_HUB_DISABLE_XET=1 python push_my_dataset.py\n\n"
             "Exit codes: 0 stopped by Ctrl-C or SIGTERM, 1 the server could not start (e.g. the port is in use), "
             "2 bad\n"
-            "usage (a malformed --token, --org or --fault; a --root that is neither empty nor a hub store)."
+            "usage (a malformed --token, --token-file, --org or --fault; a token file others may read; a --root "
+            "that is neither empty nor a hub store)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -46,7 +57,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, metavar="N", help="port (default: 0 = a free port)")
     parser.add_argument("--token", action="append", default=[], metavar="NAME=TOKEN",
-                        help="accept TOKEN as user NAME (repeatable); writes need a token")
+                        help="accept TOKEN as user NAME (repeatable); writes need a token. Visible to every local "
+                             f"user in ps: prefer --token-file or {TOKENS_ENV}")
+    parser.add_argument("--token-file", action="append", default=[], type=Path, metavar="PATH",
+                        help="read NAME=TOKEN lines from PATH (repeatable; blank lines and # comments skipped); the "
+                             "file must not be readable or writable by other users (chmod 600)")
     parser.add_argument("--org", action="append", default=[], metavar="ORG=USER[,USER...]",
                         help="make users members of organisation ORG (repeatable)")
     parser.add_argument("--page-size", type=int, default=50, metavar="N",
@@ -62,6 +77,52 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "files, through the classic LFS batch API), as datasets' push_to_hub needs; clients "
                              "must then set HF_HUB_DISABLE_XET=1 (default: every upload regular, any client)")
     parser.set_defaults(func=run)
+
+
+def token_file_pairs(path: Path) -> list[tuple[str, str]]:
+    """The ``(name, token)`` pairs of a token file: one ``NAME=TOKEN`` a line, blank lines and ``#`` comments
+    skipped. Refused (:class:`UsageError`, the token never echoed) when the file is missing, not a regular file, or
+    readable or writable by users other than its owner and group: a token file others can read leaks what
+    ``--token-file`` exists to hide."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise UsageError(f"--token-file {path}: cannot be read ({exc.strerror or exc})") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"--token-file {path}: not a regular file")
+    if os.name == "posix" and st.st_mode & (stat.S_IROTH | stat.S_IWOTH):
+        raise UsageError(f"--token-file {path}: other users may read or write it (mode {stat.S_IMODE(st.st_mode):o}); "
+                         f"restrict it first: chmod 600 {path}")
+    try:
+        text = path.read_bytes()[: MAX_TOKEN_FILE_BYTES + 1].decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--token-file {path}: cannot be read as UTF-8 text") from exc
+    if len(text) > MAX_TOKEN_FILE_BYTES:
+        raise UsageError(f"--token-file {path}: over {MAX_TOKEN_FILE_BYTES:,} bytes; one NAME=TOKEN a line")
+    lines = [(number, line.strip()) for number, line in enumerate(text.splitlines(), 1)]
+    pairs = []
+    for number, line in lines:
+        if line and not line.startswith("#"):
+            pairs += _pairs([line], option=f"--token-file {path} line {number}")
+    return pairs
+
+
+def env_pairs() -> list[tuple[str, str]]:
+    """The ``(name, token)`` pairs of :data:`TOKENS_ENV` (``NAME=TOKEN`` entries separated by commas or spaces)."""
+    value = os.environ.get(TOKENS_ENV, "")
+    return _pairs([entry for entry in value.replace(",", " ").split() if entry], option=TOKENS_ENV)
+
+
+def gather_tokens(args: argparse.Namespace) -> dict[str, str]:
+    """token -> user name from every source: the token files, :data:`TOKENS_ENV`, ``--token``. A token given for two
+    users is refused (without echoing it)."""
+    pairs = [pair for path in args.token_file for pair in token_file_pairs(path)]
+    pairs += env_pairs() + _pairs(args.token, option="--token")
+    tokens: dict[str, str] = {}
+    for name, token in pairs:
+        if tokens.setdefault(token, name) != name:
+            raise UsageError(f"one token is given for two users ({tokens[token]} and {name}); give each its own")
+    return tokens
 
 
 def _pairs(values: list[str], *, option: str) -> list[tuple[str, str]]:
@@ -96,7 +157,10 @@ def _log_to_stderr() -> Callable[[], None]:
 def run(args: argparse.Namespace) -> int:
     from bnconvention.hubserver import FaultRule, LocalHub
 
-    tokens = {token: name for name, token in _pairs(args.token, option="--token")}
+    tokens = gather_tokens(args)
+    if args.token:
+        print(f"warning: --token puts a token on the command line, where every local user can read it (ps); pass "
+              f"--token-file or {TOKENS_ENV} instead", file=sys.stderr, flush=True)
     orgs = {org: [m for m in members.split(",") if m] for org, members in _pairs(args.org, option="--org")}
     faults = [FaultRule.from_spec(spec) for spec in args.fault]
     hub = LocalHub(args.root, host=args.host, port=args.port, tokens=tokens, orgs=orgs, faults=faults,

@@ -122,6 +122,55 @@ def test_replicates_override_is_validated_like_the_file():
     assert caught.value.field == "/replicates"
 
 
+@pytest.mark.parametrize(("extra", "pointer", "bound"), [
+    pytest.param("replicates: 1000000000000", "/replicates", "200", id="replicates"),
+    pytest.param("refit: {pool_size: 1000000000000}", "/refit/pool_size", "2,000,000", id="pool-size"),
+    pytest.param("refit: {batch_size: 100000000}", "/refit/batch_size", "65,536", id="batch-size"),
+    pytest.param("eval_batch_size: 100000000", "/eval_batch_size", "65,536", id="eval-batch-size"),
+    pytest.param("staleness_band: {refits: 5000}", "/staleness_band/refits", "200", id="band-refits"),
+    pytest.param("recoverability: {images: 10000000}", "/recoverability/images", "2,000,000", id="images"),
+    pytest.param("recoverability: {curve: {seeds: 1000000}}", "/recoverability/curve/seeds", "200",
+                 id="curve-seeds"),
+    pytest.param("provenance: {pool_size: 100, draws: 1000000}", "/provenance/draws", "200", id="draws"),
+    pytest.param("quantization: {replicates: 1000000}", "/quantization/replicates", "200", id="scales"),
+    pytest.param("diagnostics: {relearning: {target_forget_accuracy: 0.9, max_steps: 10000000}}",
+                 "/diagnostics/relearning/max_steps", "100,000", id="relearn-steps"),
+    pytest.param("diagnostics: {membership_inference: {bootstrap: 10000000}}",
+                 "/diagnostics/membership_inference/bootstrap", "100,000", id="bootstrap"),
+])
+def test_counts_past_their_bound_are_refused_naming_file_and_field(tmp_path, extra, pointer, bound):
+    # regression (issue 24 item 7): replicates: 1000000000000 was accepted and the audit ran forever
+    path = tmp_path / "spec.yaml"
+    path.write_text('spec_version: "1.0"\nkind: audit_spec\nsplits: {forget_classes: [3]}\n' + extra + "\n",
+                    encoding="utf-8")
+    with pytest.raises(AuditSpecError) as caught:
+        load_spec(path)
+    message = str(caught.value)
+    assert caught.value.field == pointer
+    assert message.startswith(f"{path}: 1 problem: {pointer}: ")
+    assert f"is over the upper bound of {bound} " in message
+    assert "\n" not in message
+
+
+def test_lists_that_multiply_refits_are_bounded():
+    with pytest.raises(AuditSpecError) as caught:
+        parse_spec({**MINIMAL, "sweeps": {"pool_sizes": list(range(1, 41))}})
+    assert caught.value.field == "/sweeps/pool_sizes"
+    assert "at most 32 items" in str(caught.value)
+
+
+def test_the_bounds_are_in_the_schema():
+    schema = audit_spec_schema_text()
+    for bound in ('"maximum": 200', '"maximum": 2000000', '"maximum": 65536', '"maxItems": 32'):
+        assert bound in schema
+
+
+def test_a_replicates_override_past_the_bound_is_refused():
+    with pytest.raises(AuditSpecError) as caught:
+        load_spec(SPECS / "valid" / "minimal.yaml", replicates=10**12)
+    assert caught.value.field == "/replicates"
+
+
 @pytest.mark.parametrize(("path", "message"), [
     pytest.param("nowhere.yaml", "does not exist", id="missing"),
     pytest.param(".", "is a directory", id="directory"),

@@ -29,10 +29,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from bnconvention.audit.spec_data import SpecModel, Text
+from bnconvention.audit.spec_data import (
+    MAX_BATCH,
+    MAX_ITERATIONS,
+    MAX_RECORDS,
+    MAX_REPLICATES,
+    BatchSize,
+    Iterations,
+    Records,
+    Replicates,
+    SpecModel,
+    Text,
+)
 from bnconvention.errors import AuditSpecError
 
-PositiveInt = Annotated[int, Field(ge=1)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 SEED_STEM = re.compile(r"^(.*?-s\d+)(?:-|$)")
 PLACEHOLDERS = ("name", "seed_stem")
@@ -94,9 +104,12 @@ class LinearProbeSpec(SpecModel):
         "Module whose input is the feature vector; default the last torch.nn.Linear (the classifier head)."))
     train_split: Literal["test", "retain"] = Field(default="test", description=(
         "Split the probe is trained on (per_class records of each class); it is scored on the forget split."))
-    per_class: PositiveInt = Field(default=50, description="Training records per class (50 in seed 003).")
-    test_records: PositiveInt | None = Field(default=None, description="Forget records scored; default all.")
-    max_iter: PositiveInt = Field(default=1000, description="lbfgs iteration cap (1000 in seed 003).")
+    per_class: Records = Field(default=50, description=(
+        f"Training records per class (50 in seed 003; at most {MAX_RECORDS:,})."))
+    test_records: Records | None = Field(default=None, description=(
+        f"Forget records scored; default all (at most {MAX_RECORDS:,})."))
+    max_iter: Iterations = Field(default=1000, description=(
+        f"lbfgs iteration cap (1000 in seed 003; at most {MAX_ITERATIONS:,})."))
     inverse_regularization: Annotated[float, Field(gt=0)] = Field(default=1.0, description="sklearn's C.")
     standardize: bool = Field(default=True, description="Standardize features with the probe-train moments.")
 
@@ -104,27 +117,30 @@ class LinearProbeSpec(SpecModel):
 class MembershipSpec(SpecModel):
     attack: Literal["loss-threshold", "confidence-threshold"] = Field(default="loss-threshold", description=(
         "Score per record: minus the cross-entropy loss, or the largest softmax probability."))
-    records_per_side: PositiveInt | None = Field(default=None, description=(
+    records_per_side: Records | None = Field(default=None, description=(
         f"Forget (member) and test (non-member) records drawn per side; default the smaller split; at least "
-        f"{MIN_ATTACK_RECORDS}."))
+        f"{MIN_ATTACK_RECORDS}, at most {MAX_RECORDS:,}."))
     class_matched: bool = Field(default=True, description=(
         "Draw non-members only among the test records of the forget split's classes (for a class removal: the "
         "forget class), so the attack compares membership, not class."))
-    bootstrap: Annotated[int, Field(ge=MIN_BOOTSTRAP)] = Field(default=200, description="Bootstrap resamples.")
+    bootstrap: Annotated[int, Field(ge=MIN_BOOTSTRAP, le=MAX_ITERATIONS)] = Field(default=200, description=(
+        f"Bootstrap resamples (at most {MAX_ITERATIONS:,})."))
     level: Annotated[float, Field(gt=0, lt=1)] = Field(default=0.95, description="Coverage of the intervals.")
 
 
 class RelearningSpec(SpecModel):
     target_forget_accuracy: Fraction = Field(description="The forget accuracy fine-tuning must reach.")
-    records: PositiveInt = Field(default=32, description="Forget records fine-tuned on.")
-    batch_size: PositiveInt = Field(default=16, description="Records per step.")
+    records: Records = Field(default=32, description=f"Forget records fine-tuned on (at most {MAX_RECORDS:,}).")
+    batch_size: BatchSize = Field(default=16, description=f"Records per step (at most {MAX_BATCH:,}).")
     learning_rate: Annotated[float, Field(gt=0)] = Field(default=1e-4, description=(
         "Plain SGD step size. Default 1e-4: fine-tuning on a removed class alone, a larger step makes any state "
         "predict that class after one or two steps (0.05 reached 0.9 in 0-2 steps on every c3 checkpoint of the "
         "population); at 1e-4 bases take 0-2 steps, unlearned checkpoints 5-11, retrain references never reach it "
         "(docs/statistics.md)."))
-    max_steps: PositiveInt = Field(default=50, description="The budget (a state not reaching the target: null).")
-    replicates: PositiveInt = Field(default=3, description="Refit replicates fine-tuned (the first ones).")
+    max_steps: Iterations = Field(default=50, description=(
+        f"The budget (a state not reaching the target: null; at most {MAX_ITERATIONS:,} steps)."))
+    replicates: Replicates = Field(default=3, description=(
+        f"Refit replicates fine-tuned (the first ones; at most {MAX_REPLICATES:,})."))
 
 
 class DiagnosticsSpec(SpecModel):

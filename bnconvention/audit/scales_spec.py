@@ -21,16 +21,17 @@ from typing import Annotated
 
 from pydantic import Field
 
-from bnconvention.audit.spec_data import PositiveInt, SpecModel
+from bnconvention.audit.spec_data import MAX_RECORDS, MAX_REPLICATES, Records, Replicates, SpecModel
 
 SCALES_STREAM = 5  # the spawn key of the recalibration draws (0 replicates, 1 recoverability, 2 provenance, 3 curve)
 
 
 class QuantizationSpec(SpecModel):
-    replicates: PositiveInt | None = Field(default=None, description=(
-        "Retain-only recalibrations of the shipped activation scales (R); default the spec's replicates."))
-    calibration_size: PositiveInt = Field(default=256, description=(
-        "Retain records each recalibration observes (eval transform, eval-mode forwards)."))
+    replicates: Replicates | None = Field(default=None, description=(
+        "Retain-only recalibrations of the shipped activation scales (R); default the spec's replicates; at most "
+        f"{MAX_REPLICATES:,}."))
+    calibration_size: Records = Field(default=256, description=(
+        f"Retain records each recalibration observes (eval transform, eval-mode forwards; at most {MAX_RECORDS:,})."))
     seed: Annotated[int, Field(ge=0)] | None = Field(default=None, description=(
         "Root seed of the recalibration draws; default the spec's seed."))
 

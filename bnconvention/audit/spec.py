@@ -44,8 +44,16 @@ from bnconvention.audit.rules import RuleMatch, check_rules
 from bnconvention.audit.scales_spec import QuantizationSpec
 from bnconvention.audit.spec_census import ControlsSpec, SweepSpec
 from bnconvention.audit.spec_data import (
+    MAX_BATCH,
+    MAX_DRAWS,
+    MAX_RECORDS,
+    MAX_REPLICATES,
+    MAX_SWEEP_VALUES,
+    BatchSize,
     DatasetSpec,
-    PositiveInt,
+    Draws,
+    Records,
+    Replicates,
     SpecModel,
     SplitsSpec,
     Text,
@@ -102,9 +110,9 @@ class RefitSpec(_Spec):
 
     rule: AccumulationRule = Field(default="exact", description="Accumulation rule of the refit.")
     transform: TransformMode = Field(default="train", description="Transform applied to the refit pool.")
-    pool_size: PositiveInt = Field(default=512, description=(
-        "Retained records per replicate, redrawn independently for each replicate."))
-    batch_size: PositiveInt = Field(default=128, description="Batch size of the refit pass.")
+    pool_size: Records = Field(default=512, description=(
+        f"Retained records per replicate, redrawn independently for each replicate (at most {MAX_RECORDS:,})."))
+    batch_size: BatchSize = Field(default=128, description=f"Batch size of the refit pass (at most {MAX_BATCH:,}).")
 
 
 RecoverySource: TypeAlias = Literal["test", "retain", "noise"]
@@ -115,10 +123,11 @@ DEFAULT_SOURCES: tuple[RecoverySource, ...] = ("test", "retain", "noise")
 class RecoverabilityCurveSpec(_Spec):
     """Forget accuracy after a refit on B proxy images, for several budgets, seeds and proxy sources."""
 
-    budgets: list[PositiveInt] = Field(default_factory=lambda: list(DEFAULT_BUDGETS), min_length=1, description=(
+    budgets: list[Records] = Field(default_factory=lambda: list(DEFAULT_BUDGETS), min_length=1,
+                                   max_length=MAX_SWEEP_VALUES, description=(
         "Budgets B (images per refit); a budget larger than a source is skipped, as is B = 1 under a train-mode "
-        "rule."))
-    seeds: PositiveInt = Field(default=3, description="Independent draws per budget and source.")
+        f"rule (at most {MAX_SWEEP_VALUES} budgets)."))
+    seeds: Draws = Field(default=3, description=f"Independent draws per budget and source (at most {MAX_DRAWS:,}).")
     sources: list[RecoverySource] = Field(default_factory=lambda: list(DEFAULT_SOURCES), min_length=1,
                                           description=(
         "Proxy sources: 'test' (the test split), 'retain' (retained records only), 'noise' (out of distribution: "
@@ -128,9 +137,9 @@ class RecoverabilityCurveSpec(_Spec):
 class StalenessBandSpec(_Spec):
     """The reference band as a null distribution of independent retain refits (bnconvention.audit.band)."""
 
-    refits: PositiveInt | None = Field(default=None, description=(
+    refits: Replicates | None = Field(default=None, description=(
         "Independent retain refits N forming the null: the R replicates, plus N - R more drawn the same way; "
-        "default: the R replicates (no extra refit)."))
+        f"default: the R replicates (no extra refit); at most {MAX_REPLICATES:,}."))
     level: Annotated[float, Field(gt=0, le=0.5)] = Field(default=0.1, description=(
         "Nominal false-positive rate of 'exceeds band' (an exact rank test: it needs N >= 1/level - 1)."))
 
@@ -142,7 +151,7 @@ class RecoverabilitySpec(_Spec):
         "Optional recoverability curve over budgets, seeds and proxy sources (the B = images point of source is "
         "its headline); {} for the defaults."))
 
-    images: PositiveInt = Field(default=10, description="Number of unlabeled images B.")
+    images: Records = Field(default=10, description=f"Number of unlabeled images B (at most {MAX_RECORDS:,}).")
     source: Literal["test", "retain"] = Field(default="test", description="Split the images are drawn from.")
     rule: AccumulationRule | None = Field(default=None, description="Refit rule; default: the refit's rule.")
     transform: TransformMode = Field(default="eval", description="Transform applied to the proxy images.")
@@ -151,11 +160,11 @@ class RecoverabilitySpec(_Spec):
 class ProvenanceSpec(_Spec):
     """Exchange k retained records for forget records in a fixed-size fitting pool (seed 001, appendix P)."""
 
-    pool_size: PositiveInt = Field(description="Size of the fitting pool (records).")
-    exchanged: Annotated[int, Field(ge=1)] | None = Field(default=None, description=(
+    pool_size: Records = Field(description=f"Size of the fitting pool (records; at most {MAX_RECORDS:,}).")
+    exchanged: Records | None = Field(default=None, description=(
         "Retained records exchanged for forget records in the deployment arm; default: the removed share of the "
         "training data (forget / (forget + retain)) times pool_size."))
-    draws: PositiveInt = Field(default=3, description="Independent draws of the pools per arm.")
+    draws: Draws = Field(default=3, description=f"Independent draws of the pools per arm (at most {MAX_DRAWS:,}).")
     ceiling: bool = Field(default=True, description=(
         "Also run the ceiling arm: every removed record in the pool (as many as fit)."))
 
@@ -243,8 +252,9 @@ class AuditSpec(_Spec):
         "(each recipe's published cells across seeds; audit/margin.py) and records how; leave margin_pp out."))
     fdr_q: Annotated[float, Field(gt=0, lt=1)] = Field(default=0.05, description=(
         "False-discovery level of the census: Benjamini-Yekutieli across checkpoints, per cell."))
-    replicates: Annotated[int, Field(ge=2)] = Field(default=10, description=(
-        "Number of replicates R (independent refits); at least 2, since one refit cannot decide a cell."))
+    replicates: Annotated[int, Field(ge=2, le=MAX_REPLICATES)] = Field(default=10, description=(
+        "Number of replicates R (independent refits); at least 2, since one refit cannot decide a cell, and at "
+        f"most {MAX_REPLICATES:,} (each is a refit plus an evaluation of every split)."))
     seed: Annotated[int, Field(ge=0)] = Field(default=0, description=(
         "Root seed; replicate r draws its pool and augmentation from (seed, r), so results are deterministic."))
     refit: RefitSpec = Field(default_factory=RefitSpec)
@@ -254,7 +264,8 @@ class AuditSpec(_Spec):
     recoverability: RecoverabilitySpec | None = Field(default_factory=RecoverabilitySpec, description=(
         "The ten-image recovery check; null to skip it."))
     provenance: ProvenanceSpec | None = Field(default=None, description="Optional provenance contrast.")
-    eval_batch_size: PositiveInt = Field(default=512, description="Batch size of evaluation forwards.")
+    eval_batch_size: BatchSize = Field(default=512, description=(
+        f"Batch size of evaluation forwards (at most {MAX_BATCH:,})."))
     sweeps: SweepSpec = Field(default_factory=SweepSpec, description=(
         "Census sweeps over margins, false-discovery levels and pool sizes, read from stored replicates."))
     controls: ControlsSpec = Field(default_factory=ControlsSpec, description=(
@@ -389,6 +400,10 @@ def _message(error: ErrorDetails) -> str:
     if tuple(error["loc"]) == ("replicates",) and error["type"] == "greater_than_equal":
         return (f"a decision needs at least 2 replicates (found {found!r}): one refit reaches no sign-test level "
                 "and gives no TOST interval; the papers use 10")
+    if error["type"] == "less_than_equal" and isinstance(found, int):
+        limit = (error.get("ctx") or {}).get("le")
+        return (f"{found:,} is over the upper bound of {limit:,} (the spec's counts are bounded by what an audit "
+                "runs in reasonable time; see docs/statistics.md, \"Bounds of an audit spec\")")
     if error["type"] == "extra_forbidden":
         suggestion = _did_you_mean(tuple(error["loc"]))
         hint = f"; did you mean {suggestion!r}?" if suggestion else "; check the spelling against the schema"

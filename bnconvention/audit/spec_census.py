@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from bnconvention.audit.spec_data import PositiveInt, SpecModel, Text
+from bnconvention.audit.spec_data import MAX_LEVELS, MAX_SWEEP_VALUES, Records, SpecModel, Text
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 FdrLevel = Annotated[float, Field(gt=0, lt=1)]
@@ -25,14 +25,17 @@ DEFAULT_PLANTED_PP = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 class SweepSpec(SpecModel):
     """Designs the census re-reads from its stored replicates (docs/statistics.md, "Sweeps")."""
 
-    margins_pp: list[PositiveFloat] = Field(default_factory=lambda: list(DEFAULT_MARGINS_PP), description=(
+    margins_pp: list[PositiveFloat] = Field(default_factory=lambda: list(DEFAULT_MARGINS_PP), max_length=MAX_LEVELS,
+                                            description=(
         "Margins (pp) at which the census recounts displaced/equivalent/undetermined cells from the stored "
-        "replicate shifts; no refit is added."))
-    fdr_qs: list[FdrLevel] = Field(default_factory=lambda: list(DEFAULT_FDR_QS), description=(
-        "False-discovery levels at which the displaced cells are recounted after Benjamini-Yekutieli."))
-    pool_sizes: list[PositiveInt] = Field(default_factory=list, description=(
+        f"replicate shifts; no refit is added (at most {MAX_LEVELS} margins)."))
+    fdr_qs: list[FdrLevel] = Field(default_factory=lambda: list(DEFAULT_FDR_QS), max_length=MAX_LEVELS, description=(
+        "False-discovery levels at which the displaced cells are recounted after Benjamini-Yekutieli (at most "
+        f"{MAX_LEVELS})."))
+    pool_sizes: list[Records] = Field(default_factory=list, max_length=MAX_SWEEP_VALUES, description=(
         "Refit pool sizes to compare with refit.pool_size: each checkpoint gets R replicates per pool size, "
-        "stored by pool size, so a pool size computed once is never refit again."))
+        f"stored by pool size, so a pool size computed once is never refit again (at most {MAX_SWEEP_VALUES} "
+        "pool sizes)."))
 
 
 class ControlsSpec(SpecModel):
@@ -44,6 +47,7 @@ class ControlsSpec(SpecModel):
     channel_absent: bool = Field(default=True, description=(
         "Treat every channel-absent checkpoint (GroupNorm, LayerNorm: no running statistics) as a control; its "
         "known answer is every replicate shift exactly 0.00 pp."))
-    planted_pp: list[PlantedSize] = Field(default_factory=lambda: list(DEFAULT_PLANTED_PP), description=(
+    planted_pp: list[PlantedSize] = Field(default_factory=lambda: list(DEFAULT_PLANTED_PP), max_length=MAX_LEVELS,
+                                          description=(
         "Shifts (pp) planted in the replicate shifts of every non-displaced cell of the decided checkpoints, to "
-        "count how many the census design recovers (the detection floor)."))
+        f"count how many the census design recovers (the detection floor; at most {MAX_LEVELS} sizes)."))

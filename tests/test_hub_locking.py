@@ -117,7 +117,7 @@ def _census_repos(out: Path) -> list[str]:
 @pytest.fixture
 def slow_census(hub: LocalHub) -> Iterator[None]:
     """Every header read of CENSUS_ORG waits: a census takes a few seconds, long enough to start another."""
-    rule = hub.faults.add(FaultRule(kind="latency", latency_s=0.4, path=f"^/{CENSUS_ORG}/"))
+    rule = hub.faults.add(FaultRule(kind="latency", latency_s=0.8, path=f"^/{CENSUS_ORG}/"))
     try:
         yield
     finally:
@@ -133,9 +133,9 @@ def test_a_second_holder_is_refused_naming_the_first_then_the_lock_is_free(tmp_p
         holder = Holder.parse((out / (LOCK_NAME + HOLDER_SUFFIX)).read_bytes())
         assert holder is not None and (holder.pid, holder.command) == (os.getpid(), "bnconvention hub census lab")
         assert (journal.parent / ("journal.sqlite.lock" + HOLDER_SUFFIX)).is_file()
-        with pytest.raises(OutputInUseError) as caught:
-            with output_lock(tmp_path / "other-out", journal, command="bnconvention hub push lab"):
-                pytest.fail("two holders")
+        with pytest.raises(OutputInUseError) as caught, \
+                output_lock(tmp_path / "other-out", journal, command="bnconvention hub push lab"):
+            pytest.fail("two holders")
         assert _refusal(f"the journal {journal}", os.getpid(), "bnconvention hub census lab",
                         "wait for it to end, or pass another --journal").fullmatch(
             f"bnconvention: output in use: {caught.value}")
@@ -159,15 +159,16 @@ def test_a_killed_holders_lock_is_taken_over_and_said(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        with pytest.raises(OutputInUseError, match=rf"pid {holder.pid} on .* \(bnconvention hub audit lab\)"):
-            with output_lock(out, journal, command="second"):
-                pass
+        with pytest.raises(OutputInUseError, match=rf"pid {holder.pid} on .* \(bnconvention hub audit lab\)"), \
+                output_lock(out, journal, command="second"):
+            pass
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     heard: list[str] = []
     with output_lock(out, journal, command="third", on_recovered=heard.append):
-        assert Holder.parse((out / (LOCK_NAME + HOLDER_SUFFIX)).read_bytes()).pid == os.getpid()
+        now = Holder.parse((out / (LOCK_NAME + HOLDER_SUFFIX)).read_bytes())
+        assert now is not None and now.pid == os.getpid()
     assert len(heard) == 2 and all(
         re.search(rf": took over the lock of pid {holder.pid} on .* \(bnconvention hub audit lab\), {SINCE}, which "
                   "ended without releasing it", line) for line in heard), heard
@@ -180,9 +181,9 @@ def test_a_repo_lock_waits_for_the_holder_then_names_it(tmp_path: Path, monkeypa
     monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf-home"))
     with repo_lock("http://hub", "lab/a"):
         with pytest.raises(OutputInUseError, match=rf"the pull requests of lab/a is being written by another run: "
-                                                   rf"pid {os.getpid()} .*; rerun to retry"):
-            with repo_lock("http://hub/", "lab/a", wait_s=0.2):
-                pass
+                                                   rf"pid {os.getpid()} .*; rerun to retry"), \
+                repo_lock("http://hub/", "lab/a", wait_s=0.2):
+            pass
         with repo_lock("http://hub", "lab/b", wait_s=0):  # another repo: its own lock
             pass
 
@@ -271,7 +272,7 @@ def test_a_second_audit_on_one_out_is_refused_naming_the_first(hub: LocalHub, tm
     # regression (issue 24): two audits on one --out both ran, every audit done twice
     out, spec = tmp_path / "out", tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
-    rule = hub.faults.add(FaultRule(kind="latency", latency_s=1.0, path=f"^/{PUSH_ORG}/.*/resolve/"))
+    rule = hub.faults.add(FaultRule(kind="latency", latency_s=5.0, count=2, path=f"^/{PUSH_ORG}/.*/resolve/"))
     try:
         first = _start(hub, tmp_path, "audit", PUSH_ORG, "--out", str(out), "--spec", str(spec), "--no-plots")
         holder = _wait_until_holding(first, out / LOCK_NAME)
@@ -321,7 +322,7 @@ def test_two_pushes_at_once_open_one_pull_request_per_annotation(hub: LocalHub, 
 def test_a_second_push_on_one_out_is_refused_naming_the_first(hub: LocalHub, audited: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     shutil.copytree(audited, out)
-    rule = hub.faults.add(FaultRule(kind="latency", latency_s=1.0, method="GET", path=f"^/api/models/{PUSH_ORG}/"))
+    rule = hub.faults.add(FaultRule(kind="latency", latency_s=1.5, method="GET", path=f"^/api/models/{PUSH_ORG}/"))
     try:
         first = _start(hub, tmp_path, "push", PUSH_ORG, "--out", str(out))
         holder = _wait_until_holding(first, out / LOCK_NAME)

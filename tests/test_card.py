@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from bnconvention.errors import CardError
+from bnconvention.formats import card as card_module
 from bnconvention.formats.card import (
     MAX_CARD_BYTES,
     MAX_YAML_EXPANSION,
@@ -141,3 +143,98 @@ def test_a_yaml_error_names_the_cards_own_line_whatever_its_line_endings() -> No
         with pytest.raises(CardError) as info:
             read_card_record(text, source="README.md")
         assert "at line 3 column" in str(info.value) and info.value.line == 3
+
+
+# --- the parser: libyaml's where PyYAML has it, with the same limits (issue 24 item 8) ------------------------------
+
+LOADERS = [pytest.param(yaml.SafeLoader, id="pure")] + (
+    [pytest.param(yaml.CSafeLoader, id="libyaml")] if getattr(yaml, "__with_libyaml__", False) else [])
+
+
+@pytest.fixture(params=LOADERS)
+def loader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type:
+    """Cards parsed through the strict loader built on one parser (both where libyaml is installed)."""
+    monkeypatch.setattr(card_module, "YAML_LOADER", card_module.strict_loader(request.param))
+    return request.param
+
+
+def test_cards_are_parsed_by_libyaml_when_pyyaml_has_it() -> None:
+    # regression (issue 24 item 8): cards went through the pure-Python parser although libyaml was installed; a
+    # legal 3.4 MB front matter took 35-40 s per parse
+    base = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
+    assert issubclass(card_module.YAML_LOADER, base)
+    assert issubclass(card_module.YAML_LOADER, yaml.constructor.SafeConstructor)
+    assert not issubclass(card_module.YAML_LOADER, (yaml.constructor.FullConstructor, yaml.constructor.Constructor))
+
+
+def test_the_installed_pyyaml_has_libyaml() -> None:
+    # the environment this project is tested in: the C parser is the one whose limits the tests below hold
+    assert yaml.__with_libyaml__
+
+
+def _nested_laughs() -> str:
+    lines = ["a: &a [" + ", ".join(["lol"] * 9) + "]"]
+    lines += [f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]" for p, c in zip("abcdefgh", "bcdefghi", strict=True)]
+    return "\n".join(lines)
+
+
+HOSTILE_YAML = [
+    pytest.param("x: !!python/object/apply:os.system ['echo owned']", "at line 2 column 4: could not determine a "
+                 "constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.system'", id="python-apply"),
+    pytest.param("x: !!python/name:os.system", "could not determine a constructor for the tag", id="python-name"),
+    pytest.param("!!python/object:os.system {}", "could not determine a constructor for the tag", id="python-object"),
+    pytest.param("x: !!python/object/new:builtins.print [owned]", "could not determine a constructor", id="python-new"),
+    pytest.param(_nested_laughs(), "at line 8 column 4: YAML aliases expand this value to more than 8388608 "
+                 "characters", id="billion-laughs"),
+    pytest.param("a: &a [1, *a]", "at line 2 column 4: a YAML alias refers to a node that contains it",
+                 id="recursive-alias"),
+    pytest.param("a: " + "[" * 150 + "]" * 150, "YAML values nested more than 100 levels deep", id="deep-flow"),
+    pytest.param("a:\n  " + "- " * 150 + "x", "at line 3 column 103: YAML values nested more than 100 levels deep",
+                 id="deep-block"),
+    pytest.param("a: &a " + "[" * 60 + "]" * 60 + "\nb: " + "[" * 60 + "*a" + "]" * 60,
+                 "YAML values nested more than 100 levels deep", id="deep-through-an-alias"),
+    pytest.param("a: " + "[" * 5000 + "]" * 5000, "nest", id="deeper-than-the-parsers"),
+    pytest.param("bnconvention: 1\nbnconvention: 2", "at line 3 column 1: duplicate key 'bnconvention'",
+                 id="duplicate-key"),
+    pytest.param("x: 1\ny: *x", "at line 3 column 4: found undefined alias 'x'", id="undefined-alias"),
+    pytest.param("a: b\x01c", "unacceptable character #x0001 at character 4", id="control-character"),
+    pytest.param("a: \ud800", "at character 3", id="lone-surrogate"),
+    pytest.param("license: mit\ntags: [a, b", "at line 3 column 12: ", id="unclosed-at-the-end"),
+]
+
+
+@pytest.mark.parametrize(("front", "fragment"), HOSTILE_YAML)
+def test_hostile_yaml_is_refused_in_one_line_by_either_parser(loader: type, front: str, fragment: str) -> None:
+    with pytest.raises(CardError) as info:
+        parse_card_metadata(f"---\n{front}\n---\n# Model\n", source="cards/README.md")
+    message = str(info.value)
+    assert message.startswith("cards/README.md: ") and fragment in message
+    assert "\n" not in message
+
+
+def test_an_alias_bomb_is_refused_before_it_is_built(loader: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[object] = []
+    monkeypatch.setattr(card_module.YAML_LOADER, "construct_document",
+                        lambda self, node: built.append(node), raising=False)
+    with pytest.raises(CardError, match="alias bomb"):
+        load_yaml_strict(_nested_laughs())
+    assert built == []
+
+
+LEGAL_YAML = [
+    pytest.param("license: mit\r\nbnconvention:\r\n  eps: 1.0e-05\r\n  name: é ✓ 🙂", id="crlf-unicode"),
+    pytest.param("base: &base {a: 1, b: [x, y]}\nderived:\n  <<: *base\n  a: 2\nlist: [*base, *base]", id="merge"),
+    pytest.param("a: " + "[" * 99 + "]" * 99, id="99-levels"),
+    pytest.param("when: 2024-01-02\nyes_no: yes\noctal: 010\nsci: 1e-5\nnull_value: ~", id="yaml-1.1-scalars"),
+]
+
+
+@pytest.mark.parametrize("front", LEGAL_YAML)
+def test_both_parsers_read_a_legal_card_alike(front: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    read = []
+    for base in [p.values[0] for p in LOADERS]:
+        monkeypatch.setattr(card_module, "YAML_LOADER", card_module.strict_loader(base))
+        document = card_module.load_yaml_document(front)
+        read.append((document.data, [(k.start_mark.index, k.start_mark.line, k.start_mark.column)
+                                     for k in document.keys]))
+    assert all(r == read[0] for r in read)

@@ -9,7 +9,13 @@ last one). Anchors, aliases and merge keys (``&defaults`` / ``*defaults`` / ``<<
 ``huggingface_hub.ModelCard`` (``yaml.safe_load``) loads them; what is bounded is what they expand to: at most
 :data:`MAX_YAML_EXPANSION` characters of scalars and nodes, as large as a card without aliases can be, so an alias
 bomb (billion laughs) is refused before anything is built, and a recursive alias is refused (JSON cannot hold it).
-The bound is computed on the composed node graph, each shared node once: linear in the size of the card.
+The bound is computed on the composed node graph, each shared node once: linear in the size of the card. So is
+the nesting bound, :data:`MAX_YAML_DEPTH` levels with aliases expanded, the same whichever parser composed the card.
+
+The card is composed by libyaml's parser (``yaml.CSafeLoader``) when PyYAML was built with it, else by PyYAML's
+pure-Python one (a legal 3.4 MB front matter: 4-11 s instead of 22-26 s per parse on two busy cores).
+:data:`YAML_LOADER` is that choice, made once here; every check above runs on its composed nodes the same way, so
+both refuse the same cards.
 
 >>> card = "---\\nlicense: mit\\nbnconvention:\\n  kind: declaration\\n---\\n# Model\\n"
 >>> read_card_record(card, source="README.md")
@@ -35,6 +41,10 @@ CARD_BLOCK_KEY = "bnconvention"
 CARD_NAME = "README.md"  # the model card of a release folder or a Hub repo, where the Hub looks for it
 MAX_CARD_BYTES = 4 * 1024 * 1024  # the one bound for a card, whoever reads it (validator, census, stamping)
 MAX_YAML_EXPANSION = 2 * MAX_CARD_BYTES  # characters of scalars plus one per node, aliases expanded
+# Levels of nested mappings and sequences, aliases expanded. Pure PyYAML's recursive composer fails near 490 levels
+# (at the default recursion limit) and libyaml stops at 1,000: an explicit bound makes both refuse the same cards,
+# and keeps every later recursive walk of the data (JSON, jsonschema) far from Python's recursion limit.
+MAX_YAML_DEPTH = 100
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -70,15 +80,16 @@ def split_front_matter(text: str) -> FrontMatter | None:
                        newline=detect_newline(empty.group(1)))
 
 
-class _StrictSafeLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (keys brought in by a ``<<:`` merge may be overridden)."""
+class _StrictConstruction:
+    """The safe constructor's mappings, refusing duplicate keys (keys brought in by a ``<<:`` merge may be
+    overridden); mixed into a safe loader class by :func:`strict_loader`."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:
                 continue
-            key = self.construct_object(key_node, deep=True)
+            key = self.construct_object(key_node, deep=True)  # type: ignore[attr-defined]
             try:
                 duplicate = key in seen
             except TypeError:
@@ -88,7 +99,19 @@ class _StrictSafeLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+
+
+def strict_loader(base: type[Any]) -> type[Any]:
+    """``base`` (``yaml.CSafeLoader`` or ``yaml.SafeLoader``: safe types only, so ``!!python/...`` tags are refused)
+    with duplicate keys refused."""
+    return type(f"Strict{base.__name__}", (_StrictConstruction, base), {})
+
+
+# The one choice of parser: libyaml's when PyYAML has it (the C parser composes nodes; construction, and so every
+# safety check, stays PyYAML's SafeConstructor), else the pure-Python one.
+YAML_LOADER: type[Any] = strict_loader(yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False)
+                                       else yaml.SafeLoader)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -99,36 +122,55 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-def check_expansion(root: yaml.Node, *, limit: int = MAX_YAML_EXPANSION) -> None:
-    """Refuse a node graph whose aliases expand past ``limit`` characters, or that contains itself.
+def check_expansion(root: yaml.Node, *, limit: int = MAX_YAML_EXPANSION, depth: int = MAX_YAML_DEPTH) -> None:
+    """Refuse a node graph whose aliases expand past ``limit`` characters or ``depth`` levels, or that contains
+    itself.
 
-    Each node's expanded size is computed once (post-order over the graph, shared nodes memoised), so the check is
-    linear in the composed card even when the expansion is exponential. Raises ``yaml.constructor.ConstructorError``
-    at the node where the bound is crossed.
+    Each node's expanded size and height are computed once (post-order over the graph, shared nodes memoised), so
+    the check is linear in the composed card even when the expansion is exponential. Raises
+    ``yaml.constructor.ConstructorError`` at the node where a bound is crossed.
     """
     sizes: dict[int, int] = {}
+    heights: dict[int, int] = {}
     open_nodes: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    scalar = yaml.ScalarNode
+    # (node, None): not yet opened; (node, children): its children are done, its own size and height are due
+    stack: list[tuple[yaml.Node, list[yaml.Node] | None]] = [(root, None)]
     while stack:
-        node, children_done = stack.pop()
+        node, children = stack.pop()
         key = id(node)
-        if children_done:
+        if children is not None:
             open_nodes.discard(key)
-            own = len(node.value) + 1 if isinstance(node, yaml.ScalarNode) else 1
-            size = own + sum(sizes[id(child)] for child in _children(node))
+            size = 1 + sum(sizes[id(child)] for child in children)
+            if size > limit:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"YAML aliases expand this value to more than {limit} characters (an alias bomb?); "
+                                "write the values out or use fewer aliases", node.start_mark)
+            height = 1 + max((heights[id(child)] for child in children), default=0)
+            if height > depth:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"YAML values nested more than {depth} levels deep; flatten them", node.start_mark)
+            sizes[key] = size
+            heights[key] = height
+        elif key in sizes:
+            continue
+        elif isinstance(node, scalar):  # a leaf (most nodes): sized at once, it cannot contain itself
+            size = len(node.value) + 1
             if size > limit:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"YAML aliases expand this value to more than {limit} characters (an alias bomb?); "
                                 "write the values out or use fewer aliases", node.start_mark)
             sizes[key] = size
+            heights[key] = 1
         elif key in open_nodes:
             raise yaml.constructor.ConstructorError(
                 None, None, "a YAML alias refers to a node that contains it (a recursive structure, which JSON "
                             "cannot hold)", node.start_mark)
-        elif key not in sizes:
+        else:
             open_nodes.add(key)
-            stack.append((node, True))
-            stack.extend((child, False) for child in _children(node))
+            kids = _children(node)
+            stack.append((node, kids))
+            stack.extend((child, None) for child in kids)
 
 
 @dataclass(frozen=True)
@@ -141,11 +183,26 @@ class YamlDocument:
     keys: tuple[yaml.Node, ...]
 
 
+_LIBYAML_ALIAS = "found undefined alias"
+_UNDEFINED_ALIAS = re.compile(r"\*([^\s,\[\]{}]+)")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _position(mark: yaml.Mark, text: str) -> tuple[int, int]:
+    """A mark's 0-based line and column; a mark past the end of the text (libyaml's end of stream, which it puts on
+    a line of its own) is the end of the text's last line, where PyYAML's own parser puts it."""
+    if mark.index < len(text):
+        return mark.line, mark.column
+    breaks = list(_LINE_BREAK.finditer(text))
+    return len(breaks), len(text) - (breaks[-1].end() if breaks else 0)
+
+
 def load_yaml_document(text: str, *, source: str = "<yaml>", first_line: int = 1) -> YamlDocument:
     """Load untrusted YAML: safe types only, no duplicate keys, aliases bounded; errors name line and column, counted
     in the file when the YAML starts on its line ``first_line`` (a card's front matter starts after its fence)."""
-    loader = _StrictSafeLoader(text)
+    loader = None
     try:
+        loader = YAML_LOADER(text)  # the pure loader checks the characters here, libyaml as it reads
         root = loader.get_single_node()
         if root is None:
             return YamlDocument(data=None, root=None, keys=())
@@ -154,16 +211,27 @@ def load_yaml_document(text: str, *, source: str = "<yaml>", first_line: int = 1
         return YamlDocument(data=loader.construct_document(root), root=root, keys=keys)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        line = None if mark is None else mark.line + first_line
-        where = f" at line {line} column {mark.column + 1}" if mark else ""
+        position = None if mark is None else _position(mark, text)
+        line = None if position is None else position[0] + first_line
+        where = f" at line {line} column {position[1] + 1}" if position is not None else ""
         problem = exc.problem or exc.context or "malformed YAML"
+        alias = _UNDEFINED_ALIAS.match(text, mark.index) if mark is not None and problem == _LIBYAML_ALIAS else None
+        if alias is not None:  # libyaml does not name it; PyYAML's own parser does
+            problem = f"found undefined alias {alias.group(1)!r}"
         raise CardError(f"{source}: invalid YAML front matter{where}: {problem}", source=source, line=line) from exc
+    except yaml.reader.ReaderError as exc:  # a control character; its own text spans two lines
+        raise CardError(f"{source}: invalid YAML front matter: unacceptable character #x{exc.character:04x} at "
+                        f"character {exc.position}: {exc.reason}", source=source) from exc
     except yaml.YAMLError as exc:
-        raise CardError(f"{source}: invalid YAML front matter: {exc}", source=source) from exc
+        raise CardError(f"{source}: invalid YAML front matter: {' '.join(str(exc).split())}", source=source) from exc
+    except UnicodeEncodeError as exc:  # a lone surrogate: libyaml reads UTF-8, which cannot hold one
+        raise CardError(f"{source}: invalid YAML front matter: not valid Unicode text at character {exc.start}",
+                        source=source) from exc
     except RecursionError as exc:
         raise CardError(f"{source}: YAML front matter nested too deeply", source=source) from exc
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_yaml_strict(text: str, *, source: str = "<yaml>", first_line: int = 1) -> Any:

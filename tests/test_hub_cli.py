@@ -323,20 +323,92 @@ def test_a_trickled_header_is_bounded_by_the_request_timeout(env: list[str], hub
     assert elapsed < 60  # two tries of 0.5 s plus the other repos; 4,096 bytes at 20 B/s would take 205 s
 
 
-def test_an_endless_listing_stops_at_max_pages(env: list[str], hub: LocalHub, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
-    # regression (issue 10): a listing whose rel="next" never ends was followed forever
+def _census_json(out: Path) -> dict:
+    return json.loads((out / "census.json").read_text(encoding="utf-8"))
+
+
+def test_an_endless_listing_stops_at_once_and_says_so(env: list[str], hub: LocalHub, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # regression (issue 10): a listing whose rel="next" never ends was followed forever; (issue 24 item 9): then
+    # for 1,000 pages (the default --max-pages) before the census stopped, with nothing reported
     rule = hub.faults.add(FaultRule(kind="endless", path="^/api/models$"))
     hub.reset_stats()
     try:
-        code = main(["hub", "census", ORG, *env, "--out", str(tmp_path / "out"), "--max-pages", "5"])
+        code = main(["hub", "census", ORG, *env, "--out", str(tmp_path / "out")])
+    finally:
+        hub.faults.remove(rule)
+    captured = capsys.readouterr()
+    stopped = (f"the model listing of {ORG} at {hub.endpoint} loops: page 2 lists no model not already listed (its "
+               "next link repeats the listing)")
+    assert code == 1
+    assert len([r for r in hub.stats if r.path == "/api/models"]) == 2  # noticed on the first repeated page
+    assert captured.err.strip().splitlines()[-1] == f"bnconvention: {stopped}"
+    census = _census_json(tmp_path / "out")
+    listed = census["repos_total"]  # every repo of the org: each page repeats the first
+    assert f"incomplete: {stopped}; the census covers the {listed} repos listed before it stopped" in captured.out
+    assert census["listing"] == {"complete": False, "pages": 2, "repos": listed, "stopped": stopped}
+    assert "**Incomplete**: the model listing" in (tmp_path / "out" / "census.md").read_text(encoding="utf-8")
+
+
+def test_a_listing_stops_at_its_page_budget_and_says_so(env: list[str], hub: LocalHub, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 24 item 9: the budget is said in the census report, never a silent truncation
+    monkeypatch.setattr(hub.context, "page_size", 1)
+    hub.reset_stats()
+    code = main(["hub", "census", ORG, *env, "--out", str(tmp_path / "out"), "--max-pages", "2"])
+    captured = capsys.readouterr()
+    stopped = (f"the model listing of {ORG} at {hub.endpoint} stopped at the page budget: 2 pages read (--max-pages "
+               "2), 2 models listed, and the server sent a next page; raise --max-pages for a larger organisation")
+    assert code == 1
+    assert len([r for r in hub.stats if r.path == "/api/models"]) == 2
+    assert captured.err.strip().splitlines()[-1] == f"bnconvention: {stopped}"
+    assert _census_json(tmp_path / "out")["listing"] == {"complete": False, "pages": 2, "repos": 2,
+                                                          "stopped": stopped}
+    assert _census_json(tmp_path / "out")["repos_total"] == 2
+    # the whole listing within its budget is complete, and says nothing
+    assert main(["hub", "census", ORG, *env, "--out", str(tmp_path / "all"), "--max-pages", "50"]) == 0
+    assert "listing" not in _census_json(tmp_path / "all") and "incomplete" not in capsys.readouterr().out
+
+
+def test_a_listing_stops_at_its_repo_budget_and_says_so(env: list[str], hub: LocalHub, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["hub", "census", ORG, *env, "--out", str(tmp_path / "out"), "--max-repos", "2"])
+    captured = capsys.readouterr()
+    stopped = (f"the model listing of {ORG} at {hub.endpoint} stopped at the repo budget: 2 models listed "
+               "(--max-repos 2) in 1 page, and the listing holds more; raise --max-repos for a larger organisation")
+    assert code == 1
+    assert captured.err.strip().splitlines()[-1] == f"bnconvention: {stopped}"
+    census = _census_json(tmp_path / "out")
+    assert census["listing"]["stopped"] == stopped and census["repos_total"] == 2
+    assert main(["hub", "census", ORG, *env, "--out", str(tmp_path / "o2"), "--max-repos", "0"]) == 2
+    assert "--max-repos must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_hub_audit_says_the_listing_stopped(env: list[str], hub: LocalHub, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str], repo_root: Path) -> None:
+    rule = hub.faults.add(FaultRule(kind="endless", path="^/api/models$"))
+    try:
+        code = main(["hub", "audit", ORG, *env, "--out", str(tmp_path / "out"), "--spec",
+                     str(repo_root / "examples" / "audit" / "digits-zoo.yaml"), "--replicates", "2", "--max-repos",
+                     "1"])
     finally:
         hub.faults.remove(rule)
     assert code == 1
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
-        f"bnconvention: error: the model listing of {ORG} at {hub.endpoint} did not end after 5 pages (the "
-        "--max-pages bound, 5; ")
-    assert len([r for r in hub.stats if r.path == "/api/models"]) == 5
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"bnconvention: the model listing of {ORG} at {hub.endpoint} stopped at the repo budget: 1 model listed "
+        "(--max-repos 1) in 1 page, and the listing holds more; raise --max-repos for a larger organisation; audited "
+        "the repos listed before it stopped")
+
+
+def _fake_listing(monkeypatch: pytest.MonkeyPatch, client, pages: dict[str, tuple[list[str], str | None]]) -> None:
+    def get_json(self, url, params=None):  # type: ignore[no-untyped-def]
+        from urllib.parse import parse_qs, urlsplit
+
+        names, following = pages[parse_qs(urlsplit(url).query).get("cursor", [""])[0]]
+        return ([{"id": f"{ORG}/{name}", "sha": "a" * 40} for name in names],
+                {} if following is None else {"next": {"url": following}})
+    monkeypatch.setattr(type(client), "get_json", get_json)
 
 
 def test_a_listing_that_loops_is_refused(hub: LocalHub, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -345,11 +417,24 @@ def test_a_listing_that_loops_is_refused(hub: LocalHub, monkeypatch: pytest.Monk
     from bnconvention.hub.crawl import list_org_models
 
     client = make_client(endpoint=hub.endpoint)
-    again = f"{hub.endpoint}/api/models?author={ORG}&cursor=1"
-    monkeypatch.setattr(type(client), "get_json", lambda self, url, params=None: (
-        [{"id": f"{ORG}/bn", "sha": "a" * 40}], {"next": {"url": again}}))
-    with pytest.raises(HubError, match="loops: page 3 links back to a page already read"):
+    base = f"{hub.endpoint}/api/models?cursor="
+    _fake_listing(monkeypatch, client, {"": (["a"], base + "1"), "1": (["b"], base + "2"), "2": (["c"], base + "1")})
+    with pytest.raises(HubError, match="loops: page 4 links back to a page already read"):
         list_org_models(client, ORG)
+
+
+def test_a_next_link_repeating_a_cursor_stops_the_listing(hub: LocalHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 24 item 9: a fresh URL around a cursor already read (another parameter changed) is the same page
+    from bnconvention.hub.client import make_client
+    from bnconvention.hub.crawl import ListingEnd, iter_org_models
+
+    client = make_client(endpoint=hub.endpoint)
+    base = f"{hub.endpoint}/api/models?cursor="
+    _fake_listing(monkeypatch, client, {"": (["a"], base + "1"), "1": (["b"], base + "1&page=2")})
+    end = ListingEnd()
+    assert [r.repo_id for r in iter_org_models(client, ORG, end=end)] == [f"{ORG}/a", f"{ORG}/b"]
+    assert end.as_dict() == {"complete": False, "pages": 2, "repos": 2, "stopped": (
+        f"the model listing of {ORG} at {hub.endpoint} loops: page 3 repeats the cursor '1' of a page already read")}
 
 
 # --- summaries count outcomes by kind; reruns retry failures (issue 10) -------------------------------------------

@@ -318,8 +318,8 @@ def test_census_consumes_the_listing_lazily(hub: LocalHub, client, tmp_path: Pat
     real = crawl.iter_org_models
     advanced = []
 
-    def listing(client_, org_):  # noqa: ANN001, ANN202 - the signature of the replaced generator
-        for index, repo in enumerate(real(client_, org_)):
+    def listing(client_, org_, *, end=None):  # noqa: ANN001, ANN202 - the signature of the replaced generator
+        for index, repo in enumerate(real(client_, org_, end=end)):
             journaled = journal.count("census")
             if journaled < index - window:
                 raise AssertionError(f"listing advanced to repo {index} with only {journaled} journaled")
@@ -346,7 +346,7 @@ def test_reports_cover_the_latest_listing_once(hub: LocalHub, client, tmp_path: 
     with Journal(tmp_path / "journal.sqlite", org=org, endpoint=hub.endpoint) as journal:
         census_org(client, org, journal=journal)
         gone = f"{org}/m-01"
-        monkeypatch.setattr(crawl, "iter_org_models", lambda c, o: (r for r in [*real(c, o), *real(c, o)]
+        monkeypatch.setattr(crawl, "iter_org_models", lambda c, o, end=None: (r for r in [*real(c, o), *real(c, o)]
                                                                     if r.repo_id != gone))
         run = census_org(client, org, journal=journal)
         ids = [r.repo_id for r in census_entries(journal)]

@@ -261,7 +261,7 @@ def _census_work(args: argparse.Namespace, _: None, client: HubClient, journal: 
     run = census_org(client, args.org, journal=journal, workers=args.workers, progress=show_progress(args.progress))
     head = census_head(args.org, census_entries(journal), endpoint=client.endpoint,
                        run={"read": run.read, "reused": run.reused, "failed": run.failed,
-                            "seconds": round(run.seconds, 3)})
+                            "seconds": round(run.seconds, 3)}, listing=run.listing.as_dict())
     return run, head, write_census_entries(head, lambda: census_entries(journal), out)
 
 
@@ -284,7 +284,9 @@ def _census_report(args: argparse.Namespace, outcome: tuple[CensusRun, dict[str,
     if run.failed > len(run.failures):
         print(f"failed: {run.failed - len(run.failures)} more (class unreadable in {written['json']}; rerun to "
               "retry)", file=sys.stderr)
-    return 1 if run.failed else 0
+    if run.listing.stopped is not None:  # the census covers part of the organisation: said, and not a success
+        print(f"bnconvention: {run.listing.stopped}", file=sys.stderr)
+    return 1 if run.failed or run.listing.stopped is not None else 0
 
 
 def run_audit_cmd(args: argparse.Namespace) -> int:
@@ -367,7 +369,9 @@ def _audit_report(args: argparse.Namespace, run: AuditRun, client: HubClient, ou
     if failed:
         print(f"{plural(failed, 'audit')} failed: rerun to retry (after fixing the cause); --redo-failed retries "
               "only those", file=sys.stderr)
-    return 1 if failed else 0
+    if run.listing_stopped is not None:  # audited what the census listed: said, and not a success
+        print(f"bnconvention: {run.listing_stopped}; audited the repos listed before it stopped", file=sys.stderr)
+    return 1 if failed or run.listing_stopped is not None else 0
 
 
 def run_push_cmd(args: argparse.Namespace) -> int:

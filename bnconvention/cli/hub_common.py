@@ -27,7 +27,9 @@ def add_hub_options(parser: argparse.ArgumentParser, *, journal: bool = True,
                         help="time bound of each Hub request in all (listing pages, repo info, header ranges, small "
                              "files), and of each silence while huggingface_hub downloads a file (default: 60)")
     parser.add_argument("--max-pages", type=int, default=1000, metavar="N",
-                        help="pages of one listing before it counts as endless (default: 1000)")
+                        help="page budget of one listing: a census stops there and says so (default: 1000)")
+    parser.add_argument("--max-repos", type=int, default=100_000, metavar="N",
+                        help="repo budget of one listing: a census stops there and says so (default: 100000)")
     add_progress_option(parser, help=progress_help)
     if journal:
         parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: hub-ORG)")
@@ -42,13 +44,15 @@ def hub_client(args: argparse.Namespace) -> HubClient:
 
     for wrong, message in ((args.retries < 1, f"--retries must be at least 1, got {args.retries}"),
                            (args.max_pages < 1, f"--max-pages must be at least 1, got {args.max_pages}"),
+                           (args.max_repos < 1, f"--max-repos must be at least 1, got {args.max_repos}"),
                            (args.retry_delay < 0, f"--retry-delay must not be negative, got {args.retry_delay:g}"),
                            (args.timeout <= 0, f"--timeout must be positive, got {args.timeout:g}")):
         if wrong:
             raise UsageError(message)
     show_retries()
     return make_client(endpoint=args.endpoint, token_env=args.token_env, timeout_s=args.timeout,
-                       max_pages=args.max_pages, retry=RetryPolicy(attempts=args.retries, base_delay=args.retry_delay))
+                       max_pages=args.max_pages, max_repos=args.max_repos,
+                       retry=RetryPolicy(attempts=args.retries, base_delay=args.retry_delay))
 
 
 def guarded(client: HubClient, fn: Callable[[], int]) -> int:

@@ -81,6 +81,7 @@ class AuditRun:
     summary: dict[str, Any] | None = None
     out_dir: Path | None = None
     written: list[Path] = field(default_factory=list)
+    listing_stopped: str | None = None  # the census's listing stopped at a budget or a loop: part of the org only
 
 
     def counts(self) -> dict[str, int]:
@@ -182,7 +183,7 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
     """Census (reusing the journal), then audit every BN repo not yet audited successfully at its commit under
     this spec; with ``redo`` / ``redo_failed``, only those repos (see the module docstring)."""
     out_dir = Path(out)
-    census_org(client, org, journal=journal, progress=progress)
+    census = census_org(client, org, journal=journal, progress=progress)
     spec_data = spec.model_dump(mode="json")
     spec_sha = canonical_sha256(spec_data)
     plan = plan_audits(client, org, census_entries(journal), spec_data=spec_data, journal=journal,
@@ -190,7 +191,7 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
                        redo_failed=redo_failed,
                        on_audit=on_audit)
     run = AuditRun(org=org, audits=[], out_dir=out_dir, reused=len(plan.reused_ids), left=plan.left,
-                   reused_ids=set(plan.reused_ids))
+                   reused_ids=set(plan.reused_ids), listing_stopped=census.listing.stopped)
     results = dict(plan.results)
 
     def finish(audit: RepoAudit) -> None:

@@ -30,6 +30,9 @@ DEFAULT_TOKEN_ENV = "HF_TOKEN"
 DEFAULT_TIMEOUT_S = 60.0
 # Pages of one listing before it is called endless: 1,000 pages hold a million models at the Hub's page size.
 DEFAULT_MAX_PAGES = 1000
+# Repos of one listing before it stops (said in the census): the largest organisations on the Hub hold tens of
+# thousands of models; a census reads each one's header.
+DEFAULT_MAX_REPOS = 100_000
 MAX_JSON_BYTES = 64 * 1024 * 1024  # one API answer (a listing page, a repo's info with a 4 MB card)
 LIBRARY_NAME = "bnconvention"
 
@@ -87,6 +90,7 @@ class HubClient:
     token: Secret = field(default_factory=lambda: Secret(None), repr=False)
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_pages: int = DEFAULT_MAX_PAGES
+    max_repos: int = DEFAULT_MAX_REPOS
     # the environment variable the token was read from (None: given by value, or anonymous): worker processes and
     # Ray tasks are handed this name, never the token
     token_env: str | None = None
@@ -284,7 +288,8 @@ def quiet_hub_progress() -> Iterator[None]:
 
 def make_client(*, endpoint: str | None = None, token: str | Secret | None = None,
                 token_env: str | None = None, retry: RetryPolicy | None = None,
-                timeout_s: float = DEFAULT_TIMEOUT_S, max_pages: int = DEFAULT_MAX_PAGES) -> HubClient:
+                timeout_s: float = DEFAULT_TIMEOUT_S, max_pages: int = DEFAULT_MAX_PAGES,
+                max_repos: int = DEFAULT_MAX_REPOS) -> HubClient:
     """Build the one client: ``token`` (a value) or ``token_env`` (the variable holding it); neither: anonymous."""
     from huggingface_hub import HfApi, constants
 
@@ -297,7 +302,7 @@ def make_client(*, endpoint: str | None = None, token: str | Secret | None = Non
     # token=False: never fall back to a token stored on this machine; the user names the one to use.
     api = HfApi(endpoint=resolved, token=secret.reveal() or False, library_name=LIBRARY_NAME)
     return HubClient(endpoint=resolved, api=api, retry=retry or RetryPolicy(), token=secret, timeout_s=timeout_s,
-                     max_pages=max_pages, token_env=token_env)
+                     max_pages=max_pages, max_repos=max_repos, token_env=token_env)
 
 
 __all__ = ["DEFAULT_TOKEN_ENV", "Fetched", "HubClient", "Secret", "make_client", "quiet_hub_progress",

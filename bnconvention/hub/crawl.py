@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from bnconvention.errors import UsageError
 from bnconvention.formats.text import plural
@@ -51,44 +52,100 @@ def _page(client: HubClient, url: str, params: dict[str, Any] | None) -> tuple[l
     return items, next_url
 
 
-def iter_org_models(client: HubClient, org: str) -> Iterator[ListedRepo]:
+@dataclass
+class ListingEnd:
+    """How a listing ended: ``stopped`` is None when the server's pages ended, else the sentence saying why the
+    listing stopped before them (the page or repo budget, or a next link that repeats the listing)."""
+
+    pages: int = 0
+    repos: int = 0
+    stopped: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"complete": self.stopped is None, "pages": self.pages, "repos": self.repos, "stopped": self.stopped}
+
+
+def _cursor(url: str) -> str | None:
+    """The ``cursor`` of a listing URL (the Hub's pagination key), or None."""
+    values = parse_qs(urlsplit(url).query).get("cursor")
+    return values[-1] if values else None
+
+
+def iter_org_models(client: HubClient, org: str, *, end: ListingEnd | None = None) -> Iterator[ListedRepo]:
     """Every model of ``org`` in listing order, with its head commit and file names, one page fetched at a time (as
     ``huggingface_hub``'s ``list_models`` pages, through its ``paginate``): a page is requested only once the
     consumer has taken every repo of the one before, so the listing never holds more than one page.
 
     A listing that is empty (no such user or organisation, or none of its models visible to this token) is an
-    error, and so is one that does not end: a ``next`` link seen before, or more than ``client.max_pages`` pages
-    (the set of page URLs seen is bounded by ``max_pages`` too).
+    error. A listing stops at once when a ``next`` link repeats it (a URL or a ``cursor`` already read, or a page
+    listing no model not already listed), and at its budgets: ``client.max_pages`` pages, ``client.max_repos``
+    repos. With ``end``, a stop is said there (``end.stopped``) and the repos listed so far are the listing; without
+    it, a stop is an error.
     """
     check_org(org)
+    said = end is not None
+    end = end if end is not None else ListingEnd()
     url: str | None = f"{client.endpoint}/api/models"
     params: dict[str, Any] | None = {"author": org, "full": "true"}
     seen: set[str] = set()
+    cursors: set[str] = set()
+    listed: set[str] = set()  # bounded by max_repos
     pages = found = 0
+
+    def stop(message: str) -> None:
+        end.pages, end.repos, end.stopped = pages, found, message
+
     while url is not None:
         if pages >= client.max_pages:
-            raise client.error(f"the model listing of {org} at {client.endpoint} did not end after {pages} pages "
-                               f"(the --max-pages bound, {client.max_pages}; {plural(found, 'model')} so far): "
-                               "the server keeps sending rel=\"next\" links; raise --max-pages for a larger "
-                               "organisation")
+            stop(f"the model listing of {org} at {client.endpoint} stopped at the page budget: {pages} pages read "
+                 f"(--max-pages {client.max_pages}), {plural(found, 'model')} listed, and the server sent a next "
+                 "page; raise --max-pages for a larger organisation")
+            break
         current, current_params = url, params
         items, url = call_with_retry(functools.partial(_page, client, current, current_params), policy=client.retry,
                                      what=f"list models of {org} (page {pages + 1})")
         seen.add(current)
-        if url is not None and url in seen:
-            raise client.error(f"the model listing of {org} at {client.endpoint} loops: page {pages + 2} links back "
-                               f"to a page already read ({url})")
+        cursor = _cursor(current)
+        if cursor is not None:
+            cursors.add(cursor)
         params = None  # the next link carries the query
         pages += 1
+        new = 0
         for item in items:
             repo = _listed_repo(client, org, item)
-            if repo.repo_id.split("/")[0].lower() == org.lower():  # an author filter the server ignored: never
-                found += 1                                           # crawl outside the organisation
-                yield repo
+            if repo.repo_id.split("/")[0].lower() != org.lower():  # an author filter the server ignored: never
+                continue                                             # crawl outside the organisation
+            if repo.repo_id not in listed:
+                if found >= client.max_repos:
+                    stop(f"the model listing of {org} at {client.endpoint} stopped at the repo budget: "
+                         f"{plural(found, 'model')} listed (--max-repos {client.max_repos}) in "
+                         f"{plural(pages, 'page')}, and the listing holds more; raise --max-repos for a larger "
+                         "organisation")
+                    break
+                listed.add(repo.repo_id)
+                found += 1
+                new += 1
+            yield repo
         del items
+        if end.stopped is not None:
+            break
+        if pages > 1 and not new:
+            stop(f"the model listing of {org} at {client.endpoint} loops: page {pages} lists no model not already "
+                 "listed (its next link repeats the listing)")
+        elif url is not None and url in seen:
+            stop(f"the model listing of {org} at {client.endpoint} loops: page {pages + 1} links back to a page "
+                 f"already read ({url})")
+        elif url is not None and _cursor(url) is not None and _cursor(url) in cursors:
+            stop(f"the model listing of {org} at {client.endpoint} loops: page {pages + 1} repeats the cursor "
+                 f"{_cursor(url)!r} of a page already read")
+        if end.stopped is not None:
+            break
+    end.pages, end.repos = pages, found
     if not found:
         raise client.error(f"{org} has no model repos at {client.endpoint}: no such user or organisation, or none "
                            "of its models is visible to this token (check the name and --token-env)")
+    if end.stopped is not None and not said:
+        raise client.error(end.stopped)
 
 
 def list_org_models(client: HubClient, org: str) -> list[ListedRepo]:
@@ -142,6 +199,7 @@ class CensusRun:
     seconds: float = 0.0
     listed: int = 0
     failures: list[str] = field(default_factory=list)
+    listing: ListingEnd = field(default_factory=ListingEnd)  # its ``stopped``: the listing ended before the server's
 
     def add_failure(self, message: str) -> None:
         self.failed += 1
@@ -209,7 +267,8 @@ def census_org(client: HubClient, org: str, *, journal: Journal, workers: int = 
                on_repo: OnRepo | None = None, speculative: int | None = None) -> CensusRun:
     """List ``org`` and classify every model not already classified at its current commit (see the module doc),
     streaming: each repo is journaled (and passed to ``on_repo``) as it comes off the listing, and nothing is
-    kept per repo; read the entries back with :func:`census_entries`."""
+    kept per repo; read the entries back with :func:`census_entries`. A listing stopped at a budget or a loop
+    classifies the repos listed so far and says so in ``run.listing.stopped``: the reports carry it."""
     from tqdm.auto import tqdm
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -225,7 +284,7 @@ def census_org(client: HubClient, org: str, *, journal: Journal, workers: int = 
             on_repo(census, True)
 
     try:
-        todo = _to_read(iter_org_models(client, org), journal=journal, run=run, reused=reused)
+        todo = _to_read(iter_org_models(client, org, end=run.listing), journal=journal, run=run, reused=reused)
         for repo, census, final in _classified(client, todo, workers=workers, speculative=speculative):
             journal.record("census", repo.repo_id, revision=census.sha, status=census.status,
                            payload=census.model_dump(mode="json"), final=final)
@@ -242,5 +301,5 @@ def census_org(client: HubClient, org: str, *, journal: Journal, workers: int = 
     return run
 
 
-__all__ = ["FAILURES_KEPT", "CensusRun", "ListedRepo", "census_entries", "census_repo", "check_org", "census_org",
-           "iter_org_models", "list_org_models"]
+__all__ = ["FAILURES_KEPT", "CensusRun", "ListedRepo", "ListingEnd", "census_entries", "census_repo", "check_org",
+           "census_org", "iter_org_models", "list_org_models"]

@@ -48,9 +48,13 @@ def census_totals(repos: Iterable[RepoCensus]) -> dict[str, Any]:
 
 
 def census_head(org: str, repos: Iterable[RepoCensus], *, endpoint: str,
-                run: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The census document without its ``repos`` list (what :func:`census_text` prints), from one pass."""
+                run: dict[str, Any] | None = None, listing: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The census document without its ``repos`` list (what :func:`census_text` prints), from one pass. ``listing``
+    (:meth:`bnconvention.hub.crawl.ListingEnd.as_dict`) is kept only when the listing stopped before its end: the
+    census then covers the repos listed so far, and says so."""
     head: dict[str, Any] = {"format": CENSUS_FORMAT, "org": org, "endpoint": endpoint, **census_totals(repos)}
+    if listing is not None and listing.get("stopped"):
+        head["listing"] = listing
     if run is not None:
         head["run"] = run
     return head
@@ -83,6 +87,9 @@ def _markdown_head(summary: dict[str, Any]) -> list[str]:
              f"({plural(summary['bytes_read_total'], 'byte')} in all).", "",
              "| Class | Repos |", "| --- | ---: |"]
     lines += [f"| {CLASS_LABELS[name]} | {count} |" for name, count in summary["counts"].items()]
+    if "listing" in summary:
+        lines += ["", f"**Incomplete**: {_cell(summary['listing']['stopped'])}; the census covers the "
+                      f"{plural(summary['listing']['repos'], 'repo')} listed before it stopped."]
     return lines + ["", "| Repo | Class | BN layers | Declared convention | Reason | Bytes read |",
                     "| --- | --- | ---: | --- | --- | ---: |"]
 
@@ -105,6 +112,9 @@ def census_text(summary: dict[str, Any]) -> str:
     lines = [f"census of {summary['org']}: {plural(summary['repos_total'], 'model repo')}, "
              f"{plural(summary['bytes_read_total'], 'byte')} read"]
     lines += [f"  {CLASS_LABELS[name]:<44} {count}" for name, count in summary["counts"].items()]
+    if "listing" in summary:
+        lines.append(f"incomplete: {summary['listing']['stopped']}; the census covers the "
+                     f"{plural(summary['listing']['repos'], 'repo')} listed before it stopped")
     return "\n".join(lines) + "\n"
 
 

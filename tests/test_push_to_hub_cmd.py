@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ from huggingface_hub import HfApi
 from safetensors.torch import load_file, save_file
 
 from bnconvention import BNRecorder, make_transform, validate_paths
+from bnconvention.authoring.publish import publish
 from bnconvention.cli.main import main
+from bnconvention.errors import UsageError
 from bnconvention.standard.models import to_dict
 
 TOKEN = "hf_push_to_hub_cmd_token"
@@ -157,3 +160,75 @@ def test_a_timm_saved_folder_is_pushed_and_reads_back_with_timm(local_hub: Any, 
     again = timm.create_model(config["architecture"], pretrained=False, num_classes=config["num_classes"])
     again.load_state_dict(load_file(str(downloaded / "model.safetensors")))
     assert validate_paths([downloaded], require_declaration=True).exit_code == 0
+
+
+def _folder_with_links(tmp_path: Path) -> tuple[Path, Path]:
+    folder, record_path, _ = _plain_folder(tmp_path)
+    (folder / "zeros.bin").symlink_to("/dev/zero")  # a copy that follows it fills the disk
+    (folder / "hostname.txt").symlink_to("/etc/hostname")  # a file of this machine
+    (folder / "etc").symlink_to("/etc", target_is_directory=True)
+    (folder / "notes").mkdir()
+    (folder / "notes" / "passwd").symlink_to("/etc/passwd")
+    (folder / "notes" / "kept.txt").write_text("mine\n", encoding="utf-8")
+    return folder, record_path
+
+
+@pytest.fixture
+def bounded_file_size():  # type: ignore[no-untyped-def]
+    """Files this process writes are bounded (Python ignores SIGXFSZ: a write past it fails with EFBIG), so a
+    regression that copies /dev/zero fails the test instead of filling the disk."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024 * 1024, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+SKIPPED = ["etc -> /etc", "hostname.txt -> /etc/hostname", "notes/passwd -> /etc/passwd", "zeros.bin -> /dev/zero"]
+
+
+@pytest.mark.parametrize("command", ["push-to-hub", "publish"])
+def test_links_in_the_folder_are_not_followed_and_are_said(local_hub: Any, token: None, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str], command: str,
+                                                           bounded_file_size: None) -> None:
+    # regression (issue 24 item 10): push-to-hub followed links when it copied the folder: a link to /dev/zero
+    # filled the disk, a link to /etc/hostname uploaded that file
+    folder, record_path = _folder_with_links(tmp_path)
+    repo_id = f"lab/links-{command}"
+    common = ["--endpoint", local_hub.endpoint, "--token-env", "BNC_TEST_TOKEN", "--record", str(record_path)]
+    args = [command, str(folder), repo_id, *common] if command == "push-to-hub" else \
+        [command, str(folder), "--repo", repo_id, *common]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("skipped ")]
+    assert said == [f"skipped {entry}: links are not followed (copy the file into the folder to publish it)"
+                    for entry in SKIPPED]
+    files = set(HfApi(endpoint=local_hub.endpoint, token=TOKEN).list_repo_files(repo_id))
+    assert {"model.safetensors", "README.md", "notes/kept.txt"} <= files
+    assert not files & {"zeros.bin", "hostname.txt", "notes/passwd"} and not any(f.startswith("etc/") for f in files)
+
+
+def test_a_weights_file_that_is_a_link_is_not_published(local_hub: Any, token: None, tmp_path: Path) -> None:
+    folder, record_path, _ = _plain_folder(tmp_path)
+    (folder / "model.safetensors").rename(tmp_path / "elsewhere.safetensors")
+    (folder / "model.safetensors").symlink_to(tmp_path / "elsewhere.safetensors")
+    with pytest.raises(UsageError, match=r"holds no \.safetensors file at its top level \(model\.safetensors: links "
+                                         r"are not followed; copy the file in\)"):
+        publish(folder, repo_id="lab/linked-weights", records=[record_path], dry_run=True)
+
+
+def test_the_folder_walk_never_follows_a_link(tmp_path: Path) -> None:
+    from bnconvention.formats.links import copy_folder, folder_files
+
+    folder, _ = _folder_with_links(tmp_path)
+    os.mkfifo(folder / "pipe")  # a reader of a FIFO waits forever
+    found = folder_files(folder)
+    assert found.files == ("README.md", "model.safetensors", "notes/kept.txt")
+    assert found.skipped == ("etc", "hostname.txt", "notes/passwd", "pipe", "zeros.bin")
+    copied = copy_folder(folder, tmp_path / "copy")
+    assert copied == found
+    assert sorted(p.relative_to(tmp_path / "copy").as_posix() for p in (tmp_path / "copy").rglob("*")) == [
+        "README.md", "model.safetensors", "notes", "notes/kept.txt"]

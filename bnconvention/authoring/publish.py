@@ -46,6 +46,7 @@ from bnconvention.formats.atomic import TEMP_GLOBS
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.card import CARD_NAME, read_card_record, read_card_text
 from bnconvention.formats.digests import file_digests
+from bnconvention.formats.links import folder_files, skipped_line, upload_ignore_patterns
 from bnconvention.formats.safetensors_header import read_header
 from bnconvention.standard.models import Declaration, RefitAnnotation, to_dict
 from bnconvention.validation import Issue, best_issue, validate_paths
@@ -68,6 +69,8 @@ class PublishResult:
     uploaded: bool = False
     commit_url: str | None = None
     pr_url: str | None = None
+    # links (and other files that are not regular) passed over, "name -> target": never followed, never uploaded
+    skipped: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -98,9 +101,11 @@ def release_weights(directory: str | os.PathLike[str], *, repo_id: str) -> tuple
     folder = Path(directory)
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder; publish takes the release folder holding the weights")
-    weights = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors" and p.is_file())
+    weights = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors" and p.is_file() and not p.is_symlink())
     if not weights:
-        raise UsageError(f"{folder} holds no .safetensors file at its top level; nothing to publish")
+        links = sorted(p.name for p in folder.iterdir() if p.suffix == ".safetensors" and p.is_symlink())
+        passed = f" ({', '.join(links)}: links are not followed; copy the file in)" if links else ""
+        raise UsageError(f"{folder} holds no .safetensors file at its top level{passed}; nothing to publish")
     return folder, weights
 
 
@@ -275,12 +280,15 @@ def upload_release(result: PublishResult, *, api: Any, create_pr: bool, commit_m
     """Step 4: ``create_repo`` (unless a pull request is asked for) and ``upload_folder``; fills in ``result``.
     A client failure becomes one :class:`HubError` without the token."""
     folder, repo_id = result.directory, result.repo_id
+    passed_over = folder_files(folder, ignore=TEMP_GLOBS).skipped  # links are not followed: never uploaded
+    result.skipped = [skipped_line(folder, name) for name in passed_over]
     try:
         if not create_pr:
             api.create_repo(repo_id=repo_id, repo_type="model", exist_ok=True)
         commit = api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=str(folder),
                                    commit_message=commit_message or _commit_message(result), create_pr=create_pr,
-                                   ignore_patterns=list(TEMP_GLOBS))  # a killed write's leftovers stay home
+                                   # a killed write's leftovers stay home
+                                   ignore_patterns=list(TEMP_GLOBS) + upload_ignore_patterns(passed_over))
     except BnConventionError:
         raise
     except Exception as exc:  # noqa: BLE001 - any client failure becomes one HubError without the token

@@ -89,6 +89,9 @@ def print_publish_outcome(result: PublishResult, *, not_uploaded: str) -> None:
     for issue in result.warnings:
         where = f" at {issue.path}" if issue.path else ""
         print(f"warning {issue.file}: {issue.code}{where}: {issue.message}", file=sys.stderr)
+    for entry in result.skipped:
+        print(f"skipped {entry}: links are not followed (copy the file into the folder to publish it)",
+              file=sys.stderr)
     if not result.uploaded:
         print(not_uploaded)
     elif result.pr_url:

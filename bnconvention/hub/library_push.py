@@ -9,13 +9,13 @@ and ``pretrained_cfg``; transformers ``save_pretrained``; else safetensors ``sav
 :func:`bnconvention.authoring.publish.publish` stamps, validates and uploads the staged folder in one
 ``upload_folder`` commit. A failure at any step before the upload commits nothing; the upload itself is one commit
 or none. A folder given instead of a model is copied to the staging folder first: the author's files are never
-changed.
+changed, and links in it are not followed (:mod:`bnconvention.formats.links`: passed over and named in the result's
+``skipped``, like ``publish`` does).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import TEMP_GLOBS
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.links import copy_folder, skipped_line
 
 __all__ = ["folder_library", "push_to_hub", "save_with_library"]
 
@@ -80,13 +81,16 @@ def push_to_hub(model_or_folder: Any, repo_id: str, *, record: Any = None, card:
             source = Path(model_or_folder)
             if not source.is_dir():
                 raise UsageError(f"{source} is not a folder; push_to_hub takes a model or a release folder")
-            shutil.copytree(source, stage, ignore=shutil.ignore_patterns(*TEMP_GLOBS))
+            skipped = [skipped_line(source, name) for name in copy_folder(source, stage, ignore=TEMP_GLOBS).skipped]
         else:
+            skipped = []
             save_with_library(model_or_folder, stage, model_args=model_args, data_config=data_config)
         readme = stage / "README.md"
         if card is not None:
             readme.write_text(card, encoding="utf-8")
         elif not readme.exists():
             readme.write_text(f"---\nlibrary_name: pytorch\n---\n# {repo_id.split('/')[-1]}\n", encoding="utf-8")
-        return publish(stage, repo_id=repo_id, records=[] if record is None else [record], create_pr=create_pr,
-                       commit_message=commit_message, endpoint=endpoint, token=token, dry_run=dry_run, api=api)
+        result = publish(stage, repo_id=repo_id, records=[] if record is None else [record], create_pr=create_pr,
+                         commit_message=commit_message, endpoint=endpoint, token=token, dry_run=dry_run, api=api)
+        result.skipped = skipped + result.skipped
+        return result

@@ -115,12 +115,14 @@ def _census_repos(out: Path) -> list[str]:
 
 
 @pytest.fixture
-def slow_census(hub: LocalHub) -> Iterator[None]:
-    """Every header read of CENSUS_ORG waits: a census takes a few seconds, long enough to start another."""
-    rule = hub.faults.add(FaultRule(kind="latency", latency_s=0.8, path=f"^/{CENSUS_ORG}/"))
+def slow_census(hub: LocalHub) -> Iterator[FaultRule]:
+    """Every header read of CENSUS_ORG waits at a gate the test opens (``rule.gate.set()``) once it has seen what it
+    waits for: the first census is still running however slow the machine is."""
+    rule = hub.faults.add(FaultRule(kind="gate", path=f"^/{CENSUS_ORG}/"))
     try:
-        yield
+        yield rule
     finally:
+        rule.gate.set()
         hub.faults.remove(rule)
 
 
@@ -216,12 +218,13 @@ def test_a_census_reads_back_every_repo_it_listed_whoever_shares_the_journal(tmp
 
 
 def test_a_second_census_on_one_out_is_refused_naming_the_first(hub: LocalHub, tmp_path: Path,
-                                                                slow_census: None) -> None:
+                                                                slow_census: FaultRule) -> None:
     out = tmp_path / "out"
     first = _start(hub, tmp_path, "census", CENSUS_ORG, "--out", str(out))
     holder = _wait_until_holding(first, out / LOCK_NAME)
     code, stdout, stderr = _finish(_start(hub, tmp_path, "census", CENSUS_ORG, "--out", str(out)))
-    assert first.poll() is None, "the first census ended before the second was refused: raise the latency"
+    assert first.poll() is None, "the first census ended before the second was refused"
+    slow_census.gate.set()
     assert (code, stdout) == (1, "")
     assert len(stderr.splitlines()) == 1 and _refusal(
         f"the output folder {out}", holder.pid, f"bnconvention hub census {CENSUS_ORG}",
@@ -232,14 +235,15 @@ def test_a_second_census_on_one_out_is_refused_naming_the_first(hub: LocalHub, t
 
 
 def test_a_census_sharing_the_journal_is_refused_and_the_first_reports_every_repo(hub: LocalHub, tmp_path: Path,
-                                                                                  slow_census: None) -> None:
+                                                                                  slow_census: FaultRule) -> None:
     # regression (issue 24): two censuses sharing a journal; the first exited 0 reporting 29 of 30 repos
     journal = tmp_path / "shared" / "journal.sqlite"
     first = _start(hub, tmp_path, "census", CENSUS_ORG, "--out", str(tmp_path / "a"), "--journal", str(journal))
     holder = _wait_until_holding(first, journal.with_name("journal.sqlite.lock"))
     code, _, stderr = _finish(_start(hub, tmp_path, "census", CENSUS_ORG, "--out", str(tmp_path / "b"),
                                      "--journal", str(journal)))
-    assert first.poll() is None, "the first census ended before the second was refused: raise the latency"
+    assert first.poll() is None, "the first census ended before the second was refused"
+    slow_census.gate.set()
     assert code == 1 and _refusal(f"the journal {journal}", holder.pid, f"bnconvention hub census {CENSUS_ORG}",
                                   "wait for it to end, or pass another --journal").fullmatch(stderr.strip()), stderr
     code, stdout, stderr = _finish(first)
@@ -249,13 +253,14 @@ def test_a_census_sharing_the_journal_is_refused_and_the_first_reports_every_rep
 
 
 def test_a_killed_census_lock_is_taken_over_by_the_next_run(hub: LocalHub, tmp_path: Path,
-                                                            slow_census: None) -> None:
+                                                            slow_census: FaultRule) -> None:
     out = tmp_path / "out"
     first = _start(hub, tmp_path, "census", CENSUS_ORG, "--out", str(out))
     holder = _wait_until_holding(first, out / LOCK_NAME)
     _wait_until_holding(first, out / "journal.sqlite.lock")  # taken second (the locks go in path order)
     first.send_signal(signal.SIGKILL)
     _finish(first)
+    slow_census.gate.set()
     code, stdout, stderr = _finish(_start(hub, tmp_path, "census", CENSUS_ORG, "--out", str(out)))
     assert code == 0, stderr
     notes = [line for line in stderr.splitlines() if line.startswith("bnconvention: note: ")]
@@ -272,17 +277,19 @@ def test_a_second_audit_on_one_out_is_refused_naming_the_first(hub: LocalHub, tm
     # regression (issue 24): two audits on one --out both ran, every audit done twice
     out, spec = tmp_path / "out", tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
-    rule = hub.faults.add(FaultRule(kind="latency", latency_s=5.0, count=2, path=f"^/{PUSH_ORG}/.*/resolve/"))
+    rule = hub.faults.add(FaultRule(kind="gate", path=f"^/{PUSH_ORG}/.*/resolve/"))
     try:
         first = _start(hub, tmp_path, "audit", PUSH_ORG, "--out", str(out), "--spec", str(spec), "--no-plots")
         holder = _wait_until_holding(first, out / LOCK_NAME)
         code, _, stderr = _finish(_start(hub, tmp_path, "audit", PUSH_ORG, "--out", str(out), "--spec", str(spec),
                                          "--no-plots"))
-        assert first.poll() is None, "the first audit ended before the second was refused: raise the latency"
+        assert first.poll() is None, "the first audit ended before the second was refused"
+        rule.gate.set()
         assert code == 1 and _refusal(f"the output folder {out}", holder.pid, f"bnconvention hub audit {PUSH_ORG}",
                                       "wait for it to end, or pass another --out").fullmatch(stderr.strip()), stderr
         code, stdout, stderr = _finish(first)
     finally:
+        rule.gate.set()
         hub.faults.remove(rule)
     assert code == 0, stderr
     assert stdout.strip().splitlines()[-1].startswith(f"{len(PUSH_REPOS)} BatchNorm repos: {len(PUSH_REPOS)} audited")
@@ -310,6 +317,7 @@ def test_two_pushes_at_once_open_one_pull_request_per_annotation(hub: LocalHub, 
         runs = [_start(hub, tmp_path, "push", PUSH_ORG, "--out", str(out), "--format", "json") for out in outs]
         results = [_finish(run) for run in runs]
     finally:
+        rule.gate.set()
         hub.faults.remove(rule)
     assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
     for repo_id in PUSH_REPOS:
@@ -322,16 +330,18 @@ def test_two_pushes_at_once_open_one_pull_request_per_annotation(hub: LocalHub, 
 def test_a_second_push_on_one_out_is_refused_naming_the_first(hub: LocalHub, audited: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     shutil.copytree(audited, out)
-    rule = hub.faults.add(FaultRule(kind="latency", latency_s=1.5, method="GET", path=f"^/api/models/{PUSH_ORG}/"))
+    rule = hub.faults.add(FaultRule(kind="gate", method="GET", path=f"^/api/models/{PUSH_ORG}/"))
     try:
         first = _start(hub, tmp_path, "push", PUSH_ORG, "--out", str(out))
         holder = _wait_until_holding(first, out / LOCK_NAME)
         code, _, stderr = _finish(_start(hub, tmp_path, "push", PUSH_ORG, "--out", str(out)))
-        assert first.poll() is None, "the first push ended before the second was refused: raise the latency"
+        assert first.poll() is None, "the first push ended before the second was refused"
+        rule.gate.set()
         assert code == 1 and _refusal(f"the output folder {out}", holder.pid, f"bnconvention hub push {PUSH_ORG}",
                                       "wait for it to end, or pass another --out").fullmatch(stderr.strip()), stderr
         code, _, stderr = _finish(first)
         assert code == 0, stderr
     finally:
+        rule.gate.set()
         hub.faults.remove(rule)
     assert all(len(_pull_requests(hub, repo_id)) == 1 for repo_id in PUSH_REPOS)  # opened by this test or the other

@@ -22,14 +22,16 @@ from __future__ import annotations
 import random
 import re
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from bnconvention.errors import UsageError
 
-FaultKind = Literal["latency", "status", "drop", "truncate", "trickle", "endless"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("latency", "status", "drop", "truncate", "trickle", "endless")
+FaultKind = Literal["latency", "gate", "status", "drop", "truncate", "trickle", "endless"]
+FAULT_KINDS: tuple[FaultKind, ...] = ("latency", "gate", "status", "drop", "truncate", "trickle", "endless")
+GATE_MAX_S = 120.0  # a gate nobody opens holds a request at most this long (latency_s, when set, instead)
 # X-Error-Code sent with an injected status when the rule names none.
 DEFAULT_ERROR_CODES: dict[int, str] = {
     400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "EntryNotFound", 408: "RequestTimeout",
@@ -43,6 +45,9 @@ class FaultRule:
     """One fault. ``kind``:
 
     - ``latency``: sleep ``latency_s`` seconds, then serve normally (combines with other rules);
+    - ``gate``: hold the request until the rule's ``gate`` event is set (by the test that added it, once it has
+      seen what it waits for) or ``latency_s`` seconds pass (``GATE_MAX_S`` when 0), then serve normally (combines
+      with other rules): a run kept busy for exactly as long as a test needs, whatever the machine's speed;
     - ``status``: answer ``status`` (4xx/5xx) with a JSON error, ``X-Error-Code`` (``error_code`` or a default per
       status; 404 defaults to ``EntryNotFound``), and for 429/503 ``Retry-After: retry_after`` plus the
       ``RateLimit`` headers huggingface_hub reads;
@@ -68,6 +73,7 @@ class FaultRule:
     error_code: str | None = None
     truncate_fraction: float = 0.5
     rate_bps: float = 2.0
+    gate: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
     fired: int = field(default=0, init=False)
     _pattern: re.Pattern[str] = field(init=False, repr=False)
 
@@ -131,6 +137,14 @@ class FaultDecision:
 
     latency_s: float = 0.0
     action: FaultRule | None = None
+    gates: tuple[FaultRule, ...] = ()  # gate rules whose events the request waits for
+
+    def wait(self) -> None:
+        """Sleep the latency, then wait for every gate (each at most its own bound)."""
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)
+        for rule in self.gates:
+            rule.gate.wait(timeout=rule.latency_s or GATE_MAX_S)
 
 
 class FaultInjector:
@@ -166,17 +180,20 @@ class FaultInjector:
     def decide(self, method: str, path: str) -> FaultDecision:
         latency = 0.0
         action: FaultRule | None = None
+        gates: list[FaultRule] = []
         with self._lock:
             for rule in self._rules:
                 if rule.exhausted or not rule.matches(method, path):
                     continue
-                if rule.kind != "latency" and action is not None:
+                if rule.kind not in ("latency", "gate") and action is not None:
                     continue  # the response is decided; leave this rule's budget untouched
                 if rule.probability < 1.0 and self._rng.random() >= rule.probability:
                     continue
                 rule.fired += 1
                 if rule.kind == "latency":
                     latency += rule.latency_s
+                elif rule.kind == "gate":
+                    gates.append(rule)
                 else:
                     action = rule
-        return FaultDecision(latency_s=latency, action=action)
+        return FaultDecision(latency_s=latency, action=action, gates=tuple(gates))

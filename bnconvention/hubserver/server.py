@@ -149,10 +149,10 @@ class _HubRequestHandler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         raw_path, raw_query = split.path or "/", split.query
         decision = hub.faults.decide(method, raw_path)
-        if decision.latency_s > 0:
-            time.sleep(decision.latency_s)
+        decision.wait()
         action = decision.action
-        fault = action.kind if action is not None else ("latency" if decision.latency_s > 0 else None)
+        fault = action.kind if action is not None else (
+            "gate" if decision.gates else "latency" if decision.latency_s > 0 else None)
         request = HubRequest(method=method, raw_path=raw_path, raw_query=raw_query, headers=self.headers, body=b"",
                              base_url=self._base_url())
         if action is not None and action.kind == "drop":

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.processes import sigint_default
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
-
-from helpers.processes import sigint_default
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SECRET = "hf_file-or-env-token-i24"

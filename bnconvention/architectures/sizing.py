@@ -88,10 +88,11 @@ def _parameters_on_meta() -> Iterator[None]:
     def on_meta(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
         register(module, name, param)
         if param is not None and not param.is_meta:
-            cls = type(module._parameters[name])
+            registered = module._parameters[name]
+            cls = type(registered) if registered is not None else torch.nn.Parameter
             module._parameters[name] = cls(param.to("meta"), requires_grad=param.requires_grad)
 
-    torch.nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    torch.nn.Module.register_parameter = on_meta  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:

@@ -384,7 +384,8 @@ def processor_plan(params: Mapping[str, Any], *, source: str) -> SizePlan:
         elif "shortest_edge" in sides:
             crop_pct = params.get("crop_pct")
             edge = sides["shortest_edge"]
-            resize = math.floor(edge / crop_pct) if _is_number(crop_pct) and crop_pct > 0 else edge
+            resize = math.floor(edge / crop_pct) if isinstance(crop_pct, (int, float)) and crop_pct > 0 \
+                and isinstance(edge, (int, float)) else edge
             fields += f" with crop_pct {crop_pct}" if _is_number(crop_pct) else ""
             keep_ratio, cap = True, sides.get("longest_edge")
         elif "longest_edge" in sides or "max_height" in sides:

@@ -157,7 +157,7 @@ def impossible_statistics(files: CheckpointFiles | tuple[str | os.PathLike[str],
                 chunks = _chunks(handles[index], header.data_offset + info.begin, info.nbytes, source=str(path))
                 for problem, (count, first, value) in scan_buffer(info.dtype, chunks,
                                                                   variance=buffer == "running_var").items():
-                    found.append(ImpossibleValues(layer=layer, buffer=buffer, problem=problem,  # type: ignore[arg-type]
+                    found.append(ImpossibleValues(layer=layer, buffer=buffer, problem=problem,
                                                   count=count, first_index=first, first_value=value))
     return found
 

@@ -46,8 +46,12 @@ def lazy_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     yet, by name, in module order: their shapes, running statistics included, exist only after one forward."""
     from torch.nn.modules.lazy import LazyModuleMixin
 
-    return [(name, module) for name, module in model.named_modules()
-            if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params()]  # type: ignore[misc]
+    found: list[tuple[str, torch.nn.Module]] = []
+    for name, module in model.named_modules():
+        lazy = isinstance(module, LazyModuleMixin) and module.has_uninitialized_params()  # type: ignore[misc]
+        if lazy:
+            found.append((name, module))
+    return found
 
 
 def ensure_materialised(model: torch.nn.Module, *, what: str, fix: str = "") -> None:

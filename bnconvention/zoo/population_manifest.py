@@ -21,6 +21,7 @@ from bnconvention.architectures.factories import build_model
 from bnconvention.errors import JSONInputError, UsageError
 from bnconvention.formats.atomic import atomic_write_bytes, file_sha256
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.links import folder_files
 from bnconvention.zoo.manifest import code_sha256
 from bnconvention.zoo.population_plan import Checkpoint, PopulationConfig, plan_counts
 from bnconvention.zoo.population_release import POPULATION_FORMAT
@@ -103,9 +104,10 @@ class PopulationManifest:
 
 def write_manifest(root: Path, *, config: PopulationConfig, seed: int, code: str,
                    items: Sequence[Checkpoint]) -> None:
-    """Hash every file under ``root`` (but the manifest and the partial key) and write ``manifest.json``."""
-    files = {p.relative_to(root).as_posix(): file_sha256(p) for p in sorted(root.rglob("*"))
-             if p.is_file() and p.name not in (MANIFEST_NAME, "partial.json") and not p.name.startswith(".")}
+    """Hash every regular file under ``root`` (but the manifest, the partial key and hidden files; links are not
+    followed: :mod:`bnconvention.formats.links`) and write ``manifest.json``."""
+    found = folder_files(root, ignore=(MANIFEST_NAME, "partial.json", ".*"))
+    files = {name: file_sha256(root / name) for name in found.files}
     manifest = PopulationManifest(root=root, format=POPULATION_FORMAT, seed=seed, code_sha256=code,
                                   config=config.to_dict(), folders={i.name: i.folder for i in items}, files=files,
                                   counts=plan_counts(items))

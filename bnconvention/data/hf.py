@@ -1,5 +1,5 @@
 """Hugging Face ``datasets`` sources: a dataset repo on the Hub at a pinned revision, a ``save_to_disk`` folder,
-parquet files. Read by the library's own code; images decoded by its ``Image`` feature (Pillow).
+parquet files. Read by the library's own code; images decoded by its ``Image`` feature (Pillow), one at a time.
 
 * ``hub``: the revision is resolved to its commit first (``HfApi.dataset_info``), so the audit records the exact
   commit and a revision that does not exist is one line; then ``datasets.load_dataset_builder(repo, revision=sha)``
@@ -13,11 +13,17 @@ parquet files. Read by the library's own code; images decoded by its ``Image`` f
   own file-name patterns.
 
 The revision of a local source is the sha256 over its files (relative path -> sha256), as for an image folder.
+
+Images are not decoded by ``datasets`` (it decodes a whole batch of rows before our code sees any): the image
+column is read as ``Image(decode=False)`` (the encoded bytes, or a local path), each image's size is read from its
+header, and it is decoded by the column's own ``Image`` feature (``decode_example``: the same pixels, EXIF rotation
+and mode) one at a time, within the pixel budget of :class:`bnconvention.data.images.ImageBudget`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -26,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from bnconvention.data.images import (
+    ImageBudget,
     SourceRecords,
     files_digest,
-    image_array,
     label_array,
     numbered_ids,
     stack_images,
@@ -39,7 +45,7 @@ from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.formats.text import one_line
 
 SAFE_BUILDERS = ("parquet", "arrow", "imagefolder")
-DECODE_BATCH = 256
+DECODE_BATCH = 32  # rows read at a time: their encoded bytes only (images are decoded one at a time)
 
 __all__ = ["SAFE_BUILDERS", "datasets_endpoint", "download_dataset_file", "read_hf_source"]
 
@@ -209,9 +215,11 @@ def _select(splits: Mapping[str, Any], spec: DatasetSpec, *, where: str) -> dict
 def _records(spec: DatasetSpec, splits: Mapping[str, Any], *, where: str, dataset_id: str, revision: str,
              hub_repo: str | None) -> SourceRecords:
     classes = _check_columns(spec, splits, where=where)
+    budget = ImageBudget(sum(len(dataset) for dataset in splits.values()), channels=spec.channels,
+                         image_size=spec.image_size, where=f"dataset {where}")
     xs, ys, ids = [], [], []
     for split, dataset in splits.items():
-        x, y, column_ids = _decode(spec, dataset, where=f"dataset {where} split {split!r}")
+        x, y, column_ids = _decode(spec, dataset, budget, where=f"dataset {where} split {split!r}")
         xs.append(x)
         ys.append(y)
         ids.append(column_ids)
@@ -254,23 +262,21 @@ def _check_columns(spec: DatasetSpec, splits: Mapping[str, Any], *, where: str) 
     return names
 
 
-def _decode(spec: DatasetSpec, dataset: Any, *, where: str) -> tuple[np.ndarray, np.ndarray, list[Any]]:
-    columns = [c for c in (spec.image_column, spec.label_column, spec.id_column) if c is not None]
+def _decode(spec: DatasetSpec, dataset: Any, budget: ImageBudget, *,
+            where: str) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    import datasets
+
+    feature = dataset.features[spec.image_column]
+    decoder = datasets.Image(mode=feature.mode)  # decodes as the column would (a column saved undecoded too)
+    columns = list(dict.fromkeys(c for c in (spec.image_column, spec.label_column, spec.id_column) if c is not None))
+    encoded = dataset.select_columns(columns).cast_column(spec.image_column, datasets.Image(decode=False))
     images, labels, ids = [], [], []
     row = 0
-    batches = iter(dataset.select_columns(columns).iter(batch_size=DECODE_BATCH))
-    while True:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            break
-        except Exception as exc:  # noqa: BLE001 - datasets decodes a batch's images itself: find the row, name it
-            raise _undecodable(dataset, spec, start=row, where=where, exc=exc) from exc
-        for image in batch[spec.image_column]:
-            if image is None:
+    for batch in encoded.iter(batch_size=DECODE_BATCH):
+        for value in batch[spec.image_column]:
+            if value is None or (value.get("bytes") is None and value.get("path") is None):
                 raise UntrustedInputError(f"{where} row {row}: the image is missing", source=where)
-            images.append(image_array(image, channels=spec.channels, image_size=spec.image_size,
-                                      where=f"{where} row {row}"))
+            images.append(_decoded(value, decoder, budget, column=spec.image_column, where=f"{where} row {row}"))
             row += 1
         labels += batch[spec.label_column]
         if spec.id_column:
@@ -281,20 +287,19 @@ def _decode(spec: DatasetSpec, dataset: Any, *, where: str) -> tuple[np.ndarray,
     return x, label_array(np.asarray(labels), len(images), where=f"{where} column {spec.label_column!r}"), ids
 
 
-
-def _undecodable(dataset: Any, spec: DatasetSpec, *, start: int, where: str,
-                 exc: BaseException) -> UntrustedInputError:
-    """The error of a batch ``datasets`` could not decode, naming the dataset, split and row whose image it is (Pillow
-    names only a ``BytesIO`` object): the batch's rows are decoded one by one to find it."""
-    column = dataset.select_columns([spec.image_column])
-    for row in range(start, min(start + DECODE_BATCH, len(column))):
-        try:
-            column[row]
-        except Exception as row_exc:  # noqa: BLE001 - Pillow raises many types
-            return UntrustedInputError(f"{where} row {row}: column {spec.image_column!r} does not hold a readable "
-                                       f"image ({type(row_exc).__name__}: {_without_objects(row_exc)})", source=where)
-    return UntrustedInputError(f"{where} rows {start} to {start + DECODE_BATCH - 1}: cannot be decoded "
-                               f"({type(exc).__name__}: {_without_objects(exc)})", source=where)
+def _decoded(value: Mapping[str, Any], decoder: Any, budget: ImageBudget, *, column: str, where: str) -> np.ndarray:
+    """One encoded image (``{"bytes", "path"}``) as uint8 C×H×W: its header read first (Pillow's lazy open), then
+    decoded by ``datasets``' own ``decode_example``. Pillow's errors name the dataset, split and row, not the
+    ``BytesIO`` object they were read from."""
+    try:
+        encoded = value["bytes"]
+        return budget.decode_file(io.BytesIO(encoded) if encoded is not None else value["path"], where=where,
+                                  load=lambda: decoder.decode_example(dict(value)))
+    except UntrustedInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Pillow raises many types
+        raise UntrustedInputError(f"{where}: column {column!r} does not hold a readable image "
+                                  f"({type(exc).__name__}: {_without_objects(exc)})", source=where) from exc
 
 
 def _without_objects(exc: BaseException) -> str:

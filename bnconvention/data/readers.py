@@ -4,7 +4,8 @@ folder of images.
 These are the untrusted-input half of :mod:`bnconvention.data.pools` (which turns the arrays into a
 :class:`~bnconvention.data.pools.LocalDataset`): every array is checked for shape, dtype and values, and a bad file
 raises :class:`~bnconvention.errors.UntrustedInputError` naming the file (and the array) before anything uses it.
-Nothing is unpickled (``allow_pickle=False``); images are decoded by Pillow.
+Nothing is unpickled (``allow_pickle=False``); images are decoded by Pillow, one at a time, within the pixel budget
+of :class:`~bnconvention.data.images.ImageBudget` (each file's size read from its header first).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from bnconvention.data.images import image_array, label_array, stack_images, unique_ids
+from bnconvention.data.images import ImageBudget, label_array, stack_images, unique_ids
 from bnconvention.errors import UntrustedInputError, UsageError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -141,11 +142,12 @@ def read_image_folder(root: Path, *, channels: Literal[1, 3],
     records = _image_files(sources, class_names)
     if not records:
         raise UntrustedInputError(f"{root}: no PNG or JPEG images in the class folders", source=root)
+    budget = ImageBudget(len(records), channels=channels, image_size=image_size, where=str(root))
     images, file_digests = [], {}
     for _, _, path in records:
         data = path.read_bytes()
         file_digests[path.relative_to(root).as_posix()] = hashlib.sha256(data).hexdigest()
-        images.append(_decode_image(path, channels=channels, image_size=image_size))
+        images.append(_decode_image(path, budget))
     return FolderImages(x=stack_images(images, where=str(root)),
                         labels=[label for _, label, _ in records], is_test=[split == "test" for split, _, _ in records],
                         classes=tuple(class_names), file_digests=file_digests)
@@ -165,13 +167,11 @@ def _image_files(sources: Sequence[tuple[str, Path]], class_names: Sequence[str]
     return records
 
 
-def _decode_image(path: Path, *, channels: Literal[1, 3], image_size: tuple[int, int] | None) -> np.ndarray:
-    """One image file as uint8 C×H×W (see :func:`bnconvention.data.images.image_array`)."""
-    from PIL import Image
-
+def _decode_image(path: Path, budget: ImageBudget) -> np.ndarray:
+    """One image file as uint8 C×H×W (see :func:`bnconvention.data.images.image_array`), its size checked from its
+    header before it is decoded."""
     try:
-        with Image.open(path) as opened:
-            return image_array(opened, channels=channels, image_size=image_size, where=str(path))
+        return budget.decode_file(path, where=str(path))
     except UntrustedInputError:
         raise
     except Exception as exc:  # Pillow raises many types (UnidentifiedImageError, DecompressionBombError, ...)

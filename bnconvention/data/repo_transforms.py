@@ -57,7 +57,9 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_SIDE = 2048  # largest output side of a repo's transform
 MAX_RESIZE_SIDE = 4096  # largest side a repo's transform may resize an image to on the way
 MAX_UPSCALE = 32  # a record's longer side may be enlarged at most this many times
-MAX_BATCH_PIXELS = 2**27  # pixels a batch of a repo's transform holds at once (134M: 512 images of 512×512)
+# pixels a batch holds at once (134M: 512 images of 512×512): a repo's transform's outputs, and the full-size
+# images being decoded (one at a time, so an image over it is refused: bnconvention.data.images.ImageBudget)
+MAX_BATCH_PIXELS = 2**27
 TIMM_DEFAULT_CROP_PCT = 0.875  # timm.data.constants.DEFAULT_CROP_PCT, what timm uses when crop_pct is not given
 TIMM_DATA_KEYS = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
 TIMM_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")

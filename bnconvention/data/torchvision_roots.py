@@ -10,7 +10,9 @@
 
 With ``verify: true`` (the default) torchvision checks each file against the md5 of the published dataset, so the
 root is the real CIFAR or SVHN; ``verify: false`` reads a re-packed root (a subset, a test fixture) as long as it
-has the format. Record ids are the row index: train rows first, then test rows.
+has the format. Record ids are the row index: train rows first, then test rows. Every image goes through the pixel
+budget of :class:`~bnconvention.data.images.ImageBudget`: an image folder's files are checked from their headers and
+decoded one at a time; CIFAR's and SVHN's 32×32 arrays count against the budget of the records kept.
 
 **Pickle.** CIFAR's "python version" *is* a pickle format and torchvision reads it with ``pickle.load``. We accept
 that for a root on the user's own disk, named by the user's own spec: it is the user's data, trusted like the
@@ -25,7 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from bnconvention.data.images import SourceRecords, files_digest, image_array, numbered_ids, stack_images
+from bnconvention.data.images import ImageBudget, SourceRecords, files_digest, numbered_ids, stack_images
 from bnconvention.data.source import DatasetSpec
 from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.formats.text import one_line
@@ -119,6 +121,8 @@ def _image_folder(spec: DatasetSpec, root: Path) -> SourceRecords:
                                       "folder names, test_split: null for none)", source=str(root))
     parts = [_open(lambda name=name: ImageFolder(str(root / name)), spec, root) for name in wanted]
     classes = tuple(parts[0].classes)
+    budget = ImageBudget(sum(len(part.samples) for part in parts), channels=spec.channels,
+                         image_size=spec.image_size, where=str(root))
     arrays, files = [], []
     for part in parts:
         unknown = sorted(set(part.classes) - set(classes))
@@ -126,18 +130,21 @@ def _image_folder(spec: DatasetSpec, root: Path) -> SourceRecords:
             raise UntrustedInputError(f"{part.root}: class folders {unknown[:3]} are not classes of the train split "
                                       f"{spec.train_split!r}", source=str(part.root))
         labels = np.asarray([classes.index(part.classes[index]) for _, index in part.samples], dtype=np.int64)
-        images = [_decoded(part.loader, path, spec) for path, _ in part.samples]
+        images = [_decoded(part.loader, path, budget) for path, _ in part.samples]
         arrays.append((stack_images(images, where=str(part.root)), labels))
         files += [Path(path) for path, _ in part.samples]
     return _assemble(spec, arrays, classes=classes, revision=files_digest(files, root))
 
 
-def _decoded(loader: Any, path: str, spec: DatasetSpec) -> np.ndarray:
+def _decoded(loader: Any, path: str, budget: ImageBudget) -> np.ndarray:
+    """One file as uint8 C×H×W: its size read from its header (Pillow's lazy open), then decoded by torchvision's
+    loader (``pil_loader``: RGB) as before."""
     try:
-        image = loader(path)
+        return budget.decode_file(path, where=path, load=lambda: loader(path))
+    except UntrustedInputError:
+        raise
     except Exception as exc:  # Pillow raises many types
         raise UntrustedInputError(f"{path}: not a readable image ({type(exc).__name__}: {exc})", source=path) from exc
-    return image_array(image, channels=spec.channels, image_size=spec.image_size, where=path)
 
 
 # --- shared ---------------------------------------------------------------------------------------------------------
@@ -164,13 +171,14 @@ def _records(spec: DatasetSpec, parts: list[tuple[Any, np.ndarray]], *, classes:
     """Arrays of uint8 images (N×H×W×C for CIFAR, N×C×H×W for SVHN) through the common image rule."""
     from PIL import Image
 
+    where = str(spec.path)
+    budget = ImageBudget(sum(len(data) for data, _ in parts), channels=spec.channels, image_size=spec.image_size,
+                         where=where)
     arrays = []
     for data, labels in parts:
         pixels = np.asarray(data, dtype=np.uint8)
         pixels = pixels if hwc else pixels.transpose(0, 2, 3, 1)
-        where = str(spec.path)
-        images = [image_array(Image.fromarray(im), channels=spec.channels, image_size=spec.image_size, where=where)
-                  for im in pixels]
+        images = [budget.decode(Image.fromarray(im), where=where) for im in pixels]
         arrays.append((stack_images(images, where=where), labels.astype(np.int64).reshape(-1)))
     return _assemble(spec, arrays, classes=classes, revision=revision)
 

@@ -72,6 +72,16 @@ def test_save_to_disk_single_dataset_is_the_train_split(tmp_path, hf_dict) -> No
         load_dataset(_hf_spec("hf_disk", tmp_path / "one"))
 
 
+def test_save_to_disk_with_a_link_is_refused_before_reading(tmp_path, hf_dict) -> None:
+    hf_dict.save_to_disk(str(tmp_path / "disk"))
+    arrow = next((tmp_path / "disk" / "train").glob("*.arrow"))
+    outside = tmp_path / "elsewhere.arrow"
+    arrow.rename(outside)
+    arrow.symlink_to(outside)  # the bytes datasets would read live outside the folder the digest covers
+    with pytest.raises(UntrustedInputError, match=r"train/.*\.arrow -> .*elsewhere\.arrow: links are not followed"):
+        load_dataset(_hf_spec("hf_disk", tmp_path / "disk"))
+
+
 def _write_parquet(hf_dict: datasets.DatasetDict, folder: Path) -> Path:
     (folder / "data").mkdir(parents=True)
     for split, part in hf_dict.items():

@@ -42,6 +42,7 @@ from bnconvention.data.images import (
 )
 from bnconvention.data.source import DatasetSpec
 from bnconvention.errors import UntrustedInputError, UsageError
+from bnconvention.formats.links import folder_files, skipped_line
 from bnconvention.formats.text import one_line
 
 SAFE_BUILDERS = ("parquet", "arrow", "imagefolder")
@@ -127,6 +128,11 @@ def _disk_splits(spec: DatasetSpec) -> tuple[dict[str, Any], str, str]:
 
     root = Path(str(spec.path))
     where = str(root)
+    found = folder_files(root) if root.is_dir() else None
+    if found is not None and found.skipped:  # datasets would read through a link: one folder rule, none followed
+        raise UntrustedInputError(f"{where}: {skipped_line(root, found.skipped[0])}: links are not followed (the "
+                                  "dataset's digest binds the bytes read); copy the files into the folder",
+                                  source=where)
     try:
         loaded = datasets.load_from_disk(where)
     except (FileNotFoundError, ValueError, KeyError, OSError) as exc:
@@ -139,7 +145,7 @@ def _disk_splits(spec: DatasetSpec) -> tuple[dict[str, Any], str, str]:
                          "null, or save a DatasetDict with train and test splits")
     else:
         splits = {spec.train_split: loaded}
-    files = sorted(p for p in root.rglob("*") if p.is_file())
+    files = [root / name for name in found.files] if found is not None else []
     return _select(splits, spec, where=where), where, files_digest(files, root)
 
 

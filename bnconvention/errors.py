@@ -157,6 +157,16 @@ class PublishedCellsNotFoundError(BnConventionError, LookupError):
         self.places = list(places or [])
 
 
+class ReproductionInputError(BnConventionError, LookupError):
+    """What ``bnconvention reproduce`` needs to re-run an annotation is unreadable or unavailable: the annotation
+    itself, a spec that is not the annotation's, weights whose digests differ, a pool or dataset revision that no
+    longer exists. ``missing`` names the thing (a path, ``repo@revision``, a spec field)."""
+
+    def __init__(self, message: str, *, missing: str | None = None) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
 class FactoryNotAllowedError(BnConventionError, PermissionError):
     """A model factory was requested that is not on the allowlist; nothing was imported."""
 
@@ -265,6 +275,7 @@ __all__ = [
     "QuantizationError",
     "RecordError",
     "RefitError",
+    "ReproductionInputError",
     "SafetensorsHeaderError",
     "StampError",
     "TransientHubError",

@@ -46,6 +46,7 @@ COMMAND_MODULES: list[str] = [
     "bnconvention.cli.refit_scales_cmd",
     "bnconvention.cli.audit_cmd",
     "bnconvention.cli.census_cmd",
+    "bnconvention.cli.reproduce_cmd",
     "bnconvention.cli.hub_cmd",
     # offline infrastructure
     "bnconvention.cli.examples_cmd",
@@ -65,6 +66,7 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (errors.UsageError, EXIT_USAGE, "usage error"),
     (errors.ArchitectureConfigError, EXIT_USAGE, "architecture refused"),
     (errors.PublishedCellsNotFoundError, EXIT_USAGE, "no published cells"),
+    (errors.ReproductionInputError, EXIT_USAGE, "cannot reproduce"),
     (errors.UntrustedInputError, EXIT_USAGE, "unreadable input"),
     (errors.AuditSpecError, EXIT_USAGE, "invalid audit spec"),
     (errors.PreregistrationError, EXIT_USAGE, "preregistration"),

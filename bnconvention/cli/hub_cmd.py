@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="hub_command", metavar="COMMAND")
     parser.set_defaults(func=lambda args: _usage(parser))
-    for add in (_add_census, _add_audit, _add_push, _add_validate, _add_publish):
+    for add in (_add_census, _add_audit, _add_push, _add_validate, _add_publish, _add_reproduce):
         add(commands)
 
 
@@ -190,6 +190,28 @@ def _add_publish(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     publish.add_argument("--format", choices=("text", "json", "github"), default="text",
                          help="format of the server-side validation report")
     publish.set_defaults(func=run_publish_cmd)
+
+
+def _add_reproduce(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from bnconvention.cli.reproduce_cmd import add_reproduce_options
+
+    reproduce = commands.add_parser(
+        "reproduce", help="re-run the audit of a pull request's refit annotation and check its cells come back",
+        description="bnconvention reproduce on a Hub pull request: read the annotations pull request N adds, "
+                    "download the weights at the commit each annotation audited (their digests checked), read a "
+                    "Hub dataset at the annotated revision, re-run the audit as hub audit does, and compare every "
+                    "cell, decision and flip with the annotation's.",
+        epilog="example:\n  bnconvention hub reproduce my-org/model --pr 3 --spec audit.yaml\n\n"
+               "exit codes: 0 every annotation of the pull request reproduced; 1 some did not (the cells and "
+               "criteria that differ are named); 2 unreadable or unavailable input (named: the pull request, a spec "
+               "that is not the annotation's, a weights revision or dataset revision that no longer exists, weights "
+               "whose digests differ) or bad usage; 130 interrupted.\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    reproduce.add_argument("repo", metavar="ORG/NAME")
+    add_hub_options(reproduce, journal=False)
+    reproduce.add_argument("--pr", type=int, required=True, metavar="N", help="the pull request's number")
+    add_reproduce_options(reproduce)
+    reproduce.set_defaults(func=run_reproduce_cmd)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -448,5 +470,29 @@ def run_publish_cmd(args: argparse.Namespace) -> int:
             status = "passes" if validation.exit_code == 0 else "FAILS"
             print(f"server-side validation of {args.repo}: {status}", file=out)
         return outcome.exit_code
+
+    return guarded(client, go)
+
+
+def run_reproduce_cmd(args: argparse.Namespace) -> int:
+    from bnconvention.audit.spec import load_spec
+    from bnconvention.cli.audit_cmd import allow_factories
+    from bnconvention.cli.reproduce_cmd import checked_tolerance, report
+    from bnconvention.errors import UsageError
+    from bnconvention.hub.reproduce import reproduce_pull_request
+
+    if args.repo.count("/") != 1:
+        raise UsageError(f"{args.repo!r} is not a repo id (ORG/NAME)")
+    tolerance = checked_tolerance(args)
+    allow_factories(args.allow_factory)
+    device = chosen_device(args)
+    spec = load_spec(args.spec)
+    client = hub_client(args)
+
+    def go() -> int:
+        results = reproduce_pull_request(client, args.repo, args.pr, spec, spec_source=args.spec,
+                                         tolerance=tolerance, allowed_factories=tuple(args.allow_factory),
+                                         device=device)
+        return report(results, args.format)
 
     return guarded(client, go)

@@ -443,6 +443,35 @@ def test_ray_address_reaches_ray_init_and_needs_the_ray_executor(monkeypatch) ->
     assert calls == [{"address": "ray://head:10001", "log_to_driver": False}]
 
 
+@pytest.mark.ray
+@pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'bnconvention[ray]')")
+def test_ray_address_comes_from_the_environment_as_rays_own_tools_read_it_and_the_flag_wins(monkeypatch) -> None:
+    # issue 26: a run submitted with `ray job submit -- bnconvention hub audit ...` has RAY_ADDRESS set for its
+    # driver; starting a local instance (num_cpus=...) there would be refused by ray.init
+    import ray
+
+    calls: list[dict] = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        raise ConnectionError("no cluster here")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setenv("RAY_ADDRESS", "ray://env-head:10001")
+    for flag in (None, "ray://flag-head:10001"):
+        with pytest.raises(ConnectionError):
+            run_tasks(len, ["a"], executor="ray", workers=2, on_result=lambda i, r: None, ray_address=flag)
+    monkeypatch.setenv("RAY_ADDRESS", "")  # set but empty: a local instance, as ray.init does
+    with pytest.raises(ConnectionError):
+        run_tasks(len, ["a"], executor="ray", workers=2, on_result=lambda i, r: None)
+    assert calls == [{"address": "ray://env-head:10001", "log_to_driver": False},
+                     {"address": "ray://flag-head:10001", "log_to_driver": False},
+                     {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False, "ignore_reinit_error": True}]
+    # RAY_ADDRESS alone never asks for the ray executor (only the flag does)
+    run_tasks(len, ["a"], executor="local", workers=1, on_result=lambda i, r: None)
+
+
 def _untimed(value):
     """``value`` without its wall-clock fields (``seconds``, ``seconds_*``)."""
     if isinstance(value, dict):

@@ -116,8 +116,9 @@ def _add_audit(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                             "process when --workers > 1, else local")
     audit.add_argument("--ray-address", metavar="ADDRESS",
                        help="with --executor ray: connect to this existing Ray cluster (ray://HOST:10001, HOST:6379 "
-                            "or auto) instead of starting a local one; every worker reads the token from its own "
-                            "environment (the --token-env variable)")
+                            "or auto) instead of starting a local one (default: RAY_ADDRESS when set, as Ray's own "
+                            "tools read it, e.g. in a job of ray job submit); every worker reads the token from its "
+                            "own environment (the --token-env variable)")
     audit.add_argument("--threads", type=int, default=1, metavar="T", help="torch threads per audit (default: 1)")
     add_device_option(audit)
     audit.add_argument("--no-plots", action="store_true", help="skip the PNG plots")

@@ -13,6 +13,7 @@ in the main process, which journals them; their order never affects their conten
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeAlias, TypeVar
 
@@ -20,6 +21,7 @@ from bnconvention.errors import UsageError
 
 ExecutorKind: TypeAlias = Literal["local", "process", "ray"]
 EXECUTORS: tuple[ExecutorKind, ...] = ("local", "process", "ray")
+RAY_ADDRESS_ENV = "RAY_ADDRESS"  # read as Ray's own tools read it (ray job submit sets it for the job's driver)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -42,6 +44,15 @@ def check_ray_address(executor: str, address: str | None) -> None:
         raise UsageError(f"--ray-address needs --executor ray (got --executor {executor})")
 
 
+def ray_cluster_address(flag: str | None) -> str | None:
+    """The Ray cluster ``--executor ray`` connects to: ``--ray-address`` when given, else ``RAY_ADDRESS`` when set
+    and not empty (as ``ray.init`` and Ray's CLI read it; a job started by ``ray job submit`` has it set to its
+    cluster), else ``None``: a local instance of ``--workers`` CPUs is started."""
+    if flag is not None:
+        return flag
+    return os.environ.get(RAY_ADDRESS_ENV) or None
+
+
 def ray_available() -> bool:
     try:
         import ray  # noqa: F401
@@ -55,7 +66,8 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], *, executor: ExecutorKin
     """Run ``fn(task)`` for every task and call ``on_result(index, result)`` in this process as each finishes.
 
     ``ray_address`` (``--executor ray`` only) connects to an existing cluster (``ray://host:10001``, ``host:6379``
-    or ``auto``) instead of starting a local instance of ``workers`` CPUs.
+    or ``auto``) instead of starting a local instance of ``workers`` CPUs; without it, ``RAY_ADDRESS`` does the
+    same (:func:`ray_cluster_address`).
 
     An exception raised by ``fn`` propagates (after the pool is shut down); task functions that must not stop the
     others catch their own failures and return them as results.
@@ -99,6 +111,7 @@ def _run_ray(fn: Callable[[T], R], tasks: Sequence[T], *, workers: int, on_resul
     except ImportError as exc:
         raise UsageError("--executor ray needs Ray: pip install 'bnconvention[ray]' (or ray==2.60.0)") from exc
     started = False
+    address = ray_cluster_address(address)
     if not ray.is_initialized():
         started = True
         if address is not None:  # an existing cluster: its own CPUs; this process only submits and collects
@@ -118,4 +131,5 @@ def _run_ray(fn: Callable[[T], R], tasks: Sequence[T], *, workers: int, on_resul
             ray.shutdown()
 
 
-__all__ = ["EXECUTORS", "ExecutorKind", "check_ray_address", "ray_available", "resolve_executor", "run_tasks"]
+__all__ = ["EXECUTORS", "RAY_ADDRESS_ENV", "ExecutorKind", "check_ray_address", "ray_available", "ray_cluster_address",
+           "resolve_executor", "run_tasks"]

@@ -110,6 +110,15 @@ class StampError(BnConventionError, OSError):
     """Stamping a file failed; the original file is intact."""
 
 
+class SignatureError(BnConventionError, ValueError):
+    """A signature (OpenSSF model signing) is missing, malformed, or not one of the given key's; ``signature`` names
+    the signature file."""
+
+    def __init__(self, message: str, *, signature: str | None = None) -> None:
+        super().__init__(message)
+        self.signature = signature
+
+
 # --- refit ----------------------------------------------------------------------------------------------------------
 
 
@@ -277,6 +286,7 @@ __all__ = [
     "RefitError",
     "ReproductionInputError",
     "SafetensorsHeaderError",
+    "SignatureError",
     "StampError",
     "TransientHubError",
     "UnsupportedModelError",

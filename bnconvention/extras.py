@@ -14,6 +14,8 @@ an extra:
   held as a dataset repo, a ``save_to_disk`` folder or parquet files;
 * ``bnconvention[lightning]``: the refit extra plus Lightning, for the Lightning callback that records the
   convention (the ``transformers`` extra gives the ``Trainer`` one).
+* ``bnconvention[provenance]``: model-signing, spdx-tools and cyclonedx-python-lib, no torch (``sign``,
+  ``verify``, ``export``; ``validate`` checks signatures with it and says the check was not run without it).
 
 The library extras sit beside ``audit`` rather than inside it, so the error for a missing one names both when the
 command needs both (``pip install 'bnconvention[audit,timm]'``): one install, and the command works.
@@ -51,6 +53,10 @@ MODULE_EXTRAS: dict[str, str] = {
     "transformers": "transformers",
     "datasets": "datasets",
     "lightning": "lightning",
+    "model_signing": "provenance",
+    "OpenSSL": "provenance",
+    "spdx_tools": "provenance",
+    "cyclonedx": "provenance",
 }
 # Extra -> the extras it installs too (pyproject.toml's self-references, followed; tests/test_extras.py checks it).
 EXTRA_INCLUDES: dict[str, frozenset[str]] = {
@@ -61,9 +67,11 @@ EXTRA_INCLUDES: dict[str, frozenset[str]] = {
     "transformers": frozenset({"refit"}),
     "datasets": frozenset({"refit"}),
     "lightning": frozenset({"refit"}),
+    "provenance": frozenset(),
 }
 # The pip distribution name where it differs from the module's.
-_DISTRIBUTIONS = {"sklearn": "scikit-learn"}
+_DISTRIBUTIONS = {"sklearn": "scikit-learn", "model_signing": "model-signing", "OpenSSL": "pyopenssl",
+                  "spdx_tools": "spdx-tools", "cyclonedx": "cyclonedx-python-lib"}
 
 
 def needs_extra(parser: argparse.ArgumentParser, extra: str) -> None:

@@ -112,11 +112,12 @@ def test_core_dependencies_are_light_and_extras_hold_the_rest() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     core = _requirement_names(project["dependencies"])
     extras = {name: _requirement_names(reqs) for name, reqs in project["optional-dependencies"].items()}
-    distributions = {"sklearn": "scikit-learn"}
-    heavy = {distributions.get(m, m) for m in MODULE_EXTRAS}
+    from bnconvention.extras import _DISTRIBUTIONS as distributions
+
+    heavy = {distributions.get(m, m).lower() for m in MODULE_EXTRAS}
     assert not core & heavy, core & heavy
     for module, extra in MODULE_EXTRAS.items():
-        assert distributions.get(module, module) in extras[extra], (module, extra)
+        assert distributions.get(module, module).lower() in extras[extra], (module, extra)
     assert "bnconvention" in extras["audit"]  # the audit extra includes the refit extra
     assert project["optional-dependencies"]["audit"][0] == "bnconvention[refit]"
 

@@ -41,6 +41,8 @@ COMMAND_MODULES: list[str] = [
     "bnconvention.cli.inspect_cmd",
     "bnconvention.cli.publish_cmd",
     "bnconvention.cli.push_to_hub_cmd",
+    "bnconvention.cli.sign_cmd",
+    "bnconvention.cli.export_cmd",
     # auditors
     "bnconvention.cli.refit_cmd",
     "bnconvention.cli.refit_scales_cmd",
@@ -78,6 +80,7 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (errors.DeviceUnavailableError, EXIT_USAGE, "device unavailable"),
     (errors.RecordError, EXIT_FAILED, "invalid record"),
     (errors.DigestMismatchError, EXIT_FAILED, "digest mismatch"),
+    (errors.SignatureError, EXIT_FAILED, "signature"),
     (errors.WeightsChangedError, EXIT_FAILED, "weights changed"),
     (errors.HubNetworkError, EXIT_FAILED, "network error"),
     (errors.QuantizationError, EXIT_FAILED, "quantization refused"),

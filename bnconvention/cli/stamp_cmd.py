@@ -5,6 +5,7 @@ from __future__ import annotations
 # The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
 # and every other command stays light (cli/main.py).
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ examples:
 The tensor data is never rewritten or loaded: the header is updated in place when the new one fits (a single
 one-page write), otherwise the file is copied next to itself with the new header and renamed over the original.
 Either way the file is always the complete old one or the complete new one. Stamping the same record again changes
-nothing.
+nothing. Stamp first, then sign: a stamp that changes a signed release (a model.sig beside the weights) warns that
+the signature no longer matches and how to sign again (bnconvention sign).
 
 Exit codes: 0 stamped (or already stamped with this record), 1 the record is invalid or does not describe the
 file's tensors, or writing failed (the file is left intact), 2 unreadable record, card or weights file, or bad
@@ -95,8 +97,23 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.weights}: {how} ({checked}; header {result.header_size} bytes, {result.padding} spare)")
     for leftover in result.removed_temps:
         print(f"{leftover}: removed (the copy an earlier, killed stamp of {args.weights} left behind)")
+    changed = [args.weights] if result.method != "unchanged" else []
     if args.card is not None:
         card = stamp_card_file(args.card, model)
         state = "created" if card.created else ("updated" if card.changed else "unchanged")
         print(f"{args.card}: {state}")
+        changed += [args.card] if card.created or card.changed else []
+    _warn_signatures(changed)
     return 0
+
+
+def _warn_signatures(changed: list[Path]) -> None:
+    """A stamp rewrites bytes a release's signature covers: say which signature it invalidated and how to sign
+    again (stamp first, then sign; docs/quickstart-author.md)."""
+    from bnconvention.authoring.signing import RESIGN_HINT, signature_target, signatures_covering
+
+    for signature in sorted({s for path in changed for s in signatures_covering(path)}):
+        names = ", ".join(str(p) for p in changed if signature in signatures_covering(p))
+        print(f"bnconvention: warning: {signature} signed {names} before this stamp changed it; the signature no "
+              f"longer matches: sign again: {RESIGN_HINT.format(target=signature_target(signature))}",
+              file=sys.stderr)

@@ -193,6 +193,14 @@ CODES: dict[str, CodeInfo] = {
     "annotation.subject_running_changed": _code(
         "The running statistics changed since the annotation was written (it audited another deployed state).",
         severity="warning"),
+    # --- signatures (OpenSSF model signing) beside the release --------------------------------------------------
+    "signature.stale": _code(
+        "A signature beside the release (model.sig, or an annotation's <file>.sig) no longer matches the files it "
+        "signed: a file changed since signing (a stamp after signing), is missing, or was not signed. Sign again "
+        "(bnconvention sign). Checked only where model-signing is installed; elsewhere the report says the check "
+        "was not run.", severity="warning"),
+    "signature.unreadable": _code("A signature file beside the release is not a model-signing signature.",
+                                  severity="warning"),
 }
 
 _SEVERITY_RANK = {"error": 0, "warning": 1}

@@ -46,6 +46,7 @@ from bnconvention.validation.model_index import check_model_index_refits
 from bnconvention.validation.records import check_record
 from bnconvention.validation.schema_errors import show
 from bnconvention.validation.semantics import short
+from bnconvention.validation.signatures import check_signature, release_signatures
 from bnconvention.validation.sources import header_record, load_card, load_header, load_json_record, read_bytes
 
 
@@ -337,6 +338,11 @@ def validate_release(release: Release, *, require_declaration: bool = False) -> 
         found, summary = check_index(display, path, headers=shard_headers)
         issues += found
         summaries.append(summary)
+    beside = [d for d, _ in release.weights] + ([release.card[0]] if release.card is not None else [])
+    for display, path in release_signatures(release.directory, beside, release.annotations):
+        found, note = check_signature(display, path)
+        issues += found
+        summaries.append(FileSummary(display, "signature", note))
     return issues, _one_line_per_file(summaries)
 
 

@@ -1,0 +1,227 @@
+"""Export a release's record to the bills of materials people already use: SPDX and a CycloneDX model card.
+
+:func:`read_release` gathers what a release says (:class:`ReleaseRecord`: each weights file's sha256 and stamped
+declaration, each refit annotation's cells); :func:`spdx_document` and :func:`cyclonedx_document` map it with the
+registry's libraries (``bnconvention[provenance]``). The mapping is the table in ``docs/standard.md`` ("Export to
+SPDX and CycloneDX").
+
+* **SPDX**: spdx-tools 0.8 validates SPDX 2.3 only (its SPDX 3 model is a draft with no validator), so the export is
+  an SPDX 2.3 document: one package per weights file (sha256 checksum, the convention in its comment) and the
+  records as package annotations, each a JSON text; it passes ``validate_full_spdx_document``.
+* **CycloneDX** 1.6: one ``machine-learning-model`` component per weights file (sha256 hash, ``bnconvention:*``
+  properties). cyclonedx-python-lib 11 has no ``modelCard`` model yet, so the library writes the BOM and the
+  ``modelCard`` (``modelParameters.approach``, ``quantitativeAnalysis.performanceMetrics`` for each refit cell,
+  ``considerations``) is added to its JSON; the whole passes the library's ``JsonStrictValidator``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+from bnconvention._version import __version__
+
+ExportFormat: TypeAlias = Literal["spdx", "cyclonedx"]
+FORMATS: tuple[ExportFormat, ...] = ("spdx", "cyclonedx")
+TOOL = f"bnconvention-{__version__}"
+
+
+@dataclass(frozen=True)
+class WeightsEntry:
+    """One weights file: its name in the release, sha256 of its bytes, and its stamped declaration (JSON)."""
+
+    filename: str
+    sha256: str
+    declaration: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """What a release says about its deployed state: its weights and the refit annotations of them."""
+
+    name: str
+    weights: list[WeightsEntry] = field(default_factory=list)
+    annotations: list[dict[str, Any]] = field(default_factory=list)
+
+    def annotations_of(self, filename: str) -> list[dict[str, Any]]:
+        return [a for a in self.annotations if a.get("subject", {}).get("filename") == filename]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_release(path: Path, *, name: str | None = None) -> ReleaseRecord:
+    """A release folder (or one ``.safetensors`` file): each weights file with its stamped record (checked), and
+    each ``bnconvention/*.json`` refit annotation."""
+    from bnconvention.authoring.stamp import checked_record
+    from bnconvention.formats.canonical import loads_strict
+    from bnconvention.formats.safetensors_header import read_header
+    from bnconvention.standard.locations import record_from_header
+
+    folder = path if path.is_dir() else path.parent
+    files = sorted(folder.glob("*.safetensors")) if path.is_dir() else [path]
+    weights = []
+    for weights_path in files:
+        record = record_from_header(read_header(weights_path), source=str(weights_path))
+        if record is not None:
+            _, record = checked_record(record, source=str(weights_path))
+        weights.append(WeightsEntry(weights_path.name, _sha256(weights_path), record))
+    annotations = []
+    for annotation in sorted((folder / "bnconvention").glob("*.json")):
+        _, data = checked_record(loads_strict(annotation.read_bytes(), source=str(annotation)),
+                                 source=str(annotation))
+        if data.get("kind") == "refit_annotation":
+            annotations.append(data)
+    return ReleaseRecord(name=name or folder.resolve().name, weights=weights, annotations=annotations)
+
+
+def _compact(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _spdx_id(index: int) -> str:
+    return f"SPDXRef-Model-{index}"
+
+
+# --- SPDX 2.3 -------------------------------------------------------------------------------------------------------
+
+
+def spdx_document(release: ReleaseRecord, *, created: datetime | None = None) -> Any:
+    """The SPDX 2.3 document (spdx-tools' model) of ``release``."""
+    from spdx_tools.spdx.model import (
+        Actor,
+        ActorType,
+        Annotation,
+        AnnotationType,
+        Checksum,
+        ChecksumAlgorithm,
+        CreationInfo,
+        Document,
+        Package,
+        PackagePurpose,
+        Relationship,
+        RelationshipType,
+        SpdxNoAssertion,
+    )
+
+    created = created or datetime.now(UTC).replace(microsecond=0, tzinfo=None)
+    tool = Actor(ActorType.TOOL, TOOL)
+    namespace_digest = hashlib.sha256(_compact([w.sha256 for w in release.weights]).encode()).hexdigest()[:16]
+    info = CreationInfo(spdx_version="SPDX-2.3", spdx_id="SPDXRef-DOCUMENT", name=f"{release.name} deployed state",
+                        document_namespace=f"https://spdx.org/spdxdocs/bnconvention/{release.name}-{namespace_digest}",
+                        creators=[tool], created=created)
+    packages, annotations, relationships = [], [], []
+    for index, weights in enumerate(release.weights):
+        spdx_id = _spdx_id(index)
+        convention = (weights.declaration or {}).get("convention", {}).get("name")
+        comment = (f"BatchNorm running statistics fitted under {convention} (bnconvention declaration)"
+                   if convention else "no bnconvention declaration stamped")
+        packages.append(Package(spdx_id=spdx_id, name=f"{release.name}/{weights.filename}",
+                                download_location=SpdxNoAssertion(), file_name=weights.filename,
+                                files_analyzed=False, checksums=[Checksum(ChecksumAlgorithm.SHA256, weights.sha256)],
+                                primary_package_purpose=PackagePurpose.OTHER, comment=comment))
+        relationships.append(Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, spdx_id))
+        records = ([weights.declaration] if weights.declaration else []) + release.annotations_of(weights.filename)
+        for record in records:
+            annotations.append(Annotation(spdx_id, AnnotationType.OTHER, tool, created,
+                                          f"bnconvention {record['kind']}: {_compact(record)}"))
+    return Document(info, packages=packages, annotations=annotations, relationships=relationships)
+
+
+def spdx_json(release: ReleaseRecord, *, created: datetime | None = None) -> str:
+    """The SPDX 2.3 JSON of ``release``, validated by spdx-tools as it is written."""
+    import io
+
+    from spdx_tools.spdx.writer.json.json_writer import write_document_to_stream
+
+    stream = io.StringIO()
+    write_document_to_stream(spdx_document(release, created=created), stream, validate=True)
+    return stream.getvalue() + "\n"
+
+
+# --- CycloneDX 1.6 --------------------------------------------------------------------------------------------------
+
+
+def _model_card(weights: WeightsEntry, annotations: list[dict[str, Any]]) -> dict[str, Any]:
+    declaration = weights.declaration or {}
+    convention = declaration.get("convention", {})
+    metrics = []
+    for annotation in annotations:
+        refit = annotation["convention"]["name"]
+        for cell in annotation["cells"]:
+            metrics.append({"type": cell["metric"], "value": repr(cell["shipped"]), "slice": "shipped"})
+            metrics.append({"type": cell["metric"], "value": repr(cell["refit"]), "slice": f"refit {refit}",
+                            "confidenceInterval": {"lowerBound": repr(min(cell["replicate_values"])),
+                                                   "upperBound": repr(max(cell["replicate_values"]))}})
+    card: dict[str, Any] = {"modelParameters": {"approach": {"type": "supervised"}}}
+    if metrics:
+        card["quantitativeAnalysis"] = {"performanceMetrics": metrics}
+    lines = [declaration.get("reporting_line")] + [a.get("reporting_line") for a in annotations]
+    considerations = [line for line in lines if line]
+    if convention.get("name"):
+        considerations.insert(0, f"BatchNorm running statistics fitted under {convention['name']}")
+    if considerations:
+        card["considerations"] = {"technicalLimitations": considerations}
+    return card
+
+
+def _properties(weights: WeightsEntry, annotations: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    declaration = weights.declaration
+    found: list[tuple[str, str]] = []
+    if declaration is not None:
+        found += [("bnconvention:convention", declaration["convention"]["name"]),
+                  ("bnconvention:trainable_sha256", declaration["digests"]["trainable_sha256"])]
+        if declaration["digests"].get("running_sha256"):
+            found.append(("bnconvention:running_sha256", declaration["digests"]["running_sha256"]))
+        found.append(("bnconvention:declaration", _compact(declaration)))
+    found += [("bnconvention:refit_annotation", _compact(a)) for a in annotations]
+    return found
+
+
+def cyclonedx_document(release: ReleaseRecord) -> dict[str, Any]:
+    """The CycloneDX 1.6 BOM of ``release`` as a JSON dict: the library's BOM plus each component's ``modelCard``."""
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.output.json import JsonV1Dot6
+
+    bom = Bom()
+    cards = {}
+    for index, weights in enumerate(release.weights):
+        annotations = release.annotations_of(weights.filename)
+        ref = f"bnconvention-model-{index}"
+        bom.components.add(Component(
+            type=ComponentType.MACHINE_LEARNING_MODEL, name=f"{release.name}/{weights.filename}", bom_ref=ref,
+            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=weights.sha256)],
+            properties=[Property(name=n, value=v) for n, v in _properties(weights, annotations)]))
+        cards[ref] = _model_card(weights, annotations)
+    data = json.loads(JsonV1Dot6(bom).output_as_string())
+    for component in data.get("components", []):
+        component["modelCard"] = cards[component["bom-ref"]]
+    return data
+
+
+def cyclonedx_json(release: ReleaseRecord) -> str:
+    return json.dumps(cyclonedx_document(release), indent=2, ensure_ascii=False) + "\n"
+
+
+def export(release: ReleaseRecord, fmt: ExportFormat) -> str:
+    """The document of ``release`` in ``fmt`` as JSON text."""
+    if fmt == "spdx":
+        return spdx_json(release)
+    if fmt == "cyclonedx":
+        return cyclonedx_json(release)
+    raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+__all__ = ["FORMATS", "ExportFormat", "ReleaseRecord", "WeightsEntry", "cyclonedx_document", "cyclonedx_json",
+           "export", "read_release", "spdx_document", "spdx_json"]

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from bnconvention.audit.spec import AuditSpec
     from bnconvention.refit.devices import Device
 
-TOLERANCE = 0.005  # half a percentage point: below the papers' 1.2 pp margin (see the module docstring)
+TOLERANCE = 0.01  # one percentage point: below the papers' 1.2 pp margin, above one record of a 135-record split
 ANNOTATION_FILE = "annotation.json"
 RESULT_FILE = "result.json"
 MAX_ANNOTATION_BYTES = 10_000_000

@@ -397,8 +397,8 @@ def reproduce_local(annotation_path: str | Path, spec: AuditSpec, *, spec_source
     data = fetch_data(annotation, spec, repo_dir=weights.parent)
     result = rerun_local(spec, weights, data, device=device)
     records = original.get("replicate_records") if original else None
-    check_pools([r.get("pool_ids_sha256") for r in records if isinstance(r, dict)] if isinstance(records, list)
-                else None, result)
+    check_pools([str(r.get("pool_ids_sha256")) for r in records if isinstance(r, dict)]
+                if isinstance(records, list) else None, result)
     seconds = original.get("seconds") if original else None
     return reproduction(annotation, result, source=str(path), tolerance=tolerance, start=start,
                         original_seconds=seconds if isinstance(seconds, (int, float)) else None)

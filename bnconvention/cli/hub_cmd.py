@@ -17,6 +17,7 @@ from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.cli.hub_common import add_hub_options, guarded, hub_client
 from bnconvention.cli.progress import show_progress, show_stage_lines, stage_line
 from bnconvention.extras import needs_extra
+from bnconvention.formats.text import one_line
 
 if TYPE_CHECKING:
     from bnconvention.audit.spec import AuditSpec
@@ -365,7 +366,7 @@ def _audit_line_writer(bars: bool) -> Callable[[RepoAudit, bool], None]:
     def write(audit: RepoAudit, reused: bool) -> None:
         failure = audit.reason or next((f.reason for f in audit.files if f.status == "failed"), "")
         when = "reused from the journal" if reused else f"after {time.monotonic() - start:.0f} s"
-        reason = f": {' '.join(failure.split())}" if audit.status == "failed" and failure else ""
+        reason = f": {one_line(failure)}" if audit.status == "failed" and failure else ""
         stage_line(f"[hub audit] {audit.repo_id}: {audit.status} ({plural(len(audit.files), 'file')}), {when}"
                    f"{reason}", bars=bars)
 

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from bnconvention.errors import CardError
+from bnconvention.formats.text import one_line
 
 # Same pattern as huggingface_hub.repocard.REGEX_YAML_BLOCK (which must match the Hub server's).
 REGEX_YAML_BLOCK = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
@@ -223,7 +224,7 @@ def load_yaml_document(text: str, *, source: str = "<yaml>", first_line: int = 1
         raise CardError(f"{source}: invalid YAML front matter: unacceptable character #x{exc.character:04x} at "
                         f"character {exc.position}: {exc.reason}", source=source) from exc
     except yaml.YAMLError as exc:
-        raise CardError(f"{source}: invalid YAML front matter: {' '.join(str(exc).split())}", source=source) from exc
+        raise CardError(f"{source}: invalid YAML front matter: {one_line(exc)}", source=source) from exc
     except UnicodeEncodeError as exc:  # a lone surrogate: libyaml reads UTF-8, which cannot hold one
         raise CardError(f"{source}: invalid YAML front matter: not valid Unicode text at character {exc.start}",
                         source=source) from exc

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bnconvention.errors import OutputInUseError
+from bnconvention.formats.text import elide
 
 LOCK_NAME = ".bnconvention.lock"  # in the output folder
 HOLDER_SUFFIX = ".holder.json"  # beside each lock file: who holds it
@@ -74,7 +75,7 @@ class Holder:
     def describe(self) -> str:
         """``pid 4242 on host (bnconvention hub census lab), since 2025-06-01 12:00:03 UTC``"""
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since))
-        return f"pid {self.pid} on {_short(self.host)} ({_short(self.command)}), since {since}"
+        return f"pid {self.pid} on {elide(self.host)} ({elide(self.command)}), since {since}"
 
     def alive(self) -> bool | None:
         """Whether its process still runs: None when this cannot be told (another host, or no way to ask)."""
@@ -89,11 +90,6 @@ class Holder:
         except OSError:
             return None
         return True
-
-
-def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class FileLockWithHolder:

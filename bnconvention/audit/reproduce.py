@@ -41,6 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bnconvention.errors import BnConventionError, ReproductionInputError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.text import one_line
+from bnconvention.standard.decision_rules import REPRODUCTION_TOLERANCE
 from bnconvention.standard.models import Cell, RefitAnnotation, Verdict, parse_record, to_dict
 
 if TYPE_CHECKING:
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
     from bnconvention.audit.spec import AuditSpec
     from bnconvention.refit.devices import Device
 
-TOLERANCE = 0.01  # one percentage point: below the papers' 1.2 pp margin, above one record of a 135-record split
+TOLERANCE = REPRODUCTION_TOLERANCE
 ANNOTATION_FILE = "annotation.json"
 RESULT_FILE = "result.json"
 MAX_ANNOTATION_BYTES = 10_000_000
@@ -431,7 +433,7 @@ def _values(values: Sequence[float]) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return one_line(exc) or type(exc).__name__
 
 
 __all__ = [

@@ -38,7 +38,7 @@ pool or dataset revision that no longer exists) or bad usage; 130 interrupted.
 
 def add_reproduce_options(parser: argparse.ArgumentParser) -> None:
     """The options ``reproduce`` and ``hub reproduce`` share."""
-    from bnconvention.audit.reproduce import TOLERANCE
+    from bnconvention.standard.decision_rules import REPRODUCTION_TOLERANCE as TOLERANCE
 
     parser.add_argument("--spec", required=True, metavar="SPEC", help="the audit spec the annotation was computed "
                                                                       "under (.yaml, .yml or .json)")

@@ -75,6 +75,7 @@ def _require(path: Path, what: str) -> None:
 
 def run_sign(args: argparse.Namespace) -> int:
     from bnconvention.authoring import signing
+    from bnconvention.formats.signatures import read_signed_files
 
     _require(args.target, "the release folder or record to sign")
     _require(args.private_key, "the private key")
@@ -85,7 +86,7 @@ def run_sign(args: argparse.Namespace) -> int:
         checked_record(loads_strict(args.target.read_bytes(), source=str(args.target)), source=str(args.target))
     written = signing.sign(args.target, private_key=args.private_key, signature=args.signature,
                            password=args.password)
-    covered = signing.read_signed_files(written, args.target)
+    covered = read_signed_files(written, args.target)
     print(f"{written}: signed {len(covered.digests)} file{'s' if len(covered.digests) != 1 else ''} of "
           f"{args.target} ({', '.join(sorted(covered.digests))})")
     return 0

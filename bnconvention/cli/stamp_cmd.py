@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 def _warn_signatures(changed: list[Path]) -> None:
     """A stamp rewrites bytes a release's signature covers: say which signature it invalidated and how to sign
     again (stamp first, then sign; docs/quickstart-author.md)."""
-    from bnconvention.authoring.signing import RESIGN_HINT, signature_target, signatures_covering
+    from bnconvention.formats.signatures import RESIGN_HINT, signature_target, signatures_covering
 
     for signature in sorted({s for path in changed for s in signatures_covering(path)}):
         names = ", ".join(str(p) for p in changed if signature in signatures_covering(p))

@@ -79,6 +79,11 @@ class Decision:
         return self.sign_test.p_two_sided if self.method == SIGN_METHOD else None
 
 
+# A reproduced cell's widening of the annotated replicate range, in the cell's unit (fraction or AUC; x100 for a
+# cell in pp): one percentage point, below the papers' 1.2 pp margin and above one record of a 135-record split.
+# Replicates are identical on one machine given the seeds; across machines it is not measured yet (statistics.md).
+REPRODUCTION_TOLERANCE = 0.01
+
 def _check(shifts_pp: Sequence[float], margin_pp: float) -> list[float]:
     values = [float(s) for s in shifts_pp]
     if not values:

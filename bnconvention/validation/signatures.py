@@ -22,7 +22,7 @@ def release_signatures(directory: Path, displays: list[str], annotations: list[t
                        ) -> list[tuple[str, Path]]:
     """``(display, path)`` of the signatures of a release: its folder's ``model.sig`` (named beside the release's
     other files, ``displays``) and each annotation's ``<file>.sig``."""
-    from bnconvention.authoring.signing import SIGNATURE_NAME, SIGNATURE_SUFFIX
+    from bnconvention.formats.signatures import SIGNATURE_NAME, SIGNATURE_SUFFIX
 
     found = []
     folder_signature = directory / SIGNATURE_NAME
@@ -37,8 +37,8 @@ def release_signatures(directory: Path, displays: list[str], annotations: list[t
 
 def check_signature(display: str, signature: Path) -> tuple[list[Issue], str]:
     """The issues of one signature against the files it signed, and its summary note."""
-    from bnconvention.authoring.signing import RESIGN_HINT, check_signed_files, signature_target
     from bnconvention.errors import SignatureError
+    from bnconvention.formats.signatures import RESIGN_HINT, check_signed_files, signature_target
 
     target = signature_target(signature)
     try:

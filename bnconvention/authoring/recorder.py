@@ -323,6 +323,8 @@ class BNRecorder:
     def _input_done(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         if id(module) in self._holders:
             self._depth -= 1
+            if self._depth == 0:
+                self._pending = None  # the forward is over: its rows are not a later call's
 
     def _note_shares(self, module: Any, args: tuple[Any, ...]) -> None:
         """The first buffer write of a forward moves the splits' shares as it moves the statistics; a write no

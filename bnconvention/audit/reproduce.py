@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bnconvention.errors import BnConventionError, ReproductionInputError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
-from bnconvention.formats.text import one_line
+from bnconvention.formats.text import first_validation_error, one_line
 from bnconvention.standard.decision_rules import REPRODUCTION_TOLERANCE
 from bnconvention.standard.models import Cell, RefitAnnotation, Verdict, parse_record, to_dict
 
@@ -131,9 +131,7 @@ def parse_annotation(data: bytes, *, source: str) -> RefitAnnotation:
     try:
         record = parse_record(loads_strict(data, source=source))
     except (BnConventionError, ValidationError) as exc:
-        first = str(exc).splitlines()[0] if isinstance(exc, BnConventionError) else (
-            f"{exc.error_count()} invalid field(s), first {'/'.join(map(str, exc.errors()[0]['loc']))}: "
-            f"{exc.errors()[0]['msg']}")
+        first = str(exc).splitlines()[0] if isinstance(exc, BnConventionError) else first_validation_error(exc)
         raise ReproductionInputError(f"annotation {source} is not a readable refit annotation: {first}; check it "
                                      "with bnconvention validate", missing=source) from exc
     if not isinstance(record, RefitAnnotation):

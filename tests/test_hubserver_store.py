@@ -80,6 +80,28 @@ def test_store_reopens_with_the_same_state(store: HubStore) -> None:
     assert reopened.read_file("org/m", "w.bin") == b"\x00\x01"
 
 
+def test_super_squash_drops_the_commits_nothing_reaches(store: HubStore) -> None:
+    first = store.commit("org/data", files={"a.txt": b"1"}, repo_type="dataset").oid
+    tagged = store.commit("org/data", files={"b.txt": b"2"}, repo_type="dataset").oid
+    store.create_tag("org/data", "v1", revision=tagged, repo_type="dataset")
+    last = store.commit("org/data", files={"c.txt": b"3"}, repo_type="dataset").oid
+    head = store.super_squash("org/data", repo_type="dataset")
+    squashed = store.get_commit("org/data", head, repo_type="dataset")
+    assert squashed.parents == () and sorted(squashed.tree) == [".gitattributes", "a.txt", "b.txt", "c.txt"]
+    assert [c.id for c in store.history("org/data", repo_type="dataset")] == [head]
+    # a tag keeps its commit and that commit's ancestors; what only the branch reached is gone
+    assert [c.id for c in store.history("org/data", "v1", repo_type="dataset")][:2] == [tagged, first]
+    with pytest.raises(HubRequestError) as caught:
+        store.resolve("org/data", last, repo_type="dataset")
+    assert (caught.value.status, caught.value.code) == (404, "RevisionNotFound")
+    reopened = HubStore(store.root, durable=False)  # dropped from disk too
+    with pytest.raises(HubRequestError):
+        reopened.resolve("org/data", last, repo_type="dataset")
+    with pytest.raises(HubRequestError) as caught:
+        store.super_squash("org/data", "v1", repo_type="dataset")
+    assert caught.value.code == "BadRequest"
+
+
 def test_refused_commit_writes_nothing(store: HubStore) -> None:
     store.commit("org/m", files={"a.txt": b"a"})
     before = snapshot(store.root)

@@ -8,8 +8,9 @@ The stages of :mod:`bnconvention.audit.reproduce`, with the Hub as the source:
 2. **fetch and re-run** (:func:`rerun_on_hub`): the repo's audit task of ``hub audit``
    (:func:`bnconvention.hub.audit_task.audit_repo_task`), unchanged, at the commit the annotation records
    (``subject.revision``), the weights downloaded there, a Hub dataset read at the annotated revision. A revision that
-   no longer exists, a file that is gone, a failed re-run: :class:`~bnconvention.errors.ReproductionInputError`
-   naming it. The re-run's digests must be the annotation's subject's.
+   no longer exists (the weights' or the Hub dataset's), a file that is gone, a failed re-run:
+   :class:`~bnconvention.errors.ReproductionInputError` naming it. The re-run's digests must be the annotation's
+   subject's.
 3. **compare**: :func:`bnconvention.audit.reproduce.reproduction`, the one rule.
 """
 
@@ -84,6 +85,23 @@ def check_revision(client: HubClient, repo_id: str, revision: str) -> None:
                                      f"{client.scrub(describe(exc))}", missing=f"{repo_id}@{revision}") from exc
 
 
+def check_dataset_revision(client: HubClient, spec: AuditSpec) -> None:
+    """Refuse a Hub dataset whose annotated revision is no longer on the Hub (history squashed, branch or tag
+    deleted), before the re-run: the audit task reuses a dataset it already decoded in this process."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    dataset = spec.dataset
+    if dataset.kind != "hub" or dataset.repo is None or dataset.revision is None:
+        return
+    repo, revision = str(dataset.repo), str(dataset.revision)
+    try:
+        call_with_retry(lambda: client.api.dataset_info(repo, revision=revision), policy=client.retry,
+                        what=f"read dataset {repo}@{revision}")
+    except HfHubHTTPError as exc:
+        raise ReproductionInputError(f"the annotated dataset {repo}@{revision} is unavailable: "
+                                     f"{client.scrub(describe(exc))}", missing=f"{repo}@{revision}") from exc
+
+
 def rerun_on_hub(client: HubClient, annotation: RefitAnnotation, spec: AuditSpec, *, repo_id: str,
                  allowed_factories: tuple[str, ...] = (), device: Device = "cpu") -> AuditResult:
     """The annotated file's audit, re-run by ``hub audit``'s own task at the annotated commit."""
@@ -96,6 +114,7 @@ def rerun_on_hub(client: HubClient, annotation: RefitAnnotation, spec: AuditSpec
         raise ReproductionInputError(f"the annotation of {subject.filename} names no revision: the weights it "
                                      "audited cannot be fetched", missing=f"{repo_id}/{subject.filename}")
     check_revision(client, repo_id, subject.revision)
+    check_dataset_revision(client, spec)
     task = AuditTask(endpoint=client.endpoint, token=client.token, repo_id=repo_id, revision=subject.revision,
                      filenames=(subject.filename,), skipped=(), spec=spec.model_dump(mode="json"),
                      allowed_factories=allowed_factories, retry=client.retry, timeout_s=client.timeout_s,
@@ -128,4 +147,5 @@ def reproduce_pull_request(client: HubClient, repo_id: str, pr: int, spec: Audit
     return results
 
 
-__all__ = ["check_revision", "pull_request_annotations", "reproduce_pull_request", "rerun_on_hub"]
+__all__ = ["check_dataset_revision", "check_revision", "pull_request_annotations", "reproduce_pull_request",
+           "rerun_on_hub"]

@@ -303,6 +303,24 @@ class RepoDatabase:
                 return commit.id
         return None
 
+    def drop_unreachable(self, key: RepoKey) -> list[str]:
+        """Delete the commits no branch, tag or pull request (head, base, merge) reaches any more, as the Hub's
+        garbage collection does after a super-squash: they stop resolving (404 ``RevisionNotFound``). Blobs stay
+        (shared by content across repos). Returns the dropped ids, sorted."""
+        state = self.state(key)
+        roots = list(state["branches"].values()) + [t["oid"] for t in state["tags"].values()]
+        for discussion in state["discussions"]:
+            pr = discussion.get("pr") or {}
+            roots += [pr[k] for k in ("head", "baseCommit", "mergeCommitId") if isinstance(pr.get(k), str)]
+        folder = self._repo_dir(key) / "commits"
+        stored = {path.stem for path in folder.glob("*.json")} if folder.is_dir() else set()
+        reachable = {commit.id for commit in self.walk(key, [r for r in roots if r in stored])}
+        dropped = sorted(stored - reachable)
+        for oid in dropped:
+            (folder / f"{oid}.json").unlink()
+            self._commits.get(key, {}).pop(oid, None)
+        return dropped
+
     def commit_by_prefix(self, key: RepoKey, prefix: str) -> Commit:
         """A commit of this repo named by a full id or a prefix of 5+ hex digits (unique among reachable ones)."""
         if not isinstance(prefix, str) or not _COMMIT_PREFIX.match(prefix):

@@ -290,6 +290,37 @@ class HubStore:
         return oid
 
 
+    def super_squash(self, repo_id: str, branch: str = DEFAULT_BRANCH, *, message: str = "Super-squash branch",
+                     repo_type: RepoType = "model", author: str = DEFAULT_AUTHOR) -> str:
+        """Squash ``branch``'s history into one parentless commit with its head's files, as the Hub's super-squash
+        (``HfApi.super_squash_history``) does, and drop the commits nothing reaches any more: a revision pinned at
+        one of them answers 404 ``RevisionNotFound`` from then on. Returns the new head.
+
+        >>> import tempfile
+        >>> store = HubStore(tempfile.mkdtemp(), durable=False)
+        >>> old = store.commit("org/demo", files={"README.md": b"# demo\\n"}).oid
+        >>> head = store.super_squash("org/demo")
+        >>> store.read_file("org/demo", "README.md", revision=head)
+        b'# demo\\n'
+        >>> try:
+        ...     store.resolve("org/demo", old)
+        ... except HubRequestError as exc:
+        ...     print(exc.status, exc.code)
+        404 RevisionNotFound
+        """
+        key = repo_key(repo_id, repo_type)
+        with self._db.lock:
+            state = copy.deepcopy(self._db.state(key))
+            target = self._db.resolve(key, branch)
+            if target.kind != "branch":
+                raise bad_request(f"super-squash needs a branch, not the {target.kind} {branch!r}", repo_id=repo_id)
+            new = self._db.new_commit(key, parents=(), tree=target.commit.tree, blobs={}, title=message, message="",
+                                      author=author)
+            state["branches"][target.name] = new.id
+            self._db.save_state(key, state)
+            self._db.drop_unreachable(key)
+        return new.id
+
     # --- discussions and pull requests (see ``discussions``) ------------------------------------------------------
 
     def create_discussion(self, repo_id: str, *, title: str, description: str = "", author: str,

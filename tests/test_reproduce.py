@@ -173,6 +173,79 @@ def test_an_unreadable_annotation_and_missing_weights_are_named(audited, tmp_pat
     assert code == 2 and "pass --weights (the annotated bn-badteacher-eval.safetensors)" in err
 
 
+# --- bnconvention verify --reproduce: the signature, the digests, then the reproduction ----------------------------
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    folder = tmp_path_factory.mktemp("keys")
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = folder / "key.pem", folder / "key.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+def _verify(capsys: pytest.CaptureFixture[str], annotation: Path, keys, audited, *extra: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    code = main(["verify", str(annotation), "--public-key", str(keys[1]), "--weights", str(audited["weights"]),
+                 *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_verify_reproduce_folds_the_reproduction_into_the_exit_status(audited, keys, tmp_path, capsys) -> None:
+    out = tmp_path / "audit"
+    shutil.copytree(audited["out"], out)
+    annotation = out / "annotation.json"
+    assert main(["sign", str(annotation), "--private-key", str(keys[0])]) == 0
+    capsys.readouterr()
+    code, stdout, err = _verify(capsys, annotation, keys, audited, "--reproduce", "--spec", str(audited["spec"]))
+    assert (code, err) == (0, ""), err
+    assert "reproduced: 3 cells and 2 verdicts" in stdout
+    assert stdout.splitlines()[-1] == f"{annotation}: verified and reproduced"
+    # the signature holds but the reproduction does not come back: exit 1, the cell named
+    def edit(annotation):  # type: ignore[no-untyped-def]
+        cell = annotation["cells"][1]
+        cell["replicate_values"][0] = round(cell["replicate_values"][0] - 0.05, 6)
+        cell["refit"] = sum(cell["replicate_values"]) / len(cell["replicate_values"])  # a valid record, signed
+
+    edited = _edited(audited, tmp_path / "edited", edit)
+    assert main(["sign", str(edited), "--private-key", str(keys[0])]) == 0
+    capsys.readouterr()
+    code, stdout, err = _verify(capsys, edited, keys, audited, "--reproduce", "--spec", str(audited["spec"]))
+    assert code == 1
+    assert "not reproduced: dr differs" in stdout
+    assert err == f"bnconvention: verification failed: not reproduced: {edited} (dr)\n"
+    # tampered after signing: the signature fails first, nothing is re-run
+    annotation.write_text(annotation.read_text().replace('"replicates": 2', '"replicates": 3'))
+    code, stdout, err = _verify(capsys, annotation, keys, audited, "--reproduce", "--spec", str(audited["spec"]))
+    assert code == 1 and str(annotation) in err
+    assert stdout.splitlines()[-1] == f"{annotation}: not reproduced: the signature and digests must hold first"
+
+
+def test_verify_reproduce_keeps_reproduces_exit_2(audited, keys, tmp_path, capsys) -> None:
+    out = tmp_path / "audit"
+    shutil.copytree(audited["out"], out)
+    annotation = out / "annotation.json"
+    assert main(["sign", str(annotation), "--private-key", str(keys[0])]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "moved"  # the spec without its pool beside it: the pool is gone
+    folder.mkdir()
+    shutil.copy(audited["spec"], folder / "spec.yaml")
+    code, stdout, err = _verify(capsys, annotation, keys, audited, "--reproduce", "--spec", str(folder / "spec.yaml"))
+    assert code == 2
+    assert stdout.startswith("ok ") and "cannot reproduce: the pool (dataset file:digits.npz@" in err
+    code, _, err = _verify(capsys, annotation, keys, audited, "--reproduce")
+    assert code == 2 and "--reproduce needs --spec" in err
+    code, _, err = _verify(capsys, annotation, keys, audited, "--spec", str(audited["spec"]))
+    assert code == 2 and "go with --reproduce" in err
+
+
 # --- the rule, on numbers alone -------------------------------------------------------------------------------------
 
 

@@ -406,7 +406,7 @@ def _push_work(args: argparse.Namespace, _: None, client: HubClient, journal: Jo
     from bnconvention.hub.push import push_org
 
     return push_org(client, args.org, journal=journal, dry_run=args.dry_run, eval_results=not args.no_eval_results,
-                    progress=show_progress(args.progress), repos=args.repo)
+                    progress=show_progress(args.progress), repos=args.repo, out=out)
 
 
 def _push_report(args: argparse.Namespace, run: PushRun, client: HubClient, out: Path) -> int:

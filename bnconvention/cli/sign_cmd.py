@@ -6,8 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from bnconvention.cli.device_option import add_device_option
 from bnconvention.extras import needs_extra
+
+if TYPE_CHECKING:
+    from bnconvention.authoring import signing
 
 SIGN_EPILOG = """\
 examples:
@@ -29,12 +34,17 @@ examples:
   bnconvention verify release --public-key key.pub
   bnconvention verify release/bnconvention/refit-0123456789ab.json --public-key key.pub
   bnconvention verify record.json --public-key key.pub --weights model.safetensors
+  bnconvention verify annotation.json --public-key key.pub --weights model.safetensors --reproduce --spec audit.yaml
 
 Checks the signature with the public key, every signed file against it, then the records' digests against the
 weights (a folder: each stamped header and each annotation's subject; a record file: --weights, by default an
 annotation's subject or the one .safetensors file beside a declaration). Every file that fails is named.
+With --reproduce (an annotation, or a release's annotations), once the signature and digests hold, each annotation
+is reproduced as `bnconvention reproduce` does (--spec is the audit's spec) and its cells must come back.
 
-Exit codes: 0 verified, 1 a signature or a digest does not match (the files named), 2 unreadable input.
+Exit codes: 0 verified (and reproduced, with --reproduce), 1 a signature or a digest does not match or an
+annotation is not reproduced (the files and cells named), 2 unreadable input or bad usage (with --reproduce also
+what reproduce cannot read: a spec that is not the annotation's, a pool or dataset revision that is gone).
 """
 
 
@@ -64,6 +74,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verify.add_argument("--weights", type=Path, default=None, metavar="WEIGHTS.safetensors",
                         help="the weights a record file describes (default: an annotation's subject, or the one "
                              ".safetensors beside a declaration)")
+    verify.add_argument("--reproduce", action="store_true",
+                        help="then re-run the audit each annotation records and check its cells come back "
+                             "(bnconvention reproduce; needs --spec and bnconvention[audit])")
+    verify.add_argument("--spec", default=None, metavar="SPEC",
+                        help="with --reproduce: the audit spec the annotation was computed under")
+    verify.add_argument("--tolerance", type=float, default=None, metavar="T",
+                        help="with --reproduce: widening of the replicate ranges (default: reproduce's)")
+    verify.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="with --reproduce: allow your own model factory for this run (repeatable)")
+    add_device_option(verify)
     needs_extra(verify, "provenance")
     verify.set_defaults(func=run_verify)
 
@@ -94,7 +114,12 @@ def run_sign(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     from bnconvention.authoring import signing
+    from bnconvention.errors import UsageError
 
+    if args.reproduce and args.spec is None:
+        raise UsageError("--reproduce needs --spec, the audit spec the annotation was computed under")
+    if not args.reproduce and (args.spec is not None or args.tolerance is not None or args.allow_factory):
+        raise UsageError("--spec, --tolerance and --allow-factory go with --reproduce")
     _require(args.target, "the release folder or record to verify")
     _require(args.public_key, "the public key")
     result = signing.verify(args.target, public_key=args.public_key, signature=args.signature, weights=args.weights)
@@ -106,8 +131,53 @@ def run_verify(args: argparse.Namespace) -> int:
             print(f"ok   {digest.record}: digests match {digest.weights}")
         else:
             print(f"FAIL {digest.record}: {digest.problem}")
-    if result.ok:
-        print(f"{args.target}: verified")
+    if not result.ok:
+        print(f"bnconvention: verification failed: {', '.join(result.failing_files)}", file=sys.stderr)
+        if args.reproduce:
+            print(f"{args.target}: not reproduced: the signature and digests must hold first")
+        return 1
+    if args.reproduce:
+        differing = _reproduce(args, result)
+        if differing:
+            print(f"bnconvention: verification failed: not reproduced: {', '.join(differing)}", file=sys.stderr)
+            return 1
+        print(f"{args.target}: verified and reproduced")
         return 0
-    print(f"bnconvention: verification failed: {', '.join(result.failing_files)}", file=sys.stderr)
-    return 1
+    print(f"{args.target}: verified")
+    return 0
+
+
+def _reproduce(args: argparse.Namespace, result: signing.VerifyResult) -> list[str]:
+    """Reproduce each annotation ``verify`` checked (:func:`bnconvention.audit.reproduce.reproduce_local`, with the
+    weights its digests were checked against); the annotations that did not reproduce, each with its cells. A
+    reproduction's unreadable or unavailable input raises (exit 2, named), as ``bnconvention reproduce`` does."""
+    from bnconvention.audit.reproduce import TOLERANCE, reproduce_local, reproduction_lines
+    from bnconvention.audit.spec import load_spec
+    from bnconvention.cli.audit_cmd import allow_factories
+    from bnconvention.cli.device_option import chosen_device
+    from bnconvention.cli.reproduce_cmd import checked_tolerance
+    from bnconvention.errors import UsageError
+    from bnconvention.formats.canonical import loads_strict
+
+    annotations = []
+    for digest in result.digests:
+        record_path = Path(digest.record)
+        if record_path.suffix == ".json" and record_path.is_file():
+            record = loads_strict(record_path.read_bytes(), source=digest.record)
+            if isinstance(record, dict) and isinstance(record.get("subject"), dict):
+                annotations.append((record_path, Path(digest.weights)))
+    if not annotations:
+        raise UsageError(f"--reproduce: {args.target} holds no refit annotation to reproduce")
+    args.tolerance = TOLERANCE if args.tolerance is None else args.tolerance
+    tolerance = checked_tolerance(args)
+    allow_factories(args.allow_factory)
+    device = chosen_device(args)
+    spec = load_spec(args.spec)
+    differing = []
+    for annotation, weights in annotations:
+        reproduction = reproduce_local(annotation, spec, spec_source=args.spec, weights=weights,
+                                       tolerance=tolerance, device=device)
+        print("\n".join(reproduction_lines(reproduction)))
+        if not reproduction.reproduced:
+            differing.append(f"{annotation} ({', '.join(reproduction.differing)})")
+    return differing

@@ -21,14 +21,21 @@ even when the journal was lost or the previous run was killed between the Hub's 
 new pull request carries only the annotations no earlier one did. The search and the creation are one step under
 the repo's lock (:func:`bnconvention.hub.locking.repo_lock`), so two pushes at once on this machine, even into
 different ``--out`` folders, open at most one pull request per annotation: the second waits, then finds the first's.
+
+Signed annotations: an annotation under ``--out`` with a ``<file>.sig`` beside it (``bnconvention sign``, OpenSSF
+model signing) gets that signature pushed in the same commit as ``bnconvention/refit-<12 hex>.json.sig``, and the
+description says so (:func:`annotation_signature`). A signature that no longer covers the bytes pushed fails that
+repo's push, naming the file and how to sign again: a stale signature is never proposed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -36,6 +43,7 @@ from pydantic import BaseModel, ConfigDict
 from bnconvention.errors import UsageError
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
+from bnconvention.formats.signatures import RESIGN_HINT, SIGNATURE_SUFFIX, read_signed_files, signature_target
 from bnconvention.formats.text import one_line, plural, signed
 from bnconvention.hub.audit import FileAudit, RepoAudit
 from bnconvention.hub.client import HubClient
@@ -164,7 +172,7 @@ def eval_results_entry(annotation: RefitAnnotation, benchmark: Benchmark) -> byt
 
 
 def _description(audit: RepoAudit, annotations: list[tuple[str, str, RefitAnnotation]], *,
-                 model_index_note: str = "") -> str:
+                 model_index_note: str = "", signed_by: dict[str, str] | None = None) -> str:
     lines = [f"Adds BatchNorm refit annotations for `{audit.repo_id}` at `{audit.revision[:12]}`, written by "
              "`bnconvention hub push`. The weights are not changed: each refit runs at bit-identical trainable "
              "tensors, checked by digest.", ""]
@@ -175,6 +183,10 @@ def _description(audit: RepoAudit, annotations: list[tuple[str, str, RefitAnnota
         lines += [f"| {c.metric} | {c.shipped:.4f} | {c.refit:.4f} | {signed(c.shift_pp)}pp | {c.decision.outcome} |"
                   for c in annotation.cells]
         lines.append("")
+        if signed_by and path in signed_by:
+            lines += [f"Signed: `{path}{SIGNATURE_SUFFIX}` (OpenSSF model signing, written by `bnconvention sign` as "
+                      f"`{signed_by[path]}`) signs this annotation; check it with `bnconvention verify {path} "
+                      "--public-key KEY.pub`.", ""]
     lines.append("The card gets a `bnconvention_refit` entry and a \"BatchNorm refit audit\" section per annotation.")
     lines.append(model_index_note or "The card's `model-index` gets each refit cell as an evaluation result beside "
                                       "the published one (metric config `bnconvention-refit`); the annotation file "
@@ -184,10 +196,42 @@ def _description(audit: RepoAudit, annotations: list[tuple[str, str, RefitAnnota
     return "\n".join(lines) + "\n"
 
 
+def annotation_signature(out: Path | None, audit: RepoAudit, digest: str, data: bytes) -> Path | None:
+    """The signature ``bnconvention sign`` wrote beside the local copy of an annotation under ``out`` (a
+    ``<file>.sig`` under the repo's audit folder whose file is the annotation of canonical digest ``digest``);
+    ``None`` when it is not signed. :class:`UsageError` when the signature does not cover ``data``, the bytes the
+    pull request adds (the annotation changed since it was signed): it names the file and how to sign again."""
+    from bnconvention.formats.canonical import loads_strict
+    from bnconvention.hub.audit import repo_out_dir
+
+    folder = repo_out_dir(out, audit.repo_id) if out is not None else None
+    if folder is None or not folder.is_dir():
+        return None
+    for signature in sorted(folder.rglob(f"*.json{SIGNATURE_SUFFIX}")):
+        target = signature_target(signature)
+        try:
+            if not target.is_file() or canonical_sha256(loads_strict(target.read_bytes(),
+                                                                    source=str(target))) != digest:
+                continue
+        except (OSError, ValueError):  # unreadable or not JSON (JSONInputError is a ValueError): not ours
+            continue
+        signed = read_signed_files(signature, target)
+        listed = list(signed.digests.values())
+        method = (signed.serialization.get("method"), signed.serialization.get("hash_type", "sha256"))
+        if method != ("files", "sha256"):
+            raise UsageError(f"{signature}: signed with {method[0]}/{method[1]} hashing, not one file's sha256; "
+                             f"sign it again: {RESIGN_HINT.format(target=target.name)}")
+        if listed != [hashlib.sha256(data).hexdigest()]:
+            raise UsageError(f"{signature} no longer matches its annotation (changed since signing); sign it "
+                             f"again: {RESIGN_HINT.format(target=target.name)}")
+        return signature
+    return None
+
+
 def plan_push(client: HubClient, audit: RepoAudit, *, eval_results: bool = True,
-              benchmarks: dict[str, Benchmark | None] | None = None) -> PushPlan | None:
+              benchmarks: dict[str, Benchmark | None] | None = None, out: Path | None = None) -> PushPlan | None:
     """The pull request for one audited repo, built from the card at the audited revision; ``None`` when nothing
-    was audited."""
+    was audited. ``out`` (the audit's output folder) is where signed annotations' signatures are looked for."""
     from bnconvention.audit.outputs import annotation_text
     from bnconvention.authoring.card_stamp import refit_card_entry, stamp_card_refit_text
     from bnconvention.formats.card import decode_card
@@ -203,6 +247,7 @@ def plan_push(client: HubClient, audit: RepoAudit, *, eval_results: bool = True,
     files: dict[str, bytes] = {}
     changes: list[tuple[str, str]] = []
     annotations: list[tuple[str, str, RefitAnnotation]] = []
+    signed_by: dict[str, str] = {}
     for item in audited:
         result = item.result
         if result is None or item.annotation_path is None:  # excluded above; keeps the type checker informed
@@ -214,6 +259,11 @@ def plan_push(client: HubClient, audit: RepoAudit, *, eval_results: bool = True,
                              "digest; rerun the audit")
         files[item.annotation_path] = annotation_text(result).encode("utf-8")
         changes.append((item.annotation_path, "add"))
+        signature = annotation_signature(out, audit, digest, files[item.annotation_path])
+        if signature is not None and out is not None:
+            files[item.annotation_path + SIGNATURE_SUFFIX] = signature.read_bytes()
+            changes.append((item.annotation_path + SIGNATURE_SUFFIX, "add"))
+            signed_by[item.annotation_path] = signature.relative_to(out).as_posix()
         annotations.append((item.annotation_path, digest, annotation))
         card = stamp_card_refit_text(card, refit_card_entry(annotation, path=item.annotation_path, sha256=digest),
                                      source=f"{audit.repo_id}/{CARD_NAME}")
@@ -230,7 +280,8 @@ def plan_push(client: HubClient, audit: RepoAudit, *, eval_results: bool = True,
     short = ", ".join(path.rsplit("/", 1)[-1] for path, _, _ in annotations)
     return PushPlan(repo_id=audit.repo_id, revision=audit.revision, annotations=[sha for _, sha, _ in annotations],
                     files=files, changes=sorted(changes), title=f"Add BatchNorm refit annotation ({short})",
-                    description=_description(audit, annotations, model_index_note=note), card_before=before,
+                    description=_description(audit, annotations, model_index_note=note, signed_by=signed_by),
+                    card_before=before,
                     card_after=card)
 
 
@@ -302,11 +353,12 @@ class PushRun:
 
 def push_repo(client: HubClient, audit: RepoAudit, *, user: str, dry_run: bool = False, eval_results: bool = True,
               benchmarks: dict[str, Benchmark | None] | None = None,
-              after_open: Callable[[PushOutcome], None] | None = None) -> tuple[PushOutcome, PushPlan | None]:
+              after_open: Callable[[PushOutcome], None] | None = None,
+              out: Path | None = None) -> tuple[PushOutcome, PushPlan | None]:
     """Plan and (unless ``dry_run``) open the pull request of one audited repo. Annotations an earlier pull request
     of ours already carries, or ``main`` already holds, are left out of a new one (a repo audited again under a
     second spec gets a pull request with the second spec's annotations only)."""
-    plan = plan_push(client, audit, eval_results=eval_results, benchmarks=benchmarks)
+    plan = plan_push(client, audit, eval_results=eval_results, benchmarks=benchmarks, out=out)
     if plan is None:
         return PushOutcome(repo_id=audit.repo_id, revision=audit.revision, status="nothing", annotations=[],
                            reason="no audited file"), None
@@ -314,12 +366,13 @@ def push_repo(client: HubClient, audit: RepoAudit, *, user: str, dry_run: bool =
     # new one, so two pushes at once (two processes, any --out) open at most one (issue 24)
     with contextlib.nullcontext() if dry_run else repo_lock(client.endpoint, audit.repo_id):
         return _search_then_open(client, audit, plan, user=user, dry_run=dry_run, eval_results=eval_results,
-                                 benchmarks=benchmarks, after_open=after_open)
+                                 benchmarks=benchmarks, after_open=after_open, out=out)
 
 
 def _search_then_open(client: HubClient, audit: RepoAudit, plan: PushPlan, *, user: str, dry_run: bool,
                       eval_results: bool, benchmarks: dict[str, Benchmark | None] | None,
-                      after_open: Callable[[PushOutcome], None] | None) -> tuple[PushOutcome, PushPlan | None]:
+                      after_open: Callable[[PushOutcome], None] | None,
+                      out: Path | None = None) -> tuple[PushOutcome, PushPlan | None]:
     base: dict[str, Any] = {"repo_id": audit.repo_id, "revision": audit.revision, "annotations": plan.annotations}
     proposals = our_pull_requests(client, audit.repo_id, user=user)
     found = next(((num, status) for num, status, carried in proposals if set(plan.annotations) <= carried), None)
@@ -335,7 +388,7 @@ def _search_then_open(client: HubClient, audit: RepoAudit, plan: PushPlan, *, us
     done = merged | {sha for _, _, carried in proposals for sha in carried}
     if done & set(plan.annotations):
         rest = audit.model_copy(update={"files": [f for f in audit.files if f.annotation_sha256 not in done]})
-        plan = plan_push(client, rest, eval_results=eval_results, benchmarks=benchmarks) or plan
+        plan = plan_push(client, rest, eval_results=eval_results, benchmarks=benchmarks, out=out) or plan
     if dry_run:
         return PushOutcome(**base, status="dry-run", reason="not pushed (--dry-run)"), plan
     num, url, opened = open_pull_request(client, plan, user=user)
@@ -374,8 +427,9 @@ def audits_to_push(journal: Journal, org: str, *, repos: list[str] | None = None
 
 def push_org(client: HubClient, org: str, *, journal: Journal, dry_run: bool = False, eval_results: bool = True,
              progress: bool = False, repos: list[str] | None = None,
-             after_open: Callable[[PushOutcome], None] | None = None) -> PushRun:
-    """Open one pull request per audited repo in the journal (see the module docstring); ``repos`` restricts it."""
+             after_open: Callable[[PushOutcome], None] | None = None, out: Path | None = None) -> PushRun:
+    """Open one pull request per audited repo in the journal (see the module docstring); ``repos`` restricts it,
+    ``out`` (the audit's output folder) holds the signatures of signed annotations."""
     from tqdm.auto import tqdm
 
     if not client.token:
@@ -399,7 +453,7 @@ def push_org(client: HubClient, org: str, *, journal: Journal, dry_run: bool = F
                 continue
             try:
                 outcome, plan = push_repo(client, audit, user=user, dry_run=dry_run, eval_results=eval_results,
-                                          benchmarks=benchmarks, after_open=after_open)
+                                          benchmarks=benchmarks, after_open=after_open, out=out)
             except Exception as exc:  # noqa: BLE001 - recorded with its error; the crawl goes on
                 outcome, plan = PushOutcome(repo_id=audit.repo_id, revision=audit.revision, status="failed",
                                             annotations=[], reason=client.scrub(describe(exc)),
@@ -424,6 +478,7 @@ __all__ = [
     "PushPlan",
     "PushRun",
     "already_on_main",
+    "annotation_signature",
     "annotations_on_main",
     "audits_to_push",
     "eval_results_entry",

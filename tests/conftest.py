@@ -101,3 +101,19 @@ def tiny_quantized_population():  # -> bnconvention.zoo.population_manifest.Popu
     folder = default_population_dir(REPO_ROOT / ".cache", seed=0, config=TINY_CONFIG)
     return build_quantized_population(folder.with_name(folder.name + "-quantized"), config=TINY_CONFIG, seed=0,
                                       progress=False)
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """An elliptic-curve key pair (private PEM, public PEM) for signing tests, made once per session."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    folder = tmp_path_factory.mktemp("keys")
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = folder / "key.pem", folder / "key.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public

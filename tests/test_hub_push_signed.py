@@ -39,21 +39,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory, zoo) -> Iterator[LocalHub]:
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    folder = tmp_path_factory.mktemp("keys")
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = folder / "key.pem", folder / "key.pub"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
-    return private, public
-
-
-@pytest.fixture(scope="module")
 def audited(hub: LocalHub, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An --out folder with the audit of REPO (nothing pushed): copy it, never write it."""
     out = tmp_path_factory.mktemp("audited") / "out"

@@ -25,21 +25,6 @@ def release(tmp_path: Path) -> Path:
     return target
 
 
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    folder = tmp_path_factory.mktemp("keys")
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = folder / "key.pem", folder / "key.pub"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
-    return private, public
-
-
 def test_signed_annotation_verifies_then_tampered_fails_naming_the_file(
         release: Path, keys: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     private, public = keys

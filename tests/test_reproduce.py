@@ -176,21 +176,6 @@ def test_an_unreadable_annotation_and_missing_weights_are_named(audited, tmp_pat
 # --- bnconvention verify --reproduce: the signature, the digests, then the reproduction ----------------------------
 
 
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    folder = tmp_path_factory.mktemp("keys")
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = folder / "key.pem", folder / "key.pub"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
-    return private, public
-
-
 def _verify(capsys: pytest.CaptureFixture[str], annotation: Path, keys, audited, *extra: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
     code = main(["verify", str(annotation), "--public-key", str(keys[1]), "--weights", str(audited["weights"]),
                  *extra])

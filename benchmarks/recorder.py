@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     exit_s = time.perf_counter() - t1
     matching = matcher.observation().split_matching
     if recorder.observation().buffer_updates != args.steps + 10 or matching is None \
-            or sum(s.records for s in matching.splits) != (args.steps + 10) * args.batch_size:
+            or sum(s.records for s in matching.splits) != (args.steps + 10) * args.batch_size \
+            or matching.unmatched_records != 0:
         raise RuntimeError("the recorder missed updates or rows; the measurement is void")
     plain_step = statistics.median(times[id(plain_model)])
     recorded_step = statistics.median(times[id(recorded_model)])

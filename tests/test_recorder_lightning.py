@@ -410,3 +410,18 @@ def test_splits_that_cannot_be_indexed_are_refused_in_one_line() -> None:
         BNRecorder(Net(), splits={"retain": ["not a tensor"]})
     with pytest.raises(UsageError, match="no length"):
         BNRecorder(Net(), splits={"retain": iter([])})
+
+
+def test_a_forward_through_several_batchnorm_layers_counts_its_rows_once() -> None:
+    retain, forget = _datasets()
+    deep = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(),
+                               torch.nn.Linear(6, 6), torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 3))
+    with BNRecorder(deep, split="retain", splits={"retain": retain, "forget": forget}) as rec:
+        deep(torch.stack([retain[i][0] for i in range(8)]))
+        deep(torch.stack([forget[i][0] for i in range(8)]))
+    obs = rec.observation()
+    assert obs.split_matching is not None and obs.buffer_updates == 2
+    assert [(s.split, s.records) for s in obs.split_matching.splits] == [("retain", 8), ("forget", 8)]
+    assert obs.split_matching.unmatched_records == 0  # the second layer's write is the same rows, not new ones
+    assert obs.split_matching.splits[1].share == pytest.approx(0.1, rel=1e-12)
+    assert obs.split_matching.splits[0].share == pytest.approx(0.1 * 0.9, rel=1e-12)

@@ -144,7 +144,8 @@ class BNRecorder:
         self._index = SplitIndex(splits, input_key=input_key) if splits is not None else None
         self._shares = ShareTracker(self._index.names) if self._index is not None else None
         self._input_key = input_key
-        self._pending: list[int] | None = None  # the current forward's rows per split, until a layer writes
+        self._batch: Any = None  # the input of the current outermost forward (its rows digested at its first write)
+        self._counted = False  # that forward's rows have moved the shares (once per forward, whatever the layers)
         self._holders: set[int] = set()
         self._depth = 0  # nesting of calls to modules holding BatchNorm layers
 
@@ -235,9 +236,9 @@ class BNRecorder:
                         events.last_momentum = momentum
                         if momentum not in events.momenta:
                             events.momenta.append(momentum)
-                    recorder._note_batch(args)
+                    size = recorder._note_batch(args)
                     if recorder._shares is not None:
-                        recorder._note_shares(module, args)
+                        recorder._note_shares(module, size)
                     recorder._last_write_split = recorder._split
                     if not recorder._split_noted:
                         recorder._note_split(recorder._split)
@@ -296,15 +297,16 @@ class BNRecorder:
                 events.in_refit = entering
                 events.resync()
 
-    def _note_batch(self, args: tuple[Any, ...]) -> None:
+    def _note_batch(self, args: tuple[Any, ...]) -> int | None:
         try:
             size = int(args[0].shape[0])
         except (IndexError, AttributeError, TypeError):
-            return
+            return None
         if self._bs_min is None or size < self._bs_min:
             self._bs_min = size
         if self._bs_max is None or size > self._bs_max:
             self._bs_max = size
+        return size
 
     def _input_hook(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Before each forward of the recorded model: which named split each row of its input comes from."""
@@ -318,25 +320,30 @@ class BNRecorder:
         batch = args[0] if args else kwargs.get(self._input_key or "")
         if batch is None:
             batch = next((kwargs[k] for k in INPUT_KEYS if isinstance(kwargs.get(k), torch.Tensor)), None)
-        self._pending = self._index.counts(batch) if isinstance(batch, torch.Tensor) and batch.dim() else None
+        self._batch = batch if isinstance(batch, torch.Tensor) and batch.dim() else None
+        self._counted = False
 
     def _input_done(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         if id(module) in self._holders:
             self._depth -= 1
             if self._depth == 0:
-                self._pending = None  # the forward is over: its rows are not a later call's
+                self._batch = None  # the forward is over: its rows are not a later call's
 
-    def _note_shares(self, module: Any, args: tuple[Any, ...]) -> None:
-        """The first buffer write of a forward moves the splits' shares as it moves the statistics; a write no
-        matched input precedes (a submodule called alone) counts its rows as unmatched."""
-        assert self._shares is not None
-        counts = self._pending
-        if counts is None:
-            try:
-                counts = [0] * len(self._shares.names) + [int(args[0].shape[0])]
-            except (IndexError, AttributeError, TypeError):
-                return
-        self._pending = None
+    def _note_shares(self, module: Any, size: int | None) -> None:
+        """The first buffer write of a forward moves the splits' shares as it moves the statistics (its input's rows
+        are digested then, not in forwards that write nothing); a write outside a matched forward (a BatchNorm
+        layer called alone) counts its rows as unmatched."""
+        assert self._shares is not None and self._index is not None
+        inside = self._depth > 0
+        if inside and self._counted:
+            return  # another layer of the same forward: the batch is counted once
+        if inside and self._batch is not None:
+            counts = self._index.counts(self._batch)
+        elif size is not None:
+            counts = [0] * len(self._shares.names) + [size]
+        else:
+            return
+        self._counted = inside
         tracked = getattr(module, "num_batches_tracked", None)
         self._shares.update(counts, momentum=module.momentum, batches_tracked=int(tracked) if tracked is not None
                             else 0)

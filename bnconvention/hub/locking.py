@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bnconvention.errors import OutputInUseError
+from bnconvention.formats.atomic import atomic_write_bytes
 from bnconvention.formats.text import elide
 
 LOCK_NAME = ".bnconvention.lock"  # in the output folder
@@ -120,7 +121,7 @@ class FileLockWithHolder:
             raise self._refusal()
         try:
             left = self._read_holder()
-            _write_atomically(self.holder_path, json.dumps(asdict(holder), sort_keys=True).encode())
+            atomic_write_bytes(self.holder_path, json.dumps(asdict(holder), sort_keys=True).encode())
         except BaseException:
             lock.release()
             raise
@@ -160,18 +161,6 @@ class FileLockWithHolder:
             who = holder.describe()
         return OutputInUseError(f"{self.what} is being written by another run: {who}; {self.fix}",
                                 path=str(self.path), holder=None if holder is None else asdict(holder))
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with temporary.open("wb") as handle:
-            handle.write(data)
-            handle.flush()
-        os.replace(temporary, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
 
 
 def output_locks(out: Path, journal: Path) -> list[FileLockWithHolder]:

@@ -66,7 +66,7 @@ def audit_once(hub: Any, org: str, spec: Any, out: Path, *, executor: str, worke
 
 
 def annotations(out: Path) -> dict[str, bytes]:
-    from bnconvention.audit.outputs import ANNOTATION_FILE
+    from bnconvention.audit.files import ANNOTATION_FILE
 
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "audits").rglob(ANNOTATION_FILE))}
 

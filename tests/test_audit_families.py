@@ -14,9 +14,9 @@ import pytest
 from audit_support import fake_result
 
 from bnconvention.audit.census_summary import summarize
-from bnconvention.audit.families import family_readings, population_metadata, twin_gaps
+from bnconvention.audit.families import family_readings, twin_gaps
 from bnconvention.audit.markdown_families import families_markdown
-from bnconvention.audit.result import AuditResult, PopulationMetadata
+from bnconvention.audit.result import AuditResult, PopulationMetadata, population_metadata
 from bnconvention.audit.spec import parse_spec
 
 # Two-sided t critical values from a table: t(0.95; 2) for a 90 % interval over 3 seed clusters, t(0.975; 2) for a

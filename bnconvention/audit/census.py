@@ -58,12 +58,12 @@ from bnconvention.audit.checkpoint import (
 from bnconvention.audit.data import AuditData, load_audit_data
 from bnconvention.audit.encoder import reference_file
 from bnconvention.audit.encoder_report import encoder_census_markdown
-from bnconvention.audit.families import population_metadata
+from bnconvention.audit.files import ANNOTATION_FILE, write_json
 from bnconvention.audit.margin import MarginEntry, seed_spread_margin
 from bnconvention.audit.markdown import census_markdown
 from bnconvention.audit.markdown_census import census_sections_markdown
 from bnconvention.audit.markdown_families import families_markdown
-from bnconvention.audit.outputs import ANNOTATION_FILE, write_audit_outputs, write_json
+from bnconvention.audit.outputs import write_audit_outputs
 from bnconvention.audit.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
 from bnconvention.audit.preregistration import (
     CensusPlan,
@@ -74,7 +74,8 @@ from bnconvention.audit.preregistration import (
     listing_sha256,
     preregister,
 )
-from bnconvention.audit.result import AuditResult, PopulationMetadata
+from bnconvention.audit.result import AuditResult, PopulationMetadata, population_metadata
+from bnconvention.audit.rules import apply_rules
 from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, split_records, weights_key
 from bnconvention.audit.scales_report import scales_census_markdown
 from bnconvention.audit.scales_stage import plan_scales
@@ -107,8 +108,6 @@ def local_spec(spec: AuditSpec, path: Path) -> AuditSpec:
     Local rules match by repo pattern only (a ``config`` condition needs the Hub's config.json)."""
     if not spec.rules:
         return spec
-    from bnconvention.audit.rules import apply_rules
-
     folder = path.resolve().parent
     ruled, _ = apply_rules(spec, repo_id=f"{folder.parent.name}/{folder.name}", config=None)
     return ruled  # the spec itself when no rule matches (journal keys as without rules)

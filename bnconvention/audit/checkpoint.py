@@ -35,7 +35,12 @@ from bnconvention.architectures.resolve import (
     read_config,
     resolve_architecture,
 )
-from bnconvention.audit.published import JSON_PUBLISHED_KEYS
+from bnconvention.audit.published import (
+    JSON_PUBLISHED_KEYS,
+    card_published_cells,
+    json_published_cells,
+    merge_published,
+)
 from bnconvention.errors import (
     AuditSpecError,
     CheckpointMismatchError,
@@ -183,8 +188,6 @@ def read_published_place(place: PublishedPlace, path: Path, spec: AuditSpec) -> 
     """The published cells one place holds (empty when none), and what was there when it holds none. A place that
     is there but malformed raises (:class:`~bnconvention.errors.UntrustedInputError`, a card's
     :class:`~bnconvention.errors.CardError`), naming the file."""
-    from bnconvention.audit.published import card_published_cells, json_published_cells
-
     if not place.path.is_file():
         return {}, "no such file"
     if place.kind == "card":
@@ -205,8 +208,6 @@ def published_cells(path: Path, spec: AuditSpec, *, notes: list[str] | None = No
     (whose values win; with ``model_index`` the spec's alone when no file holds any). ``notes`` collects what the
     reader should know (a file and the spec that disagree). When no place holds them,
     :class:`~bnconvention.errors.PublishedCellsNotFoundError` names every place looked at and what it looked for."""
-    from bnconvention.audit.published import merge_published
-
     name = checkpoint_name(path)
     own = spec.published_for(name)
     if spec.published_source == "spec":

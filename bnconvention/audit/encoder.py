@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bnconvention.audit.checkpoint import LoadedCheckpoint
+from bnconvention.audit.checkpoint import LoadedCheckpoint, load_checkpoint
 from bnconvention.audit.data import AuditData
 from bnconvention.audit.diagnostics_spec import (
     DiagnosticsSpec,
@@ -108,8 +108,6 @@ def reference_file(spec: AuditSpec, weights: Path, *, name: str) -> tuple[Path, 
 
 
 def _load_reference(spec: AuditSpec, checkpoint: LoadedCheckpoint) -> tuple[LoadedCheckpoint | None, str | None]:
-    from bnconvention.audit.checkpoint import load_checkpoint
-
     found = reference_file(spec, checkpoint.path, name=checkpoint.name)
     if found is None:
         return None, None

@@ -18,8 +18,9 @@ what the run's train-mode BN accumulated, the ``frozen`` arm the base's buffers)
 shipped, online minus frozen, in pp; per weight-movement level the mean gap over the pairs (one per seed) gets a
 95 % t-interval across seeds.
 
-Pure functions: sidecar dicts and census rows in, JSON-ready dicts out (:func:`population_metadata` is what the
-audit keeps of a sidecar; :mod:`bnconvention.audit.markdown_families` renders the rest). A census whose checkpoints
+Pure functions: sidecar dicts and census rows in, JSON-ready dicts out
+(:func:`bnconvention.audit.result.population_metadata` is what the audit keeps of a sidecar;
+:mod:`bnconvention.audit.markdown_families` renders the rest). A census whose checkpoints
 carry no family metadata (the digits zoo) has no family section and no twin section.
 """
 
@@ -36,34 +37,6 @@ from bnconvention.audit.stats import tost
 FAMILY_LEVEL = 0.90  # the TOST level of the per-checkpoint decisions (decide's default)
 TWIN_LEVEL = 0.95  # a two-sided confidence interval of the twin gap across seeds
 ONLINE, FROZEN = "online", "frozen"
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def population_metadata(sidecar: Mapping[str, Any] | None) -> PopulationMetadata | None:
-    """The population fields of a checkpoint's sidecar, or None when it names neither a family, a twin, nor a role
-    with a seed (a digits-zoo sidecar, or none). Fields of the wrong type are left out rather than trusted."""
-    if not sidecar:
-        return None
-    raw_twin = sidecar.get("twin")
-    twin: Mapping[str, Any] = raw_twin if isinstance(raw_twin, Mapping) else {}
-    family = _text(sidecar.get("family"))
-    role, seed = _text(sidecar.get("role")), _int(sidecar.get("seed"))
-    if family is None and not twin and (role is None or seed is None):
-        return None
-    removal = sidecar.get("removal")
-    removal_name = _text(removal.get("name")) if isinstance(removal, Mapping) else _text(removal)
-    removal_kind = _text(removal.get("kind")) if isinstance(removal, Mapping) else None
-    return PopulationMetadata(role=_text(sidecar.get("role")), family=family, variant=_text(sidecar.get("variant")),
-                              removal=removal_name, removal_kind=removal_kind, seed=_int(sidecar.get("seed")),
-                              parent=_text(sidecar.get("parent")), twin_arm=_text(twin.get("arm")),
-                              twin_level=_int(twin.get("level")), twin_partner=_text(twin.get("partner")))
 
 
 def family_label(family: str, variant: str | None, removal_kind: str | None = None) -> str:

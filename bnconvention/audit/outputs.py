@@ -16,26 +16,18 @@ In the output folder:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
+from bnconvention.audit.files import ANNOTATION_FILE, SCALES_ANNOTATION_FILE, json_text
 from bnconvention.audit.markdown import PLOT_FILES, audit_markdown
 from bnconvention.audit.plots import cells_figure, recoverability_figure, staleness_figure
 from bnconvention.audit.result import AuditResult
-from bnconvention.audit.scales_stage import SCALES_ANNOTATION_FILE
-from bnconvention.formats.atomic import atomic_write_bytes, atomic_write_text
+from bnconvention.formats.atomic import atomic_write_bytes
 from bnconvention.standard.models import to_dict
 
-ANNOTATION_FILE = "annotation.json"
 SUMMARY_FILE = "summary.md"
 RESULT_FILE = "result.json"
 CURVE_PLOT = "recoverability.png"
-
-
-def json_text(value: Any) -> str:
-    """Indented JSON text with a trailing newline (no NaN: values come from validated models)."""
-    return json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def annotation_text(result: AuditResult) -> str:
@@ -65,7 +57,3 @@ def write_audit_outputs(result: AuditResult, out_dir: str | Path, *, plots: bool
         atomic_write_bytes(out / name, data)
         written[name] = out / name
     return written
-
-
-def write_json(path: Path, value: Any) -> None:
-    atomic_write_text(path, json_text(value))

@@ -8,7 +8,8 @@ a census, the per-layer reference band for the staleness plot, per-replicate poo
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -182,3 +183,31 @@ class AuditResult(_Result):
     def cell(self, metric: str) -> Cell:
         """The annotation's cell of ``metric`` (a spec cell: every audit of the spec has it)."""
         return next(c for c in self.annotation.cells if c.metric == metric)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def population_metadata(sidecar: Mapping[str, Any] | None) -> PopulationMetadata | None:
+    """The population fields of a checkpoint's sidecar, or None when it names neither a family, a twin, nor a role
+    with a seed (a digits-zoo sidecar, or none). Fields of the wrong type are left out rather than trusted."""
+    if not sidecar:
+        return None
+    raw_twin = sidecar.get("twin")
+    twin: Mapping[str, Any] = raw_twin if isinstance(raw_twin, Mapping) else {}
+    family = _text(sidecar.get("family"))
+    role, seed = _text(sidecar.get("role")), _int(sidecar.get("seed"))
+    if family is None and not twin and (role is None or seed is None):
+        return None
+    removal = sidecar.get("removal")
+    removal_name = _text(removal.get("name")) if isinstance(removal, Mapping) else _text(removal)
+    removal_kind = _text(removal.get("kind")) if isinstance(removal, Mapping) else None
+    return PopulationMetadata(role=_text(sidecar.get("role")), family=family, variant=_text(sidecar.get("variant")),
+                              removal=removal_name, removal_kind=removal_kind, seed=_int(sidecar.get("seed")),
+                              parent=_text(sidecar.get("parent")), twin_arm=_text(twin.get("arm")),
+                              twin_level=_int(twin.get("level")), twin_partner=_text(twin.get("partner")))

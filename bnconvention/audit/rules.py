@@ -20,20 +20,35 @@ False
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from bnconvention.errors import AuditSpecError
 
-if TYPE_CHECKING:
-    from bnconvention.audit.spec import AuditSpec
-
 RULE_OVERRIDES: tuple[str, ...] = ("dataset", "splits", "model", "refit", "published", "published_source",
                                    "model_index_metrics", "provenance", "diagnostics")
 Pattern = Annotated[str, StringConstraints(min_length=1)]
 ConfigValue = str | int | float | bool | None
+
+
+class RuledSpec(Protocol):
+    """What the rules read of a spec (:class:`bnconvention.audit.spec.AuditSpec`, which checks its rules when it
+    is validated, so this module cannot import it): its rules, its fields, and its validation and checks."""
+
+    @property
+    def rules(self) -> Sequence[Any]: ...
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+    @classmethod
+    def model_validate(cls, obj: Any) -> Self: ...
+
+    def check(self) -> Self: ...
+
+
+SpecT = TypeVar("SpecT", bound=RuledSpec)
 
 
 class RuleMatch(BaseModel):
@@ -93,7 +108,7 @@ def _overrides(rule: Any) -> dict[str, Any]:
     return {name: getattr(rule, name) for name in RULE_OVERRIDES if getattr(rule, name) is not None}
 
 
-def _effective(spec: AuditSpec, updates: Mapping[str, Any]) -> AuditSpec:
+def _effective(spec: SpecT, updates: Mapping[str, Any]) -> SpecT:
     """The spec with ``updates`` applied and no rules, validated and checked like a written spec."""
     data = spec.model_dump(mode="python")
     data.update({name: (value.model_dump(mode="python") if isinstance(value, BaseModel) else value)
@@ -102,7 +117,7 @@ def _effective(spec: AuditSpec, updates: Mapping[str, Any]) -> AuditSpec:
     return type(spec).model_validate(data).check()
 
 
-def apply_rules(spec: AuditSpec, *, repo_id: str, config: Any) -> tuple[AuditSpec, list[str]]:
+def apply_rules(spec: SpecT, *, repo_id: str, config: Any) -> tuple[SpecT, list[str]]:
     """The spec this repo is audited with, and the names of the rules that shaped it (``rule N`` for an unnamed
     one, counting from 1). The spec itself, unchanged, when no rule matches."""
     updates: dict[str, Any] = {}
@@ -116,7 +131,7 @@ def apply_rules(spec: AuditSpec, *, repo_id: str, config: Any) -> tuple[AuditSpe
     return _effective(spec, updates), names
 
 
-def check_rules(spec: AuditSpec) -> None:
+def check_rules(spec: RuledSpec) -> None:
     """Refuse a rule without a condition, or one whose sections make an invalid spec, naming the rule."""
     for index, rule in enumerate(spec.rules):
         where = f"/rules/{index}"
@@ -135,4 +150,4 @@ def check_rules(spec: AuditSpec) -> None:
             raise AuditSpecError(f"rule {index + 1}: {exc}", field=where + field if inside else field) from exc
 
 
-__all__ = ["RULE_OVERRIDES", "RuleMatch", "apply_rules", "check_rules", "config_field", "matches"]
+__all__ = ["RULE_OVERRIDES", "RuleMatch", "RuledSpec", "apply_rules", "check_rules", "config_field", "matches"]

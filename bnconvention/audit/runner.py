@@ -31,13 +31,13 @@ from bnconvention.audit.data import AuditData, load_audit_data
 from bnconvention.audit.decisions import reach_warning
 from bnconvention.audit.encoder import plan_encoder, run_encoder, with_encoder
 from bnconvention.audit.evaluation import Refitter
+from bnconvention.audit.prepared import PreparedAudit
 from bnconvention.audit.provenance import retained_needed
 from bnconvention.audit.result import AuditResult, ScalesResult
 from bnconvention.audit.scales_stage import not_quantized, plan_scales, run_scales, unaudited_warning
 from bnconvention.audit.shipped_store import ShippedStore
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.audit.stages import (
-    PreparedAudit,
     build_annotation,
     check_theta_unchanged,
     decide_cells,

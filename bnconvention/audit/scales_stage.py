@@ -49,8 +49,6 @@ if TYPE_CHECKING:
     from bnconvention.formats.digests import DigestSet
     from bnconvention.refit.scales import ScaleSet
 
-SCALES_ANNOTATION_FILE = "scales_annotation.json"
-
 
 @dataclass
 class ScalesPlan:
@@ -186,5 +184,5 @@ def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: P
                         annotation=annotation, seconds=time.perf_counter() - start)
 
 
-__all__ = ["SCALES_ANNOTATION_FILE", "ScalesPlan", "check_shipped_scales", "not_quantized", "plan_scales",
+__all__ = ["ScalesPlan", "check_shipped_scales", "not_quantized", "plan_scales",
            "redecide_scales", "run_scales", "ships_scales", "unaudited_warning"]

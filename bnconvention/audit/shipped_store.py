@@ -18,12 +18,12 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.audit.outputs import write_json
+from bnconvention.audit.files import write_json
 from bnconvention.formats.canonical import canonical_json_bytes, canonical_sha256, loads_strict
 
 if TYPE_CHECKING:
     from bnconvention.audit.data import AuditData, Split
-    from bnconvention.audit.stages import PreparedAudit
+    from bnconvention.audit.prepared import PreparedAudit
 
 SHIPPED_DIR = "shipped"
 SHIPPED_FORMAT = "bnconvention-shipped-cells/1"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bnconvention.audit.band import band_null, combined
-from bnconvention.audit.checkpoint import LoadedCheckpoint
+from bnconvention.audit.checkpoint import LoadedCheckpoint, read_sidecar
 from bnconvention.audit.data import AuditData
 from bnconvention.audit.decisions import (
     anchoring,
@@ -30,7 +30,6 @@ from bnconvention.audit.decisions import (
     verdict,
 )
 from bnconvention.audit.diagnostics import recoverability
-from bnconvention.audit.encoder import EncoderPlan
 from bnconvention.audit.evaluation import (
     BaseCells,
     Refitter,
@@ -40,8 +39,8 @@ from bnconvention.audit.evaluation import (
     stream,
     torch_seed,
 )
-from bnconvention.audit.families import population_metadata
 from bnconvention.audit.mechanism import from_metadata
+from bnconvention.audit.prepared import PreparedAudit
 from bnconvention.audit.provenance import annotation_contrast, provenance_arms
 from bnconvention.audit.recovery import recoverability_curve
 from bnconvention.audit.result import (
@@ -52,8 +51,8 @@ from bnconvention.audit.result import (
     ReplicateRecord,
     SignRecord,
     StalenessNull,
+    population_metadata,
 )
-from bnconvention.audit.scales_stage import ScalesPlan
 from bnconvention.audit.shipped_store import ShippedStore
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.authoring.declaration import default_producer, make_convention
@@ -80,17 +79,6 @@ if TYPE_CHECKING:
     from bnconvention.refit.state import LayerRunningState
 
 RunningState = dict[str, "LayerRunningState"]
-
-
-@dataclass
-class PreparedAudit:
-    """A spec, its data and one loaded checkpoint, all checked: running it cannot fail on bad input any more."""
-
-    spec: AuditSpec
-    data: AuditData
-    checkpoint: LoadedCheckpoint
-    encoder: EncoderPlan | None = None  # the encoder-level diagnostics (spec ``diagnostics``), drawn and checked
-    scales: ScalesPlan | None = None  # the shipped activation scales (spec ``quantization``), checked
 
 
 # --- shipped ------------------------------------------------------------------------------------------------------
@@ -369,8 +357,6 @@ def mechanism_evidence(checkpoint: LoadedCheckpoint) -> MechanismEvidence:
 
 
 def _sidecar(checkpoint: LoadedCheckpoint) -> dict[str, Any] | None:
-    from bnconvention.audit.checkpoint import read_sidecar
-
     try:
         return read_sidecar(checkpoint.path)
     except (UntrustedInputError, AuditSpecError, OSError):

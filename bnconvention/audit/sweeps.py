@@ -32,7 +32,7 @@ from bnconvention.audit.decisions import decide_cell, reporting_line
 from bnconvention.audit.encoder import cells_for, redecide_typed_cells
 from bnconvention.audit.evaluation import BaseCells
 from bnconvention.audit.expressions import parse_cell
-from bnconvention.audit.outputs import write_json
+from bnconvention.audit.files import write_json
 from bnconvention.audit.result import AuditResult, ReplicateRecord
 from bnconvention.audit.scales_stage import redecide_scales
 from bnconvention.audit.spec import AuditSpec

@@ -247,10 +247,10 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
     """``audit.json`` and ``audit.md`` over every audited file (reused ones included), linking each annotation
     where :func:`write_repo_outputs` put it; None (nothing written) when no file was audited."""
     from bnconvention.audit.census_summary import summarize
+    from bnconvention.audit.files import ANNOTATION_FILE, write_json
     from bnconvention.audit.markdown import census_markdown
     from bnconvention.audit.markdown_census import census_sections_markdown
     from bnconvention.audit.markdown_families import families_markdown
-    from bnconvention.audit.outputs import ANNOTATION_FILE, write_json
     from bnconvention.formats.atomic import atomic_write_text
 
     audited = [(f.result, f"{a.repo_id}/{f.filename}",

@@ -1,0 +1,26 @@
+"""A prepared audit: the spec, its data and the loaded checkpoint, checked before anything runs
+(:func:`bnconvention.audit.runner.prepare_audit` makes one; the stages and the shipped store read it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bnconvention.audit.checkpoint import LoadedCheckpoint
+from bnconvention.audit.data import AuditData
+from bnconvention.audit.encoder import EncoderPlan
+from bnconvention.audit.scales_stage import ScalesPlan
+from bnconvention.audit.spec import AuditSpec
+
+
+@dataclass
+class PreparedAudit:
+    """A spec, its data and one loaded checkpoint, all checked: running it cannot fail on bad input any more."""
+
+    spec: AuditSpec
+    data: AuditData
+    checkpoint: LoadedCheckpoint
+    encoder: EncoderPlan | None = None  # the encoder-level diagnostics (spec ``diagnostics``), drawn and checked
+    scales: ScalesPlan | None = None  # the shipped activation scales (spec ``quantization``), checked
+
+
+__all__ = ["PreparedAudit"]

@@ -88,7 +88,7 @@ def floor_pieces(prepared: Any, *, sync: Callable[[], None]) -> dict[str, Callab
     """The two forwards of the floor, over tensors transformed beforehand (not timed)."""
     import torch
 
-    from bnconvention.audit.evaluation import model_device
+    from bnconvention.audit.measure.evaluation import model_device
 
     spec, data, model = prepared.spec, prepared.data, prepared.checkpoint.model
     device = model_device(model)
@@ -122,7 +122,7 @@ def measure(name: str, *, args: argparse.Namespace, device: str) -> dict[str, An
         folder = Path(tmp)
         weights, spec_path = write_case(folder, name, images=args.images, pool=args.pool,
                                         replicates=args.replicates, seed=args.seed)
-        from bnconvention.audit.spec import load_spec
+        from bnconvention.audit.spec.audit_spec import load_spec
 
         spec = load_spec(spec_path)
         prepared = prepare_audit(weights, spec, device=device)  # type: ignore[arg-type]

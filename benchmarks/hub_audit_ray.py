@@ -66,7 +66,7 @@ def audit_once(hub: Any, org: str, spec: Any, out: Path, *, executor: str, worke
 
 
 def annotations(out: Path) -> dict[str, bytes]:
-    from bnconvention.audit.files import ANNOTATION_FILE
+    from bnconvention.audit.core.files import ANNOTATION_FILE
 
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "audits").rglob(ANNOTATION_FILE))}
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[TOKEN_ENV] = TOKEN  # before ray.init: the local workers inherit this environment
     import ray
 
-    from bnconvention.audit.spec import parse_spec
+    from bnconvention.audit.spec.audit_spec import parse_spec
     from bnconvention.hubserver import LocalHub
 
     spec = parse_spec(spec_data(args.replicates))

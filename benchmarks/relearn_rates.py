@@ -12,11 +12,11 @@ from pathlib import Path
 
 import torch
 
-from bnconvention.audit.diagnostics_spec import RelearningSpec
 from bnconvention.audit.relearn import draw_relearn, relearn
-from bnconvention.audit.rules import apply_rules
 from bnconvention.audit.runner import prepare_audit
-from bnconvention.audit.spec import load_spec
+from bnconvention.audit.spec.audit_spec import load_spec
+from bnconvention.audit.spec.diagnostics import RelearningSpec
+from bnconvention.audit.spec.rules import apply_rules
 
 
 def main(root: Path, rates: list[float], names: list[str], seeds: list[str]) -> None:

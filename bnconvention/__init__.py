@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "load_spec": "bnconvention.audit",
     "audit_checkpoint": "bnconvention.audit",
     "run_census": "bnconvention.audit",
-    "decide": "bnconvention.audit.stats",
+    "decide": "bnconvention.audit.measure",
     # errors
     "BnConventionError": "bnconvention.errors",
 }

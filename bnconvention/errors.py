@@ -157,7 +157,7 @@ class AuditSpecError(BnConventionError, ValueError):
 
 class PublishedCellsNotFoundError(BnConventionError, LookupError):
     """None of the places beside a checkpoint where published cells are read holds them (the sidecar, the folder's
-    ``config.json``, the card's model-index; :func:`bnconvention.audit.checkpoint.published_places`). ``places``
+    ``config.json``, the card's model-index; :func:`bnconvention.audit.measure.checkpoint.published_places`). ``places``
     says each place looked at, the keys looked for and what was there."""
 
     def __init__(self, message: str, *, checkpoint: str | None = None, places: list[str] | None = None) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bnconvention.audit.census import CensusOutcome, run_census
-from bnconvention.audit.result import AuditResult, PopulationMetadata
-from bnconvention.audit.spec import AuditSpec, parse_spec
+from bnconvention.audit.core.result import AuditResult, PopulationMetadata
+from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 
 PATTERN_CHECKPOINTS = ("bn-badteacher-eval", "bn-relabel-train", "bn-ga-train", "bn-retrain", "gn-badteacher-eval")
 PATTERN_SPEC = {
@@ -62,7 +62,7 @@ def fake_result(name: str, shifts: list[float], *, anchored: bool | None = True,
                 shipped: float = 0.1, population: PopulationMetadata | None = None) -> AuditResult:
     """A hand-made audit result of one cell ``df`` shipped at ``shipped`` (for exact counting tests): decided by the
     rules from ``shifts``, its verdict ``df <= 0.05`` flipped in ``direction`` (None: not flipped)."""
-    from bnconvention.audit.stats import decide, sign_test
+    from bnconvention.audit.measure.stats import decide, sign_test
     from bnconvention.authoring.declaration import make_convention, make_transform
     from bnconvention.standard.models import (
         SPEC_VERSION,

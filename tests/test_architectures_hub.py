@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from architectures_support import timm_release, transformers_resnet
 
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.hub.audit import audit_org
 from bnconvention.hub.client import make_client
 from bnconvention.hub.journal import Journal

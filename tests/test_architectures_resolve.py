@@ -19,9 +19,9 @@ from bnconvention.architectures.resolve import (
     read_config,
     resolve_architecture,
 )
-from bnconvention.audit.checkpoint import choose_model
-from bnconvention.audit.data import load_audit_data
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.measure.checkpoint import choose_model
+from bnconvention.audit.measure.data import load_audit_data
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.cli.main import main
 from bnconvention.errors import (
     ArchitectureConfigError,

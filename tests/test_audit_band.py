@@ -109,9 +109,9 @@ def test_false_positive_rate_on_a_never_stale_zoo_checkpoint_is_nominal(zoo):
     """Real refits: a zoo checkpoint whose shipped state is a fresh retain refit under the audit's convention."""
     from audit_support import PATTERN_SPEC
 
-    from bnconvention.audit.evaluation import Refitter
+    from bnconvention.audit.measure.evaluation import Refitter
     from bnconvention.audit.runner import prepare_audit
-    from bnconvention.audit.spec import parse_spec
+    from bnconvention.audit.spec.audit_spec import parse_spec
     from bnconvention.audit.stages import run_band_refits
 
     spec = parse_spec({**PATTERN_SPEC, "replicates": 2, "refit": {"pool_size": 64},  # a decision needs R >= 2

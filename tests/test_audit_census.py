@@ -19,8 +19,8 @@ from bnconvention.audit.census_summary import (
     summarize,
     verdict_tally,
 )
-from bnconvention.audit.result import AuditResult
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.core.result import AuditResult
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.errors import CheckpointMismatchError, FactoryNotAllowedError, UsageError
 
 RESUME_SET = ("gn-badteacher-eval", "bn-retrain", "bn-relabel-train")

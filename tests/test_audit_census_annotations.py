@@ -53,7 +53,7 @@ def test_write_by_annotations_rewrites_the_eligible_ones_only(tmp_path: Path) ->
 
 def test_a_population_checkpoint_carries_its_family_in_the_1_1_annotation() -> None:
     from bnconvention.audit.census_annotations import annotation_family
-    from bnconvention.audit.result import PopulationMetadata
+    from bnconvention.audit.core.result import PopulationMetadata
 
     population = PopulationMetadata(role="unlearned", family="relabel", variant="eval", removal="r05", seed=2)
     family = annotation_family(population)
@@ -68,7 +68,7 @@ def test_a_population_checkpoint_carries_its_family_in_the_1_1_annotation() -> N
 
 def test_bases_retrains_and_zoo_checkpoints_have_no_family() -> None:
     from bnconvention.audit.census_annotations import annotation_family
-    from bnconvention.audit.result import PopulationMetadata
+    from bnconvention.audit.core.result import PopulationMetadata
 
     assert annotation_family(None) is None
     assert annotation_family(PopulationMetadata(role="retrain", removal="r05", seed=0)) is None

@@ -1,11 +1,11 @@
-"""What a number of replicates can decide (bnconvention.audit.decisions): the smallest reachable sign-test p,
+"""What a number of replicates can decide (bnconvention.audit.measure.decisions): the smallest reachable sign-test p,
 said beside an undetermined cell and warned about before anything is refit."""
 
 from __future__ import annotations
 
 import pytest
 
-from bnconvention.audit.decisions import reach_note, reach_warning, unreachable
+from bnconvention.audit.measure.decisions import reach_note, reach_warning, unreachable
 
 
 @pytest.mark.parametrize(("replicates", "reachable"), [(2, False), (3, False), (4, False), (5, True), (10, True)])

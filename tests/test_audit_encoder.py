@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 import torch
 
-from bnconvention.audit.diagnostics_spec import (
+from bnconvention.audit.encoder import typed_cell
+from bnconvention.audit.membership import attack_scores, auc, bootstrap_intervals, draw_attack
+from bnconvention.audit.probe import decompose, draw_probe, feature_layer, features_and_logits, probe_accuracy
+from bnconvention.audit.relearn import draw_relearn, steps_to_target
+from bnconvention.audit.spec.audit_spec import parse_spec
+from bnconvention.audit.spec.diagnostics import (
     LinearProbeSpec,
     MembershipSpec,
     RelearningSpec,
     reference_path,
     seed_stem,
 )
-from bnconvention.audit.encoder import typed_cell
-from bnconvention.audit.membership import attack_scores, auc, bootstrap_intervals, draw_attack
-from bnconvention.audit.probe import decompose, draw_probe, feature_layer, features_and_logits, probe_accuracy
-from bnconvention.audit.relearn import draw_relearn, steps_to_target
-from bnconvention.audit.spec import parse_spec
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.digests import model_digests
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bnconvention.audit.expressions import MAX_EXPRESSION_CHARS, parse_cell, parse_criterion
+from bnconvention.audit.spec.expressions import MAX_EXPRESSION_CHARS, parse_cell, parse_criterion
 from bnconvention.errors import AuditSpecError
 
 VALUES = {"df": 0.0414, "dr": 0.9497, "dt": 0.0828}

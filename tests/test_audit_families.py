@@ -14,10 +14,10 @@ import pytest
 from audit_support import fake_result
 
 from bnconvention.audit.census_summary import summarize
+from bnconvention.audit.core.result import AuditResult, PopulationMetadata, population_metadata
 from bnconvention.audit.families import family_readings, twin_gaps
 from bnconvention.audit.markdown_families import families_markdown
-from bnconvention.audit.result import AuditResult, PopulationMetadata, population_metadata
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.spec.audit_spec import parse_spec
 
 # Two-sided t critical values from a table: t(0.95; 2) for a 90 % interval over 3 seed clusters, t(0.975; 2) for a
 # 95 % interval over 3 seeds.
@@ -237,10 +237,10 @@ def test_summary_carries_families_only_when_the_checkpoints_name_one():
 @pytest.mark.slow
 def test_the_tiny_population_census_reports_families_and_the_twin_gap(tiny_population, tmp_path: Path):
     from bnconvention.audit.census import run_census
-    from bnconvention.audit.spec import load_spec
+    from bnconvention.audit.spec.audit_spec import load_spec
 
     spec = load_spec(tiny_population.root / "population.yaml", replicates=2)
-    from bnconvention.audit.spec import RecoverabilitySpec
+    from bnconvention.audit.spec.audit_spec import RecoverabilitySpec
 
     curve = {"budgets": [2, 5], "seeds": 1, "sources": ["test", "noise"]}
     spec = spec.model_copy(update={"recoverability": RecoverabilitySpec.model_validate({"images": 2, "curve": curve}),

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from bnconvention.audit.expressions import parse_cell
+from bnconvention.audit.core.result import PopulationMetadata
 from bnconvention.audit.margin import (
     MarginEntry,
     recipe,
@@ -17,7 +17,7 @@ from bnconvention.audit.margin import (
     resolution_warnings,
     seed_spread_margin,
 )
-from bnconvention.audit.result import PopulationMetadata
+from bnconvention.audit.spec.expressions import parse_cell
 from bnconvention.errors import UsageError
 
 DF, DT, GAP = parse_cell("df"), parse_cell("dt"), parse_cell("abs(df - dt)")

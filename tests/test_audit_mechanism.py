@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from bnconvention.audit.core.result import MechanismEvidence
 from bnconvention.audit.mechanism import combine, from_base, from_convention, from_metadata, from_observation
-from bnconvention.audit.result import MechanismEvidence
 
 
 def _convention(mode: str, role: str) -> dict:

@@ -6,7 +6,8 @@ import pytest
 import torch
 from audit_support import PATTERN_SPEC
 
-from bnconvention.audit.evaluation import Refitter
+from bnconvention.audit.core.result import ProvenanceDraw
+from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.audit.provenance import (
     annotation_contrast,
     arm_sizes,
@@ -14,9 +15,8 @@ from bnconvention.audit.provenance import (
     retained_needed,
     summarize_arm,
 )
-from bnconvention.audit.result import ProvenanceDraw
 from bnconvention.audit.runner import check_data_fits, prepare_audit
-from bnconvention.audit.spec import ProvenanceSpec, parse_spec
+from bnconvention.audit.spec.audit_spec import ProvenanceSpec, parse_spec
 from bnconvention.errors import AuditSpecError
 from bnconvention.refit import running_state
 

@@ -1,5 +1,5 @@
 """Where published cells are read: one rule for ``audit`` and ``census`` of local files and for ``hub audit``
-(:func:`bnconvention.audit.checkpoint.published_places`), and one error naming every place looked at."""
+(:func:`bnconvention.audit.measure.checkpoint.published_places`), and one error naming every place looked at."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bnconvention.audit.checkpoint import published_cells, published_places
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.measure.checkpoint import published_cells, published_places
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.cli.main import main
 from bnconvention.errors import PublishedCellsNotFoundError, UntrustedInputError
 from bnconvention.hub.audit_task import relabel_reason

@@ -70,7 +70,7 @@ def test_a_base_check_that_could_not_run_says_not_run_never_zero_disagree():
 def test_the_mechanism_compares_a_checkpoint_with_its_removals_base():
     from audit_support import fake_result
 
-    from bnconvention.audit.result import MechanismEvidence
+    from bnconvention.audit.core.result import MechanismEvidence
 
     def member(name, trainable, running, *, declared, parent):
         result = fake_result(name, [0.0] * 10)
@@ -117,9 +117,9 @@ def test_the_pattern_census_carries_the_readings(zoo, tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_curve_is_plotted_and_summarized_only_when_the_audit_ran_one(zoo, tmp_path_factory, tmp_path):
+    from bnconvention.audit.core.result import RecoverabilityCurve, RecoveryPoint
     from bnconvention.audit.outputs import write_audit_outputs
     from bnconvention.audit.plots import recoverability_figure
-    from bnconvention.audit.result import RecoverabilityCurve, RecoveryPoint
 
     result = pattern_census(zoo.root, tmp_path_factory).results[0]
     assert result.recoverability_curve is None and recoverability_figure(result) is None

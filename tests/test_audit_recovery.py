@@ -7,10 +7,10 @@ import pytest
 import torch
 from audit_support import PATTERN_SPEC
 
-from bnconvention.audit.evaluation import Refitter
+from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.audit.recovery import proxy_images, recoverability_curve, skip_reason
 from bnconvention.audit.runner import prepare_audit
-from bnconvention.audit.spec import DEFAULT_BUDGETS, parse_spec
+from bnconvention.audit.spec.audit_spec import DEFAULT_BUDGETS, parse_spec
 from bnconvention.refit import running_state
 
 

@@ -9,8 +9,13 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from bnconvention.audit.rules import apply_rules, config_field, matches
-from bnconvention.audit.spec import DEFAULT_MODEL_INDEX_METRICS, generate_audit_spec_schema, load_spec, parse_spec
+from bnconvention.audit.spec.audit_spec import (
+    DEFAULT_MODEL_INDEX_METRICS,
+    generate_audit_spec_schema,
+    load_spec,
+    parse_spec,
+)
+from bnconvention.audit.spec.rules import apply_rules, config_field, matches
 from bnconvention.errors import AuditSpecError
 
 MINIMAL = {"spec_version": "1.0", "kind": "audit_spec", "splits": {"forget_classes": [3]},
@@ -62,7 +67,7 @@ def test_matching_sections_replace_the_spec_s_and_later_rules_win(spec) -> None:
 
 def test_config_values_are_data_compared_by_pattern_or_equality() -> None:
     assert config_field({"a": {"b": 3}}, "a.b") == (True, 3) and config_field({"a": 1}, "a.b") == (False, None)
-    from bnconvention.audit.rules import RuleMatch
+    from bnconvention.audit.spec.rules import RuleMatch
 
     def holds(config_match: dict, config: object) -> bool:
         return matches(RuleMatch.model_validate({"config": config_match}), repo_id="x/y", config=config)

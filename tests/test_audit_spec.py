@@ -10,9 +10,9 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from bnconvention.audit.data import load_audit_data
+from bnconvention.audit.measure.data import load_audit_data
 from bnconvention.audit.runner import check_data_fits
-from bnconvention.audit.spec import (
+from bnconvention.audit.spec.audit_spec import (
     REPO_AUDIT_SCHEMA_PATH,
     audit_spec_schema_text,
     generate_audit_spec_schema,

@@ -13,9 +13,9 @@ import torch
 from audit_support import PATTERN_SPEC
 from scipy import stats
 
-from bnconvention.audit.evaluation import Refitter
+from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.audit.runner import prepare_audit, run_audit
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.audit.stages import (
     ShippedCells,
     build_annotation,

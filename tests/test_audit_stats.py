@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy import stats
 
-from bnconvention.audit.stats import by_adjust, decide, sign_test, tost
+from bnconvention.audit.measure.stats import by_adjust, decide, sign_test, tost
 
 
 def test_ten_positive_shifts_beyond_margin_are_displaced_with_exact_p():

@@ -8,7 +8,6 @@ import json
 import pytest
 from audit_support import PATTERN_SPEC, checkpoint_paths, fake_result
 
-from bnconvention.audit import evaluation
 from bnconvention.audit.census import run_census, summarize
 from bnconvention.audit.detection import (
     detection_floor,
@@ -17,7 +16,8 @@ from bnconvention.audit.detection import (
     recalibration_budget,
     threshold_pp,
 )
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.measure import evaluation
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.audit.sweeps import margin_sweep, measurement_sha256
 from bnconvention.errors import AuditSpecError
 

@@ -28,8 +28,8 @@ FORGET_IDS = [100, 104]
 # Every case runs in one child process (one import of torch and datasets); each prints one JSON line.
 CHILD = r'''
 import json, sys
-from bnconvention.audit.data import load_audit_data
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.measure.data import load_audit_data
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.data.pools import load_dataset
 
 args = json.loads(sys.argv[1])

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from bnconvention.audit.data import load_audit_data
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.measure.data import load_audit_data
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.data.pools import load_dataset, split_by_classes
 from bnconvention.errors import AuditSpecError, UntrustedInputError, UsageError
 from bnconvention.standard.naming import record_ids_sha256

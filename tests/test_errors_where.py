@@ -98,8 +98,8 @@ def test_a_criterion_overflowing_is_one_line_naming_criterion_and_cell(zoo, tmp_
 
 
 def test_verdicts_and_thresholds_that_overflow_name_the_criterion() -> None:
-    from bnconvention.audit.decisions import verdict
-    from bnconvention.audit.expressions import parse_criterion
+    from bnconvention.audit.measure.decisions import verdict
+    from bnconvention.audit.spec.expressions import parse_criterion
     from bnconvention.errors import AuditSpecError
 
     cells = {"df": 0.5, "dr": 0.9, "dt": 0.8}
@@ -187,8 +187,8 @@ def test_the_cli_bounds_any_one_line() -> None:
 
 def test_an_architecture_from_config_json_is_reported_from_there(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from bnconvention.audit.checkpoint import load_checkpoint
-    from bnconvention.audit.spec import parse_spec
+    from bnconvention.audit.measure.checkpoint import load_checkpoint
+    from bnconvention.audit.spec.audit_spec import parse_spec
     from bnconvention.hub.audit_task import choose_repo_spec
 
     spec = parse_spec(yaml.safe_load(_spec(tmp_path / "spec.yaml").read_text()))

@@ -19,7 +19,7 @@ import pytest
 from helpers.hub_org import build_org, seed
 from helpers.real_org import library_endpoint
 
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.card import decode_card, parse_card_metadata
 from bnconvention.hub.audit import RepoAudit, audit_org

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from bnconvention.audit.diagnostics_spec import ReferenceSpec
 from bnconvention.audit.encoder import reference_file
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.spec.audit_spec import parse_spec
+from bnconvention.audit.spec.diagnostics import ReferenceSpec
 from bnconvention.errors import AuditSpecError
 from bnconvention.hub.audit import audit_org
 from bnconvention.hub.client import make_client

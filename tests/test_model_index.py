@@ -12,7 +12,7 @@ import pytest
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from bnconvention.audit.published import card_published_cells, cell_origins, merge_published
+from bnconvention.audit.measure.published import card_published_cells, cell_origins, merge_published
 from bnconvention.authoring.card_model_index import refit_index_results, stamp_model_index_text
 from bnconvention.errors import CardError, UntrustedInputError
 from bnconvention.formats.canonical import canonical_json, canonical_sha256
@@ -269,8 +269,8 @@ def test_a_copy_of_only_some_cells_is_reported(tmp_path: Path, fixtures_dir: Pat
 
 
 def test_anchoring_reads_the_card_beside_the_weights(tmp_path: Path) -> None:
-    from bnconvention.audit.checkpoint import published_cells
-    from bnconvention.audit.spec import parse_spec
+    from bnconvention.audit.measure.checkpoint import published_cells
+    from bnconvention.audit.spec.audit_spec import parse_spec
     from bnconvention.errors import PublishedCellsNotFoundError
 
     spec = parse_spec({"spec_version": "1.0", "kind": "audit_spec", "splits": {"forget_classes": [3]},

@@ -78,7 +78,7 @@ def test_tiny_population_has_its_structure_and_metadata(tiny_population):
 
 
 def test_published_cells_in_the_card_are_what_the_producer_measured(tiny_population):
-    from bnconvention.audit.published import card_published_cells
+    from bnconvention.audit.measure.published import card_published_cells
     from bnconvention.formats.card import parse_card_metadata
 
     manifest = tiny_population
@@ -174,7 +174,7 @@ def test_a_killed_build_resumes_without_retraining_finished_checkpoints(tiny_pop
 @pytest.mark.slow
 def test_census_over_the_tiny_population_runs_and_anchors(tiny_population, tmp_path: Path):
     from bnconvention.audit.census import run_census
-    from bnconvention.audit.spec import load_spec
+    from bnconvention.audit.spec.audit_spec import load_spec
 
     spec = load_spec(tiny_population.root / "population.yaml", replicates=2)
     spec = spec.model_copy(update={"recoverability": None})
@@ -195,7 +195,7 @@ def test_census_over_the_tiny_population_runs_and_anchors(tiny_population, tmp_p
 @pytest.mark.slow
 def test_a_card_that_does_not_match_the_weights_does_not_anchor(tiny_population, tmp_path: Path):
     from bnconvention.audit.census import run_census
-    from bnconvention.audit.spec import load_spec
+    from bnconvention.audit.spec.audit_spec import load_spec
 
     name = tiny_population.select(role="retrain")[0]
     folder = tmp_path / "pop" / tiny_population.folders[name]
@@ -221,7 +221,7 @@ def test_published_cells_from_a_train_mode_evaluation_fail_to_anchor(tiny_popula
 
     from bnconvention.audit.census import local_spec, run_census
     from bnconvention.audit.runner import prepare_audit
-    from bnconvention.audit.spec import load_spec
+    from bnconvention.audit.spec.audit_spec import load_spec
 
     spec = load_spec(tiny_population.root / "population.yaml", replicates=2)
     spec = spec.model_copy(update={"recoverability": None})
@@ -287,7 +287,7 @@ def test_cli_population_refuses_a_zoo_variant(tmp_path: Path, capsys: pytest.Cap
 
 def test_a_local_census_applies_the_spec_rules_by_removal_folder(tmp_path: Path):
     from bnconvention.audit.census import local_spec
-    from bnconvention.audit.spec import load_spec
+    from bnconvention.audit.spec.audit_spec import load_spec
     from bnconvention.standard.naming import record_ids_sha256
     from bnconvention.zoo.population_spec import spec_text
 

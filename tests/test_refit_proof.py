@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers.refit_models import SmallConvNet, WeightWritingNet, make_pool, seeded
 
-from bnconvention.audit.evaluation import Refitter
+from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.errors import RefitError, WeightsChangedError
 from bnconvention.formats import digests as digest_module
 from bnconvention.formats.digests import model_digests

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from bnconvention.audit.data import load_audit_data, model_repo_files
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.measure.data import load_audit_data, model_repo_files
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.data.repo_transforms import transforms_from_repo
 from bnconvention.errors import AuditSpecError, UntrustedInputError, UsageError
 from bnconvention.standard.naming import transform_sha256

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bnconvention.audit.reproduce import TOLERANCE, cell_differences, spec_disagreements
-from bnconvention.audit.spec import parse_spec
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.cli.main import main
 from bnconvention.standard.models import parse_record
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from bnconvention.audit.runner import prepare_audit
-from bnconvention.audit.scales_spec import QuantizationSpec
-from bnconvention.audit.spec import AuditSpec, load_spec
+from bnconvention.audit.spec.audit_spec import AuditSpec, load_spec
+from bnconvention.audit.spec.scales import QuantizationSpec
 from bnconvention.authoring.card_stamp import stamp_card_file
 from bnconvention.authoring.scales_sources import find_scales_declaration, read_quantized_release
 from bnconvention.authoring.stamp import stamp_file

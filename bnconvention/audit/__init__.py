@@ -9,14 +9,20 @@ diagnostics (seed 003), for one checkpoint (:func:`audit_checkpoint`) or a popul
 """
 
 from bnconvention.audit.census import CensusOutcome, discover_checkpoints, run_census, summarize
-from bnconvention.audit.data import AuditData, Split, load_audit_data
-from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
+from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.markdown import audit_markdown, census_markdown
+from bnconvention.audit.measure.data import AuditData, Split, load_audit_data
+from bnconvention.audit.measure.stats import by_adjust, decide, sign_test, tost
 from bnconvention.audit.outputs import write_audit_outputs
-from bnconvention.audit.result import AuditResult
 from bnconvention.audit.runner import PreparedAudit, audit_checkpoint, prepare_audit, run_audit
-from bnconvention.audit.spec import AuditSpec, audit_spec_schema_text, generate_audit_spec_schema, load_spec, parse_spec
-from bnconvention.audit.stats import by_adjust, decide, sign_test, tost
+from bnconvention.audit.spec.audit_spec import (
+    AuditSpec,
+    audit_spec_schema_text,
+    generate_audit_spec_schema,
+    load_spec,
+    parse_spec,
+)
+from bnconvention.audit.spec.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
 
 __all__ = [
     "BASE_CELLS",

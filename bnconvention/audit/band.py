@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.result import StalenessNull
+from bnconvention.audit.core.result import StalenessNull
 
 StateMap = Mapping[str, Any]  # layer name -> (mean, var, ...): a LayerRunningState
 

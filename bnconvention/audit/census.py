@@ -5,7 +5,7 @@
 allowlisted architecture whose tensors fit, published cells if anchoring is asked for) and the spec's data *before*
 auditing any, then audits each checkpoint and writes, in ``out_dir``:
 
-* ``journal/<weights key>-<measurement key>.json`` — one finished :class:`~bnconvention.audit.result.AuditResult`
+* ``journal/<weights key>-<measurement key>.json`` — one finished :class:`~bnconvention.audit.core.result.AuditResult`
   per checkpoint, written atomically the moment it is done. The key binds it to the exact tensors (trainable and
   running digests) and to what the spec measures (:func:`~bnconvention.audit.sweeps.measurement_sha256`: not the
   margin, q, sweeps or controls), so an interrupted census resumes without redoing finished checkpoints, a changed
@@ -46,7 +46,15 @@ from bnconvention.audit.census_summary import (  # re-exported: the census's pub
     summarize,
 )
 from bnconvention.audit.census_v11 import v11_fields
-from bnconvention.audit.checkpoint import (
+from bnconvention.audit.core.files import ANNOTATION_FILE, write_json
+from bnconvention.audit.core.result import AuditResult, PopulationMetadata, population_metadata
+from bnconvention.audit.encoder import reference_file
+from bnconvention.audit.encoder_report import encoder_census_markdown
+from bnconvention.audit.margin import MarginEntry, seed_spread_margin
+from bnconvention.audit.markdown import census_markdown
+from bnconvention.audit.markdown_census import census_sections_markdown
+from bnconvention.audit.markdown_families import families_markdown
+from bnconvention.audit.measure.checkpoint import (
     ModelChoice,
     build_architecture,
     check_shipped_statistics,
@@ -55,14 +63,7 @@ from bnconvention.audit.checkpoint import (
     published_cells,
     read_sidecar,
 )
-from bnconvention.audit.data import AuditData, load_audit_data
-from bnconvention.audit.encoder import reference_file
-from bnconvention.audit.encoder_report import encoder_census_markdown
-from bnconvention.audit.files import ANNOTATION_FILE, write_json
-from bnconvention.audit.margin import MarginEntry, seed_spread_margin
-from bnconvention.audit.markdown import census_markdown
-from bnconvention.audit.markdown_census import census_sections_markdown
-from bnconvention.audit.markdown_families import families_markdown
+from bnconvention.audit.measure.data import AuditData, load_audit_data
 from bnconvention.audit.outputs import write_audit_outputs
 from bnconvention.audit.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
 from bnconvention.audit.preregistration import (
@@ -74,13 +75,12 @@ from bnconvention.audit.preregistration import (
     listing_sha256,
     preregister,
 )
-from bnconvention.audit.result import AuditResult, PopulationMetadata, population_metadata
-from bnconvention.audit.rules import apply_rules
 from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, split_records, weights_key
 from bnconvention.audit.scales_report import scales_census_markdown
 from bnconvention.audit.scales_stage import plan_scales
 from bnconvention.audit.shipped_store import SHIPPED_DIR, ShippedStore
-from bnconvention.audit.spec import AuditSpec, parse_spec
+from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
+from bnconvention.audit.spec.rules import apply_rules
 from bnconvention.audit.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text

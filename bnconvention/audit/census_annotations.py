@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bnconvention.audit.files import ANNOTATION_FILE, json_text
+from bnconvention.audit.core.files import ANNOTATION_FILE, json_text
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.standard.models import LATEST_SPEC_VERSION, RefitAnnotation, parse_record, to_dict
 

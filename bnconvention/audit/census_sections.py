@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.detection import detection_floor, recalibration_budget
-from bnconvention.audit.result import AuditResult
-from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.audit.sweeps import margin_sweep, sweep_qs
 
 

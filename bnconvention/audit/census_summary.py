@@ -14,16 +14,16 @@ from typing import Any
 
 from bnconvention.audit.census_sections import census_sections
 from bnconvention.audit.controls import control_label, controls_table
+from bnconvention.audit.core.files import ANNOTATION_FILE, SCALES_ANNOTATION_FILE
+from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.encoder_report import encoder_row
 from bnconvention.audit.families import family_readings, twin_gaps
-from bnconvention.audit.files import ANNOTATION_FILE, SCALES_ANNOTATION_FILE
 from bnconvention.audit.ledger import CONTROL, DECIDED, TWIN_ARM, flip_rows, in_ledger_order
 from bnconvention.audit.margin import resolution_counts, resolution_warnings
+from bnconvention.audit.measure.stats import by_adjust
 from bnconvention.audit.readings import census_readings
-from bnconvention.audit.result import AuditResult
 from bnconvention.audit.scales_report import scales_counts, scales_row
-from bnconvention.audit.spec import AuditSpec
-from bnconvention.audit.stats import by_adjust
+from bnconvention.audit.spec.audit_spec import AuditSpec
 
 CENSUS_FORMAT = "bnconvention-census/2"
 CHECKPOINTS_DIR = "checkpoints"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.result import AuditResult, ProvenanceArm, RecoverabilityCurve
+from bnconvention.audit.core.result import AuditResult, ProvenanceArm, RecoverabilityCurve
 
 # The curve's proxy sources as the standard's split roles; noise is out of distribution ("other").
 SOURCE_ROLES = {"test": ("test", None), "retain": ("retain", None),

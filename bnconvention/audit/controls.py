@@ -13,8 +13,8 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.result import AuditResult
-from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.core.result import AuditResult
+from bnconvention.audit.spec.audit_spec import AuditSpec
 
 CHANNEL_ABSENT_LABEL = "channel absent"
 EXPECT_ZERO = "every replicate shift exactly 0.00 pp"

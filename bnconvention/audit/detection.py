@@ -30,11 +30,11 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from bnconvention.audit.decisions import unreachable
+from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.ledger import flip_rows, pair_budget_pp
-from bnconvention.audit.result import AuditResult
-from bnconvention.audit.spec import AuditSpec
-from bnconvention.audit.stats import by_adjust, decide
+from bnconvention.audit.measure.decisions import unreachable
+from bnconvention.audit.measure.stats import by_adjust, decide
+from bnconvention.audit.spec.audit_spec import AuditSpec
 
 SHARE = 0.9  # the detection floor: the smallest plant recovered on at least this share of the cells
 NULL_METHOD = "centred replicate residuals"

@@ -1,7 +1,7 @@
 """The headline recoverability of seed 003: forget accuracy after a refit on B = 10 unlabeled images.
 
 The curve over budgets is :mod:`.recovery`; the provenance contrast of seed 001 is :mod:`.provenance`. Both use
-the audit's :class:`~bnconvention.audit.evaluation.Refitter`, so φ is back to the shipped state afterwards.
+the audit's :class:`~bnconvention.audit.measure.evaluation.Refitter`, so φ is back to the shipped state afterwards.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 # torch is imported inside the functions that use it: importing this module does not import torch.
 import numpy as np
 
-from bnconvention.audit.data import AuditData, Split
-from bnconvention.audit.evaluation import BaseCells, Refitter, data_split, forget_accuracy, stream, torch_seed
-from bnconvention.audit.spec import AuditSpec, RecoverabilitySpec
+from bnconvention.audit.measure.data import AuditData, Split
+from bnconvention.audit.measure.evaluation import BaseCells, Refitter, data_split, forget_accuracy, stream, torch_seed
+from bnconvention.audit.spec.audit_spec import AuditSpec, RecoverabilitySpec
 from bnconvention.formats.text import plural
 from bnconvention.standard.models import Recoverability
 

@@ -21,16 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bnconvention.audit.checkpoint import LoadedCheckpoint, load_checkpoint
-from bnconvention.audit.data import AuditData
-from bnconvention.audit.diagnostics_spec import (
-    DiagnosticsSpec,
-    LinearProbeSpec,
-    MembershipSpec,
-    RelearningSpec,
-    reference_path,
-)
-from bnconvention.audit.evaluation import Refitter, data_split, stream, torch_seed
+from bnconvention.audit.measure.checkpoint import LoadedCheckpoint, load_checkpoint
+from bnconvention.audit.measure.data import AuditData
+from bnconvention.audit.measure.evaluation import Refitter, data_split, stream, torch_seed
+from bnconvention.audit.measure.stats import decide
 from bnconvention.audit.membership import (
     MIA_CELL,
     AttackDraw,
@@ -42,8 +36,14 @@ from bnconvention.audit.membership import (
 from bnconvention.audit.probe import LP_CELL, ProbeDraw, decompose, draw_probe, feature_layer, features_and_logits
 from bnconvention.audit.probe import probe_accuracy as fit_probe
 from bnconvention.audit.relearn import Relearning, draw_relearn, relearn
-from bnconvention.audit.spec import AuditSpec
-from bnconvention.audit.stats import decide
+from bnconvention.audit.spec.audit_spec import AuditSpec
+from bnconvention.audit.spec.diagnostics import (
+    DiagnosticsSpec,
+    LinearProbeSpec,
+    MembershipSpec,
+    RelearningSpec,
+    reference_path,
+)
 from bnconvention.errors import AuditSpecError, UntrustedInputError
 from bnconvention.standard.models import LATEST_SPEC_VERSION, CellV11, RefitAnnotation, parse_record, to_dict
 

@@ -6,8 +6,8 @@ To show it the census needs the family's mean shift with an interval that respec
 every checkpoint of one seed starts from that seed's base weights (and its removals are nested subsets of one
 training set), so the unit that is drawn independently is the seed, not the checkpoint or the (seed, removal) pair.
 Each seed contributes the mean shift of its checkpoints, and the family mean gets a t-interval over the seeds at the
-TOST level of the per-checkpoint decisions (90 %, :func:`bnconvention.audit.stats.tost`), with the number of seeds
-(clusters) beside it; the family is equivalent on average when that interval lies inside ±margin, displaced on
+TOST level of the per-checkpoint decisions (90 %, :func:`bnconvention.audit.measure.stats.tost`), with the number of
+seeds (clusters) beside it; the family is equivalent on average when that interval lies inside ±margin, displaced on
 average when it lies wholly outside, undetermined otherwise (also with a single seed: no interval). Class removal
 and instance removal are different questions, so a family is read per removal kind. Beside it: how many of the
 family's decided checkpoints are displaced (after Benjamini–Yekutieli, and raw), and each criterion's flips by
@@ -19,7 +19,7 @@ shipped, online minus frozen, in pp; per weight-movement level the mean gap over
 95 % t-interval across seeds.
 
 Pure functions: sidecar dicts and census rows in, JSON-ready dicts out
-(:func:`bnconvention.audit.result.population_metadata` is what the audit keeps of a sidecar;
+(:func:`bnconvention.audit.core.result.population_metadata` is what the audit keeps of a sidecar;
 :mod:`bnconvention.audit.markdown_families` renders the rest). A census whose checkpoints
 carry no family metadata (the digits zoo) has no family section and no twin section.
 """
@@ -31,8 +31,8 @@ import statistics
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.result import PopulationMetadata
-from bnconvention.audit.stats import tost
+from bnconvention.audit.core.result import PopulationMetadata
+from bnconvention.audit.measure.stats import tost
 
 FAMILY_LEVEL = 0.90  # the TOST level of the per-checkpoint decisions (decide's default)
 TWIN_LEVEL = 0.95  # a two-sided confidence interval of the twin gap across seeds

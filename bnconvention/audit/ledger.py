@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.result import AuditResult
-from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.core.result import AuditResult
+from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.standard.models import Cell
 
 DECIDED, CONTROL, TWIN_ARM = "decided", "control", "twin arm"

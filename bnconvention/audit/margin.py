@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bnconvention.audit.expressions import CellExpression
-from bnconvention.audit.result import PopulationMetadata
+from bnconvention.audit.core.result import PopulationMetadata
+from bnconvention.audit.spec.expressions import CellExpression
 from bnconvention.errors import UsageError
 
 RULE = "median over recipes and cells of the published cell's standard deviation across seeds (pp)"

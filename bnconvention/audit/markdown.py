@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.audit.census_story import background_text, margin_line
-from bnconvention.audit.decisions import format_p
+from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.encoder_report import encoder_lines
 from bnconvention.audit.markdown_readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
-from bnconvention.audit.result import AuditResult
+from bnconvention.audit.measure.decisions import format_p
 from bnconvention.audit.scales_report import scales_lines
 from bnconvention.formats.text import markdown_table, plural, signed
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.census_story import spearman_interval
-from bnconvention.audit.result import ProvenanceArm, RecoverabilityCurve, StalenessNull
+from bnconvention.audit.core.result import ProvenanceArm, RecoverabilityCurve, StalenessNull
 from bnconvention.formats.text import markdown_table, signed
 
 

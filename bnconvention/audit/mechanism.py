@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from bnconvention.audit.result import MechanismEvidence
+from bnconvention.audit.core.result import MechanismEvidence
 
 Mechanism = Literal["corruption", "misalignment", "neither"]
 BaseComparison = Literal["identical", "frozen", "updated", "buffers_only"]

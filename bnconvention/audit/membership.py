@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bnconvention.audit.diagnostics_spec import MIN_ATTACK_RECORDS, MembershipSpec
+from bnconvention.audit.spec.diagnostics import MIN_ATTACK_RECORDS, MembershipSpec
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.text import plural
 from bnconvention.standard.encoder_v11 import Interval

@@ -10,7 +10,7 @@ In the output folder:
   when the audit ran a recoverability curve).
 * ``scales_annotation.json`` — with the spec's ``quantization`` section and a checkpoint that ships activation
   scales: the 1.1 refit annotation of its scales (:mod:`bnconvention.audit.scales_stage`); it validates too.
-* ``result.json`` — the full :class:`~bnconvention.audit.result.AuditResult` (annotation plus sign tests, reference
+* ``result.json`` — the full :class:`~bnconvention.audit.core.result.AuditResult` (annotation plus sign tests, reference
   band per layer, per-replicate pools and timings), the census journal's format.
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bnconvention.audit.files import ANNOTATION_FILE, SCALES_ANNOTATION_FILE, json_text
+from bnconvention.audit.core.files import ANNOTATION_FILE, SCALES_ANNOTATION_FILE, json_text
+from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.markdown import PLOT_FILES, audit_markdown
 from bnconvention.audit.plots import cells_figure, recoverability_figure, staleness_figure
-from bnconvention.audit.result import AuditResult
 from bnconvention.formats.atomic import atomic_write_bytes
 from bnconvention.standard.models import to_dict
 

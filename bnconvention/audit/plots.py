@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.audit.result import AuditResult
+from bnconvention.audit.core.result import AuditResult
 from bnconvention.formats.text import plural
 
 # matplotlib is imported inside the functions that draw: importing the audit does not load it.

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bnconvention.audit.data import AuditData
-from bnconvention.audit.evaluation import Refitter
-from bnconvention.audit.result import AuditResult, ReplicateRecord
+from bnconvention.audit.core.result import AuditResult, ReplicateRecord
+from bnconvention.audit.measure.data import AuditData
+from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.audit.runner import check_data_fits, prepare_audit
-from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.audit.stages import check_theta_unchanged, replicate_record
 from bnconvention.audit.sweeps import (
     ReplicateStore,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bnconvention.audit.checkpoint import LoadedCheckpoint
-from bnconvention.audit.data import AuditData
 from bnconvention.audit.encoder import EncoderPlan
+from bnconvention.audit.measure.checkpoint import LoadedCheckpoint
+from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.scales_stage import ScalesPlan
-from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.spec.audit_spec import AuditSpec
 
 
 @dataclass

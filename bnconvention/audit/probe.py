@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bnconvention.audit.diagnostics_spec import MIN_PROBE_TEST_RECORDS, LinearProbeSpec
+from bnconvention.audit.spec.diagnostics import MIN_PROBE_TEST_RECORDS, LinearProbeSpec
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.text import plural
 from bnconvention.standard.encoder_v11 import Interval

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from bnconvention.audit.band import combined, pair_distance
-from bnconvention.audit.data import AuditData
-from bnconvention.audit.evaluation import Refitter, data_split, forget_accuracy, stream, torch_seed
-from bnconvention.audit.result import ProvenanceArm, ProvenanceDraw
-from bnconvention.audit.spec import AuditSpec, ProvenanceSpec
+from bnconvention.audit.core.result import ProvenanceArm, ProvenanceDraw
+from bnconvention.audit.measure.data import AuditData
+from bnconvention.audit.measure.evaluation import Refitter, data_split, forget_accuracy, stream, torch_seed
+from bnconvention.audit.spec.audit_spec import AuditSpec, ProvenanceSpec
 from bnconvention.standard.models import ProvenanceContrast
 
 

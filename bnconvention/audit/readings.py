@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from bnconvention.audit.band import combined
+from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.mechanism import combine, from_base
-from bnconvention.audit.result import AuditResult
 
 
 def _bn(results: Sequence[AuditResult], names: Sequence[str]) -> list[tuple[str, AuditResult]]:

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bnconvention.audit.data import AuditData
-from bnconvention.audit.evaluation import Refitter, data_split, forget_accuracy, stream, torch_seed
-from bnconvention.audit.result import RecoverabilityCurve, RecoveryPoint
-from bnconvention.audit.spec import AuditSpec, RecoverabilitySpec
+from bnconvention.audit.core.result import RecoverabilityCurve, RecoveryPoint
+from bnconvention.audit.measure.data import AuditData
+from bnconvention.audit.measure.evaluation import Refitter, data_split, forget_accuracy, stream, torch_seed
+from bnconvention.audit.spec.audit_spec import AuditSpec, RecoverabilitySpec
 from bnconvention.formats.text import plural
 
 if TYPE_CHECKING:

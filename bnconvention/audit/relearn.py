@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bnconvention.audit.diagnostics_spec import RelearningSpec
+from bnconvention.audit.spec.diagnostics import RelearningSpec
 from bnconvention.errors import AuditSpecError, WeightsChangedError
 from bnconvention.formats.text import plural
 

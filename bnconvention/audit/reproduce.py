@@ -46,9 +46,9 @@ from bnconvention.standard.decision_rules import REPRODUCTION_TOLERANCE
 from bnconvention.standard.models import Cell, RefitAnnotation, Verdict, parse_record, to_dict
 
 if TYPE_CHECKING:
-    from bnconvention.audit.data import AuditData
-    from bnconvention.audit.result import AuditResult
-    from bnconvention.audit.spec import AuditSpec
+    from bnconvention.audit.core.result import AuditResult
+    from bnconvention.audit.measure.data import AuditData
+    from bnconvention.audit.spec.audit_spec import AuditSpec
     from bnconvention.refit.devices import Device
 
 TOLERANCE = REPRODUCTION_TOLERANCE
@@ -204,7 +204,7 @@ def check_spec(annotation: RefitAnnotation, spec: AuditSpec, *, source: str) -> 
 def pinned_spec(annotation: RefitAnnotation, spec: AuditSpec) -> AuditSpec:
     """The spec with a Hub dataset pinned at the commit the annotation recorded (what was read then, not what a
     branch names now); other sources are read where the spec says."""
-    from bnconvention.audit.spec import parse_spec
+    from bnconvention.audit.spec.audit_spec import parse_spec
 
     revision = annotation.convention.data.dataset.revision
     if spec.dataset.kind != "hub" or revision is None or revision == spec.dataset.revision:
@@ -275,7 +275,7 @@ def unavailable(what: str, call: Callable[[], T]) -> T:
 
 def fetch_data(annotation: RefitAnnotation, spec: AuditSpec, *, repo_dir: Path) -> AuditData:
     """The annotated pool, read as the spec defines it, checked against the annotation's dataset reference."""
-    from bnconvention.audit.data import load_audit_data
+    from bnconvention.audit.measure.data import load_audit_data
 
     data = unavailable(f"the pool ({pool_name(annotation)})", lambda: load_audit_data(spec, repo_dir=repo_dir))
     check_pool(annotation, dataset_id=data.dataset_id, revision=data.dataset_revision)

@@ -26,17 +26,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bnconvention.audit.checkpoint import load_checkpoint
-from bnconvention.audit.data import AuditData, load_audit_data
-from bnconvention.audit.decisions import reach_warning
+from bnconvention.audit.core.result import AuditResult, ScalesResult
 from bnconvention.audit.encoder import plan_encoder, run_encoder, with_encoder
-from bnconvention.audit.evaluation import Refitter
+from bnconvention.audit.measure.checkpoint import load_checkpoint
+from bnconvention.audit.measure.data import AuditData, load_audit_data
+from bnconvention.audit.measure.decisions import reach_warning
+from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.audit.prepared import PreparedAudit
 from bnconvention.audit.provenance import retained_needed
-from bnconvention.audit.result import AuditResult, ScalesResult
 from bnconvention.audit.scales_stage import not_quantized, plan_scales, run_scales, unaudited_warning
 from bnconvention.audit.shipped_store import ShippedStore
-from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.audit.stages import (
     build_annotation,
     check_theta_unchanged,

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from bnconvention.audit.stats import decide
+from bnconvention.audit.measure.stats import decide
 from bnconvention.errors import QuantizationError
 from bnconvention.refit.scales import ScaleSet, fake_quantized, read_scales, refit_scales
 from bnconvention.standard.models import Cell, CellDecision, SplitRole

@@ -1,7 +1,7 @@
 """The activation scales (second deployed state) in reports: the census row's columns, the census counts, census.md's
 table and the audit summary's section.
 
-Pure functions over a :class:`~bnconvention.audit.result.ScalesResult` or the census JSON. A scales cell's decision
+Pure functions over a :class:`~bnconvention.audit.core.result.ScalesResult` or the census JSON. A scales cell's decision
 is the standard's (exact sign test over the recalibrations, TOST for equivalence), made per checkpoint: the scales
 cells stay outside the census's Benjamini–Yekutieli family, which is the BatchNorm cells'. A checkpoint is
 *displaced on its scales* when any of its scales cells is displaced.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bnconvention.audit.core.result import ScalesResult
 from bnconvention.audit.families import census_group, control_labels
-from bnconvention.audit.result import ScalesResult
 from bnconvention.formats.text import markdown_table, plural, signed
 
 HEADING = "Activation scales (second deployed state)"

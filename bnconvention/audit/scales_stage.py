@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bnconvention.audit.core.result import ScalesResult
+
 # torch (and the scales cells, which need it) are imported inside the functions that use them.
-from bnconvention.audit.evaluation import stream
-from bnconvention.audit.result import ScalesResult
-from bnconvention.audit.scales_spec import SCALES_STREAM
+from bnconvention.audit.measure.evaluation import stream
+from bnconvention.audit.spec.scales import SCALES_STREAM
 from bnconvention.errors import AuditSpecError, DigestMismatchError, QuantizationError, RecordError, UntrustedInputError
 from bnconvention.formats.text import plural
 from bnconvention.standard.models import SCALES_FILENAME, AuditedFile, DatasetRef, DataSplit, Declaration
@@ -44,8 +45,8 @@ from bnconvention.standard.models import SCALES_FILENAME, AuditedFile, DatasetRe
 if TYPE_CHECKING:
     import torch
 
-    from bnconvention.audit.data import AuditData
-    from bnconvention.audit.spec import AuditSpec
+    from bnconvention.audit.measure.data import AuditData
+    from bnconvention.audit.spec.audit_spec import AuditSpec
     from bnconvention.formats.digests import DigestSet
     from bnconvention.refit.scales import ScaleSet
 
@@ -144,7 +145,7 @@ def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: P
     """
     import torch
 
-    from bnconvention.audit.evaluation import model_device
+    from bnconvention.audit.measure.evaluation import model_device
     from bnconvention.audit.scales_annotation import scales_annotation
     from bnconvention.audit.scales_cells import scales_cells
 

@@ -8,7 +8,7 @@ under ``OUT/shipped/`` (written atomically; an unreadable or foreign file is a m
 
 The **split digest** is sha256 over every split's role, record ids, labels and input bytes (before any transform)
 and the eval transform's description: the data themselves, not their names, so a dataset file edited between runs
-is a miss rather than stale cells. It is computed once per loaded :class:`~bnconvention.audit.data.AuditData`
+is a miss rather than stale cells. It is computed once per loaded :class:`~bnconvention.audit.measure.data.AuditData`
 (about 1 GB/s; a census shares one).
 """
 
@@ -18,11 +18,11 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bnconvention.audit.files import write_json
+from bnconvention.audit.core.files import write_json
 from bnconvention.formats.canonical import canonical_json_bytes, canonical_sha256, loads_strict
 
 if TYPE_CHECKING:
-    from bnconvention.audit.data import AuditData, Split
+    from bnconvention.audit.measure.data import AuditData, Split
     from bnconvention.audit.prepared import PreparedAudit
 
 SHIPPED_DIR = "shipped"

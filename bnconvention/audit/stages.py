@@ -19,9 +19,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bnconvention.audit.band import band_null, combined
-from bnconvention.audit.checkpoint import LoadedCheckpoint, read_sidecar
-from bnconvention.audit.data import AuditData
-from bnconvention.audit.decisions import (
+from bnconvention.audit.core.result import (
+    MechanismEvidence,
+    PopulationMetadata,
+    ProvenanceArm,
+    RecoverabilityCurve,
+    ReplicateRecord,
+    SignRecord,
+    StalenessNull,
+    population_metadata,
+)
+from bnconvention.audit.diagnostics import recoverability
+from bnconvention.audit.measure.checkpoint import LoadedCheckpoint, read_sidecar
+from bnconvention.audit.measure.data import AuditData
+from bnconvention.audit.measure.decisions import (
     anchoring,
     cell_field,
     decide_cell,
@@ -29,8 +40,7 @@ from bnconvention.audit.decisions import (
     reporting_line,
     verdict,
 )
-from bnconvention.audit.diagnostics import recoverability
-from bnconvention.audit.evaluation import (
+from bnconvention.audit.measure.evaluation import (
     BaseCells,
     Refitter,
     base_cells,
@@ -43,18 +53,8 @@ from bnconvention.audit.mechanism import from_metadata
 from bnconvention.audit.prepared import PreparedAudit
 from bnconvention.audit.provenance import annotation_contrast, provenance_arms
 from bnconvention.audit.recovery import recoverability_curve
-from bnconvention.audit.result import (
-    MechanismEvidence,
-    PopulationMetadata,
-    ProvenanceArm,
-    RecoverabilityCurve,
-    ReplicateRecord,
-    SignRecord,
-    StalenessNull,
-    population_metadata,
-)
 from bnconvention.audit.shipped_store import ShippedStore
-from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.authoring.declaration import default_producer, make_convention
 from bnconvention.errors import AuditSpecError, UntrustedInputError, WeightsChangedError
 from bnconvention.standard.models import (

@@ -28,16 +28,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bnconvention.audit.decisions import decide_cell, reporting_line
+from bnconvention.audit.core.files import write_json
+from bnconvention.audit.core.result import AuditResult, ReplicateRecord
 from bnconvention.audit.encoder import cells_for, redecide_typed_cells
-from bnconvention.audit.evaluation import BaseCells
-from bnconvention.audit.expressions import parse_cell
-from bnconvention.audit.files import write_json
-from bnconvention.audit.result import AuditResult, ReplicateRecord
+from bnconvention.audit.measure.decisions import decide_cell, reporting_line
+from bnconvention.audit.measure.evaluation import BaseCells
+from bnconvention.audit.measure.stats import by_adjust
 from bnconvention.audit.scales_stage import redecide_scales
-from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.spec.audit_spec import AuditSpec
+from bnconvention.audit.spec.expressions import parse_cell
 from bnconvention.audit.stages import ShippedCells, decide_cells
-from bnconvention.audit.stats import by_adjust
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 
 # ``rules`` are not measured: a checkpoint is audited with the sections its matching rules set (its spec then has no

@@ -53,7 +53,7 @@ def refit_index_results(annotation: RefitAnnotation, *, path: str, sha256: str,
                         task_type: str = DEFAULT_TASK_TYPE) -> list[dict[str, Any]]:
     """The model-index results of one annotation stored at ``path`` (``sha256``: of its canonical JSON).
     ``origins``: cell -> where the authors publish it (``task``, ``dataset``, metric ``type`` and ``name``, as
-    :func:`bnconvention.audit.published.cell_origins` finds them)."""
+    :func:`bnconvention.audit.measure.published.cell_origins` finds them)."""
     convention = annotation.convention.name
     groups: dict[str, dict[str, Any]] = {}
     for cell in annotation.cells:

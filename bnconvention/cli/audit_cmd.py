@@ -70,8 +70,8 @@ def allow_factories(targets: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.audit.checkpoint import checkpoint_name
-    from bnconvention.audit.files import ANNOTATION_FILE
+    from bnconvention.audit.core import ANNOTATION_FILE
+    from bnconvention.audit.measure import checkpoint_name
     from bnconvention.audit.outputs import write_audit_outputs
     from bnconvention.audit.runner import prepare_audit, run_audit
     from bnconvention.audit.spec import load_spec

@@ -81,7 +81,7 @@ def _with_sweeps(spec: Any, args: argparse.Namespace) -> Any:
     """The spec with the command line's sweep lists, checked as the spec's own would be."""
     from pydantic import ValidationError
 
-    from bnconvention.audit.spec_census import SweepSpec
+    from bnconvention.audit.spec import SweepSpec
 
     sweeps = dict(spec.sweeps.model_dump(mode="json"))
     if args.margins is not None:

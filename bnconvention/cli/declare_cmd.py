@@ -166,7 +166,7 @@ def load_declared_model(arch: str, kwargs_json: str, weights: Path) -> tuple[Any
     """The allowlisted model with the file's tensors loaded strictly, and the digests of the file's tensors."""
     from safetensors.torch import load_file
 
-    from bnconvention.audit.checkpoint import ModelChoice, build_architecture, check_fits, model_shapes
+    from bnconvention.audit.measure import ModelChoice, build_architecture, check_fits, model_shapes
     from bnconvention.formats.digests import bn_layer_names, file_digests
     from bnconvention.formats.running_values import ensure_possible_statistics
     from bnconvention.formats.safetensors_header import read_header

@@ -247,7 +247,7 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
     """``audit.json`` and ``audit.md`` over every audited file (reused ones included), linking each annotation
     where :func:`write_repo_outputs` put it; None (nothing written) when no file was audited."""
     from bnconvention.audit.census_summary import summarize
-    from bnconvention.audit.files import ANNOTATION_FILE, write_json
+    from bnconvention.audit.core import ANNOTATION_FILE, write_json
     from bnconvention.audit.markdown import census_markdown
     from bnconvention.audit.markdown_census import census_sections_markdown
     from bnconvention.audit.markdown_families import families_markdown

@@ -6,13 +6,13 @@ entry ``{"factory": ..., "kwargs": {...}}``, the shape the digits zoo writes —
 allowlist; else timm's or transformers' own ``config.json`` (:mod:`bnconvention.architectures.resolve`); otherwise
 the spec's ``model``. Nothing a repo names is imported unless it is allowlisted or in the library's own registry.
 Published cells: read as a local audit reads them, by one rule
-(:func:`bnconvention.audit.checkpoint.published_places`), from the repo's files laid out in the download folder as
-they are in the repo: ``config.json`` (``published`` or the zoo's ``shipped_accuracy``) and the eval results of the
+(:func:`bnconvention.audit.measure.checkpoint.published_places`), from the repo's files laid out in the download folder
+as they are in the repo: ``config.json`` (``published`` or the zoo's ``shipped_accuracy``) and the eval results of the
 card's model-index (``README.md``), the one ``published_source`` names first (``sidecar``: ``config.json``;
 ``model_index``: the card); with ``published_by_checkpoint`` the key is the repo id. A repo where neither holds them
 fails with one reason naming both files and the keys looked for.
 
-Which spec: the spec's rules (:mod:`bnconvention.audit.rules`) are applied first, by repo id and ``config.json``
+Which spec: the spec's rules (:mod:`bnconvention.audit.spec.rules`) are applied first, by repo id and ``config.json``
 fields, so one spec audits a mixed organisation, each repo with its own data, model and published cells; the rules
 that shaped a file's spec are recorded in its :class:`FileAudit`. A failure's reason names the repo and its file
 (``org/name/model.safetensors``, ``org/name/config.json``), never the temporary folder (:func:`relabel_reason`).
@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from bnconvention.architectures.resolve import CONFIG_NAME, MAX_CONFIG_BYTES, parse_config
-from bnconvention.audit.result import AuditResult
+from bnconvention.audit.core import AuditResult
 from bnconvention.audit.spec import AuditSpec, ModelSpec, parse_spec
 from bnconvention.errors import BnConventionError, UntrustedInputError, UsageError
 from bnconvention.formats.canonical import canonical_sha256
@@ -73,7 +73,7 @@ class FileAudit(BaseModel):
     reason: Reason = ""
     factory: str | None = None
     architecture_source: Literal["repo", "spec"] | None = None
-    rules: list[str] = []  # the spec rules that shaped this repo's spec (see bnconvention.audit.rules)
+    rules: list[str] = []  # the spec rules that shaped this repo's spec (see bnconvention.audit.spec.rules)
     # cell -> where the card's model-index publishes it (task, dataset, metric type and name): hub push puts the
     # refit cell beside it
     published_origins: dict[str, dict[str, Any]] | None = None
@@ -192,7 +192,7 @@ def _audit_data(spec: AuditSpec, task: AuditTask, repo_dir: Path) -> Any:
     """The spec's data for this repo: the dataset decoded once per process (a ``hub`` dataset from the task's Hub,
     with its token), split and transformed for this repo (``transform: from_repo``, ids files in the model repo read
     from ``repo_dir``, named by the repo id in messages)."""
-    from bnconvention.audit.data import load_audit_data, load_spec_dataset, needs_repo
+    from bnconvention.audit.measure import load_audit_data, load_spec_dataset, needs_repo
 
     token = task_token(task).reveal()
     dataset_key = canonical_sha256({"dataset": spec.dataset.model_dump(mode="json")})
@@ -212,7 +212,7 @@ def _audit_data(spec: AuditSpec, task: AuditTask, repo_dir: Path) -> Any:
 def _fetch_repo_files(client: HubClient, task: AuditTask, spec: AuditSpec, repo_dir: Path) -> None:
     """The model-repo files the spec's data reads (preprocessing configs, ids files) that the repo has, put beside
     the weights; a file the repo lacks is left to the data layer to report."""
-    from bnconvention.audit.data import model_repo_files
+    from bnconvention.audit.measure import model_repo_files
     from bnconvention.data.ids import MAX_INDEX_BYTES
 
     for name in model_repo_files(spec):
@@ -264,7 +264,7 @@ class RepoFiles:
 
     def card_metadata(self) -> dict[str, Any]:
         """The card's front matter, or ``{}`` when there is none or it cannot be read (anchoring on it then
-        fails with the card's own error, in :mod:`bnconvention.audit.checkpoint`)."""
+        fails with the card's own error, in :mod:`bnconvention.audit.measure.checkpoint`)."""
         from bnconvention.formats.card import decode_card, parse_card_metadata
 
         if self.card is None:
@@ -277,8 +277,8 @@ class RepoFiles:
 
 def _local_paths(folder: Path, filename: str) -> tuple[Path, Path, Path]:
     """Where a file's weights, its sidecar (the repo's config.json) and the card go in the temporary folder: where
-the audit of :mod:`bnconvention.audit.checkpoint` looks for them."""
-    from bnconvention.audit.checkpoint import card_path, sidecar_path
+the audit of :mod:`bnconvention.audit.measure.checkpoint` looks for them."""
+    from bnconvention.audit.measure import card_path, sidecar_path
 
     weights = folder / "repo" / filename
     return weights, sidecar_path(weights), card_path(weights)
@@ -300,9 +300,9 @@ def relabel_reason(text: str, *, folder: Path, repo_id: str, filename: str) -> s
 
 def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: RepoFiles, filename: str,
                 folder: Path) -> FileAudit:
-    from bnconvention.audit.published import cell_origins
-    from bnconvention.audit.rules import apply_rules
+    from bnconvention.audit.measure import cell_origins
     from bnconvention.audit.runner import audit_checkpoint
+    from bnconvention.audit.spec import apply_rules
 
     config = parse_config(files.config, source=f"{task.repo_id}/{CONFIG_NAME}") if files.config else None
     ruled, rules = apply_rules(spec, repo_id=task.repo_id, config=config)

@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bnconvention.audit.diagnostics_spec import ReferenceSpec, reference_path
-from bnconvention.audit.spec import AuditSpec
+from bnconvention.audit.spec import AuditSpec, ReferenceSpec, reference_path
 from bnconvention.errors import AuditSpecError
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.headers import read_single
@@ -54,7 +53,7 @@ def _fetch_sidecars(client: HubClient, repo: str, *, revision: str, local: Path)
     """The reference repo's ``config.json`` and card, where the audit reads a checkpoint's architecture and
     published cells (its sidecar ``<stem>.json`` and ``README.md``): as for the audited repo's own weights."""
     from bnconvention.architectures.resolve import CONFIG_NAME, MAX_CONFIG_BYTES
-    from bnconvention.audit.checkpoint import card_path, sidecar_path
+    from bnconvention.audit.measure import card_path, sidecar_path
     from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
 
     for name, limit, target in ((CONFIG_NAME, MAX_CONFIG_BYTES, sidecar_path(local)),

@@ -39,7 +39,7 @@ from bnconvention.standard.locations import ANNOTATION_DIR, annotation_filename
 from bnconvention.standard.models import RefitAnnotation
 
 if TYPE_CHECKING:
-    from bnconvention.audit.result import AuditResult
+    from bnconvention.audit.core import AuditResult
     from bnconvention.audit.spec import AuditSpec
     from bnconvention.refit.devices import Device
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bnconvention.audit.result import AuditResult
+from bnconvention.audit.core import AuditResult
 from bnconvention.formats.text import plural, signed
 from bnconvention.hub.audit import FileAudit, RepoAudit
 from bnconvention.hub.summaries import CLASS_LABELS

@@ -21,7 +21,7 @@ and a margin ``M`` (default 1.2 pp):
 * **undetermined** — neither. One replicate is always undetermined (the audit spec refuses R = 1).
 
 Across a census, the sign-test p-values are adjusted with Benjamini–Yekutieli
-(:func:`bnconvention.audit.stats.by_adjust`).
+(:func:`bnconvention.audit.measure.stats.by_adjust`).
 
 >>> decide([2.0] * 10, margin_pp=1.2).outcome, decide([2.0] * 10, margin_pp=1.2).p_value
 ('displaced', 0.0009765625)

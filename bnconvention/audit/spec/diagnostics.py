@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from bnconvention.audit.spec_data import (
+from bnconvention.audit.spec.data import (
     MAX_BATCH,
     MAX_ITERATIONS,
     MAX_RECORDS,

@@ -34,8 +34,8 @@ ConfigValue = str | int | float | bool | None
 
 
 class RuledSpec(Protocol):
-    """What the rules read of a spec (:class:`bnconvention.audit.spec.AuditSpec`, which checks its rules when it
-    is validated, so this module cannot import it): its rules, its fields, and its validation and checks."""
+    """What the rules read of a spec (:class:`bnconvention.audit.spec.audit_spec.AuditSpec`, which checks its rules
+    when it is validated, so this module cannot import it): its rules, its fields, and its validation and checks."""
 
     @property
     def rules(self) -> Sequence[Any]: ...

@@ -35,7 +35,7 @@ from bnconvention.architectures.resolve import (
     read_config,
     resolve_architecture,
 )
-from bnconvention.audit.published import (
+from bnconvention.audit.measure.published import (
     JSON_PUBLISHED_KEYS,
     card_published_cells,
     json_published_cells,
@@ -55,7 +55,7 @@ from bnconvention.formats.safetensors_header import SafetensorsHeader
 if TYPE_CHECKING:
     import torch
 
-    from bnconvention.audit.spec import AuditSpec
+    from bnconvention.audit.spec.audit_spec import AuditSpec
     from bnconvention.formats.checkpoint_files import CheckpointFiles
     from bnconvention.formats.digests import DigestSet
     from bnconvention.refit.weights import LoadedWeights

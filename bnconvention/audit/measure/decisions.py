@@ -1,7 +1,7 @@
 """Per-cell decisions, verdicts, anchoring and the reporting line, from measured cells (no model involved).
 
 Cells are fractions; a shift is ``100 * (refit - shipped)`` percentage points per replicate. The decision rules are
-:mod:`bnconvention.audit.stats` (exact sign test, TOST); a checkpoint that does not anchor is reported with
+:mod:`bnconvention.audit.measure.stats` (exact sign test, TOST); a checkpoint that does not anchor is reported with
 ``undetermined`` / ``not-anchored`` decisions, and a channel-absent checkpoint's decisions carry the method
 ``channel-absent``.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from bnconvention.audit.evaluation import BaseCells
-from bnconvention.audit.expressions import CellExpression, Criterion, NonFiniteError, parse_cell
-from bnconvention.audit.result import SignRecord
-from bnconvention.audit.spec import AuditSpec
-from bnconvention.audit.stats import Decision, binomial_tail, decide, sign_test
+from bnconvention.audit.core.result import SignRecord
+from bnconvention.audit.measure.evaluation import BaseCells
+from bnconvention.audit.measure.stats import Decision, binomial_tail, decide, sign_test
+from bnconvention.audit.spec.audit_spec import AuditSpec
+from bnconvention.audit.spec.expressions import CellExpression, Criterion, NonFiniteError, parse_cell
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.text import plural, signed
 from bnconvention.standard.models import AnchorCell, Anchoring, Cell, CellDecision, Verdict

@@ -1,6 +1,6 @@
 """The data section of an audit spec: ``dataset`` (where the records come from) and ``splits`` (forget, retain,
-test), with the checks a JSON Schema cannot express. :mod:`bnconvention.audit.spec` assembles the whole spec from
-these models; the base model and the small field types shared by every section live here too.
+test), with the checks a JSON Schema cannot express. :mod:`bnconvention.audit.spec.audit_spec` assembles the whole spec
+from these models; the base model and the small field types shared by every section live here too.
 """
 
 from __future__ import annotations

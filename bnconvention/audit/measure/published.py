@@ -1,7 +1,7 @@
 """Published cells as a release writes them: in a model card's ``model-index`` (the Hub's own place for a release's
 numbers), or in a JSON file beside the weights (the checkpoint's sidecar ``<name>.json`` or the folder's
 ``config.json``: a ``published`` mapping of cell -> value, or the digits zoo's ``shipped_accuracy``). Which of these
-places is read, and in which order, is one rule: :func:`bnconvention.audit.checkpoint.published_places`.
+places is read, and in which order, is one rule: :func:`bnconvention.audit.measure.checkpoint.published_places`.
 
 The spec maps metric labels to cells (``model_index_metrics``, e.g. ``forget accuracy: df``). A metric of the card's
 model-index matches a label when its ``name`` is the label, or, when no metric has that name, when its ``type`` is
@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from bnconvention.audit.expressions import parse_cell
+from bnconvention.audit.spec.expressions import parse_cell
 from bnconvention.errors import AuditSpecError, UntrustedInputError
 from bnconvention.formats.model_index import IndexMetric, iter_index_metrics, read_model_index
 from bnconvention.formats.text import one_line

@@ -4,7 +4,7 @@ The pydantic models below are the source of truth; ``schema/v1/audit-spec.schema
 (regenerate with ``BNC_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_audit_spec.py``, which also proves
 the committed file is up to date). A spec is untrusted data: it is read with the safe loaders
 (:func:`bnconvention.formats.card.load_yaml_strict`, :func:`bnconvention.formats.canonical.loads_strict`), its cells
-and criteria are parsed by the whitelist of :mod:`bnconvention.audit.expressions`, and every problem is an
+and criteria are parsed by the whitelist of :mod:`bnconvention.audit.spec.expressions`, and every problem is an
 :class:`~bnconvention.errors.AuditSpecError` whose ``field`` is the JSON pointer of the offending value.
 
 A minimal spec (everything else has the papers' defaults: margin 1.2 pp, R = 10 replicates, anchor tolerance 0.02,
@@ -38,12 +38,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from bnconvention.audit.diagnostics_spec import DiagnosticsSpec
-from bnconvention.audit.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
-from bnconvention.audit.rules import RuleMatch, check_rules
-from bnconvention.audit.scales_spec import QuantizationSpec
-from bnconvention.audit.spec_census import ControlsSpec, SweepSpec
-from bnconvention.audit.spec_data import (
+from bnconvention.audit.spec.census import ControlsSpec, SweepSpec
+from bnconvention.audit.spec.data import (
     MAX_BATCH,
     MAX_DRAWS,
     MAX_RECORDS,
@@ -60,6 +56,10 @@ from bnconvention.audit.spec_data import (
     check_dataset,
     check_splits,
 )
+from bnconvention.audit.spec.diagnostics import DiagnosticsSpec
+from bnconvention.audit.spec.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
+from bnconvention.audit.spec.rules import RuleMatch, check_rules
+from bnconvention.audit.spec.scales import QuantizationSpec
 from bnconvention.errors import AuditSpecError, UntrustedInputError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.formats.model_index import BASE_CELL_METRICS
@@ -170,7 +170,7 @@ class ProvenanceSpec(_Spec):
 
 
 class RuleSpec(_Spec):
-    """Sections of the spec replaced for the repos a rule matches (see :mod:`bnconvention.audit.rules`)."""
+    """Sections of the spec replaced for the repos a rule matches (see :mod:`bnconvention.audit.spec.rules`)."""
 
     name: Text | None = Field(default=None, description="A short name, reported with each repo it shaped.")
     match: RuleMatch = Field(description="Which repos the rule applies to (every condition given must hold).")

@@ -21,7 +21,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from bnconvention.audit.spec_data import MAX_RECORDS, MAX_REPLICATES, Records, Replicates, SpecModel
+from bnconvention.audit.spec.data import MAX_RECORDS, MAX_REPLICATES, Records, Replicates, SpecModel
 
 SCALES_STREAM = 5  # the spawn key of the recalibration draws (0 replicates, 1 recoverability, 2 provenance, 3 curve)
 

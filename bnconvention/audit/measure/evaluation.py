@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bnconvention.architectures.outputs import logits
-from bnconvention.audit.data import AuditData, Split
+from bnconvention.audit.measure.data import AuditData, Split
 from bnconvention.formats.text import plural
 from bnconvention.standard.naming import record_ids_sha256
 

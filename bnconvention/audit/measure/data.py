@@ -28,7 +28,7 @@ from bnconvention.errors import AuditSpecError, DigestMismatchError, UntrustedIn
 if TYPE_CHECKING:
     import torch
 
-    from bnconvention.audit.spec import AuditSpec
+    from bnconvention.audit.spec.audit_spec import AuditSpec
     from bnconvention.data.ids import IndexFile
     from bnconvention.data.pools import LocalDataset
 

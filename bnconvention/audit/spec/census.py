@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from bnconvention.audit.spec_data import MAX_LEVELS, MAX_SWEEP_VALUES, Records, SpecModel, Text
+from bnconvention.audit.spec.data import MAX_LEVELS, MAX_SWEEP_VALUES, Records, SpecModel, Text
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 FdrLevel = Annotated[float, Field(gt=0, lt=1)]

@@ -15,7 +15,7 @@ replicate under the training transform (exact rule, batches of 128) with stalene
 shuffled order, the two floor pieces and:
 
 * ``audit``         ``run_audit(prepare_audit(...))`` without a shipped-cell store (a first audit)
-* ``audit+store``   the same with a :class:`~bnconvention.audit.shipped_store.ShippedStore` that already holds this
+* ``audit+store``   the same with a :class:`~bnconvention.audit.run.shipped_store.ShippedStore` that already holds this
                     checkpoint's shipped cells (a rerun, a sweep, or a census member sharing the weights)
 
 Loading (``prepare_audit``: data, checkpoint, file digests) is timed apart (``load``), once per round, and is not in
@@ -114,8 +114,8 @@ def floor_pieces(prepared: Any, *, sync: Callable[[], None]) -> dict[str, Callab
 def measure(name: str, *, args: argparse.Namespace, device: str) -> dict[str, Any]:
     import torch
 
-    from bnconvention.audit.runner import prepare_audit, run_audit
-    from bnconvention.audit.shipped_store import ShippedStore
+    from bnconvention.audit.run.runner import prepare_audit, run_audit
+    from bnconvention.audit.run.shipped_store import ShippedStore
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with tempfile.TemporaryDirectory(prefix="bnc-bench-audit-") as tmp:

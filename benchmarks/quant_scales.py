@@ -49,7 +49,7 @@ def _splits() -> dict[str, Any]:
 
 
 def displacement(zoo: Any, *, replicates: int) -> list[dict[str, Any]]:
-    from bnconvention.audit.scales_cells import scales_cells
+    from bnconvention.audit.scales.cells import scales_cells
     from bnconvention.authoring.activation_scales import load_quantized
     from bnconvention.zoo.quantized import calibration_draw, quantize_variant
 

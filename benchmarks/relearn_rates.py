@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from bnconvention.audit.relearn import draw_relearn, relearn
-from bnconvention.audit.runner import prepare_audit
+from bnconvention.audit.diagnostics.relearn import draw_relearn, relearn
+from bnconvention.audit.run.runner import prepare_audit
 from bnconvention.audit.spec.audit_spec import load_spec
 from bnconvention.audit.spec.diagnostics import RelearningSpec
 from bnconvention.audit.spec.rules import apply_rules

@@ -1,4 +1,4 @@
-"""The staleness reference band as a null of independent retain refits (bnconvention.audit.band).
+"""The staleness reference band as a null of independent retain refits (bnconvention.audit.diagnostics.band).
 
 The false-positive tests draw never-stale checkpoints: the shipped state is itself a fresh retain refit, so the
 rank test must fire at its exact level 1/(N + 1) (N = 19: 0.05) within binomial sampling error, while the one-pair
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from bnconvention.audit.band import (
+from bnconvention.audit.diagnostics.band import (
     band_null,
     band_null_from_matrix,
     combined,
@@ -110,9 +110,9 @@ def test_false_positive_rate_on_a_never_stale_zoo_checkpoint_is_nominal(zoo):
     from audit_support import PATTERN_SPEC
 
     from bnconvention.audit.measure.evaluation import Refitter
-    from bnconvention.audit.runner import prepare_audit
+    from bnconvention.audit.run.runner import prepare_audit
+    from bnconvention.audit.run.stages import run_band_refits
     from bnconvention.audit.spec.audit_spec import parse_spec
-    from bnconvention.audit.stages import run_band_refits
 
     spec = parse_spec({**PATTERN_SPEC, "replicates": 2, "refit": {"pool_size": 64},  # a decision needs R >= 2
                        "staleness_band": {"refits": 42, "level": LEVEL}})

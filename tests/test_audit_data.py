@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bnconvention.audit.measure.data import load_audit_data
-from bnconvention.audit.runner import prepare_audit, run_audit
+from bnconvention.audit.run.runner import prepare_audit, run_audit
 from bnconvention.audit.spec.audit_spec import load_spec, parse_spec
 from bnconvention.data.digits import digits_arrays
 from bnconvention.errors import AuditSpecError

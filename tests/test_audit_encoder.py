@@ -11,10 +11,16 @@ import numpy as np
 import pytest
 import torch
 
-from bnconvention.audit.encoder import typed_cell
-from bnconvention.audit.membership import attack_scores, auc, bootstrap_intervals, draw_attack
-from bnconvention.audit.probe import decompose, draw_probe, feature_layer, features_and_logits, probe_accuracy
-from bnconvention.audit.relearn import draw_relearn, steps_to_target
+from bnconvention.audit.diagnostics.encoder import typed_cell
+from bnconvention.audit.diagnostics.membership import attack_scores, auc, bootstrap_intervals, draw_attack
+from bnconvention.audit.diagnostics.probe import (
+    decompose,
+    draw_probe,
+    feature_layer,
+    features_and_logits,
+    probe_accuracy,
+)
+from bnconvention.audit.diagnostics.relearn import draw_relearn, steps_to_target
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.audit.spec.diagnostics import (
     LinearProbeSpec,
@@ -234,9 +240,9 @@ ZOO_SPEC = {
 
 @pytest.mark.slow
 def test_audit_writes_a_1_1_annotation_with_the_diagnostics(zoo, tmp_path: Path) -> None:
+    from bnconvention.audit.diagnostics.relearn import relearn
     from bnconvention.audit.outputs import write_audit_outputs
-    from bnconvention.audit.relearn import relearn
-    from bnconvention.audit.runner import prepare_audit, run_audit
+    from bnconvention.audit.run.runner import prepare_audit, run_audit
     from bnconvention.validation.records import validate_record
 
     weights = Path(zoo.root) / "bn-badteacher-eval.safetensors"
@@ -433,7 +439,7 @@ def test_the_relearning_trajectory_and_its_area_against_a_hand_computed_sgd_run(
     dW = db = (s, -s) (x = 1), so after one step the logits at x = 1 are (-2s + 1, 2s) -> class 1, and at x = -1
     they are (1, 0) -> class 0, for every later step too (dW = db leaves -W + b unchanged). Scored on x = 1 and
     x = -1, both labelled 1: forget accuracy 0, 0.5, 0.5 over steps 0..2; area (0 + 0.5 + 0.5) / 3."""
-    from bnconvention.audit.relearn import area_under, first_step_at, relearn
+    from bnconvention.audit.diagnostics.relearn import area_under, first_step_at, relearn
 
     model = torch.nn.Linear(1, 2)
     with torch.no_grad():

@@ -1,4 +1,5 @@
-"""Corruption, misalignment or neither (bnconvention.audit.mechanism), from metadata and from the base's digests."""
+"""Corruption, misalignment or neither (bnconvention.audit.diagnostics.mechanism), from metadata and from the base's
+digests."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import json
 import pytest
 
 from bnconvention.audit.core.result import MechanismEvidence
-from bnconvention.audit.mechanism import combine, from_base, from_convention, from_metadata, from_observation
+from bnconvention.audit.diagnostics.mechanism import (
+    combine,
+    from_base,
+    from_convention,
+    from_metadata,
+    from_observation,
+)
 
 
 def _convention(mode: str, role: str) -> dict:

@@ -1,4 +1,5 @@
-"""The provenance contrast with both arms over several draws against a null swap (bnconvention.audit.provenance)."""
+"""The provenance contrast with both arms over several draws against a null swap
+(bnconvention.audit.diagnostics.provenance)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import torch
 from audit_support import PATTERN_SPEC
 
 from bnconvention.audit.core.result import ProvenanceDraw
-from bnconvention.audit.measure.evaluation import Refitter
-from bnconvention.audit.provenance import (
+from bnconvention.audit.diagnostics.provenance import (
     annotation_contrast,
     arm_sizes,
     provenance_arms,
     retained_needed,
     summarize_arm,
 )
-from bnconvention.audit.runner import check_data_fits, prepare_audit
+from bnconvention.audit.measure.evaluation import Refitter
+from bnconvention.audit.run.runner import check_data_fits, prepare_audit
 from bnconvention.audit.spec.audit_spec import ProvenanceSpec, parse_spec
 from bnconvention.errors import AuditSpecError
 from bnconvention.refit import running_state

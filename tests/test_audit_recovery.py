@@ -1,4 +1,4 @@
-"""The recoverability curve over budgets, seeds and proxy sources (bnconvention.audit.recovery)."""
+"""The recoverability curve over budgets, seeds and proxy sources (bnconvention.audit.diagnostics.recovery)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 from audit_support import PATTERN_SPEC
 
+from bnconvention.audit.diagnostics.recovery import proxy_images, recoverability_curve, skip_reason
 from bnconvention.audit.measure.evaluation import Refitter
-from bnconvention.audit.recovery import proxy_images, recoverability_curve, skip_reason
-from bnconvention.audit.runner import prepare_audit
+from bnconvention.audit.run.runner import prepare_audit
 from bnconvention.audit.spec.audit_spec import DEFAULT_BUDGETS, parse_spec
 from bnconvention.refit import running_state
 

@@ -10,7 +10,7 @@ from audit_support import PATTERN_SPEC, pattern_census
 
 from bnconvention.architectures.factories import allow_user_factory
 from bnconvention.audit.measure.decisions import reporting_line
-from bnconvention.audit.runner import prepare_audit, run_audit
+from bnconvention.audit.run.runner import prepare_audit, run_audit
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.errors import WeightsChangedError
 from bnconvention.formats.digests import file_digests

@@ -11,7 +11,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from bnconvention.audit.measure.data import load_audit_data
-from bnconvention.audit.runner import check_data_fits
+from bnconvention.audit.run.runner import check_data_fits
 from bnconvention.audit.spec.audit_spec import (
     REPO_AUDIT_SCHEMA_PATH,
     audit_spec_schema_text,

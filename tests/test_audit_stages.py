@@ -1,4 +1,4 @@
-"""The stages of one checkpoint's audit (bnconvention.audit.stages), each on its own.
+"""The stages of one checkpoint's audit (bnconvention.audit.run.stages), each on its own.
 
 The model-free stages (decisions, staleness) run on numbers made up here; the others on one digits-zoo checkpoint
 with a small spec (R = 2, pools of 64), so they stay quick.
@@ -14,9 +14,8 @@ from audit_support import PATTERN_SPEC
 from scipy import stats
 
 from bnconvention.audit.measure.evaluation import Refitter
-from bnconvention.audit.runner import prepare_audit, run_audit
-from bnconvention.audit.spec.audit_spec import parse_spec
-from bnconvention.audit.stages import (
+from bnconvention.audit.run.runner import prepare_audit, run_audit
+from bnconvention.audit.run.stages import (
     ShippedCells,
     build_annotation,
     check_theta_unchanged,
@@ -27,6 +26,7 @@ from bnconvention.audit.stages import (
     run_replicates,
     staleness_with_band,
 )
+from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.errors import WeightsChangedError
 from bnconvention.refit import running_state, staleness_distance
 from bnconvention.refit.state import LayerRunningState

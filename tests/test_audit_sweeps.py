@@ -17,8 +17,8 @@ from bnconvention.audit.detection import (
     threshold_pp,
 )
 from bnconvention.audit.measure import evaluation
+from bnconvention.audit.run.sweeps import margin_sweep, measurement_sha256
 from bnconvention.audit.spec.audit_spec import parse_spec
-from bnconvention.audit.sweeps import margin_sweep, measurement_sha256
 from bnconvention.errors import AuditSpecError
 
 BY_C12 = sum(1 / i for i in range(1, 13))

@@ -310,7 +310,7 @@ def test_a_batchnorm1d_model_is_audited_on_a_tabular_pool(tmp_path, monkeypatch)
     from safetensors.torch import save_file
 
     from bnconvention.architectures import factories
-    from bnconvention.audit.runner import prepare_audit, run_audit
+    from bnconvention.audit.run.runner import prepare_audit, run_audit
 
     monkeypatch.setattr(factories, "_user_allowed", {})
     name = factories.allow_user_factory("test_data_sources:_tabular_model")

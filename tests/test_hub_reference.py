@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bnconvention.audit.encoder import reference_file
+from bnconvention.audit.diagnostics.encoder import reference_file
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.audit.spec.diagnostics import ReferenceSpec
 from bnconvention.errors import AuditSpecError

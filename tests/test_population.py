@@ -220,7 +220,7 @@ def test_published_cells_from_a_train_mode_evaluation_fail_to_anchor(tiny_popula
     import torch
 
     from bnconvention.audit.census import local_spec, run_census
-    from bnconvention.audit.runner import prepare_audit
+    from bnconvention.audit.run.runner import prepare_audit
     from bnconvention.audit.spec.audit_spec import load_spec
 
     spec = load_spec(tiny_population.root / "population.yaml", replicates=2)

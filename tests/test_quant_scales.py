@@ -193,7 +193,7 @@ def test_scales_cells_by_hand() -> None:
     """Two logits (z, -z) of the site's value z = 2x after quantization: class 0 when z > 0, class 1 when z < 0. At the
     shipped scale 8/255 (calibrated on [-2, 6]) x = -0.004 gives round(-0.008 / 0.0314) = 0: the logits tie and argmax
     picks class 0, wrong; at the scale 0.08/255 refit on a pool seeing [-0.04, 0.04] it stays negative, right."""
-    from bnconvention.audit.scales_cells import scales_cells
+    from bnconvention.audit.scales.cells import scales_cells
 
     class Signs(torch.nn.Module):
         def __init__(self) -> None:

@@ -234,7 +234,7 @@ def test_the_audit_records_the_repos_transform_and_its_digest(tmp_path, timm_rep
     from safetensors.torch import save_file
 
     from bnconvention.architectures import factories
-    from bnconvention.audit.runner import prepare_audit, run_audit
+    from bnconvention.audit.run.runner import prepare_audit, run_audit
 
     monkeypatch.setattr(factories, "_user_allowed", {})
     name = factories.allow_user_factory("test_repo_transforms:_small_net")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bnconvention.audit.reproduce import TOLERANCE, cell_differences, spec_disagreements
+from bnconvention.audit.run.reproduce import TOLERANCE, cell_differences, spec_disagreements
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.cli.main import main
 from bnconvention.standard.models import parse_record

@@ -17,8 +17,8 @@ import torch
 from torch.ao.quantization import QConfig, default_weight_observer, prepare
 from torch.ao.quantization.observer import MinMaxObserver
 
-from bnconvention.audit.scales_annotation import scales_annotation
-from bnconvention.audit.scales_cells import ScalesAudit, scales_cells
+from bnconvention.audit.scales.annotation import scales_annotation
+from bnconvention.audit.scales.cells import ScalesAudit, scales_cells
 from bnconvention.authoring.activation_scales import float_state
 from bnconvention.authoring.declaration import make_convention, make_transform
 from bnconvention.errors import DigestMismatchError

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bnconvention.audit.runner import prepare_audit
+from bnconvention.audit.run.runner import prepare_audit
 from bnconvention.audit.spec.audit_spec import AuditSpec, load_spec
 from bnconvention.audit.spec.scales import QuantizationSpec
 from bnconvention.authoring.card_stamp import stamp_card_file

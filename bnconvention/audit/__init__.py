@@ -14,7 +14,7 @@ from bnconvention.audit.markdown import audit_markdown, census_markdown
 from bnconvention.audit.measure.data import AuditData, Split, load_audit_data
 from bnconvention.audit.measure.stats import by_adjust, decide, sign_test, tost
 from bnconvention.audit.outputs import write_audit_outputs
-from bnconvention.audit.runner import PreparedAudit, audit_checkpoint, prepare_audit, run_audit
+from bnconvention.audit.run.runner import PreparedAudit, audit_checkpoint, prepare_audit, run_audit
 from bnconvention.audit.spec.audit_spec import (
     AuditSpec,
     audit_spec_schema_text,

@@ -7,11 +7,11 @@ auditing any, then audits each checkpoint and writes, in ``out_dir``:
 
 * ``journal/<weights key>-<measurement key>.json`` — one finished :class:`~bnconvention.audit.core.result.AuditResult`
   per checkpoint, written atomically the moment it is done. The key binds it to the exact tensors (trainable and
-  running digests) and to what the spec measures (:func:`~bnconvention.audit.sweeps.measurement_sha256`: not the
+  running digests) and to what the spec measures (:func:`~bnconvention.audit.run.sweeps.measurement_sha256`: not the
   margin, q, sweeps or controls), so an interrupted census resumes without redoing finished checkpoints, a changed
   margin or q re-decides from the journal without a refit, and a changed measurement or file is audited afresh;
 * ``replicates/`` — every replicate stored by checkpoint, refit design, pool size and index
-  (:mod:`bnconvention.audit.sweeps`): a pool-size sweep refits only the replicates no run stored;
+  (:mod:`bnconvention.audit.run.sweeps`): a pool-size sweep refits only the replicates no run stored;
 * ``checkpoints/<name>/`` — each checkpoint's annotation, summary and plots (:mod:`bnconvention.audit.outputs`);
 * ``census.json`` and ``census.md`` — per checkpoint the decisions and flips, and the population counts:
   anchored, displaced per cell after Benjamini–Yekutieli at ``fdr_q`` across the census (per cell), equivalent,
@@ -48,7 +48,7 @@ from bnconvention.audit.census_summary import (  # re-exported: the census's pub
 from bnconvention.audit.census_v11 import v11_fields
 from bnconvention.audit.core.files import ANNOTATION_FILE, write_json
 from bnconvention.audit.core.result import AuditResult, PopulationMetadata, population_metadata
-from bnconvention.audit.encoder import reference_file
+from bnconvention.audit.diagnostics.encoder import reference_file
 from bnconvention.audit.encoder_report import encoder_census_markdown
 from bnconvention.audit.margin import MarginEntry, seed_spread_margin
 from bnconvention.audit.markdown import census_markdown
@@ -65,7 +65,6 @@ from bnconvention.audit.measure.checkpoint import (
 )
 from bnconvention.audit.measure.data import AuditData, load_audit_data
 from bnconvention.audit.outputs import write_audit_outputs
-from bnconvention.audit.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
 from bnconvention.audit.preregistration import (
     CensusPlan,
     ListedCheckpoint,
@@ -75,13 +74,14 @@ from bnconvention.audit.preregistration import (
     listing_sha256,
     preregister,
 )
-from bnconvention.audit.runner import check_data_fits, prepare_audit, run_audit, split_records, weights_key
+from bnconvention.audit.run.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
+from bnconvention.audit.run.runner import check_data_fits, prepare_audit, run_audit, split_records, weights_key
+from bnconvention.audit.run.shipped_store import SHIPPED_DIR, ShippedStore
+from bnconvention.audit.run.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
+from bnconvention.audit.scales.stage import plan_scales
 from bnconvention.audit.scales_report import scales_census_markdown
-from bnconvention.audit.scales_stage import plan_scales
-from bnconvention.audit.shipped_store import SHIPPED_DIR, ShippedStore
 from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 from bnconvention.audit.spec.rules import apply_rules
-from bnconvention.audit.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.refit.devices import Device

@@ -12,8 +12,8 @@ from typing import Any
 
 from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.detection import detection_floor, recalibration_budget
+from bnconvention.audit.run.sweeps import margin_sweep, sweep_qs
 from bnconvention.audit.spec.audit_spec import AuditSpec
-from bnconvention.audit.sweeps import margin_sweep, sweep_qs
 
 
 def census_sections(decided: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec, *,

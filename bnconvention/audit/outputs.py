@@ -9,7 +9,7 @@ In the output folder:
 * ``summary.md`` — the Markdown summary; ``cells.png`` and ``staleness.png`` — the plots (and ``recoverability.png``
   when the audit ran a recoverability curve).
 * ``scales_annotation.json`` — with the spec's ``quantization`` section and a checkpoint that ships activation
-  scales: the 1.1 refit annotation of its scales (:mod:`bnconvention.audit.scales_stage`); it validates too.
+  scales: the 1.1 refit annotation of its scales (:mod:`bnconvention.audit.scales.stage`); it validates too.
 * ``result.json`` — the full :class:`~bnconvention.audit.core.result.AuditResult` (annotation plus sign tests, reference
   band per layer, per-replicate pools and timings), the census journal's format.
 """

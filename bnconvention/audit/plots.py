@@ -4,7 +4,7 @@
   against the ±margin band.
 * :func:`staleness_figure`: the per-layer staleness profile (seed 003, Eq. 15) of the shipped statistics against a
   retain refit, with one pair of independent retain refits (replicates 0 and 1) per layer for scale; the band's
-  decision is made on the whole null (:mod:`bnconvention.audit.band`).
+  decision is made on the whole null (:mod:`bnconvention.audit.diagnostics.band`).
 
 * :func:`recoverability_figure`: the recoverability curve, forget accuracy against the budget B per proxy source
   (mean over seeds, the seeds' range shaded), the shipped forget accuracy as a line.

@@ -15,9 +15,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from bnconvention.audit.band import combined
 from bnconvention.audit.core.result import AuditResult
-from bnconvention.audit.mechanism import combine, from_base
+from bnconvention.audit.diagnostics.band import combined
+from bnconvention.audit.diagnostics.mechanism import combine, from_base
 
 
 def _bn(results: Sequence[AuditResult], names: Sequence[str]) -> list[tuple[str, AuditResult]]:

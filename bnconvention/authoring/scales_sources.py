@@ -13,7 +13,7 @@ declaration, and every later one must hold the same record (:func:`~bnconvention
 .records_equal`), else :class:`QuantizationError` names both places and the first field where they differ. The
 scales file is the state's ``filename`` beside the weights (default ``activation_scales.safetensors``; a name
 leaving the folder is refused). Binding to the weights and the scales
-(digests) is the caller's check, the same for every place: :func:`bnconvention.audit.scales_stage
+(digests) is the caller's check, the same for every place: :func:`bnconvention.audit.scales.stage
 .check_shipped_scales`.
 
 Only a single-file checkpoint has a header of its own to read; for a sharded one (an index) the header is passed

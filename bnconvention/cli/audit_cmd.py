@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from bnconvention.audit.core import ANNOTATION_FILE
     from bnconvention.audit.measure import checkpoint_name
     from bnconvention.audit.outputs import write_audit_outputs
-    from bnconvention.audit.runner import prepare_audit, run_audit
+    from bnconvention.audit.run import prepare_audit, run_audit
     from bnconvention.audit.spec import load_spec
 
     allow_factories(args.allow_factory)

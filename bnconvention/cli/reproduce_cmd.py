@@ -13,7 +13,7 @@ from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.extras import needs_extra
 
 if TYPE_CHECKING:
-    from bnconvention.audit.reproduce import Reproduction
+    from bnconvention.audit.run import Reproduction
 
 EPILOG = """examples:
   bnconvention reproduce audit-model/annotation.json --spec audit.yaml --weights model.safetensors
@@ -80,7 +80,7 @@ def checked_tolerance(args: argparse.Namespace) -> float:
 
 def report(results: list[Reproduction], fmt: str) -> int:
     """Print the reproductions; the exit code is 0 when all reproduced, else 1."""
-    from bnconvention.audit.reproduce import reproduction_lines
+    from bnconvention.audit.run import reproduction_lines
 
     if fmt == "json":
         sys.stdout.write(json.dumps([{**r.model_dump(mode="json"), "reproduced": r.reproduced,
@@ -92,7 +92,7 @@ def report(results: list[Reproduction], fmt: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.audit.reproduce import reproduce_local
+    from bnconvention.audit.run import reproduce_local
     from bnconvention.audit.spec import load_spec
     from bnconvention.cli.audit_cmd import allow_factories
 

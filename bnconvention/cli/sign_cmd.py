@@ -148,10 +148,10 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace, result: signing.VerifyResult) -> list[str]:
-    """Reproduce each annotation ``verify`` checked (:func:`bnconvention.audit.reproduce.reproduce_local`, with the
+    """Reproduce each annotation ``verify`` checked (:func:`bnconvention.audit.run.reproduce.reproduce_local`, with the
     weights its digests were checked against); the annotations that did not reproduce, each with its cells. A
     reproduction's unreadable or unavailable input raises (exit 2, named), as ``bnconvention reproduce`` does."""
-    from bnconvention.audit.reproduce import TOLERANCE, reproduce_local, reproduction_lines
+    from bnconvention.audit.run import TOLERANCE, reproduce_local, reproduction_lines
     from bnconvention.audit.spec import load_spec
     from bnconvention.cli.audit_cmd import allow_factories
     from bnconvention.cli.device_option import chosen_device

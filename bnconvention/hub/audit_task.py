@@ -301,7 +301,7 @@ def relabel_reason(text: str, *, folder: Path, repo_id: str, filename: str) -> s
 def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: RepoFiles, filename: str,
                 folder: Path) -> FileAudit:
     from bnconvention.audit.measure import cell_origins
-    from bnconvention.audit.runner import audit_checkpoint
+    from bnconvention.audit.run import audit_checkpoint
     from bnconvention.audit.spec import apply_rules
 
     config = parse_config(files.config, source=f"{task.repo_id}/{CONFIG_NAME}") if files.config else None

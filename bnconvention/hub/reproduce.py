@@ -1,6 +1,6 @@
 """Reproduce the annotations of a Hub pull request (``bnconvention hub reproduce ORG/NAME --pr N``).
 
-The stages of :mod:`bnconvention.audit.reproduce`, with the Hub as the source:
+The stages of :mod:`bnconvention.audit.run.reproduce`, with the Hub as the source:
 
 1. **read** (:func:`pull_request_annotations`): the annotations the pull request adds (``bnconvention/refit-<sha>.json``
    at ``refs/pr/N``, the ones its description's markers name, as ``hub push`` writes them; every such file when the
@@ -11,7 +11,7 @@ The stages of :mod:`bnconvention.audit.reproduce`, with the Hub as the source:
    no longer exists (the weights' or the Hub dataset's), a file that is gone, a failed re-run:
    :class:`~bnconvention.errors.ReproductionInputError` naming it. The re-run's digests must be the annotation's
    subject's.
-3. **compare**: :func:`bnconvention.audit.reproduce.reproduction`, the one rule.
+3. **compare**: :func:`bnconvention.audit.run.reproduce.reproduction`, the one rule.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from bnconvention.audit.reproduce import (
+from bnconvention.audit.run import (
     MAX_ANNOTATION_BYTES,
     TOLERANCE,
     Reproduction,

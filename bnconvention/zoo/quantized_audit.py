@@ -4,8 +4,8 @@ A ``<name>-q8`` folder (:mod:`bnconvention.zoo.quantized`) holds the zoo's float
 their 1.1 declaration. :func:`audit_quantized_variant` loads the float model from the zoo, prepares it with the
 declared observer and the shipped scales (checked against the declaration), recalibrates them ``replicates``
 times on ``size`` retain records drawn with seeds ``seed, seed + 1, ...``, measures df/dr/dt at shipped and refit
-scales (:func:`bnconvention.audit.scales_cells.scales_cells`) and returns the 1.1 refit annotation of
-:mod:`bnconvention.audit.scales_annotation`, its subject the folder's weights as declared.
+scales (:func:`bnconvention.audit.scales.cells.scales_cells`) and returns the 1.1 refit annotation of
+:mod:`bnconvention.audit.scales.annotation`, its subject the folder's weights as declared.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bnconvention.audit.scales_annotation import scales_annotation
-from bnconvention.audit.scales_cells import scales_cells
+from bnconvention.audit.scales import scales_annotation, scales_cells
 from bnconvention.authoring.activation_scales import load_quantized, read_declaration
 from bnconvention.data.digits import DIGITS_DATASET_ID
 from bnconvention.errors import UsageError

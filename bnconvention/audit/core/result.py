@@ -39,7 +39,8 @@ class SignRecord(_Result):
 
 
 class StalenessNull(_Result):
-    """The reference band as a null distribution of N independent retain refits (:mod:`bnconvention.audit.band`)."""
+    """The reference band as a null distribution of N independent retain refits
+    (:mod:`bnconvention.audit.diagnostics.band`)."""
 
     refits: int = Field(description="Independent retain refits N forming the null.")
     pairs: int = Field(description="Ordered refit pairs whose distances form the null distribution.")

@@ -135,7 +135,7 @@ class RecoverabilityCurveSpec(_Spec):
 
 
 class StalenessBandSpec(_Spec):
-    """The reference band as a null distribution of independent retain refits (bnconvention.audit.band)."""
+    """The reference band as a null distribution of independent retain refits (bnconvention.audit.diagnostics.band)."""
 
     refits: Replicates | None = Field(default=None, description=(
         "Independent retain refits N forming the null: the R replicates, plus N - R more drawn the same way; "

@@ -1,7 +1,7 @@
 """The census sections of an audit spec: ``sweeps`` (margins, false-discovery levels and pool sizes read from the
 stored replicates) and ``controls`` (known-answer negative controls, the planted-effect detection floor).
 
-Neither section changes a refit: they are left out of the journal key (:func:`bnconvention.audit.sweeps.
+Neither section changes a refit: they are left out of the journal key (:func:`bnconvention.audit.run.sweeps.
 measurement_sha256`), so editing them, like editing ``margin_pp`` or ``fdr_q``, reuses every stored replicate.
 """
 

@@ -3,7 +3,7 @@
 Off by default: a spec without it audits, and digests (journal keys), exactly as before (the section is left out of
 the spec's dump when absent). With it, a checkpoint that ships activation scales (declared by an ``activation_scales``
 state in the folder's ``declaration.json``, the weights header or the model card, the scales file beside the
-weights) is audited on that state too (:mod:`bnconvention.audit.scales_stage`): cells at the shipped scales
+weights) is audited on that state too (:mod:`bnconvention.audit.scales.stage`): cells at the shipped scales
 against ``replicates`` recalibrations on ``calibration_size`` retain records each, at bit-identical θ and BatchNorm
 buffers:
 

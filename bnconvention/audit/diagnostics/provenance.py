@@ -8,8 +8,8 @@ first k places, and C measures what any exchange of k records does when provenan
 
 Arms: ``deployment`` exchanges the removed share of the training data (``forget / (forget + retain)`` of the
 pool, or ``provenance.exchanged``); ``ceiling`` exchanges every removed record that fits (``min(forget,
-pool_size)``). An arm's distance is the combined distance (:func:`bnconvention.audit.band.combined`) of B's state
-from A's, averaged over draws; its null band is the largest combined distance of C from A over the draws, and the
+pool_size)``). An arm's distance is the combined distance (:func:`bnconvention.audit.diagnostics.band.combined`) of B's
+state from A's, averaged over draws; its null band is the largest combined distance of C from A over the draws, and the
 arm "exceeds the null" when its mean distance is above that band (the same reading for the forget-accuracy shift).
 Cost: ``draws * (1 + 2 * arms)`` refits.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from bnconvention.audit.band import combined, pair_distance
 from bnconvention.audit.core.result import ProvenanceArm, ProvenanceDraw
+from bnconvention.audit.diagnostics.band import combined, pair_distance
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.evaluation import Refitter, data_split, forget_accuracy, stream, torch_seed
 from bnconvention.audit.spec.audit_spec import AuditSpec, ProvenanceSpec

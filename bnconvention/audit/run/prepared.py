@@ -1,14 +1,14 @@
 """A prepared audit: the spec, its data and the loaded checkpoint, checked before anything runs
-(:func:`bnconvention.audit.runner.prepare_audit` makes one; the stages and the shipped store read it)."""
+(:func:`bnconvention.audit.run.runner.prepare_audit` makes one; the stages and the shipped store read it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bnconvention.audit.encoder import EncoderPlan
+from bnconvention.audit.diagnostics.encoder import EncoderPlan
 from bnconvention.audit.measure.checkpoint import LoadedCheckpoint
 from bnconvention.audit.measure.data import AuditData
-from bnconvention.audit.scales_stage import ScalesPlan
+from bnconvention.audit.scales.stage import ScalesPlan
 from bnconvention.audit.spec.audit_spec import AuditSpec
 
 

@@ -1,6 +1,6 @@
 """The encoder-level diagnostics stage of an audit (seed 003; issue 14): plan, measure, and the 1.1 annotation.
 
-:func:`plan_encoder` runs with the other checks of :func:`bnconvention.audit.runner.prepare_audit`, before any
+:func:`plan_encoder` runs with the other checks of :func:`bnconvention.audit.run.runner.prepare_audit`, before any
 computation: it resolves and loads the retrain reference, draws the probe's, the attack's and the relearning's
 records, and refuses bad input (too few records, a single class, a missing reference) with an error naming the
 cell. :func:`run_encoder` then measures the shipped state, the reference, and the state after an *exact* retain
@@ -21,11 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bnconvention.audit.measure.checkpoint import LoadedCheckpoint, load_checkpoint
-from bnconvention.audit.measure.data import AuditData
-from bnconvention.audit.measure.evaluation import Refitter, data_split, stream, torch_seed
-from bnconvention.audit.measure.stats import decide
-from bnconvention.audit.membership import (
+from bnconvention.audit.diagnostics.membership import (
     MIA_CELL,
     AttackDraw,
     attack_scores,
@@ -33,9 +29,20 @@ from bnconvention.audit.membership import (
     bootstrap_intervals,
     draw_attack,
 )
-from bnconvention.audit.probe import LP_CELL, ProbeDraw, decompose, draw_probe, feature_layer, features_and_logits
-from bnconvention.audit.probe import probe_accuracy as fit_probe
-from bnconvention.audit.relearn import Relearning, draw_relearn, relearn
+from bnconvention.audit.diagnostics.probe import (
+    LP_CELL,
+    ProbeDraw,
+    decompose,
+    draw_probe,
+    feature_layer,
+    features_and_logits,
+)
+from bnconvention.audit.diagnostics.probe import probe_accuracy as fit_probe
+from bnconvention.audit.diagnostics.relearn import Relearning, draw_relearn, relearn
+from bnconvention.audit.measure.checkpoint import LoadedCheckpoint, load_checkpoint
+from bnconvention.audit.measure.data import AuditData
+from bnconvention.audit.measure.evaluation import Refitter, data_split, stream, torch_seed
+from bnconvention.audit.measure.stats import decide
 from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.audit.spec.diagnostics import (
     DiagnosticsSpec,

@@ -23,7 +23,7 @@ from bnconvention.formats.canonical import canonical_json_bytes, canonical_sha25
 
 if TYPE_CHECKING:
     from bnconvention.audit.measure.data import AuditData, Split
-    from bnconvention.audit.prepared import PreparedAudit
+    from bnconvention.audit.run.prepared import PreparedAudit
 
 SHIPPED_DIR = "shipped"
 SHIPPED_FORMAT = "bnconvention-shipped-cells/1"

@@ -10,14 +10,14 @@ the number of replicates R, the cells or the criteria. So:
   and re-decides it (:func:`redecide`) from the stored shipped and replicate cells;
 * :func:`replicate_key` and :class:`ReplicateStore` — one file per replicate under ``OUT/replicates/``, keyed by
   checkpoint, design (:data:`REPLICATE_FIELDS`, with the pool size) and index: a pool-size sweep
-  (:mod:`bnconvention.audit.pool_sweep`) refits only the replicates no earlier run stored;
+  (:mod:`bnconvention.audit.run.pool_sweep`) refits only the replicates no earlier run stored;
 * :func:`margin_sweep` — the census counts at every margin of ``sweeps.margins_pp`` and every level of
   ``sweeps.fdr_qs``, from the stored shifts alone (with the activation-scales cells' decisions at each margin when
   the census audited scales: :func:`scales_outcomes`).
 
 The activation-scales cells of a result (``AuditResult.scales``, spec ``quantization``) are re-decided with the rest:
 their recalibration shifts are stored in the scales annotation, and :func:`redecide` re-decides them at the new
-margin by the rule a fresh audit applies (:func:`bnconvention.audit.scales_stage.redecide_scales`).
+margin by the rule a fresh audit applies (:func:`bnconvention.audit.scales.stage.redecide_scales`).
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from pydantic import ValidationError
 
 from bnconvention.audit.core.files import write_json
 from bnconvention.audit.core.result import AuditResult, ReplicateRecord
-from bnconvention.audit.encoder import cells_for, redecide_typed_cells
+from bnconvention.audit.diagnostics.encoder import cells_for, redecide_typed_cells
 from bnconvention.audit.measure.decisions import decide_cell, reporting_line
 from bnconvention.audit.measure.evaluation import BaseCells
 from bnconvention.audit.measure.stats import by_adjust
-from bnconvention.audit.scales_stage import redecide_scales
+from bnconvention.audit.run.stages import ShippedCells, decide_cells
+from bnconvention.audit.scales.stage import redecide_scales
 from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.audit.spec.expressions import parse_cell
-from bnconvention.audit.stages import ShippedCells, decide_cells
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 
 # ``rules`` are not measured: a checkpoint is audited with the sections its matching rules set (its spec then has no
@@ -181,7 +181,7 @@ def scales_outcomes(decided: Sequence[AuditResult], *, margin_pp: float) -> dict
     annotations = [r.scales.annotation for r in decided if r.scales is not None and r.scales.annotation is not None]
     if not annotations:
         return {}
-    from bnconvention.audit.scales_cells import redecide_scales_cell
+    from bnconvention.audit.scales.cells import redecide_scales_cell
 
     counts: dict[str, dict[str, int]] = {}
     for annotation in annotations:

@@ -1,6 +1,6 @@
 """The stages of one checkpoint's audit, each a function from typed inputs to a typed output.
 
-:func:`bnconvention.audit.runner.run_audit` composes them in order: :func:`evaluate_shipped` (cells and anchoring as
+:func:`bnconvention.audit.run.runner.run_audit` composes them in order: :func:`evaluate_shipped` (cells and anchoring as
 shipped) → :func:`run_replicates` (R refits on redrawn retained pools, φ restored after each) → :func:`decide_cells`
 (decisions and verdicts, from numbers alone) → :func:`run_band_refits` (the retain refits the band needs beyond the
 replicates) → :func:`staleness_with_band` (seed 003, Eq. 15, against the null band of :mod:`.band`) →
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bnconvention.audit.band import band_null, combined
 from bnconvention.audit.core.result import (
     MechanismEvidence,
     PopulationMetadata,
@@ -29,7 +28,11 @@ from bnconvention.audit.core.result import (
     StalenessNull,
     population_metadata,
 )
-from bnconvention.audit.diagnostics import recoverability
+from bnconvention.audit.diagnostics.band import band_null, combined
+from bnconvention.audit.diagnostics.mechanism import from_metadata
+from bnconvention.audit.diagnostics.provenance import annotation_contrast, provenance_arms
+from bnconvention.audit.diagnostics.recoverability import recoverability
+from bnconvention.audit.diagnostics.recovery import recoverability_curve
 from bnconvention.audit.measure.checkpoint import LoadedCheckpoint, read_sidecar
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.decisions import (
@@ -49,11 +52,8 @@ from bnconvention.audit.measure.evaluation import (
     stream,
     torch_seed,
 )
-from bnconvention.audit.mechanism import from_metadata
-from bnconvention.audit.prepared import PreparedAudit
-from bnconvention.audit.provenance import annotation_contrast, provenance_arms
-from bnconvention.audit.recovery import recoverability_curve
-from bnconvention.audit.shipped_store import ShippedStore
+from bnconvention.audit.run.prepared import PreparedAudit
+from bnconvention.audit.run.shipped_store import ShippedStore
 from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.authoring.declaration import default_producer, make_convention
 from bnconvention.errors import AuditSpecError, UntrustedInputError, WeightsChangedError
@@ -290,7 +290,7 @@ class StalenessOutcome:
 def staleness_with_band(spec: AuditSpec, shipped_vs_first: Staleness, kept_states: Sequence[RunningState], *,
                         shipped_state: RunningState) -> StalenessOutcome:
     """Shipped φ against replicate 0's refit (``shipped_vs_first``, the refit's own staleness), decided against the
-    null of ``kept_states`` (every independent retain refit: :func:`bnconvention.audit.band.band_null`). The
+    null of ``kept_states`` (every independent retain refit: :func:`bnconvention.audit.diagnostics.band.band_null`). The
     annotation's band is the null's ``1 - level`` quantile of each distance; ``exceeds_band`` is the rank test."""
     from bnconvention.refit import staleness_distance
 

@@ -1,6 +1,6 @@
 """The refit annotation of a scales audit: cells shipped vs refit on the activation scales, as a 1.1 record.
 
-:func:`bnconvention.audit.scales_cells.scales_cells` measures df/dr/dt with the activations fake-quantized at the
+:func:`bnconvention.audit.scales.cells.scales_cells` measures df/dr/dt with the activations fake-quantized at the
 shipped scales and at each replicate's retain-only refit, decided by the same rules as every BatchNorm cell. This
 writes those cells as a 1.1 refit annotation whose ``refit_state`` says what was refit (kind ``activation_scales``,
 the observer, each replicate's calibration set and seed, the shipped and refit scales digests), so the record cannot
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from bnconvention.audit.scales_cells import ScalesAudit, redecide_scales_cell
+from bnconvention.audit.scales.cells import ScalesAudit, redecide_scales_cell
 from bnconvention.authoring.declaration import default_producer
 from bnconvention.errors import DigestMismatchError
 from bnconvention.formats.text import signed
@@ -54,7 +54,7 @@ def _reporting_line(cells: Sequence[Cell], *, observer: str, calibration: DataSp
 
 def redecide_scales_annotation(annotation: RefitAnnotationV11, *, margin_pp: float) -> RefitAnnotationV11:
     """A scales annotation's cells, margin and reporting line at ``margin_pp``, from the stored replicate shifts
-    alone (:func:`~bnconvention.audit.scales_cells.redecide_scales_cell`), validated again."""
+    alone (:func:`~bnconvention.audit.scales.cells.redecide_scales_cell`), validated again."""
     state = annotation.refit_state
     if not isinstance(state, ActivationScalesRefit):
         raise TypeError("not a scales annotation: its refit_state is not of kind activation_scales")

@@ -2,7 +2,7 @@
 
 Each pool size of ``sweeps.pool_sizes`` (and ``refit.pool_size``, whose replicates the audits themselves stored) is
 a design of its own: replicate ``r`` at pool size P refits on P retained records drawn from
-``SeedSequence(seed, spawn_key=(0, r))``, is stored under :func:`~bnconvention.audit.sweeps.replicate_key`, and the
+``SeedSequence(seed, spawn_key=(0, r))``, is stored under :func:`~bnconvention.audit.run.sweeps.replicate_key`, and the
 cells are re-decided from the shipped cells and those replicates at the spec's margin. A pool size computed once is
 never refit again; a new one adds exactly R refits per checkpoint.
 """
@@ -17,10 +17,9 @@ from typing import Any
 from bnconvention.audit.core.result import AuditResult, ReplicateRecord
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.evaluation import Refitter
-from bnconvention.audit.runner import check_data_fits, prepare_audit
-from bnconvention.audit.spec.audit_spec import AuditSpec
-from bnconvention.audit.stages import check_theta_unchanged, replicate_record
-from bnconvention.audit.sweeps import (
+from bnconvention.audit.run.runner import check_data_fits, prepare_audit
+from bnconvention.audit.run.stages import check_theta_unchanged, replicate_record
+from bnconvention.audit.run.sweeps import (
     ReplicateStore,
     cell_outcomes,
     design_counts,
@@ -30,6 +29,7 @@ from bnconvention.audit.sweeps import (
     sweep_qs,
     with_pool_size,
 )
+from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.errors import AuditSpecError
 
 

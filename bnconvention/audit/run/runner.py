@@ -27,17 +27,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bnconvention.audit.core.result import AuditResult, ScalesResult
-from bnconvention.audit.encoder import plan_encoder, run_encoder, with_encoder
+from bnconvention.audit.diagnostics.encoder import plan_encoder, run_encoder, with_encoder
+from bnconvention.audit.diagnostics.provenance import retained_needed
 from bnconvention.audit.measure.checkpoint import load_checkpoint
 from bnconvention.audit.measure.data import AuditData, load_audit_data
 from bnconvention.audit.measure.decisions import reach_warning
 from bnconvention.audit.measure.evaluation import Refitter
-from bnconvention.audit.prepared import PreparedAudit
-from bnconvention.audit.provenance import retained_needed
-from bnconvention.audit.scales_stage import not_quantized, plan_scales, run_scales, unaudited_warning
-from bnconvention.audit.shipped_store import ShippedStore
-from bnconvention.audit.spec.audit_spec import AuditSpec
-from bnconvention.audit.stages import (
+from bnconvention.audit.run.prepared import PreparedAudit
+from bnconvention.audit.run.shipped_store import ShippedStore
+from bnconvention.audit.run.stages import (
     build_annotation,
     check_theta_unchanged,
     decide_cells,
@@ -49,7 +47,9 @@ from bnconvention.audit.stages import (
     run_replicates,
     staleness_with_band,
 )
-from bnconvention.audit.sweeps import measurement_sha256
+from bnconvention.audit.run.sweeps import measurement_sha256
+from bnconvention.audit.scales.stage import not_quantized, plan_scales, run_scales, unaudited_warning
+from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.text import plural
@@ -133,9 +133,9 @@ def audit_checkpoint(weights: str | Path, spec: AuditSpec, *, data: AuditData | 
 def run_audit(prepared: PreparedAudit, *, progress: bool = False,
               on_replicate: Callable[[int], None] | None = None,
               shipped_store: ShippedStore | None = None) -> AuditResult:
-    """Compute everything for one prepared checkpoint, stage by stage (:mod:`bnconvention.audit.stages`; the module
+    """Compute everything for one prepared checkpoint, stage by stage (:mod:`bnconvention.audit.run.stages`; the module
     docstring gives the cost). ``shipped_store`` reuses shipped cells another audit of the same weights,
-    architecture and splits evaluated (:mod:`bnconvention.audit.shipped_store`)."""
+    architecture and splits evaluated (:mod:`bnconvention.audit.run.shipped_store`)."""
     start = time.perf_counter()
     spec, checkpoint = prepared.spec, prepared.checkpoint
     model = checkpoint.model

@@ -13,10 +13,10 @@ on that state too:
   prepared with the declared observer (:func:`bnconvention.refit.observers.prepare_static`). Any failure is a
   :class:`~bnconvention.errors.QuantizationError` naming the checkpoint;
 * :func:`run_scales`: R retain-only calibration pools of ``calibration_size`` records (eval transform), pool r drawn
-  from ``SeedSequence(seed, spawn_key=(5, r))``; :func:`bnconvention.audit.scales_cells.scales_cells` measures
+  from ``SeedSequence(seed, spawn_key=(5, r))``; :func:`bnconvention.audit.scales.cells.scales_cells` measures
   df/dr/dt with activations fake-quantized at the shipped scales and at each recalibration, decided by the same
   rules as every BatchNorm cell, on a prepared copy of the model (θ and φ proven bit-identical by digests, and
-  equal to the file's: :func:`bnconvention.audit.scales_annotation.scales_annotation` refuses other weights).
+  equal to the file's: :func:`bnconvention.audit.scales.annotation.scales_annotation` refuses other weights).
 
 Without the section a checkpoint that ships scales is audited as before, with a warning naming the section; under it
 a checkpoint without scales gets a ``not_quantized`` result, which the census row states.
@@ -125,7 +125,7 @@ def redecide_scales(scales: ScalesResult | None, *, margin_pp: float) -> ScalesR
     its cells, annotation and reporting line as a fresh audit at that margin gives them."""
     if scales is None or scales.annotation is None or scales.annotation.margin_pp == margin_pp:
         return scales
-    from bnconvention.audit.scales_annotation import redecide_scales_annotation
+    from bnconvention.audit.scales.annotation import redecide_scales_annotation
 
     annotation = redecide_scales_annotation(scales.annotation, margin_pp=margin_pp)
     return scales.model_copy(update={"annotation": annotation, "reason": annotation.reporting_line or ""})
@@ -146,8 +146,8 @@ def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: P
     import torch
 
     from bnconvention.audit.measure.evaluation import model_device
-    from bnconvention.audit.scales_annotation import scales_annotation
-    from bnconvention.audit.scales_cells import scales_cells
+    from bnconvention.audit.scales.annotation import scales_annotation
+    from bnconvention.audit.scales.cells import scales_cells
 
     settings = spec.quantization
     if settings is None:

@@ -11,7 +11,7 @@ stages:
 2. **fetch** (:func:`pinned_spec`, :func:`check_weights`, :func:`fetch_data`): the weights, whose trainable and
    running digests must be the annotation's subject's, and the pool: a Hub dataset is read at the commit the
    annotation recorded (not the spec's branch), and the data read must be the recorded dataset at that revision.
-3. **re-run** (:func:`rerun_local`): the audit of :mod:`bnconvention.audit.runner`, unchanged; every draw is seeded
+3. **re-run** (:func:`rerun_local`): the audit of :mod:`bnconvention.audit.run.runner`, unchanged; every draw is seeded
    from the spec, so on one machine the replicate values come back exactly.
 4. **compare** (:func:`compare`, with the one rule :func:`cell_differences`): each cell, each decision and each
    verdict (and its flip) against the annotation's own.
@@ -287,7 +287,7 @@ def fetch_data(annotation: RefitAnnotation, spec: AuditSpec, *, repo_dir: Path) 
 
 def rerun_local(spec: AuditSpec, weights: Path, data: AuditData, *, device: Device = "cpu") -> AuditResult:
     """The audit, exactly as ``bnconvention audit`` runs it."""
-    from bnconvention.audit.runner import prepare_audit, run_audit
+    from bnconvention.audit.run.runner import prepare_audit, run_audit
 
     return run_audit(prepare_audit(weights, spec, data=data, device=device))
 

@@ -1,0 +1,2 @@
+"""The diagnostics beside the cells: staleness band, mechanism, provenance, recoverability, and the encoder-level probes
+(linear probe, membership inference, relearning)."""

@@ -51,9 +51,9 @@ _EXPORTS: dict[str, str] = {
     "refit": "bnconvention.refit",
     "RefitReport": "bnconvention.refit",
     "staleness_distance": "bnconvention.refit",
-    "load_spec": "bnconvention.audit",
-    "audit_checkpoint": "bnconvention.audit",
-    "run_census": "bnconvention.audit",
+    "load_spec": "bnconvention.audit.spec",
+    "audit_checkpoint": "bnconvention.audit.run",
+    "run_census": "bnconvention.audit.census",
     "decide": "bnconvention.audit.measure",
     # errors
     "BnConventionError": "bnconvention.errors",

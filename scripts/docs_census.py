@@ -11,7 +11,7 @@ it, inside marked regions::
 
 where NAME is the extract and PART one of the renderings below (the story of the census, its family table, its
 flip ledger, the provenance arms, the run it came from). The renderings are the library's own
-(:func:`bnconvention.audit.census_story.population_story` and the census tables), so the docs say what
+(:func:`bnconvention.audit.population.story.population_story` and the census tables), so the docs say what
 ``census.md`` and ``census.html`` say.
 
     .venv/bin/python scripts/docs_census.py --check     # exit 1 when a region differs from its extract (the test suite)
@@ -34,13 +34,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bnconvention.audit.census_story import population_story
-from bnconvention.audit.encoder_report import encoder_census_markdown
-from bnconvention.audit.ledger import in_ledger_order
-from bnconvention.audit.markdown_census import ledger_table
-from bnconvention.audit.markdown_readings import recoverability_lines
-from bnconvention.audit.scales_report import reading as scales_reading
-from bnconvention.audit.scales_report import scales_groups_markdown
+from bnconvention.audit.population.encoder_report import encoder_census_markdown
+from bnconvention.audit.population.ledger import in_ledger_order
+from bnconvention.audit.population.scales_report import reading as scales_reading
+from bnconvention.audit.population.scales_report import scales_groups_markdown
+from bnconvention.audit.population.story import population_story
+from bnconvention.audit.render.census import ledger_table
+from bnconvention.audit.render.readings import recoverability_lines
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.text import markdown_table, signed
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bnconvention.audit.census import CensusOutcome, run_census
+from bnconvention.audit.census.run import CensusOutcome, run_census
 from bnconvention.audit.core.result import AuditResult, PopulationMetadata
 from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 

@@ -239,7 +239,7 @@ def test_audit_of_a_release_whose_config_is_refused_is_one_line_and_writes_nothi
 
 
 def test_census_preflight_resolves_each_release_from_its_own_folder(tmp_path):
-    from bnconvention.audit.census import discover_checkpoints, preflight
+    from bnconvention.audit.census.run import discover_checkpoints, preflight
 
     timm_release(tmp_path / "timm", "resnet10t", num_classes=10, in_chans=1)
     transformers_resnet(tmp_path / "tr", num_labels=10, num_channels=1)

@@ -9,8 +9,9 @@ import pytest
 from audit_support import PATTERN_SPEC, checkpoint_paths, fake_result, pattern_census, pattern_spec, without_timing
 from safetensors.torch import load_file, save_file
 
-from bnconvention.audit.census import discover_checkpoints, read_journal, run_census
-from bnconvention.audit.census_summary import (
+from bnconvention.audit.census.run import discover_checkpoints, read_journal, run_census
+from bnconvention.audit.core.result import AuditResult
+from bnconvention.audit.population.summary import (
     adjusted_p_values,
     cell_counts,
     checkpoint_row,
@@ -19,7 +20,6 @@ from bnconvention.audit.census_summary import (
     summarize,
     verdict_tally,
 )
-from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.errors import CheckpointMismatchError, FactoryNotAllowedError, UsageError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bnconvention.audit.census_annotations import annotation_with_by, write_by_annotations
+from bnconvention.audit.census.annotations import annotation_with_by, write_by_annotations
 from bnconvention.standard.models import RefitAnnotation, RefitAnnotationV11, parse_record, to_dict
 from bnconvention.validation.records import validate_record
 
@@ -52,7 +52,7 @@ def test_write_by_annotations_rewrites_the_eligible_ones_only(tmp_path: Path) ->
 
 
 def test_a_population_checkpoint_carries_its_family_in_the_1_1_annotation() -> None:
-    from bnconvention.audit.census_annotations import annotation_family
+    from bnconvention.audit.census.annotations import annotation_family
     from bnconvention.audit.core.result import PopulationMetadata
 
     population = PopulationMetadata(role="unlearned", family="relabel", variant="eval", removal="r05", seed=2)
@@ -67,7 +67,7 @@ def test_a_population_checkpoint_carries_its_family_in_the_1_1_annotation() -> N
 
 
 def test_bases_retrains_and_zoo_checkpoints_have_no_family() -> None:
-    from bnconvention.audit.census_annotations import annotation_family
+    from bnconvention.audit.census.annotations import annotation_family
     from bnconvention.audit.core.result import PopulationMetadata
 
     assert annotation_family(None) is None

@@ -241,7 +241,7 @@ ZOO_SPEC = {
 @pytest.mark.slow
 def test_audit_writes_a_1_1_annotation_with_the_diagnostics(zoo, tmp_path: Path) -> None:
     from bnconvention.audit.diagnostics.relearn import relearn
-    from bnconvention.audit.outputs import write_audit_outputs
+    from bnconvention.audit.render.outputs import write_audit_outputs
     from bnconvention.audit.run.runner import prepare_audit, run_audit
     from bnconvention.validation.records import validate_record
 
@@ -294,7 +294,7 @@ def test_bad_diagnostics_input_is_refused_before_anything_is_written(zoo, tmp_pa
 
 
 def test_census_columns_and_table_from_the_annotation() -> None:
-    from bnconvention.audit.encoder_report import encoder_census_markdown, encoder_lines, encoder_row
+    from bnconvention.audit.population.encoder_report import encoder_census_markdown, encoder_lines, encoder_row
     from bnconvention.standard.models import parse_record
 
     vectors = Path(__file__).resolve().parent.parent / "schema" / "tests" / "valid"
@@ -316,7 +316,7 @@ def test_census_columns_and_table_from_the_annotation() -> None:
 
 
 def test_relearning_areas_in_the_census_row_and_table() -> None:
-    from bnconvention.audit.encoder_report import encoder_census_markdown, encoder_lines, encoder_row
+    from bnconvention.audit.population.encoder_report import encoder_census_markdown, encoder_lines, encoder_row
     from bnconvention.standard.models import parse_record
 
     vectors = Path(__file__).resolve().parent.parent / "schema" / "tests" / "valid"
@@ -333,7 +333,7 @@ def test_relearning_areas_in_the_census_row_and_table() -> None:
 def test_a_1_1_relearning_section_without_areas_stays_valid_and_means_the_same() -> None:
     """Migration: area_shipped / area_refit are optional, so every 1.1 record written before them still validates,
     reads back without them, and reports as before (no area keys in the census row, dashes in the table)."""
-    from bnconvention.audit.encoder_report import encoder_census_markdown, encoder_lines, encoder_row
+    from bnconvention.audit.population.encoder_report import encoder_census_markdown, encoder_lines, encoder_row
     from bnconvention.standard.models import parse_record, to_dict
     from bnconvention.validation.records import validate_record
 
@@ -367,7 +367,7 @@ def test_a_censored_shipped_relearning_count_survives_the_writer() -> None:
 def test_a_census_carries_the_diagnostics_and_re_decides_them_from_its_journal(zoo, tmp_path: Path) -> None:
     """Regression (found on the population): the census's margin sweep parsed every annotation cell as a spec cell
     expression and refused ``lp_forget``; controls and the BY family must keep to the spec's cells."""
-    from bnconvention.audit.census import run_census
+    from bnconvention.audit.census.run import run_census
     from bnconvention.validation.records import validate_record
 
     paths = [Path(zoo.root) / f"{name}.safetensors" for name in ("bn-ga-train", "bn-retrain")]
@@ -389,7 +389,7 @@ def test_a_census_carries_the_diagnostics_and_re_decides_them_from_its_journal(z
 
 
 def test_a_census_checks_every_retrain_reference_before_any_audit(zoo, tmp_path: Path) -> None:
-    from bnconvention.audit.census import run_census
+    from bnconvention.audit.census.run import run_census
 
     paths = [Path(zoo.root) / f"{name}.safetensors" for name in ("bn-retrain", "bn-ga-train")]
     spec = {**ZOO_SPEC, "diagnostics": {"reference": {"path": "{name}-missing.safetensors"}, "linear_probe": {}}}
@@ -400,8 +400,8 @@ def test_a_census_checks_every_retrain_reference_before_any_audit(zoo, tmp_path:
 
 
 def test_census_groups_summarise_the_diagnostics_per_family_and_control() -> None:
-    from bnconvention.audit.encoder_report import encoder_groups_markdown
-    from bnconvention.audit.families import census_group
+    from bnconvention.audit.population.encoder_report import encoder_groups_markdown
+    from bnconvention.audit.population.families import census_group
 
     def interval(estimate: float, lower: float, upper: float) -> dict[str, float]:
         return {"estimate": estimate, "lower": lower, "upper": upper}

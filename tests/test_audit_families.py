@@ -1,6 +1,7 @@
-"""Per-family readings and the frozen-twin gap (bnconvention.audit.families, issue 13 items 2 and 8): clustered
-family means by hand, the "equivalent on average yet contains displaced checkpoints" statement exactly when the data
-has it, flips in both directions, twin gaps with their interval across seeds, and no section without metadata."""
+"""Per-family readings and the frozen-twin gap (bnconvention.audit.population.families, issue 13 items 2 and 8):
+clustered family means by hand, the "equivalent on average yet contains displaced checkpoints" statement exactly when
+the data has it, flips in both directions, twin gaps with their interval across seeds, and no section without
+metadata."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from typing import Any
 import pytest
 from audit_support import fake_result
 
-from bnconvention.audit.census_summary import summarize
 from bnconvention.audit.core.result import AuditResult, PopulationMetadata, population_metadata
-from bnconvention.audit.families import family_readings, twin_gaps
-from bnconvention.audit.markdown_families import families_markdown
+from bnconvention.audit.population.families import family_readings, twin_gaps
+from bnconvention.audit.population.summary import summarize
+from bnconvention.audit.render.families import families_markdown
 from bnconvention.audit.spec.audit_spec import parse_spec
 
 # Two-sided t critical values from a table: t(0.95; 2) for a 90 % interval over 3 seed clusters, t(0.975; 2) for a
@@ -236,7 +237,7 @@ def test_summary_carries_families_only_when_the_checkpoints_name_one():
 
 @pytest.mark.slow
 def test_the_tiny_population_census_reports_families_and_the_twin_gap(tiny_population, tmp_path: Path):
-    from bnconvention.audit.census import run_census
+    from bnconvention.audit.census.run import run_census
     from bnconvention.audit.spec.audit_spec import load_spec
 
     spec = load_spec(tiny_population.root / "population.yaml", replicates=2)

@@ -1,5 +1,5 @@
 """The margin by the population's own seed spread, fixed before any refit, and each cell's one-record resolution
-(bnconvention.audit.margin): spreads by hand, twins and single-seed recipes left out, a clear refusal without
+(bnconvention.audit.population.margin): spreads by hand, twins and single-seed recipes left out, a clear refusal without
 seeds, and the steps of base and expression cells."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from bnconvention.audit.core.result import PopulationMetadata
-from bnconvention.audit.margin import (
+from bnconvention.audit.population.margin import (
     MarginEntry,
     recipe,
     resolution_counts,

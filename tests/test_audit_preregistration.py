@@ -1,4 +1,4 @@
-"""A census fixed before its refits (bnconvention.audit.preregistration): the record is written once and never
+"""A census fixed before its refits (bnconvention.audit.census.preregistration): the record is written once and never
 rewritten, a changed spec, listing or margin is refused with every change named, an amendment records it, and a
 malformed record or amendments file is refused without being touched."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bnconvention.audit.preregistration import (
+from bnconvention.audit.census.preregistration import (
     AMENDMENTS_FILE,
     PREREGISTRATION_FILE,
     CensusPlan,

@@ -1,4 +1,4 @@
-"""Census readings (bnconvention.audit.readings) and their markdown: band, staleness vs shift, provenance,
+"""Census readings (bnconvention.audit.population.readings) and their markdown: band, staleness vs shift, provenance,
 recoverability curve, mechanism."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 from audit_support import pattern_census
 
-from bnconvention.audit.markdown_readings import base_check_reading
-from bnconvention.audit.readings import cluster_spearman, find_base, mechanism_counts, mechanisms, spearman
+from bnconvention.audit.population.readings import cluster_spearman, find_base, mechanism_counts, mechanisms, spearman
+from bnconvention.audit.render.readings import base_check_reading
 
 
 def test_spearman_by_hand():
@@ -118,8 +118,8 @@ def test_the_pattern_census_carries_the_readings(zoo, tmp_path_factory):
 @pytest.mark.slow
 def test_a_curve_is_plotted_and_summarized_only_when_the_audit_ran_one(zoo, tmp_path_factory, tmp_path):
     from bnconvention.audit.core.result import RecoverabilityCurve, RecoveryPoint
-    from bnconvention.audit.outputs import write_audit_outputs
-    from bnconvention.audit.plots import recoverability_figure
+    from bnconvention.audit.render.outputs import write_audit_outputs
+    from bnconvention.audit.render.plots import recoverability_figure
 
     result = pattern_census(zoo.root, tmp_path_factory).results[0]
     assert result.recoverability_curve is None and recoverability_figure(result) is None
@@ -146,8 +146,8 @@ def _anchored(name, published, shipped):
 
 
 def test_anchoring_that_compares_an_evaluation_with_itself_is_not_called_independent():
-    from bnconvention.audit.census_story import anchoring_line
-    from bnconvention.audit.readings import anchoring_reading
+    from bnconvention.audit.population.readings import anchoring_reading
+    from bnconvention.audit.population.story import anchoring_line
 
     same = [_anchored(f"c{i}", 0.25 * i, 0.25 * i) for i in range(4)]
     reading = anchoring_reading(same)

@@ -1,10 +1,10 @@
-"""census.md's activation-scales table summarised per group (bnconvention.audit.scales_report)."""
+"""census.md's activation-scales table summarised per group (bnconvention.audit.population.scales_report)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bnconvention.audit.scales_report import scales_census_markdown, scales_groups_markdown
+from bnconvention.audit.population.scales_report import scales_census_markdown, scales_groups_markdown
 
 
 def _row(df: float, *, displaced: bool, median: float, largest: float) -> dict[str, Any]:

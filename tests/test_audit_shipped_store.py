@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from bnconvention.audit import stages
-from bnconvention.audit.census import run_census
+from bnconvention.audit.census.run import run_census
 from bnconvention.audit.measure import evaluation
+from bnconvention.audit.run import stages
 from bnconvention.audit.run.runner import prepare_audit, run_audit
 from bnconvention.audit.run.shipped_store import ShippedStore, split_digest
 from bnconvention.audit.spec.audit_spec import load_spec

@@ -8,15 +8,15 @@ import json
 import pytest
 from audit_support import PATTERN_SPEC, checkpoint_paths, fake_result
 
-from bnconvention.audit.census import run_census, summarize
-from bnconvention.audit.detection import (
+from bnconvention.audit.census.run import run_census, summarize
+from bnconvention.audit.measure import evaluation
+from bnconvention.audit.population.detection import (
     detection_floor,
     pair_budget_pp,
     plant,
     recalibration_budget,
     threshold_pp,
 )
-from bnconvention.audit.measure import evaluation
 from bnconvention.audit.run.sweeps import margin_sweep, measurement_sha256
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.errors import AuditSpecError
@@ -68,7 +68,7 @@ def test_controls_are_outside_the_benjamini_yekutieli_family():
     controls = summary["controls"]
     assert (controls["controls"], controls["as_expected"]) == (7, 7)
     assert {row["label"] for row in controls["rows"]} == {"channel absent", "retrain reference"}
-    assert "## Controls" in __import__("bnconvention.audit.markdown_census", fromlist=["x"]).census_sections_markdown(
+    assert "## Controls" in __import__("bnconvention.audit.render.census", fromlist=["x"]).census_sections_markdown(
         json.loads(json.dumps(summary)))
 
 

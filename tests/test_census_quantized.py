@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save as save_numpy
 
-from bnconvention.audit.census import discover_checkpoints
+from bnconvention.audit.census.run import discover_checkpoints
 from bnconvention.formats.quantized import activation_sites, is_scales_file
 from bnconvention.formats.safetensors_header import parse_header
 from bnconvention.hub.classify import classify_checkpoint

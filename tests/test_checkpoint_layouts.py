@@ -200,7 +200,7 @@ def test_tied_weights_saved_once_by_transformers_are_filled_in(tmp_path: Path) -
 
 
 def test_census_discovery_takes_an_index_for_its_shards(layouts: dict[str, Path], tmp_path: Path) -> None:
-    from bnconvention.audit.census import discover_checkpoints
+    from bnconvention.audit.census.run import discover_checkpoints
 
     shutil.copytree(layouts["small"], tmp_path / "sharded")
     shutil.copytree(layouts["single"], tmp_path / "single")

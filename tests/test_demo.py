@@ -172,7 +172,7 @@ def test_the_population_census_tells_its_story_from_the_data(demo: DemoRun, tiny
     census = json.loads((demo.out / "population-census" / "census.json").read_text("utf-8"))
     assert census["counts"]["checkpoints"] == len(tiny_population.names)
     assert census["families"] is not None and census["twin_gaps"] is not None
-    from bnconvention.audit.census_story import population_story
+    from bnconvention.audit.population.story import population_story
 
     story = population_story(census)  # what the summary and the page say is what census.json holds
     assert f"  headline: {story[0]}" in demo.stdout
@@ -314,7 +314,7 @@ def test_port_needs_serve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_demo_spec_is_the_example_spec(repo_root: Path) -> None:
-    from bnconvention.audit import load_spec
+    from bnconvention.audit.spec import load_spec
     from bnconvention.demo import demo_spec
 
     assert demo_spec() == load_spec(repo_root / "examples" / "audit" / "digits-zoo.yaml")

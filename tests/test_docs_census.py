@@ -59,7 +59,7 @@ def test_the_committed_extract_names_its_run_and_leaves_out_the_rows():
 
 def test_an_extract_keeps_what_the_story_reads():
     docs = _script()
-    from bnconvention.audit.census_story import population_story
+    from bnconvention.audit.population.story import population_story
 
     census = json.loads((REPO_ROOT / "docs" / "data" / "population.json").read_text("utf-8"))["census"]
     full = {**census, "checkpoints": [{"checkpoint": "x", "cells": {}}, *census["checkpoints"]]}

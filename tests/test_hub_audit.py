@@ -12,7 +12,7 @@ import pytest
 import yaml
 from helpers.hub_org import SeedRepo, build_org, seed
 
-from bnconvention.audit.outputs import annotation_text
+from bnconvention.audit.render.outputs import annotation_text
 from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 from bnconvention.authoring.card_stamp import REFIT_BLOCK_KEY, REFIT_SECTION_BEGIN, read_refit_entries
 from bnconvention.formats.canonical import canonical_sha256, loads_strict

@@ -173,7 +173,7 @@ def test_a_killed_build_resumes_without_retraining_finished_checkpoints(tiny_pop
 
 @pytest.mark.slow
 def test_census_over_the_tiny_population_runs_and_anchors(tiny_population, tmp_path: Path):
-    from bnconvention.audit.census import run_census
+    from bnconvention.audit.census.run import run_census
     from bnconvention.audit.spec.audit_spec import load_spec
 
     spec = load_spec(tiny_population.root / "population.yaml", replicates=2)
@@ -194,7 +194,7 @@ def test_census_over_the_tiny_population_runs_and_anchors(tiny_population, tmp_p
 
 @pytest.mark.slow
 def test_a_card_that_does_not_match_the_weights_does_not_anchor(tiny_population, tmp_path: Path):
-    from bnconvention.audit.census import run_census
+    from bnconvention.audit.census.run import run_census
     from bnconvention.audit.spec.audit_spec import load_spec
 
     name = tiny_population.select(role="retrain")[0]
@@ -219,7 +219,7 @@ def test_published_cells_from_a_train_mode_evaluation_fail_to_anchor(tiny_popula
     cells were an independent measurement."""
     import torch
 
-    from bnconvention.audit.census import local_spec, run_census
+    from bnconvention.audit.census.run import local_spec, run_census
     from bnconvention.audit.run.runner import prepare_audit
     from bnconvention.audit.spec.audit_spec import load_spec
 
@@ -286,7 +286,7 @@ def test_cli_population_refuses_a_zoo_variant(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_a_local_census_applies_the_spec_rules_by_removal_folder(tmp_path: Path):
-    from bnconvention.audit.census import local_spec
+    from bnconvention.audit.census.run import local_spec
     from bnconvention.audit.spec.audit_spec import load_spec
     from bnconvention.standard.naming import record_ids_sha256
     from bnconvention.zoo.population_spec import spec_text

@@ -11,12 +11,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bnconvention.audit.census import run_census
+from bnconvention.audit.census.run import run_census
 from bnconvention.audit.measure.evaluation import stream
+from bnconvention.audit.population.scales_report import HEADING
 from bnconvention.audit.run.runner import prepare_audit, scales_outcome
 from bnconvention.audit.run.sweeps import measurement_sha256
 from bnconvention.audit.scales.cells import scales_cells
-from bnconvention.audit.scales_report import HEADING
 from bnconvention.audit.spec.audit_spec import AuditSpec, load_spec
 from bnconvention.audit.spec.scales import SCALES_STREAM, QuantizationSpec
 from bnconvention.authoring.activation_scales import load_quantized

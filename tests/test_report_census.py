@@ -1,5 +1,5 @@
 """The census page and its figures (report_html/census_page.py, census_figures.py, svg.py) and the story they tell
-(audit/census_story.py), on census documents written by hand with exact numbers."""
+(audit/population/story.py), on census documents written by hand with exact numbers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bnconvention.audit.census_story import by_line, detection_floor_pp, headline, population_story
+from bnconvention.audit.population.story import by_line, detection_floor_pp, headline, population_story
 from bnconvention.report_html import census_figures as figures
 from bnconvention.report_html.census_page import render_census_page, write_census_html
 from bnconvention.report_html.svg import Axis, Figure, nice_ticks, padded_range
@@ -316,7 +316,7 @@ def test_names_from_the_census_are_escaped_on_the_page() -> None:
 
 
 def test_the_provenance_line_reads_both_arms_and_the_staleness_ratio() -> None:
-    from bnconvention.audit.census_story import provenance_line
+    from bnconvention.audit.population.story import provenance_line
 
     census = census_doc()
     assert provenance_line(census) is None  # not run: no line, rather than a line of zeros

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bnconvention.audit.census import discover_checkpoints
+from bnconvention.audit.census.run import discover_checkpoints
 from bnconvention.audit.scales.cells import quantized_accuracy, scales_cells
 from bnconvention.authoring.activation_scales import load_quantized, scales_state_of
 from bnconvention.errors import DigestMismatchError, QuantizationError

@@ -1,57 +1,27 @@
 """The auditor's instrument: refit cells with replicate-backed decisions (seed 001), staleness and recoverability
-diagnostics (seed 003), for one checkpoint (:func:`audit_checkpoint`) or a population (:func:`run_census`).
+diagnostics (seed 003), for one checkpoint (:func:`bnconvention.audit.run.audit_checkpoint`) or a population
+(:func:`bnconvention.audit.census.run_census`).
 
->>> from bnconvention.audit import load_spec, audit_checkpoint, write_audit_outputs  # doctest: +SKIP
+Its sub-packages, in the order a census runs (each imports only its own and the ones above it in this list;
+``tests/test_architecture.py`` enforces it, and code outside the audit imports a sub-package, never its modules):
+
+* ``core`` — what an audit returns, its file names and JSON writer;
+* ``spec`` — the audit spec, its expressions and rules;
+* ``measure`` — data, checkpoint, published cells, evaluation, decision statistics and decisions;
+* ``scales`` — the activation scales of a quantized checkpoint;
+* ``diagnostics`` — staleness band, mechanism, provenance, recoverability, encoder-level probes;
+* ``run`` — one audit: its stages, stores, sweeps and reproduction;
+* ``population`` — the readings of many audits: families, controls, ledger, summary, story;
+* ``render`` — Markdown, plots and one audit's output folder;
+* ``census`` — a census of a population: discovery, preregistration, the run.
+
+>>> from bnconvention.audit.spec import load_spec                                   # doctest: +SKIP
+>>> from bnconvention.audit.run import audit_checkpoint                             # doctest: +SKIP
+>>> from bnconvention.audit.render import write_audit_outputs                       # doctest: +SKIP
 >>> result = audit_checkpoint("zoo/bn-badteacher-eval.safetensors", load_spec("examples/audit/digits-zoo.yaml"))
 ...                                                                                  # doctest: +SKIP
 >>> result.annotation.reporting_line                                                 # doctest: +SKIP
 'deployed state as shipped; refit on the retained split under the training transform (exact rule), forget ...'
 """
 
-from bnconvention.audit.census import CensusOutcome, discover_checkpoints, run_census, summarize
-from bnconvention.audit.core.result import AuditResult
-from bnconvention.audit.markdown import audit_markdown, census_markdown
-from bnconvention.audit.measure.data import AuditData, Split, load_audit_data
-from bnconvention.audit.measure.stats import by_adjust, decide, sign_test, tost
-from bnconvention.audit.outputs import write_audit_outputs
-from bnconvention.audit.run.runner import PreparedAudit, audit_checkpoint, prepare_audit, run_audit
-from bnconvention.audit.spec.audit_spec import (
-    AuditSpec,
-    audit_spec_schema_text,
-    generate_audit_spec_schema,
-    load_spec,
-    parse_spec,
-)
-from bnconvention.audit.spec.expressions import BASE_CELLS, CellExpression, Criterion, parse_cell, parse_criterion
-
-__all__ = [
-    "BASE_CELLS",
-    "AuditData",
-    "AuditResult",
-    "AuditSpec",
-    "CellExpression",
-    "CensusOutcome",
-    "Criterion",
-    "PreparedAudit",
-    "Split",
-    "audit_checkpoint",
-    "audit_markdown",
-    "audit_spec_schema_text",
-    "by_adjust",
-    "census_markdown",
-    "decide",
-    "discover_checkpoints",
-    "generate_audit_spec_schema",
-    "load_audit_data",
-    "load_spec",
-    "parse_cell",
-    "parse_criterion",
-    "parse_spec",
-    "prepare_audit",
-    "run_audit",
-    "run_census",
-    "sign_test",
-    "summarize",
-    "tost",
-    "write_audit_outputs",
-]
+__all__: list[str] = []

@@ -72,7 +72,7 @@ def allow_factories(targets: list[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     from bnconvention.audit.core import ANNOTATION_FILE
     from bnconvention.audit.measure import checkpoint_name
-    from bnconvention.audit.outputs import write_audit_outputs
+    from bnconvention.audit.render import write_audit_outputs
     from bnconvention.audit.run import prepare_audit, run_audit
     from bnconvention.audit.spec import load_spec
 

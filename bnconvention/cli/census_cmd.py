@@ -96,8 +96,7 @@ def _with_sweeps(spec: Any, args: argparse.Namespace) -> Any:
 
 
 def _preregister(args: argparse.Namespace, spec: Any) -> int:
-    from bnconvention.audit.census import preregister_census
-    from bnconvention.audit.preregistration import PREREGISTRATION_FILE
+    from bnconvention.audit.census import PREREGISTRATION_FILE, preregister_census
 
     if args.amend is not None:
         raise UsageError("--amend records a change when a preregistered census runs; --preregister writes the record")
@@ -113,7 +112,7 @@ def _preregister(args: argparse.Namespace, spec: Any) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from bnconvention.audit.census import run_census
-    from bnconvention.audit.census_story import headline, margin_line
+    from bnconvention.audit.population import headline, margin_line
     from bnconvention.audit.spec import load_spec
     from bnconvention.report_html.census_page import CENSUS_HTML, write_census_html
 

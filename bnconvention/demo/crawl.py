@@ -17,8 +17,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from bnconvention.audit.census_summary import summarize
-from bnconvention.audit.outputs import write_audit_outputs
+from bnconvention.audit.population import summarize
+from bnconvention.audit.render import write_audit_outputs
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.hub.audit import AuditTask, RepoAudit, audit_repo_task, repo_out_dir
 from bnconvention.hub.classify import RepoCensus

@@ -5,7 +5,7 @@ seed 001 does: families × procedure variants × removals × seeds, known-answer
 detection floor and the recoverability curve (:mod:`bnconvention.zoo.population_build`, docs/population.md). The
 census journal lives in ``OUT/population-census/``, so a rerun audits nothing it already audited; the report's
 census page and the summary's headline are read from its ``census.json``, chosen by the data
-(:mod:`bnconvention.audit.census_story`).
+(:mod:`bnconvention.audit.population.story`).
 """
 
 from __future__ import annotations

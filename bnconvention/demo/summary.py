@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bnconvention.audit.census_story import population_story
+from bnconvention.audit.population import population_story
 from bnconvention.demo.pipeline import DemoResult, headline
 from bnconvention.demo.spec import DEMO_SPEC
 from bnconvention.formats.text import one_line, plural, signed

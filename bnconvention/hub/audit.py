@@ -231,7 +231,7 @@ def _run_audit_tasks(tasks: Sequence[AuditTask], finish: Callable[[RepoAudit], N
 
 def write_repo_outputs(audit: RepoAudit, out_dir: Path, *, plots: bool = True) -> list[Path]:
     """Each audited file's annotation, summary and plots under :func:`file_out_dir`; the paths written."""
-    from bnconvention.audit.outputs import write_audit_outputs
+    from bnconvention.audit.render import write_audit_outputs
 
     written: list[Path] = []
     for item in audit.files:
@@ -246,11 +246,9 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
                              org: str) -> dict[str, Any] | None:
     """``audit.json`` and ``audit.md`` over every audited file (reused ones included), linking each annotation
     where :func:`write_repo_outputs` put it; None (nothing written) when no file was audited."""
-    from bnconvention.audit.census_summary import summarize
     from bnconvention.audit.core import ANNOTATION_FILE, write_json
-    from bnconvention.audit.markdown import census_markdown
-    from bnconvention.audit.markdown_census import census_sections_markdown
-    from bnconvention.audit.markdown_families import families_markdown
+    from bnconvention.audit.population import summarize
+    from bnconvention.audit.render import census_markdown, census_sections_markdown, families_markdown
     from bnconvention.formats.atomic import atomic_write_text
 
     audited = [(f.result, f"{a.repo_id}/{f.filename}",

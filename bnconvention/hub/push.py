@@ -232,7 +232,7 @@ def plan_push(client: HubClient, audit: RepoAudit, *, eval_results: bool = True,
               benchmarks: dict[str, Benchmark | None] | None = None, out: Path | None = None) -> PushPlan | None:
     """The pull request for one audited repo, built from the card at the audited revision; ``None`` when nothing
     was audited. ``out`` (the audit's output folder) is where signed annotations' signatures are looked for."""
-    from bnconvention.audit.outputs import annotation_text
+    from bnconvention.audit.render import annotation_text
     from bnconvention.authoring.card_stamp import refit_card_entry, stamp_card_refit_text
     from bnconvention.formats.card import decode_card
 

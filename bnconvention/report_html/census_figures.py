@@ -18,8 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.census_story import headline_cell
-from bnconvention.audit.families import census_group, control_labels, family_label
+from bnconvention.audit.population import census_group, control_labels, family_label, headline_cell
 from bnconvention.formats.text import signed
 from bnconvention.report_html.svg import COLOURS, SERIES, Axis, Figure, padded_range
 

@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bnconvention.audit.census_story import floor_reading, headline_cell, population_story
-from bnconvention.audit.ledger import counted_as
-from bnconvention.audit.scales_report import CELLS, HEADING, reading
+from bnconvention.audit.population import SCALES_CELLS as CELLS
+from bnconvention.audit.population import SCALES_HEADING as HEADING
+from bnconvention.audit.population import counted_as, floor_reading, headline_cell, population_story
+from bnconvention.audit.population import scales_reading as reading
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.text import signed
 from bnconvention.report_html import census_figures as figures

@@ -2,7 +2,7 @@
 
 :class:`ReportInput` gathers the documents the hub tooling already produces (the census document of
 :func:`bnconvention.hub.summaries.census_summary`, the :class:`~bnconvention.hub.audit.RepoAudit` entries, the
-population summary of :func:`bnconvention.audit.census.summarize`, the push outcomes and the validator's issues),
+population summary of :func:`bnconvention.audit.census.run.summarize`, the push outcomes and the validator's issues),
 plus the files on disk the report copies next to its ``index.html`` (each audit's plots and annotation). Nothing
 here does I/O; :mod:`bnconvention.report_html.render` turns it into HTML and :mod:`bnconvention.report_html.write`
 writes the folder.

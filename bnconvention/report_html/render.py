@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bnconvention.audit.census_story import population_story
+from bnconvention.audit.population import population_story
 from bnconvention.formats.text import plural, signed
 from bnconvention.hub.audit import RepoAudit
 from bnconvention.report_html.markup import badge, esc, esc_code, href, page, table

@@ -3,7 +3,7 @@
 Instance-wise forget sets by ids file: every checkpoint folder holds ``forget.txt``; the spec reads it from the
 checkpoint's folder (``index_files_in: model_repo``) bound by its ``forget_ids_sha256``. One spec covers every
 removal through its rules: a local census matches a rule's repo pattern against ``<removal>/<name>``, the
-checkpoint's two last folders (:func:`bnconvention.audit.census.local_spec`). The digests are of integer ids chosen
+checkpoint's two last folders (:func:`bnconvention.audit.census.run.local_spec`). The digests are of integer ids chosen
 by hash (:func:`bnconvention.zoo.population_data.forget_ids`), not of anything trained, so they are stable.
 """
 

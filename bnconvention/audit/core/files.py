@@ -1,5 +1,5 @@
 """The audit's file names and its JSON writer, shared by the single audit, the sweeps, the shipped store and the
-census (:mod:`bnconvention.audit.outputs` writes one audit's folder with them)."""
+census (:mod:`bnconvention.audit.render.outputs` writes one audit's folder with them)."""
 
 from __future__ import annotations
 

@@ -8,8 +8,6 @@ from bnconvention._lazy import lazy_exports
 if TYPE_CHECKING:
     from bnconvention.audit.scales.annotation import scales_annotation
     from bnconvention.audit.scales.cells import scales_cells
-
-# Lazy: the scales cells import torch, and the runner reaches bnconvention.audit.scales.stage without it.
 _EXPORTS: dict[str, str] = {
     "scales_annotation": "bnconvention.audit.scales.annotation",
     "scales_cells": "bnconvention.audit.scales.cells",

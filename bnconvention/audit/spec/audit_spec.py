@@ -249,7 +249,8 @@ class AuditSpec(_Spec):
     margin_pp: Annotated[float, Field(gt=0)] = Field(default=1.2, description="Displacement margin (pp).")
     margin: Literal["auto"] | None = Field(default=None, description=(
         "'auto': a census derives margin_pp before any refit as the median of the population's own seed spread "
-        "(each recipe's published cells across seeds; audit/margin.py) and records how; leave margin_pp out."))
+        "(each recipe's published cells across seeds; audit/population/margin.py) and records how; leave margin_pp "
+        "out."))
     fdr_q: Annotated[float, Field(gt=0, lt=1)] = Field(default=0.05, description=(
         "False-discovery level of the census: Benjamini-Yekutieli across checkpoints, per cell."))
     replicates: Annotated[int, Field(ge=2, le=MAX_REPLICATES)] = Field(default=10, description=(
@@ -272,10 +273,10 @@ class AuditSpec(_Spec):
         "Census controls: known-answer checkpoints kept out of the multiplicity family, and the detection floor."))
     diagnostics: DiagnosticsSpec | None = Field(default=None, description=(
         "Optional encoder-level diagnostics of seed 003 (linear probe, membership attack, relearning), shipped and "
-        "after an exact retain refit; off when absent (audit/diagnostics_spec.py)."))
+        "after an exact retain refit; off when absent (audit/spec/diagnostics.py)."))
     quantization: QuantizationSpec | None = Field(default=None, description=(
         "Optional audit of shipped activation scales (a second deployed state) against retain-only "
-        "recalibrations; off when absent (audit/scales_spec.py)."))
+        "recalibrations; off when absent (audit/spec/scales.py)."))
 
     @model_serializer(mode="wrap")
     def _without_absent_diagnostics(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.audit.core.result import ScalesResult
-from bnconvention.audit.families import census_group, control_labels
+from bnconvention.audit.population.families import census_group, control_labels
 from bnconvention.formats.text import markdown_table, plural, signed
 
 HEADING = "Activation scales (second deployed state)"

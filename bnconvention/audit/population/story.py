@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bnconvention.audit.families import family_label
+from bnconvention.audit.population.families import family_label
 from bnconvention.formats.text import signed
 
 
@@ -239,7 +239,7 @@ def margin_line(census: Mapping[str, Any]) -> str:
 
 
 def anchoring_line(census: Mapping[str, Any]) -> str | None:
-    """Whether anchoring was an independent check, said plainly (:func:`bnconvention.audit.readings.
+    """Whether anchoring was an independent check, said plainly (:func:`bnconvention.audit.population.readings.
     anchoring_reading`); 'not run' when nothing was published."""
     a = (census.get("readings") or {}).get("anchoring")
     if a is None:
@@ -258,7 +258,7 @@ def anchoring_line(census: Mapping[str, Any]) -> str | None:
 
 def detection_floor_pp(census: Mapping[str, Any]) -> float | None:
     """The plant above which the design recovers at least the floor's share of the non-displaced cells (the sign
-    test, before BY; :func:`bnconvention.audit.detection.floor_pp`), or None."""
+    test, before BY; :func:`bnconvention.audit.population.detection.floor_pp`), or None."""
     floor = census.get("detection_floor") or {}
     return floor.get("floor_pp")
 
@@ -280,7 +280,7 @@ def floor_reading(census: Mapping[str, Any]) -> str | None:
 
 
 def by_line(census: Mapping[str, Any], cell: str) -> str | None:
-    """Whether Benjamini–Yekutieli could bind on ``cell`` (:func:`bnconvention.audit.census_summary.by_reading`)."""
+    """Whether Benjamini–Yekutieli could bind on ``cell`` (:func:`bnconvention.audit.population.summary.by_reading`)."""
     counts = census["cells"].get(cell) or {}
     by = counts.get("by")
     if not by or not by["m"]:

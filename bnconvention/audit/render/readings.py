@@ -1,13 +1,13 @@
-"""Markdown of the census readings (:mod:`bnconvention.audit.readings`): band, staleness vs shift, provenance,
-recoverability curve, mechanism counts; and the same sections of one audit. Pure functions to lines."""
+"""Markdown of the census readings (:mod:`bnconvention.audit.population.readings`): band, staleness vs shift,
+provenance, recoverability curve, mechanism counts; and the same sections of one audit. Pure functions to lines."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.census_story import spearman_interval
 from bnconvention.audit.core.result import ProvenanceArm, RecoverabilityCurve, StalenessNull
+from bnconvention.audit.population.story import spearman_interval
 from bnconvention.formats.text import markdown_table, signed
 
 

@@ -1,8 +1,8 @@
 """The census's readings beyond the per-cell counts: controls, sweeps, detection floor, recalibration budget.
 
-:func:`census_sections` assembles them for :func:`bnconvention.audit.census.summarize` over the decided checkpoints
+:func:`census_sections` assembles them for :func:`bnconvention.audit.census.run.summarize` over the decided checkpoints
 (anchored, not controls); the pool-size sweep needs refits and is added by
-:func:`bnconvention.audit.census.run_census`.
+:func:`bnconvention.audit.census.run.run_census`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bnconvention.audit.core.result import AuditResult
-from bnconvention.audit.detection import detection_floor, recalibration_budget
+from bnconvention.audit.population.detection import detection_floor, recalibration_budget
 from bnconvention.audit.run.sweeps import margin_sweep, sweep_qs
 from bnconvention.audit.spec.audit_spec import AuditSpec
 

@@ -1,8 +1,8 @@
 """A census fixed before its refits: the preregistration record and its amendments.
 
 ``bnconvention census --preregister`` checks the population and the spec, derives the margin when the spec says
-``margin: auto`` (:mod:`bnconvention.audit.margin`), and writes ``OUT/preregistration.json`` before anything is
-refit or evaluated: the spec's digest, the margin and how it was derived, the listing of the population (each
+``margin: auto`` (:mod:`bnconvention.audit.population.margin`), and writes ``OUT/preregistration.json`` before anything
+is refit or evaluated: the spec's digest, the margin and how it was derived, the listing of the population (each
 checkpoint's name, path and weights digest) and the time. A later census into the same ``OUT`` is checked against
 it: a different spec, a different listing (a checkpoint added, removed or with other weights) or a different
 derived margin stops the census with one line naming every change, unless the run gives a reason with

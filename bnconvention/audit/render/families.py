@@ -1,5 +1,5 @@
 """The census.md sections of a structured population: per family, and the frozen-twin gap
-(:mod:`bnconvention.audit.families`). A census without population metadata gets neither section."""
+(:mod:`bnconvention.audit.population.families`). A census without population metadata gets neither section."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 A flip is a criterion whose outcome on the shipped cells differs from its outcome on the mean refit cells. One line
 of a ledger says, for each cell the criterion compares: the published value (when the census anchored against one),
 the shipped value, the mean refit value and the range over replicates, the shift and the recalibration budget
-(:func:`bnconvention.audit.detection.pair_budget_pp`); and for the criterion: its thresholds, how many replicates
-pass it after their own refit, whether the flip clears the budget and whether it holds on every replicate.
+(:func:`bnconvention.audit.population.detection.pair_budget_pp`); and for the criterion: its thresholds, how many
+replicates pass it after their own refit, whether the flip clears the budget and whether it holds on every replicate.
 
 Every flip is entered with its group: ``decided`` (a released checkpoint in the multiplicity family), ``control``
 (a known-answer control, whose flips are the census's background rate) or ``twin arm`` (a synthetic arm of the

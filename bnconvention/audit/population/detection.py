@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from bnconvention.audit.core.result import AuditResult
-from bnconvention.audit.ledger import flip_rows, pair_budget_pp
 from bnconvention.audit.measure.decisions import unreachable
 from bnconvention.audit.measure.stats import by_adjust, decide
+from bnconvention.audit.population.ledger import flip_rows, pair_budget_pp
 from bnconvention.audit.spec.audit_spec import AuditSpec
 
 SHARE = 0.9  # the detection floor: the smallest plant recovered on at least this share of the cells

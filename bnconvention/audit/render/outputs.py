@@ -20,8 +20,8 @@ from pathlib import Path
 
 from bnconvention.audit.core.files import ANNOTATION_FILE, SCALES_ANNOTATION_FILE, json_text
 from bnconvention.audit.core.result import AuditResult
-from bnconvention.audit.markdown import PLOT_FILES, audit_markdown
-from bnconvention.audit.plots import cells_figure, recoverability_figure, staleness_figure
+from bnconvention.audit.render.markdown import PLOT_FILES, audit_markdown
+from bnconvention.audit.render.plots import cells_figure, recoverability_figure, staleness_figure
 from bnconvention.formats.atomic import atomic_write_bytes
 from bnconvention.standard.models import to_dict
 

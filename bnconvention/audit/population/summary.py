@@ -1,7 +1,7 @@
 """The census summary: population counts with Benjamini–Yekutieli across the decided checkpoints, per cell, the
 controls and sweeps sections and the readings, and one row per checkpoint (deterministic: no timings).
 
-Pure: audit results in, the ``census.json`` mapping out (:func:`summarize`); :mod:`bnconvention.audit.census` runs
+Pure: audit results in, the ``census.json`` mapping out (:func:`summarize`); :mod:`bnconvention.audit.census.run` runs
 the audits and writes it, ``hub audit`` summarises an organisation with it.
 """
 
@@ -12,17 +12,17 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.census_sections import census_sections
-from bnconvention.audit.controls import control_label, controls_table
 from bnconvention.audit.core.files import ANNOTATION_FILE, SCALES_ANNOTATION_FILE
 from bnconvention.audit.core.result import AuditResult
-from bnconvention.audit.encoder_report import encoder_row
-from bnconvention.audit.families import family_readings, twin_gaps
-from bnconvention.audit.ledger import CONTROL, DECIDED, TWIN_ARM, flip_rows, in_ledger_order
-from bnconvention.audit.margin import resolution_counts, resolution_warnings
 from bnconvention.audit.measure.stats import by_adjust
-from bnconvention.audit.readings import census_readings
-from bnconvention.audit.scales_report import scales_counts, scales_row
+from bnconvention.audit.population.controls import control_label, controls_table
+from bnconvention.audit.population.encoder_report import encoder_row
+from bnconvention.audit.population.families import family_readings, twin_gaps
+from bnconvention.audit.population.ledger import CONTROL, DECIDED, TWIN_ARM, flip_rows, in_ledger_order
+from bnconvention.audit.population.margin import resolution_counts, resolution_warnings
+from bnconvention.audit.population.readings import census_readings
+from bnconvention.audit.population.scales_report import scales_counts, scales_row
+from bnconvention.audit.population.sections import census_sections
 from bnconvention.audit.spec.audit_spec import AuditSpec
 
 CENSUS_FORMAT = "bnconvention-census/2"
@@ -88,7 +88,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
 
 def margin_section(rows: Sequence[tuple[str, Mapping[str, int] | None]], spec: AuditSpec) -> dict[str, Any]:
     """The margin the census decided at and each cell's one-record resolution over the decided checkpoints
-    (:mod:`bnconvention.audit.margin`); where the margin came from is added by the census that fixed it."""
+    (:mod:`bnconvention.audit.population.margin`); where the margin came from is added by the census that fixed it."""
     resolution = resolution_counts(rows, spec.cell_expressions(), margin_pp=spec.margin_pp)
     return {"margin_pp": spec.margin_pp, "source": "spec", "derivation": None, "resolution": resolution,
             "warnings": resolution_warnings(resolution, margin_pp=spec.margin_pp)}
@@ -127,8 +127,8 @@ def by_reading(m: int, *, replicates: int, fdr_q: float) -> dict[str, Any]:
 
 def population_sections(results: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec, *,
                         rows: Sequence[Mapping[str, Any]], decided: Sequence[str]) -> dict[str, Any]:
-    """``families`` and ``twin_gaps`` (:mod:`bnconvention.audit.families`) when the checkpoints' sidecars name a
-    family or a twin; nothing at all for a census without population metadata (the digits zoo)."""
+    """``families`` and ``twin_gaps`` (:mod:`bnconvention.audit.population.families`) when the checkpoints' sidecars
+    name a family or a twin; nothing at all for a census without population metadata (the digits zoo)."""
     meta = {name: result.population for name, result in zip(names, results, strict=True)}
     if not any(m is not None for m in meta.values()):
         return {}

@@ -20,7 +20,7 @@ shipped, online minus frozen, in pp; per weight-movement level the mean gap over
 
 Pure functions: sidecar dicts and census rows in, JSON-ready dicts out
 (:func:`bnconvention.audit.core.result.population_metadata` is what the audit keeps of a sidecar;
-:mod:`bnconvention.audit.markdown_families` renders the rest). A census whose checkpoints
+:mod:`bnconvention.audit.render.families` renders the rest). A census whose checkpoints
 carry no family metadata (the digits zoo) has no family section and no twin section.
 """
 

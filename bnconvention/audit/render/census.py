@@ -1,13 +1,13 @@
 """The census.md sections of the controls, the sweeps, the detection floor and the recalibration budget, from the
-census JSON (:mod:`bnconvention.audit.census_sections`)."""
+census JSON (:mod:`bnconvention.audit.population.sections`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.census_story import floor_reading
-from bnconvention.audit.ledger import counted_as
+from bnconvention.audit.population.ledger import counted_as
+from bnconvention.audit.population.story import floor_reading
 from bnconvention.formats.text import markdown_table, signed
 
 
@@ -52,7 +52,7 @@ def _ledger(census: Mapping[str, Any]) -> list[str]:
 
 
 def ledger_table(census: Mapping[str, Any]) -> list[str]:
-    """The flip ledger as a table, in its order (:func:`bnconvention.audit.ledger.in_ledger_order`)."""
+    """The flip ledger as a table, in its order (:func:`bnconvention.audit.population.ledger.in_ledger_order`)."""
     ledger = census.get("flip_ledger") or []
     if not ledger:
         return ["No verdict flips."]

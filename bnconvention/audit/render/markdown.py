@@ -1,6 +1,6 @@
 """Markdown summaries: one audited checkpoint, and a census of many (the results table of seed 000).
 
-Pure functions from results to text; writing files is :mod:`bnconvention.audit.outputs`' job.
+Pure functions from results to text; writing files is :mod:`bnconvention.audit.render.outputs`' job.
 """
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bnconvention.audit.census_story import background_text, margin_line
 from bnconvention.audit.core.result import AuditResult
-from bnconvention.audit.encoder_report import encoder_lines
-from bnconvention.audit.markdown_readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
 from bnconvention.audit.measure.decisions import format_p
-from bnconvention.audit.scales_report import scales_lines
+from bnconvention.audit.population.encoder_report import encoder_lines
+from bnconvention.audit.population.scales_report import scales_lines
+from bnconvention.audit.population.story import background_text, margin_line
+from bnconvention.audit.render.readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
 from bnconvention.formats.text import markdown_table, plural, signed
 
 PLOT_FILES = {"cells": "cells.png", "staleness": "staleness.png"}
@@ -114,7 +114,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
 
 
 def census_markdown(census: Mapping[str, Any]) -> str:
-    """The census summary from the census JSON (see :func:`bnconvention.audit.census.summarize`)."""
+    """The census summary from the census JSON (see :func:`bnconvention.audit.census.run.summarize`)."""
     counts = census["counts"]
     q = census["fdr_q"]
     margin = census["margin_pp"]

@@ -12,12 +12,12 @@ auditing any, then audits each checkpoint and writes, in ``out_dir``:
   margin or q re-decides from the journal without a refit, and a changed measurement or file is audited afresh;
 * ``replicates/`` — every replicate stored by checkpoint, refit design, pool size and index
   (:mod:`bnconvention.audit.run.sweeps`): a pool-size sweep refits only the replicates no run stored;
-* ``checkpoints/<name>/`` — each checkpoint's annotation, summary and plots (:mod:`bnconvention.audit.outputs`);
+* ``checkpoints/<name>/`` — each checkpoint's annotation, summary and plots (:mod:`bnconvention.audit.render.outputs`);
 * ``census.json`` and ``census.md`` — per checkpoint the decisions and flips, and the population counts:
   anchored, displaced per cell after Benjamini–Yekutieli at ``fdr_q`` across the census (per cell), equivalent,
-  flips by direction, the largest shift; the controls' table (:mod:`bnconvention.audit.controls`: known answers,
-  outside the multiplicity family), the margin/q and pool-size sweeps, the detection floor and the recalibration
-  budget (:mod:`bnconvention.audit.detection`).
+  flips by direction, the largest shift; the controls' table (:mod:`bnconvention.audit.population.controls`: known
+  answers, outside the multiplicity family), the margin/q and pool-size sweeps, the detection floor and the
+  recalibration budget (:mod:`bnconvention.audit.population.detection`).
 
 A spec's ``rules`` apply locally too (:func:`local_spec`): each checkpoint is matched by its two last folders, as a
 repo id, so one spec gives every part of a local population its own splits (the population's removals).
@@ -40,20 +40,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bnconvention.audit.census_annotations import annotation_family, write_by_annotations
-from bnconvention.audit.census_summary import (  # re-exported: the census's public summary
-    CHECKPOINTS_DIR,
-    summarize,
+from bnconvention.audit.census.annotations import annotation_family, write_by_annotations
+from bnconvention.audit.census.preregistration import (
+    CensusPlan,
+    ListedCheckpoint,
+    Preregistration,
+    census_section,
+    check_plan,
+    listing_sha256,
+    preregister,
 )
-from bnconvention.audit.census_v11 import v11_fields
+from bnconvention.audit.census.v11 import v11_fields
 from bnconvention.audit.core.files import ANNOTATION_FILE, write_json
 from bnconvention.audit.core.result import AuditResult, PopulationMetadata, population_metadata
 from bnconvention.audit.diagnostics.encoder import reference_file
-from bnconvention.audit.encoder_report import encoder_census_markdown
-from bnconvention.audit.margin import MarginEntry, seed_spread_margin
-from bnconvention.audit.markdown import census_markdown
-from bnconvention.audit.markdown_census import census_sections_markdown
-from bnconvention.audit.markdown_families import families_markdown
 from bnconvention.audit.measure.checkpoint import (
     ModelChoice,
     build_architecture,
@@ -64,22 +64,22 @@ from bnconvention.audit.measure.checkpoint import (
     read_sidecar,
 )
 from bnconvention.audit.measure.data import AuditData, load_audit_data
-from bnconvention.audit.outputs import write_audit_outputs
-from bnconvention.audit.preregistration import (
-    CensusPlan,
-    ListedCheckpoint,
-    Preregistration,
-    census_section,
-    check_plan,
-    listing_sha256,
-    preregister,
+from bnconvention.audit.population.encoder_report import encoder_census_markdown
+from bnconvention.audit.population.margin import MarginEntry, seed_spread_margin
+from bnconvention.audit.population.scales_report import scales_census_markdown
+from bnconvention.audit.population.summary import (  # re-exported: the census's public summary
+    CHECKPOINTS_DIR,
+    summarize,
 )
+from bnconvention.audit.render.census import census_sections_markdown
+from bnconvention.audit.render.families import families_markdown
+from bnconvention.audit.render.markdown import census_markdown
+from bnconvention.audit.render.outputs import write_audit_outputs
 from bnconvention.audit.run.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
 from bnconvention.audit.run.runner import check_data_fits, prepare_audit, run_audit, split_records, weights_key
 from bnconvention.audit.run.shipped_store import SHIPPED_DIR, ShippedStore
 from bnconvention.audit.run.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
 from bnconvention.audit.scales.stage import plan_scales
-from bnconvention.audit.scales_report import scales_census_markdown
 from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 from bnconvention.audit.spec.rules import apply_rules
 from bnconvention.errors import UsageError
@@ -266,7 +266,7 @@ def at_margin(spec: AuditSpec, margin_pp: float) -> AuditSpec:
 def preregister_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path) -> tuple[
         Preregistration, bool]:
     """Check the population and the spec, derive the margin and write ``OUT/preregistration.json`` before any
-    refit (:mod:`bnconvention.audit.preregistration`); True when it was written, False when an identical one was
+    refit (:mod:`bnconvention.audit.census.preregistration`); True when it was written, False when an identical one was
     already there."""
     out = Path(out_dir)
     checkpoints = discover_checkpoints(paths)

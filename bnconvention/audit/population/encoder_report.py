@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bnconvention.audit.families import census_group, control_labels
+from bnconvention.audit.population.families import census_group, control_labels
 from bnconvention.formats.text import markdown_table, plural, signed
 
 READING = ("BN-residual = LP_M − LP_Mcal (shipped minus exact retain refit); negative: the shipped state hides "

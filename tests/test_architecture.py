@@ -39,6 +39,14 @@ APPLICATIONS = frozenset({"zoo", "demo", "hubserver", "examples"})
 ENTRY_POINTS = frozenset({"cli", "demo", "__main__"})
 # Folders of the checkout that are not part of the installed library.
 CHECKOUT_ONLY = frozenset({"hub_scripts", "tests", "benchmarks", "scripts"})
+# Inside the audit, its sub-packages in the order a census runs, lowest first: each imports only its own and lower
+# ones; the rest of the package imports a sub-package (its __init__), never one of its modules.
+AUDIT = f"{PACKAGE}.audit"
+AUDIT_LAYERS: tuple[str, ...] = ("core", "spec", "measure", "scales", "diagnostics", "run", "population", "render",
+                                 "census")
+AUDIT_RANK: dict[str, int] = {name: rank for rank, name in enumerate(AUDIT_LAYERS)}
+# Modules importing each other in a circle, known and owned elsewhere: the recorder's split removes this one.
+KNOWN_CYCLES: list[list[str]] = [["bnconvention.authoring.recorder", "bnconvention.authoring.recorder_declaration"]]
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,78 @@ def application_violations(found: Iterable[Import]) -> list[str]:
     return problems
 
 
+def audit_subpackage(dotted: str) -> str | None:
+    """``bnconvention.audit.run.stages`` -> ``run``; None outside the audit's sub-packages."""
+    parts = dotted.split(".")
+    return parts[2] if parts[:2] == [PACKAGE, "audit"] and len(parts) > 2 else None
+
+
+def audit_layer_violations(found: Iterable[Import]) -> list[str]:
+    """Imports from one audit sub-package into a higher one (AUDIT_LAYERS), or from an audit module that is in no
+    sub-package of the table."""
+    problems = []
+    for item in found:
+        source = audit_subpackage(module_name(item.path))
+        if item.source_entry != "audit" or item.path == "bnconvention/audit/__init__.py":
+            continue
+        if source not in AUDIT_RANK:
+            problems.append(f"{item} (bnconvention/audit/ holds sub-packages only; put the module in one of "
+                            f"{', '.join(AUDIT_LAYERS)})")
+            continue
+        target = audit_subpackage(item.target)
+        if target in AUDIT_RANK and AUDIT_RANK[target] > AUDIT_RANK[source]:
+            problems.append(f"{item} (audit.{source} may not import audit.{target})")
+    return problems
+
+
+def audit_reach_in_violations(found: Iterable[Import]) -> list[str]:
+    """Imports from outside the audit of an audit sub-package's module instead of the sub-package itself."""
+    return [f"{item} (import bnconvention.audit.{audit_subpackage(item.target)}, which exports it)"
+            for item in found
+            if item.source_entry != "audit" and item.target.split(".")[0] == PACKAGE
+            and audit_subpackage(item.target) is not None and len(item.target.split(".")) > 3]
+
+
+def import_cycles(found: Iterable[Import], modules: frozenset[str]) -> list[list[str]]:
+    """Modules importing each other in a circle: the strongly connected components (more than one module) of the
+    graph of every import, each landing in the longest module name it starts with; a package's ``__init__``
+    importing its own submodules is how it exports, not a cycle."""
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for item in found:
+        source, parts = module_name(item.path), item.target.split(".")
+        while parts and ".".join(parts) not in modules:
+            parts.pop()
+        target = ".".join(parts)
+        own_export = item.path.endswith("/__init__.py") and target.startswith(f"{source}.")
+        if target and target != source and not own_export:
+            graph[source].add(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for child in sorted(graph[node]):
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return sorted(cycles)
+
+
 # --- the package on disk ----------------------------------------------------------------------------------------
 
 
@@ -192,6 +272,26 @@ def test_library_never_imports_checkout_folders(all_imports: list[Import]) -> No
     assert [str(item) for item in all_imports if item.target.split(".")[0] in CHECKOUT_ONLY] == []
 
 
+def test_audit_sub_packages_import_only_their_own_or_lower_ones(all_imports: list[Import]) -> None:
+    assert audit_layer_violations(all_imports) == []
+
+
+def test_every_audit_sub_package_has_a_rank(package_dir: Path) -> None:
+    on_disk = {path.name for path in (package_dir / "audit").iterdir() if (path / "__init__.py").is_file()}
+    assert on_disk == set(AUDIT_LAYERS), ("bnconvention/audit/ sub-packages and AUDIT_LAYERS in "
+                                          "tests/test_architecture.py (and docs/architecture.md) differ")
+    assert [path.name for path in (package_dir / "audit").glob("*.py")] == ["__init__.py"]
+
+
+def test_other_packages_import_audit_sub_packages_not_their_modules(all_imports: list[Import]) -> None:
+    assert audit_reach_in_violations(all_imports) == []
+
+
+def test_no_import_cycles(all_imports: list[Import], package_dir: Path) -> None:
+    modules = frozenset(module_name(path) for path in package_files(package_dir))
+    assert import_cycles(all_imports, modules) == KNOWN_CYCLES
+
+
 TORCH_FREE_CLAIM = "does not import torch"
 
 
@@ -248,3 +348,58 @@ def test_checker_allows_down_and_sideways_and_ignores_other_strings() -> None:
     # the package root holds the lazy public names, and sits above every layer
     assert layer_violations(found) == ["bnconvention/hub/crawl.py:4 imports bnconvention "
                                        "(layer hub may not import layer package root)"]
+
+
+AUDIT_MODULES = frozenset({"bnconvention.audit", "bnconvention.audit.core", "bnconvention.audit.core.result",
+                           "bnconvention.audit.run", "bnconvention.audit.run.stages",
+                           "bnconvention.audit.population", "bnconvention.audit.population.story"})
+
+
+@pytest.mark.parametrize(("source", "ok"), [
+    pytest.param("from bnconvention.audit.population.story import headline\n", False, id="up"),
+    pytest.param("def f():\n    from bnconvention.audit.population import story\n", False, id="up-in-a-function"),
+    pytest.param("from ..population import story\n", False, id="up-relative"),
+    pytest.param("from bnconvention.audit.core.result import AuditResult\n", True, id="down"),
+    pytest.param("from bnconvention.audit.run import stages\n", True, id="sideways"),
+])
+def test_checker_sees_an_audit_sub_package_importing_a_higher_one(source: str, ok: bool) -> None:
+    found = list(imports_in("bnconvention/audit/run/runner.py", source, modules=AUDIT_MODULES))
+    assert len(found) == 1
+    expected = [] if ok else [f"{found[0]} (audit.run may not import audit.population)"]
+    assert audit_layer_violations(found) == expected
+
+
+def test_checker_refuses_an_audit_module_outside_the_sub_packages() -> None:
+    found = list(imports_in("bnconvention/audit/loose.py", "from bnconvention.audit.core import result\n",
+                            modules=AUDIT_MODULES))
+    assert len(audit_layer_violations(found)) == 1
+
+
+@pytest.mark.parametrize(("source", "ok"), [
+    pytest.param("from bnconvention.audit.population.story import headline\n", False, id="module"),
+    pytest.param("def f():\n    from bnconvention.audit.population import story\n", False,
+                 id="module-from-the-sub-package"),
+    pytest.param("EXPORTS = {'headline': 'bnconvention.audit.population.story'}\n", False, id="by-name"),
+    pytest.param("from bnconvention.audit.population import headline\n", True, id="sub-package"),
+])
+def test_checker_sees_a_reach_into_an_audit_sub_package(source: str, ok: bool) -> None:
+    found = list(imports_in("bnconvention/hub/audit.py", source, modules=AUDIT_MODULES))
+    assert len(found) == 1
+    expected = [] if ok else [f"{found[0]} (import bnconvention.audit.population, which exports it)"]
+    assert audit_reach_in_violations(found) == expected
+    # the audit itself may import its modules
+    inside = list(imports_in("bnconvention/audit/census/run.py", source, modules=AUDIT_MODULES))
+    assert audit_reach_in_violations(inside) == []
+
+
+def test_checker_finds_cycles_through_function_level_imports_but_not_exports() -> None:
+    sources = {
+        "bnconvention/audit/run/stages.py": "from bnconvention.audit.core.result import AuditResult\n",
+        "bnconvention/audit/core/result.py": "def f():\n    from bnconvention.audit.run import stages\n",
+        "bnconvention/audit/population/__init__.py": "from bnconvention.audit.population.story import headline\n",
+        "bnconvention/audit/population/story.py": "from bnconvention.audit.population import headline\n",
+    }
+    found = [item for path, source in sources.items()
+             for item in imports_in(path, source, modules=AUDIT_MODULES)]
+    assert import_cycles(found, AUDIT_MODULES) == [["bnconvention.audit.core.result",
+                                                    "bnconvention.audit.run.stages"]]

@@ -1,5 +1,8 @@
-"""The auditor's instrument: refit cells with replicate-backed decisions (seed 001), staleness and recoverability
-diagnostics (seed 003), for one checkpoint (:func:`audit_checkpoint`) or a population (:func:`run_census`).
+"""The auditor's instrument: refit cells with replicate-backed decisions, staleness and recoverability diagnostics
+(docs/statistics.md), for one checkpoint (:func:`audit_checkpoint`) or a population (:func:`run_census`).
+
+Docstrings here cite the two papers the design follows by author (Shen and Li; Kalani et al.): see
+docs/statistics.md#references.
 
 >>> from bnconvention.audit import load_spec, audit_checkpoint, write_audit_outputs  # doctest: +SKIP
 >>> result = audit_checkpoint("zoo/bn-badteacher-eval.safetensors", load_spec("examples/audit/digits-zoo.yaml"))

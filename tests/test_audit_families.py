@@ -1,4 +1,4 @@
-"""Per-family readings and the frozen-twin gap (bnconvention.audit.families, issue 13 items 2 and 8): clustered
+"""Per-family readings and the frozen-twin gap (bnconvention.audit.families): clustered
 family means by hand, the "equivalent on average yet contains displaced checkpoints" statement exactly when the data
 has it, flips in both directions, twin gaps with their interval across seeds, and no section without metadata."""
 

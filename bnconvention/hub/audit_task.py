@@ -57,7 +57,7 @@ from bnconvention.refit.devices import Device
 from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
 
-MAX_REASON = 2000  # characters of a failure reason kept in the journal and the outputs: a reason stays one line
+MAX_REASON = 2000  # characters of a failure reason kept in the journal and the outputs
 # A reason quotes what a repo's files said; the journal keeps a bounded prefix of it, whatever the repo put there.
 # (cut 40 characters short, so that the cut reason with its "... (N characters)" fits and a reread keeps it as it is)
 Reason = Annotated[str, AfterValidator(lambda text: elide(text, MAX_REASON - 40) if len(text) > MAX_REASON else text)]

@@ -1,9 +1,10 @@
-"""Finite-batch error of the train-mode rules against the exact rule, as a function of batch size (issue 14).
+"""Finite-batch error of the train-mode rules against the exact rule, as a function of batch size.
 
-Seed 003 (Appendix B) splits the error of an ``update_bn`` refit on N retain images in batches of b into sampling
+Kalani et al. (Appendix B; docs/statistics.md#references) split the error of an ``update_bn`` refit on N retain
+images in batches of b into sampling
 variation O_p(N^-1/2) and a finite-batch offset O_L(1/b) that more images at the same b do not remove. This measures
 both on the zoo's BatchNorm ConvNet (random initialisation, seed 0, so nothing needs to be built) over the bundled
-digits retain split: for each batch size b, the staleness distance (seed 003, Eq. 15, layer-averaged: mean part
+digits retain split: for each batch size b, the staleness distance (Kalani et al., Eq. 15, layer-averaged: mean part
 ‖µ − µ̂‖₂/‖σ̂‖₂ and variance part ‖σ² − σ̂²‖₂/‖σ̂²‖₂) of a ``cumulative`` refit (exactly update_bn) and of an ``ema``
 refit (momentum 0.1) from the ``exact`` refit of the *same* records. It then refits at fixed b on a quarter of the
 records and on all of them (the 1/b term stays), and shows the ragged last batch: N = 15·64 + 2 records in batches

@@ -142,7 +142,7 @@ def metadata_loop_once(hub: Any, client: Any, org: str) -> tuple[float, int]:
     return time.perf_counter() - start, hub.bytes_sent()
 
 
-OLD_BUDGET = 16 * 1024  # the running-buffer budget before issue 12
+OLD_BUDGET = 16 * 1024  # the census's former running-buffer budget
 
 
 def _declared_release(name: str) -> tuple[dict[str, bytes], dict[str, bytes], int]:

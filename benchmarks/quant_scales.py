@@ -1,6 +1,7 @@
-"""The second deployed state on the zoo: activation-quantization scales, shipped vs retain-only refit (issue 14).
+"""The second deployed state on the zoo: activation-quantization scales, shipped vs retain-only refit.
 
-Seed 001 (appendix E) refits static 8-bit activation scales on a retain-only calibration set at bit-identical θ and
+Shen and Li (appendix E; docs/statistics.md#references) refit static 8-bit activation scales on a retain-only
+calibration set at bit-identical θ and
 normalization buffers, finds zero displacement on that state, and finds absmax scale influence decaying slowly
 with calibration size while percentile and mse influence decay as O(1/n). This measures both on the zoo's
 quantized variants (``bnconvention.zoo.quantized``: 9 sites per model, shipped scales calibrated on 256 train
@@ -10,7 +11,7 @@ records, forget records included):
    scales and at scales refit on R retain-only draws of 256 records, decided by the standard's rules (margin
    1.2 pp), and the median |ln(refit / shipped)| over sites and draws.
 2. **Influence by calibration size**, per observer on ``bn-base``: a core of n retained records against the same
-   core with 8 of its places exchanged for forget records (seed 001's identification contrast), the median
+   core with 8 of its places exchanged for forget records (Shen and Li's identification contrast), the median
    |ln(scale with forget / scale without)| over sites and draws, for n = 64 ... 1024.
 
     .venv/bin/python benchmarks/quant_scales.py                 # builds (or reuses) the zoo in .cache/

@@ -18,7 +18,7 @@ eval (the rounds least disturbed by other processes), and the median seconds. Va
                   refit of an audit costs (θ digested once per audit, compared byte for byte per refit)
 * ``witness``     ``ThetaWitness(model).trainable_sha256``: the fixed cost of a single ``refit()``'s θ proof (a copy of
                   θ, one digest; inside ``exact`` the digest overlaps the pass)
-* ``digests``     ``model_digests(model)`` twice: what the θ proof cost before the witness (issue 15)
+* ``digests``     ``model_digests(model)`` twice: what the θ proof cost before the witness
 * ``fallback``    ``refit(model, pool, method="hooks")``: one early-stopped pass per BatchNorm layer
 * ``naive``       one full eval forward over the pool per BatchNorm layer, no early stop
 * ``cumulative``  ``refit(model, pool, rule="cumulative")``
@@ -38,13 +38,13 @@ The peak memory of the exact path is the peak of pool inputs plus live activatio
 ``--malloc tuned`` fixes glibc's mmap and trim thresholds in the measuring processes first, as the ``bnconvention``
 command line does (:mod:`bnconvention.refit.allocator`): with glibc's defaults the thresholds move with the
 allocation history and every variant page-faults a varying number of times, the cause of the ConvNet's bimodal
-ratios (issue 15); ``default`` (the default) measures what a Python caller of ``refit()`` gets.
+ratios; ``default`` (the default) measures what a Python caller of ``refit()`` gets.
 ``--load N`` runs N busy-looping processes during the measurement (other engineers' tests on a shared machine):
-the ratios under contention, which is where the small-operation paths lose (the ConvNet's bimodality, issue 15).
+the ratios under contention, which is where the small-operation paths lose (the ConvNet's bimodality).
 ``--device cuda`` (or ``auto`` with a GPU present) adds rows measured on the accelerator (timed with
 ``torch.cuda.synchronize``); without one the table says that no GPU rows were measured.
 
-With ``--check`` the exit status is 1 unless (issue 15) ResNet-18's ``exact`` ≤ 1.15 × eval and ≤ 1.05 × update_bn
+With ``--check`` the exit status is 1 unless ResNet-18's ``exact`` ≤ 1.15 × eval and ≤ 1.05 × update_bn
 (medians) and the ConvNet's ``exact`` ≤ 1.2 × eval in every round, on the CPU and the ``--check-clock`` clock.
 """
 
@@ -283,7 +283,7 @@ def print_table(result: dict[str, Any], threads: int) -> None:
 
 
 def check(results: list[dict[str, Any]], clock: str) -> bool:
-    """Issue 15's targets on the CPU: ResNet-18 refit() <= 1.15x eval and <= 1.05x update_bn (medians), the
+    """The cost targets on the CPU: ResNet-18 refit() <= 1.15x eval and <= 1.05x update_bn (medians), the
     ConvNet's refit() <= 1.2x eval in every round."""
     ok = True
     for result in results:

@@ -210,7 +210,7 @@ def build() -> dict[str, bytes]:
 def fixture_annotation(model: torch.nn.Module) -> dict[str, Any]:
     """A self-consistent refit annotation of ``model`` (illustrative numbers, real digests)."""
     digests = model_digests(model)
-    # five replicates beyond the margin: p = 0.5**5 = 0.03125 <= 0.05, so displaced (four gave 0.0625, issue 13)
+    # five replicates beyond the margin: p = 0.5**5 = 0.03125 <= 0.05, so displaced (four would give 0.0625: not)
     values = [0.5, 0.625, 0.5, 0.625, 0.5625]
     shifts = [(v - 0.25) * 100 for v in values]
     convention = make_convention(buffer_update_mode="refit", role="retain", dataset_id="sklearn/digits",

@@ -262,7 +262,7 @@ def test_zoo_demo_hubserver_examples_are_imported_only_by_entry_points(all_impor
 
 
 def test_data_never_imports_the_zoo(all_imports: list[Import]) -> None:
-    # Regression (issue #11): the digits pool lived in zoo/data.py, so the data layer depended on the zoo.
+    # Regression: the digits pool lived in zoo/data.py, so the data layer depended on the zoo.
     assert [str(item) for item in all_imports
             if item.source_entry == "data" and target_entry(item.target) == "zoo"] == []
 

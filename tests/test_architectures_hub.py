@@ -1,4 +1,4 @@
-"""``hub audit`` of an organisation of timm and transformers releases (issue 12, item 1): each repo's architecture
+"""``hub audit`` of an organisation of timm and transformers releases: each repo's architecture
 from its own config.json, the spec naming no model and no --allow-factory; refused configs fail their repo with one
 line naming the repo and file, and the crawl goes on."""
 

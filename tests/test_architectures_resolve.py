@@ -1,4 +1,4 @@
-"""Which architecture a checkpoint is built with (issue 12, item 1): the repo's own declaration, then timm's or
+"""Which architecture a checkpoint is built with: the repo's own declaration, then timm's or
 transformers' own config.json, then the spec's model; refusals name the file and fall through only to a usable
 source; and ``bnconvention audit`` on a timm or transformers release with a spec that names no model."""
 

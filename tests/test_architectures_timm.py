@@ -1,4 +1,4 @@
-"""timm architectures from the config.json timm itself writes (issue 12, item 1): built through timm's registry
+"""timm architectures from the config.json timm itself writes: built through timm's registry
 only, with plain-JSON arguments, the saved weights loading strictly and giving timm's own logits."""
 
 from __future__ import annotations

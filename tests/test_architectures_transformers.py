@@ -1,4 +1,4 @@
-"""transformers image classifiers from the config.json ``save_pretrained`` writes (issue 12, item 1): transformers'
+"""transformers image classifiers from the config.json ``save_pretrained`` writes: transformers'
 own config and image-classification mappings only, never remote code; the saved weights load strictly and the
 logits are transformers' own."""
 

@@ -37,11 +37,11 @@ def test_census_counts_on_the_zoo_sample(pattern):
     summary = pattern.summary
     counts = dict(summary["counts"])
     assert counts.pop("staleness_exceeds_band") >= 3
-    # the channel-absent twin is a control: outside the decided family and its counts (issue 13)
+    # the channel-absent twin is a control: outside the decided family and its counts
     assert counts == {"checkpoints": 5, "anchoring_checked": 5, "anchored": 5, "eligible": 5, "channel_absent": 1,
                       "controls": 1, "decided": 4, "twin_arms": 0}
     df = summary["cells"]["df"]
-    # with R = 3 the smallest sign-test p is 0.125 > 0.05: no cell is displaced (issue 13: three agreeing replicates
+    # with R = 3 the smallest sign-test p is 0.125 > 0.05: no cell is displaced (three agreeing replicates
     # were called displaced), and none survives BY at q = 0.05; the control is outside the count
     assert df["displaced"] == 0 and df["displaced_by"] == 0
     assert sum(df[k] for k in ("displaced", "equivalent", "undetermined")) == 4

@@ -1,4 +1,4 @@
-"""The census writes each eligible checkpoint's BY-adjusted p-values into its annotation, as spec 1.1 (issue 13)."""
+"""The census writes each eligible checkpoint's BY-adjusted p-values into its annotation, as spec 1.1."""
 
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ def test_census_end_to_end(zoo, tmp_path, capsys):
                  "--no-progress"])
     printed = capsys.readouterr().out
     assert code == 0
-    # the channel-absent twin is a known-answer control, outside the decided family (issue 13)
+    # the channel-absent twin is a known-answer control, outside the decided family
     assert printed.startswith("census of 2 checkpoints: 2 anchored of 2 checked, 1 decided, 1 controls (1 channel "
                               "absent)\n")
     census = json.loads((tmp_path / "census" / "census.json").read_text())

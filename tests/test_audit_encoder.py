@@ -1,5 +1,6 @@
-"""Seed 003's encoder-level diagnostics (issue 14): each against a hand-computed reference on tiny inputs, the bad
-input they refuse, and one audit of a zoo checkpoint against its retrain reference."""
+"""The encoder-level diagnostics: each against a hand-computed reference on tiny inputs, the bad input they refuse,
+and one audit of a zoo checkpoint against its retrain reference
+(docs/statistics.md#encoder-level-diagnostics-linear-probe-membership-attack-relearning)."""
 
 from __future__ import annotations
 
@@ -309,7 +310,7 @@ def test_census_columns_and_table_from_the_annotation() -> None:
     assert "| c3-s0-x | -25.00 [-25.00, -25.00] | +12.50 [+12.50, +12.50] | 0.562 | 0.562 | 7 | 2, 3, not reached |" \
         in table
     assert "plain" not in table and "hides encoder leakage" in table
-    assert "## Encoder-level diagnostics (seed 003)" in encoder_lines(record)
+    assert "## Encoder-level diagnostics" in encoder_lines(record)
     full = parse_record(json.loads((vectors / "refit-annotation-full.json").read_text(encoding="utf-8")))
     assert encoder_row(full) is None and encoder_lines(full) == []
     assert encoder_census_markdown({"checkpoints": [{"checkpoint": "plain"}]}) == ""
@@ -378,7 +379,7 @@ def test_a_census_carries_the_diagnostics_and_re_decides_them_from_its_journal(z
     rows = {row["checkpoint"]: row for row in first.summary["checkpoints"]}
     assert set(rows["bn-ga-train"]["encoder"]) >= {"bn_residual_pp", "nc_residual_pp", "mia_auc_shipped"}
     assert set(first.summary["cells"]) == {"df", "dr", "dt"}  # the typed cells stay outside the family
-    assert "## Encoder-level diagnostics (seed 003)" in (tmp_path / "census" / "census.md").read_text("utf-8")
+    assert "## Encoder-level diagnostics" in (tmp_path / "census" / "census.md").read_text("utf-8")
     again = run_census(paths, parse_spec({**spec, "margin_pp": 50.0}), tmp_path / "census")
     assert again.audits_run == 0  # the journal is reused and re-decided at the new margin
     for result in again.results:

@@ -1,7 +1,6 @@
-"""Per-family readings and the frozen-twin gap (bnconvention.audit.population.families, issue 13 items 2 and 8):
-clustered family means by hand, the "equivalent on average yet contains displaced checkpoints" statement exactly when
-the data has it, flips in both directions, twin gaps with their interval across seeds, and no section without
-metadata."""
+"""Per-family readings and the frozen-twin gap (bnconvention.audit.population.families): clustered
+family means by hand, the "equivalent on average yet contains displaced checkpoints" statement exactly when the data
+has it, flips in both directions, twin gaps with their interval across seeds, and no section without metadata."""
 
 from __future__ import annotations
 

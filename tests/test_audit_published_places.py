@@ -140,7 +140,7 @@ def test_hub_audit_names_the_repo_files_it_looked_in_once_each(tmp_path: Path) -
     pytest.param("card", {"model": WIDE}, id="model-index"),
 ])
 def test_audit_of_a_hub_like_folder_reads_its_published_cells(zoo, hub_like, tmp_path, capsys, folder, changes):
-    # regression (issue 23): `audit DIR/model.safetensors` wanted DIR/model.json and blamed the spec
+    # Regression: `audit DIR/model.safetensors` wanted DIR/model.json and blamed the spec
     spec = write_spec(tmp_path / "spec.yaml", **changes)
     out = tmp_path / "out"
     assert main(["audit", str(hub_like[folder] / "model.safetensors"), "--spec", str(spec), "--out", str(out),

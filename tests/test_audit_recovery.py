@@ -65,5 +65,5 @@ def test_the_curve_on_an_eval_mode_checkpoint(prepared):
     assert all(p.mean_shift_pp == pytest.approx(100 * p.mean_forget_accuracy) for p in curve.points)
     after = running_state(model)
     assert all(torch.equal(before[k].mean, after[k].mean) for k in before)
-    # seed 003's pattern on an eval-mode (misaligned) checkpoint: ten in-distribution images recover forgetting
+    # Kalani et al.'s pattern on an eval-mode (misaligned) checkpoint: ten in-distribution images recover forgetting
     assert curve.points[1].mean_forget_accuracy > 0.3

@@ -1,4 +1,4 @@
-"""Spec rules (issue 12, item 5): one spec for a mixed organisation, each repo with its own sections, chosen by
+"""Spec rules: one spec for a mixed organisation, each repo with its own sections, chosen by
 repo-id pattern or config.json field; and the spec's model-index fields (item 4)."""
 
 from __future__ import annotations

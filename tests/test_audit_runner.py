@@ -1,4 +1,5 @@
-"""One checkpoint's audit on the digits zoo: the qualitative pattern of seed 003, and the mechanics of seed 001."""
+"""One checkpoint's audit on the digits zoo: the qualitative pattern of Kalani et al., and the
+mechanics of Shen and Li's census (docs/statistics.md#references)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_eval_mode_distillation_forget_accuracy_rebounds_on_every_replicate(resu
     assert min(df.replicate_values) >= 0.5  # far above it after each retain refit
     assert all(s > df.margin_pp for s in df.replicate_shifts_pp)
     # every one of the three replicates clears the margin, but p = 0.5**3 = 0.125 does not reach 0.05: undetermined,
-    # not displaced (issue 13); ten replicates would give 0.00098
+    # not displaced; ten replicates would give 0.00098
     assert (df.decision.outcome, df.decision.method) == ("undetermined", "none")
     assert results["bn-badteacher-eval"].sign_tests["df"].p_value == 0.125
 
@@ -119,7 +120,7 @@ def test_staleness_of_corrupted_buffers_exceeds_the_reference_band(results):
 
 @pytest.mark.slow
 def test_provenance_contrast_is_small_next_to_the_shipped_state_distance(results):
-    # seed 001, appendix P: exchanging kept for removed records barely moves the fitted state
+    # Shen and Li, appendix P: exchanging kept for removed records barely moves the fitted state
     result = results["bn-relabel-train"]
     provenance = result.annotation.provenance
     assert (provenance.pool_size, provenance.exchanged) == (256, 26)
@@ -158,7 +159,7 @@ def test_not_anchored_cells_are_reported_but_not_decided(zoo):
     assert a.anchoring.cells[0].metric == "df" and a.anchoring.cells[0].abs_diff == pytest.approx(0.5, abs=0.05)
     assert {(c.decision.outcome, c.decision.method) for c in a.cells} == {("undetermined", "not-anchored")}
     assert "not anchored" in a.reporting_line
-    assert result.refits_run == 2 and a.staleness is None  # R = 2: the spec refuses R = 1 (issue 13)
+    assert result.refits_run == 2 and a.staleness is None  # R = 2: the spec refuses R = 1
 
 
 def _mutating_model():
@@ -200,5 +201,5 @@ def test_reporting_line_for_undetermined_and_equivalent_cells(results):
     cells = result.annotation.cells
     line = reporting_line(spec=spec, cells=cells, signs=result.sign_tests, channel="present",
                           transform_mode="train")
-    # zero spread is an exact equality, not TOST with p = 0 (issue 13)
+    # zero spread is an exact equality, not TOST with p = 0
     assert line.endswith("(equivalent within ±1.2pp: the same shift on every replicate)") or "undetermined" in line

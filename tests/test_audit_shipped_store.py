@@ -1,4 +1,4 @@
-"""Shipped cells evaluated once per (weights, architecture, split digest) and reused (issue 15)."""
+"""Shipped cells evaluated once per (weights, architecture, split digest) and reused."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def test_error_message_says_what_where_and_found():
 
 
 def test_one_replicate_is_refused_naming_the_field():
-    # issue 13: R = 1 was accepted and decided cells from a single refit
+    # Regression: R = 1 was accepted and decided cells from a single refit
     with pytest.raises(AuditSpecError) as caught:
         load_spec(SPECS / "valid" / "minimal.yaml", replicates=1)
     assert caught.value.field == "/replicates"
@@ -139,7 +139,7 @@ def test_replicates_override_is_validated_like_the_file():
                  "/diagnostics/membership_inference/bootstrap", "100,000", id="bootstrap"),
 ])
 def test_counts_past_their_bound_are_refused_naming_file_and_field(tmp_path, extra, pointer, bound):
-    # regression (issue 24 item 7): replicates: 1000000000000 was accepted and the audit ran forever
+    # Regression: replicates: 1000000000000 was accepted and the audit ran forever
     path = tmp_path / "spec.yaml"
     path.write_text('spec_version: "1.0"\nkind: audit_spec\nsplits: {forget_classes: [3]}\n' + extra + "\n",
                     encoding="utf-8")

@@ -119,7 +119,7 @@ def test_decide_cells_from_numbers_alone():
     df = decisions.cells[0]
     assert [c.metric for c in decisions.cells] == ["df", "dr", "dt"]
     assert df.replicate_shifts_pp == pytest.approx([60.0, 70.0, 80.0]) and df.shift_pp == pytest.approx(70.0)
-    # three agreeing replicates: sign-test p = 0.125 > 0.05, so undetermined, not displaced (issue 13); its p is TOST's
+    # three agreeing replicates: sign-test p = 0.125 > 0.05, so undetermined, not displaced; its p is TOST's
     assert (df.decision.outcome, df.decision.method) == ("undetermined", "none")
     tost_p = stats.t.cdf((70.0 - 1.2) / (10.0 / math.sqrt(3)), df=2)  # H0 mean >= +M: mean 70, sd 10, R = 3
     assert df.decision.p_value == pytest.approx(tost_p, rel=1e-9) and decisions.signs["df"].p_value == 0.125
@@ -159,7 +159,7 @@ def _state(mean: float, var: float) -> dict[str, LayerRunningState]:
 
 
 def test_staleness_with_band_decides_against_the_null_of_the_refits():
-    # issue 13: the band was one pair of refits; it is now the null of every refit, decided by a rank test
+    # Regression: the band was one pair of refits; it is now the null of every refit, decided by a rank test
     shipped, refits = _state(3.0, 9.0), [_state(0.01 * i, 1.0 + 0.01 * i) for i in range(9)]
     shipped_vs_first = staleness_distance(shipped, refits[0])
     outcome = staleness_with_band(parse_spec(PATTERN_SPEC), shipped_vs_first, refits, shipped_state=shipped)

@@ -53,7 +53,7 @@ def test_small_symmetric_shifts_are_equivalent_by_tost():
 
 
 def test_exactly_zero_shifts_channel_absent_are_an_exact_equality_not_p_zero():
-    # issue 13: TOST with zero variance was reported as p = 0.0; the t statistic is undefined there
+    # Regression: TOST with zero variance was reported as p = 0.0; the t statistic is undefined there
     decision = decide([0.0] * 10, margin_pp=1.2)
     assert (decision.outcome, decision.method, decision.p_value, decision.tost.lower, decision.tost.upper) == (
         "equivalent", "exact-equality", None, 0.0, 0.0)
@@ -80,7 +80,7 @@ def test_single_replicate_cannot_be_equivalent():
 
 
 def test_single_replicate_beyond_margin_is_undetermined_not_displaced():
-    # issue 13: decide([2.0], margin_pp=1.2) was "displaced" with p = 0.5
+    # Regression: decide([2.0], margin_pp=1.2) was "displaced" with p = 0.5
     decision = decide([2.0], margin_pp=1.2)
     assert (decision.outcome, decision.p_value) == ("undetermined", 0.5)
 

@@ -1,5 +1,5 @@
 """Sweeps from stored replicates, controls outside the BY family, the detection floor and the recalibration budget
-(issue 13, items 3 and 4)."""
+(docs/statistics.md#sweeps-from-stored-replicates, #detection-floor-planted-effects)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_margin_sweep_recounts_from_stored_shifts():
 
 
 def test_controls_are_outside_the_benjamini_yekutieli_family():
-    # regression: the channel-absent twins sat inside the family and doubled m (issue 13)
+    # Regression: the channel-absent twins sat inside the family and doubled m
     results = [fake_result(f"moved{i}", [2.0] * 10, direction="pass_to_fail") for i in range(3)]
     results += [fake_result(f"still{i}", [0.0] * 10) for i in range(9)]
     results += [_absent(f"gn{i}") for i in range(6)] + [fake_result("bn-retrain", [0.0] * 10)]

@@ -1,4 +1,4 @@
-"""Work sized by a repo's files is bounded before it is done (issue 24 items 4 and 5): an architecture's sizes from
+"""Work sized by a repo's files is bounded before it is done: an architecture's sizes from
 config.json are checked against the safetensors header with nothing allocated, and a from_repo transform's sizes
 against the limits and the records. Each hostile case runs in a child process under an 8 GiB address-space limit,
 so a regression fails (an allocator error, a kill) instead of exhausting the machine."""

@@ -1,4 +1,4 @@
-"""The training-loop callbacks (issue 16) on real loops: a transformers ``Trainer`` and a Lightning ``Trainer``, a few
+"""The training-loop callbacks on real loops: a transformers ``Trainer`` and a Lightning ``Trainer``, a few
 CPU steps on a tiny BatchNorm model and generated data, a training phase then an unlearning phase with BatchNorm
 frozen; the record is checked against what happened, and the bad inputs: a callback attached twice, a crash
 mid-training (nothing written), buffers written between phases."""

@@ -61,7 +61,7 @@ BOMB = "---\na: &a [" + ", ".join(['"lol"'] * 9) + "]\n" + "".join(
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
-    # regression (issue 10): anchors were refused outright; now only what they expand to is bounded
+    # Regression: anchors were refused outright; now only what they expand to is bounded
     # line numbers are the card's: its YAML starts on line 2, after the opening fence
     pytest.param(BOMB, "at line 8 column 4: YAML aliases expand this value to more than 8388608 characters",
                  id="billion-laughs"),
@@ -145,7 +145,7 @@ def test_a_yaml_error_names_the_cards_own_line_whatever_its_line_endings() -> No
         assert "at line 3 column" in str(info.value) and info.value.line == 3
 
 
-# --- the parser: libyaml's where PyYAML has it, with the same limits (issue 24 item 8) ------------------------------
+# --- the parser: libyaml's where PyYAML has it, with the same limits ------------------------------------------------
 
 LOADERS = [pytest.param(yaml.SafeLoader, id="pure")] + (
     [pytest.param(yaml.CSafeLoader, id="libyaml")] if getattr(yaml, "__with_libyaml__", False) else [])
@@ -159,7 +159,7 @@ def loader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> t
 
 
 def test_cards_are_parsed_by_libyaml_when_pyyaml_has_it() -> None:
-    # regression (issue 24 item 8): cards went through the pure-Python parser although libyaml was installed; a
+    # Regression: cards went through the pure-Python parser although libyaml was installed; a
     # legal 3.4 MB front matter took 35-40 s per parse
     base = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
     assert issubclass(card_module.YAML_LOADER, base)

@@ -175,7 +175,7 @@ def test_a_refit_annotation_section_names_the_audited_file() -> None:
     }
     section = render_card_section(parse_record(annotation))
     assert "| Audited file | `model.safetensors` |" in section
-    assert "| Cells | 0 cells, 10 replicates, margin 1.2 pp |" in section  # issue 10: text.plural
+    assert "| Cells | 0 cells, 10 replicates, margin 1.2 pp |" in section  # text.plural
     assert f"- running statistics as shipped: `{'b' * 64}`" in section
 
 
@@ -327,11 +327,11 @@ def test_card_command_needs_exactly_one_source(tmp_path: Path, capsys: pytest.Ca
     assert "one of the arguments --record --from is required" in capsys.readouterr().err
 
 
-# --- issue 10: empty front matter, anchors and aliases, linear work on large cards -------------------------------
+# --- empty front matter, anchors and aliases, linear work on large cards -----------------------------------------
 
 
 def test_an_empty_front_matter_is_filled_not_duplicated() -> None:
-    # regression: "---" on two consecutive lines got a new front matter and stayed in the body
+    # Regression: "---" on two consecutive lines got a new front matter and stayed in the body
     text = card_text("empty_front_matter.md")
     result = stamp_card_text(text, RECORD, source="empty_front_matter.md")
     assert result.startswith("---\n" + render_card_block(RECORD) + "---\n# A card whose front matter is empty\n")
@@ -340,7 +340,7 @@ def test_an_empty_front_matter_is_filled_not_duplicated() -> None:
 
 
 def test_a_card_with_anchors_is_stamped_and_the_rest_survives_byte_for_byte() -> None:
-    # regression: anchors were refused (exit 2, "YAML anchor &defaults is not allowed in model cards")
+    # Regression: anchors were refused (exit 2, "YAML anchor &defaults is not allowed in model cards")
     text = card_text("anchors.md")
     result = stamp_card_text(text, RECORD, source="anchors.md")
     before, after = split_front_matter(text), split_front_matter(result)
@@ -382,7 +382,7 @@ class TokenCounter:
 
 
 def test_stamping_a_large_card_parses_it_twice_and_never_builds_a_model_card(monkeypatch: pytest.MonkeyPatch) -> None:
-    # regression: stamp --card took 110 s on an 80,000-tag card and hub push stalled on 350,000 tags: four or five
+    # Regression: stamp --card took 110 s on an 80,000-tag card and hub push stalled on 350,000 tags: four or five
     # YAML parses per stamp, and huggingface_hub.ModelCard (its _to_unique_list is quadratic in the tags) to
     # re-check the result. Counted, not timed: a stamp may scan the card once and the stamped card once.
     import huggingface_hub

@@ -1,4 +1,4 @@
-"""Quantized checkpoints recognised from headers alone (issue 14): activation sites in the weights or in a scales
+"""Quantized checkpoints recognised from headers alone: activation sites in the weights or in a scales
 file beside them, which the census sets apart instead of counting it as a checkpoint."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Half-precision checkpoints and refits that write weights (issue 12): float16 and bfloat16 releases of timm and
+"""Half-precision checkpoints and refits that write weights: float16 and bfloat16 releases of timm and
 transformers models are read exactly into float32, digests describe the file's own bytes before and after, a refit
 writes its statistics back in the buffers' dtype and the checkpoint's own layout (one file, or the same shards),
 with every trainable byte unchanged.

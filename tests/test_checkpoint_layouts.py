@@ -1,4 +1,4 @@
-"""Every checkpoint layout (issue 12): sharded safetensors as transformers writes them, timm/transformers name
+"""Every checkpoint layout: sharded safetensors as transformers writes them, timm/transformers name
 conventions, pickles refused by their magic bytes. The digests of a sharded checkpoint are those of the merged file,
 whatever the sharding."""
 
@@ -254,7 +254,7 @@ def test_a_folder_holding_only_a_pickle_is_refused_by_name(command: str, tmp_pat
 
 def test_validate_names_the_pickles_of_a_folder_without_safetensors(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    # regression: "holds no .safetensors file, no README.md and no record" said nothing of pytorch_model.bin
+    # Regression: "holds no .safetensors file, no README.md and no record" said nothing of pytorch_model.bin
     marker = tmp_path / "UNPICKLED"
     (tmp_path / "release").mkdir()
     torch.save({"trap": _Trap(marker)}, tmp_path / "release" / "pytorch_model.bin")

@@ -1,6 +1,6 @@
-"""Every failure reaching the CLI is one line on stderr (issue 10): model factories that cannot be imported or that
+"""Every failure reaching the CLI is one line on stderr: model factories that cannot be imported or that
 raise, for declare, refit, audit and census; and exceptions of unknown type. A factory that builds a half-precision
-model is no failure since issue 12: the model runs as a float32 copy."""
+model is no failure: the model runs as a float32 copy."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ FAILING = [pytest.param(case, name, id=f"{case}-{name}") for case in FACTORY_CAS
 @pytest.mark.parametrize(("case", "name"), FAILING)
 def test_factory_failures_are_one_line(name: str, case: str, checkpoints: dict[str, Path], tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    # issue 10: these printed 24-60 lines of traceback
+    # Regression: these printed 24-60 lines of traceback
     source, code, start = FACTORY_CASES[case]
     module = user_module(tmp_path, monkeypatch, source)
     assert cli.main(command(name, f"{module}:make", checkpoints["f32"], checkpoints["pool"], tmp_path)) == code
@@ -109,7 +109,7 @@ def test_factory_failures_are_one_line(name: str, case: str, checkpoints: dict[s
 def test_half_precision_factory_runs_as_a_float32_copy(name: str, checkpoints: dict[str, Path], tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    # issue 12: "the model holds torch.float16 tensors ... refits and audits need float32 or float64" (refused)
+    # "the model holds torch.float16 tensors ... refits and audits need float32 or float64" (refused)
     module = user_module(tmp_path, monkeypatch, HALF_FACTORY)
     assert cli.main(command(name, f"{module}:make", checkpoints["f16"], checkpoints["pool"], tmp_path)) == 0
     captured = capsys.readouterr()

@@ -1,6 +1,6 @@
 """``bnconvention zoo build --quantized DIR`` and ``bnconvention zoo audit-scales`` end to end on one zoo variant
-(issue 14, item 5): the quantized folder, the 1.1 annotation of its scales shipped vs refit, and bad scales refused
-with one line and nothing written."""
+(the second deployed state): the quantized folder, the 1.1 annotation of its scales shipped vs refit, and bad
+scales refused with one line and nothing written."""
 
 from __future__ import annotations
 

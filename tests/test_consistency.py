@@ -1,5 +1,5 @@
 """The consistency core (bnconvention.validation.consistency): one pure rule for a declaration against a checkpoint,
-called by validate, the Hub census and publish (issue 11), plus record equality and card binding."""
+called by validate, the Hub census and publish, plus record equality and card binding."""
 
 from __future__ import annotations
 
@@ -216,7 +216,7 @@ def test_a_refit_annotation_where_a_declaration_belongs(place, file: str, start:
     assert (result.declaration, result.issues) == (None, [])  # nothing to check against the tensors
 
 
-# --- rules defined once (issue 11) -------------------------------------------------------------------------------
+# --- rules defined once ------------------------------------------------------------------------------------------
 
 
 def _assignments(pattern: str) -> list[str]:

@@ -1,5 +1,5 @@
-"""Data sources of issue 12: Hugging Face ``datasets`` folders and parquet files, torchvision roots in their on-disk
-formats (written here, tiny), and tabular ``.npz`` pools for BatchNorm1d models. The Hub source is in
+"""Data sources beyond numpy arrays: Hugging Face ``datasets`` folders and parquet files, torchvision roots in their
+on-disk formats (written here, tiny), and tabular ``.npz`` pools for BatchNorm1d models. The Hub source is in
 ``test_data_hub.py``."""
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ def _tabular_npz(path: Path, *, n: int = 400, features: int = 64) -> Path:
 
 
 def test_tabular_npz_is_a_pool_of_features(tmp_path) -> None:
-    # issue 12: "images must be a non-empty N×H×W or N×C×H×W array, found shape (400, 64)"
+    # "images must be a non-empty N×H×W or N×C×H×W array, found shape (400, 64)"
     path = _tabular_npz(tmp_path / "tab.npz")
     dataset = load_dataset({"kind": "npz", "path": path, "test_key": "test"})
     assert dataset.x.shape == (400, 64) and dataset.is_tabular

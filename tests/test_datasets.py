@@ -255,7 +255,7 @@ class _Boom:
     pytest.param(lambda p: _save_npz(p, x=np.array([_Boom()], dtype=object), y=np.zeros(1, np.int64)),
                  "cannot read its arrays", id="object-array"),
     pytest.param(lambda p: _save_npz(p, images=np.zeros((2, 2, 2))), "no array named 'x'", id="missing-key"),
-    # an N×F array is a tabular pool now (issue 12); a 1-d array is still no pool
+    # an N×F array is a tabular pool now; a 1-d array is still no pool
     pytest.param(lambda p: _save_npz(p, x=np.zeros(2), y=np.zeros(2, np.int64)), "N×F", id="x-1d"),
     pytest.param(lambda p: _save_npz(p, x=np.zeros((2, 0)), y=np.zeros(2, np.int64)), "non-empty", id="x-no-features"),
     pytest.param(lambda p: _save_npz(p, x=np.zeros((0, 2, 2)), y=np.zeros(0, np.int64)), "non-empty", id="x-empty"),

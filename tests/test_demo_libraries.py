@@ -1,4 +1,4 @@
-"""The demo's timm and transformers releases (bnconvention/demo/library_models.py, library_publish.py; issue 12).
+"""The demo's timm and transformers releases (bnconvention/demo/library_models.py, library_publish.py).
 
 The demo organisation holds one release published by ``timm.models.push_to_hf_hub`` and one by transformers'
 ``PreTrainedModel.push_to_hub``, with their accuracies in the card's model-index (``metadata_update``). They carry

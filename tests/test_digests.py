@@ -138,7 +138,7 @@ def test_check_against_names_the_field() -> None:
 
 @pytest.mark.parametrize("piece", [1, 7, 64, 1 << 20])
 def test_the_digest_in_pieces_is_the_digest_of_the_tensors(piece: int) -> None:
-    # issue 15: the θ witness hashes in pieces so that the caller can take over from its background thread
+    # the θ witness hashes in pieces so that the caller can take over from its background thread
     import torch
 
     from bnconvention.formats.digests import tensor_digest_steps

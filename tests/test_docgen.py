@@ -26,7 +26,7 @@ def test_every_field_and_code_is_documented() -> None:
     for name, definition in generate_schema()["$defs"].items():
         assert f"#### {name}\n" in text
         if name in ("Observation", "ObservationV11", "LayerObservation", "Contradiction"):
-            continue  # the recorder's classes (issue 4) describe their own fields
+            continue  # the recorder's classes describe their own fields
         for prop, sub in definition.get("properties", {}).items():
             assert _description(sub), f"{name}.{prop} has no description in bnconvention/standard/models.py"
     for code in CODES:

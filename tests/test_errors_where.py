@@ -1,4 +1,4 @@
-"""Errors that say what and where (issue 24, item 12): each case ended in "internal error", named an in-memory
+"""Errors that say what and where: each case ended in "internal error", named an in-memory
 object, echoed a megabyte or named the wrong source before; each is now one line naming the input (layer;
 criterion and cell; dataset, split and row; config file), with long values elided."""
 

@@ -2,7 +2,7 @@
 
 The generator trains nothing and reduces nothing in floating point: every tensor is a seeded integer over a power of
 two, exact in float32, so the files are the same bytes on every CPU, thread count and BLAS kernel, and are compared
-byte for byte (issue 10: trained weights made the committed files CPU-dependent). The examples ship as package
+byte for byte (trained weights made the committed files CPU-dependent). The examples ship as package
 data, and the repository's examples/ folder is what ``bnconvention examples write`` makes of it.
 """
 

@@ -1,4 +1,4 @@
-"""The core install is light (issue 10: the pre-commit hook's environment pulled 5.8 GB of torch to validate
+"""The core install is light (the pre-commit hook's environment pulled 5.8 GB of torch to validate
 headers): validate, inspect, stamp, card and schema run with torch & co. unimportable, and the commands that need
 them stop with one line naming the extra. The heavy modules are blocked by a meta-path finder that a
 ``sitecustomize`` installs, put first on PYTHONPATH of a subprocess."""
@@ -139,7 +139,7 @@ def _project() -> dict:
 
 def test_the_lock_file_still_installs_everything() -> None:
     """The README's commands install requirements/lock.txt, then bnconvention with --no-deps: every extra's
-    requirement must be pinned there (issue 12: timm, transformers and datasets too)."""
+    requirement must be pinned there (timm, transformers and datasets too)."""
     locked = set(_locked())
     project = _project()
     wanted = _requirement_names(project["dependencies"])
@@ -163,7 +163,7 @@ def test_locked_versions_satisfy_the_extras() -> None:
 
 
 def test_the_lock_holds_every_dependency_of_what_it_pins() -> None:
-    """Closed under requirements: pip installs the lock as given, so a dependency left out (issue 12:
+    """Closed under requirements: pip installs the lock as given, so a dependency left out (e.g.
     transformers' tokenizers, datasets' pyarrow) would be fetched unpinned, or missing offline. Read from the
     installed distributions' metadata, for the pins installed in this environment."""
     from importlib.metadata import PackageNotFoundError, distribution
@@ -233,7 +233,7 @@ def test_missing_dependency_names_the_larger_extra() -> None:
     pytest.param("datasets", "ray", "ray,datasets", id="datasets-under-ray"),
 ])
 def test_a_missing_library_extra_is_named_with_the_commands(module: str, extra: str | None, brackets: str) -> None:
-    """Issue 12: without timm/transformers/datasets the one-line error names the extra that installs it, together
+    """Without timm/transformers/datasets the one-line error names the extra that installs it, together
     with the command's own when that one is not included in it."""
     error = missing_dependency(ModuleNotFoundError(f"No module named '{module}.models'", name=f"{module}.models"),
                                extra=extra, command="bnconvention hub audit")

@@ -1,6 +1,6 @@
 """PyTorch pickles and zip checkpoints given to any command are named, with how to convert them, never unpickled.
 
-Regression (issue 10): ``pytorch_model.bin`` given to ``stamp``, ``refit``, ``audit`` or ``declare`` was reported as
+Regression: ``pytorch_model.bin`` given to ``stamp``, ``refit``, ``audit`` or ``declare`` was reported as
 ``header length 578712552184433488 exceeds ...``. The recognition lives once, in the header reader
 (:func:`bnconvention.formats.safetensors_header.header_length`), so every command that reads a header says the same.
 Each file here is a pickle whose unpickling would create a marker folder: the marker must never appear.

@@ -1,4 +1,4 @@
-"""Issue 16: a card that declares a convention for weights whose header no longer carries it (re-saved by another
+"""A card that declares a convention for weights whose header no longer carries it (re-saved by another
 tool) is named by the validator with the command that restores it, and that command restores it."""
 
 from __future__ import annotations

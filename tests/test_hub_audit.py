@@ -47,7 +47,7 @@ SPEC = {
 SINGLE = ["bn-declared-01", "bn-declared-02", "bn-declared-03", "bn-declared-nocfg-01", "bn-card-only-01",
           "bn-undeclared-01", "bn-undeclared-02", "bn-undeclared-03", "bn-wrong-features-01",
           "bn-invalid-record-01", "bn-card-disagrees-01", "bn-record-not-json-01"]
-# issue 12: sharded checkpoints are audited too (they were reported as skipped)
+# sharded checkpoints are audited too (they were reported as skipped)
 SHARDED = ([f"bn-declared-sharded-0{i}" for i in range(1, 6)] + [f"bn-undeclared-sharded-0{i}" for i in range(1, 6)]
            + ["bn-stale-sharded-01"])
 AUDITED = sorted(SINGLE + SHARDED)
@@ -146,7 +146,7 @@ def test_architecture_comes_from_the_repo_when_allowlisted_else_from_the_spec(au
 def test_audit_writes_annotations_and_the_population_summary(audited) -> None:
     out, run = audited["out"], audited["run"]
     item = _audit(run, "bn-declared-01").files[0]
-    # issue 12: one folder per spec under the file's, so two specs never write over each other's annotation
+    # one folder per spec under the file's, so two specs never write over each other's annotation
     label = f"spec-{canonical_sha256(parse_spec(SPEC).model_dump(mode='json'))[:12]}"
     folder = out / "audits" / ORG / "bn-declared-01" / "model" / label
     assert (folder / "annotation.json").read_text() == annotation_text(item.result)
@@ -154,7 +154,7 @@ def test_audit_writes_annotations_and_the_population_summary(audited) -> None:
     summary = json.loads((out / "audit.json").read_text())
     assert summary["counts"]["checkpoints"] == 23 and summary["org"] == ORG
     assert (out / "audit.md").read_text().startswith("#")
-    # regression (issue 10): the summary linked checkpoints/<name>/annotation.json, the census layout, not this one
+    # Regression: the summary linked checkpoints/<name>/annotation.json, the census layout, not this one
     links = [row["annotation"] for row in summary["checkpoints"]]
     assert f"audits/{ORG}/bn-declared-01/model/{label}/annotation.json" in links
     assert [link for link in links if not (out / link).is_file()] == []
@@ -316,7 +316,7 @@ def test_validate_exit_codes_on_pull_request_revisions(audited, pushed, auditor,
     good_repo = f"{ORG}/bn-declared-01"
     good = validate_hub(auditor, good_repo, revision=f"refs/pr/{_pull_requests(hub, good_repo)[0]['num']}")
     assert good.exit_code == 0 and good.report.issues == []
-    # regression: file summaries ("agrees with ...") named the temporary download folder instead of the repo
+    # Regression: file summaries ("agrees with ...") named the temporary download folder instead of the repo
     assert not [f.note for f in good.report.files if "bnc-hub-validate" in f.note]
     assert any(f"agrees with {good_repo}/README.md" in f.note for f in good.report.files)
     assert any(f.file == f"{good_repo}/bnconvention/" + Path(_audit(audited["run"], "bn-declared-01")
@@ -358,7 +358,7 @@ def _tasks(audited, auditor, repos: list[str], monkeypatch: pytest.MonkeyPatch) 
     spec_data = parse_spec(SPEC).model_dump(mode="json")
     return [for_workers(AuditTask(endpoint=auditor.endpoint, token=auditor.token, repo_id=f"{ORG}/{repo}",
                                   revision=audited["heads"][f"{ORG}/{repo}"], filenames=("model.safetensors",),
-                                  skipped=(), spec=spec_data, retry=FAST), token_env=TOKEN_ENV) for repo in repos]
+                                  spec=spec_data, retry=FAST), token_env=TOKEN_ENV) for repo in repos]
 
 
 def _digests(texts: dict[int, str]) -> list[str]:
@@ -446,7 +446,7 @@ def test_ray_address_reaches_ray_init_and_needs_the_ray_executor(monkeypatch) ->
 @pytest.mark.ray
 @pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'bnconvention[ray]')")
 def test_ray_address_comes_from_the_environment_as_rays_own_tools_read_it_and_the_flag_wins(monkeypatch) -> None:
-    # issue 26: a run submitted with `ray job submit -- bnconvention hub audit ...` has RAY_ADDRESS set for its
+    # a run submitted with `ray job submit -- bnconvention hub audit ...` has RAY_ADDRESS set for its
     # driver; starting a local instance (num_cpus=...) there would be refused by ray.init
     import ray
 
@@ -541,16 +541,28 @@ def plan_setup(tmp_path: Path):
 
 
 def test_plan_audits_makes_tasks_of_single_and_sharded_checkpoints_and_ignores_repos_without_bn(plan_setup) -> None:
-    # issue 12: a sharded checkpoint is a task like a single file (it was recorded as skipped, with no task)
+    # a sharded checkpoint is a task like a single file (it was recorded as skipped, with no task)
     plan, journal, _ = plan_setup
     repos = [_census_repo("single"), _census_repo("sharded", kind="sharded"), _census_repo("gn", status="no_weights")]
     result = plan(repos, threads=3, allowed_factories=["mine:build"])
     assert [(t.repo_id, t.filenames, t.revision, t.threads, t.allowed_factories) for t in result.tasks] == [
         (f"{ORG}/single", ("model.safetensors",), "c0", 3, ("mine:build",)),
         (f"{ORG}/sharded", ("model.safetensors.index.json",), "c0", 3, ("mine:build",))]
-    assert all(t.skipped == () for t in result.tasks)
     assert (result.results, result.reused_ids, result.left) == ({}, set(), 0)
     assert journal.get("audit", f"{ORG}/sharded") is None
+
+
+def test_audit_targets_keeps_readable_batchnorm_checkpoints_only() -> None:
+    from bnconvention.hub.audit import audit_targets
+    from bnconvention.hub.classify import CheckpointReport
+
+    unreadable = _census_repo("unreadable")
+    unreadable.checkpoints = [CheckpointReport(name="model.safetensors", kind="single", status="unreadable",
+                                               reason="header too large", bn_layers=3)]
+    repos = [_census_repo("single"), _census_repo("sharded", kind="sharded"), _census_repo("gn", status="no_weights"),
+             unreadable]
+    assert [(repo.repo_id, files) for repo, files in audit_targets(iter(repos))] == [
+        (f"{ORG}/single", ["model.safetensors"]), (f"{ORG}/sharded", ["model.safetensors.index.json"])]
 
 
 def test_plan_audits_reuses_successes_at_the_same_commit_and_reruns_failures(plan_setup) -> None:

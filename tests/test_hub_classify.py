@@ -69,7 +69,7 @@ def _classify(data: bytes, *, card: dict | None = None):
 def test_consistent_declaration_in_the_header(record: dict) -> None:
     report = _classify(_bn_file({"bnconvention.record": canonical_json(record)}), card=record)
     assert (report.status, report.record_source, report.bn_layers) == ("declared_consistent", "header", 1)
-    # "1 BatchNorm layer", not "1 BatchNorm layers" (counted nouns, issue 10)
+    # "1 BatchNorm layer", not "1 BatchNorm layers" (counted nouns)
     assert report.reason == "1 BatchNorm layer declared as train/train/train-transform/ema-m0.1 (header); layers " \
                             "match the header"
 
@@ -92,7 +92,7 @@ def test_card_that_disagrees_with_the_header(record: dict) -> None:
     other["reporting_line"] = "something else"
     report = _classify(_bn_file({"bnconvention.record": canonical_json(record)}), card=other)
     assert report.status == "declared_inconsistent"
-    # "1 difference", not "1 differences" (counted nouns, issue 10)
+    # "1 difference", not "1 differences" (counted nouns)
     assert report.reason == "the card's record differs from the header's (first at /reporting_line; 1 difference)"
     assert [(f.code, f.path) for f in report.findings] == [("release.card_header_mismatch", "/reporting_line")]
 
@@ -126,7 +126,7 @@ def test_failed_repo_keeps_the_token_out_of_the_reason() -> None:
     assert entry.reason == "the Hub failed while reading it: ConnectionError: refused while sending Bearer ***"
 
 
-# --- the stages of the classification and its findings (issue 11: the validator's issues, no Finding type) --------
+# --- the stages of the classification and its findings (the validator's issues, no Finding type) ------------------
 
 
 def test_the_shards_of_a_checkpoint_must_carry_one_record(record: dict) -> None:

@@ -226,7 +226,7 @@ def test_publish_refuses_a_release_that_does_not_validate(tmp_path: Path, env: l
     assert not hub.store.repo_exists(f"{ORG}/never")
 
 
-# --- failures of the Hub, in one line (issue 10) ------------------------------------------------------------------
+# --- failures of the Hub, in one line -----------------------------------------------------------------------------
 
 
 def _closed_port() -> int:
@@ -256,7 +256,7 @@ def _hub_argv(command: str, tmp_path: Path, release: tuple[Path, Path]) -> list[
 def test_every_hub_command_reports_a_network_failure_in_one_line(
         command: str, failure: str, hub: LocalHub, tmp_path: Path, release: tuple[Path, Path],
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    # regression (issue 10): httpx2 transport errors are not OSErrors, so they ended in a 90-line traceback
+    # Regression: httpx2 transport errors are not OSErrors, so they ended in a 90-line traceback
     monkeypatch.setenv("BNC_TEST_HUB_TOKEN", TOKEN)
     endpoint = hub.endpoint if failure == "drop" else f"http://127.0.0.1:{_closed_port()}"
     rule = hub.faults.add(FaultRule(kind="drop")) if failure == "drop" else None
@@ -277,7 +277,7 @@ def test_every_hub_command_reports_a_network_failure_in_one_line(
 
 def test_an_organisation_without_models_is_an_error(env: list[str], tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    # regression (issue 10): "0 model repos, 0 bytes read" and exit 0
+    # Regression: "0 model repos, 0 bytes read" and exit 0
     assert main(["hub", "census", "no-such-org", *env, "--out", str(tmp_path / "out")]) == 1
     captured = capsys.readouterr()
     assert captured.err.strip().splitlines() == [
@@ -289,7 +289,7 @@ def test_an_organisation_without_models_is_an_error(env: list[str], tmp_path: Pa
 
 def test_retries_are_said_on_stderr(env: list[str], hub: LocalHub, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
-    # regression (issue 10): retries went to a logger without a handler, so a slow census said nothing
+    # Regression: retries went to a logger without a handler, so a slow census said nothing
     rule = hub.faults.add(FaultRule(kind="status", status=503, retry_after=0, path="^/api/models$", count=2))
     try:
         assert main(["hub", "census", ORG, *env, "--out", str(tmp_path / "out")]) == 0
@@ -302,7 +302,7 @@ def test_retries_are_said_on_stderr(env: list[str], hub: LocalHub, tmp_path: Pat
 
 def test_a_trickled_header_is_bounded_by_the_request_timeout(env: list[str], hub: LocalHub, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    # regression (issue 10): --timeout bounded the gaps between bytes only; a header range trickled at 2 bytes/s
+    # Regression: --timeout bounded the gaps between bytes only; a header range trickled at 2 bytes/s
     # kept a census busy for 15 s on 30 bytes
     import time
 
@@ -329,7 +329,7 @@ def _census_json(out: Path) -> dict:
 
 def test_an_endless_listing_stops_at_once_and_says_so(env: list[str], hub: LocalHub, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    # regression (issue 10): a listing whose rel="next" never ends was followed forever; (issue 24 item 9): then
+    # Regression: a listing whose rel="next" never ends was followed forever;: then
     # for 1,000 pages (the default --max-pages) before the census stopped, with nothing reported
     rule = hub.faults.add(FaultRule(kind="endless", path="^/api/models$"))
     hub.reset_stats()
@@ -353,7 +353,7 @@ def test_an_endless_listing_stops_at_once_and_says_so(env: list[str], hub: Local
 def test_a_listing_stops_at_its_page_budget_and_says_so(env: list[str], hub: LocalHub, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 24 item 9: the budget is said in the census report, never a silent truncation
+    # the budget is said in the census report, never a silent truncation
     monkeypatch.setattr(hub.context, "page_size", 1)
     hub.reset_stats()
     code = main(["hub", "census", ORG, *env, "--out", str(tmp_path / "out"), "--max-pages", "2"])
@@ -424,7 +424,7 @@ def test_a_listing_that_loops_is_refused(hub: LocalHub, monkeypatch: pytest.Monk
 
 
 def test_a_next_link_repeating_a_cursor_stops_the_listing(hub: LocalHub, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 24 item 9: a fresh URL around a cursor already read (another parameter changed) is the same page
+    # a fresh URL around a cursor already read (another parameter changed) is the same page
     from bnconvention.hub.client import make_client
     from bnconvention.hub.crawl import ListingEnd, iter_org_models
 
@@ -437,7 +437,7 @@ def test_a_next_link_repeating_a_cursor_stops_the_listing(hub: LocalHub, monkeyp
         f"the model listing of {ORG} at {hub.endpoint} loops: page 3 repeats the cursor '1' of a page already read")}
 
 
-# --- summaries count outcomes by kind; reruns retry failures (issue 10) -------------------------------------------
+# --- summaries count outcomes by kind; reruns retry failures ------------------------------------------------------
 
 
 def test_hub_subcommand_help_states_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -458,7 +458,7 @@ def _commit_bn_repo(hub: LocalHub, zoo, repo_id: str, *, factory: str | None = N
 def test_failed_audits_are_retried_and_redo_selects(env: list[str], hub: LocalHub, tmp_path: Path, zoo,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    # regression (issue 10): a failure was journaled as final, so after fixing its cause (--allow-factory) the
+    # Regression: a failure was journaled as final, so after fixing its cause (--allow-factory) the
     # rerun printed the old failure and "0 repos audited, 5 reused from the journal"
     from bnconvention.architectures import factories
 
@@ -494,7 +494,7 @@ def test_failed_audits_are_retried_and_redo_selects(env: list[str], hub: LocalHu
 
 def test_push_summary_counts_outcomes_by_kind(env: list[str], hub: LocalHub, tmp_path: Path, zoo,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    # regression (issue 10): a second push printed "opened #1" above "0 pull requests opened"
+    # Regression: a second push printed "opened #1" above "0 pull requests opened"
     org = "summary-org"
     _commit_bn_repo(hub, zoo, f"{org}/one")
     spec = tmp_path / "spec.yaml"
@@ -512,7 +512,7 @@ def test_push_summary_counts_outcomes_by_kind(env: list[str], hub: LocalHub, tmp
 
 def test_validate_has_one_rule_for_a_repo_with_nothing_to_validate(env: list[str], hub: LocalHub, zoo,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    # regression (issue 10): "hub validate ORG" skipped a pickle-only repo and exited 0 while
+    # Regression: "hub validate ORG" skipped a pickle-only repo and exited 0 while
     # "hub validate ORG/that-repo" exited 2
     org = "rules-org"
     hub.store.commit(f"{org}/pickle", files={"pytorch_model.bin": b"\x80\x04N."}, author="alice")
@@ -527,7 +527,7 @@ def test_validate_has_one_rule_for_a_repo_with_nothing_to_validate(env: list[str
 
 def test_validate_and_census_never_build_card_data_from_a_large_card(hub: LocalHub, zoo, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    # regression (issue 10): model_info built ModelCardData from the card, whose tag de-duplication
+    # Regression: model_info built ModelCardData from the card, whose tag de-duplication
     # (huggingface_hub.repocard_data._to_unique_list) is quadratic: 350,000 tags (a legal 3.4 MB card) stalled
     # hub validate. Deterministic: the quadratic function must not be called at all.
     import huggingface_hub.repocard_data
@@ -561,7 +561,7 @@ def test_validate_and_census_never_build_card_data_from_a_large_card(hub: LocalH
 def test_push_passes_over_foreign_files_under_bnconvention_one_rule(env: list[str], hub: LocalHub, tmp_path: Path,
                                                                      zoo, monkeypatch: pytest.MonkeyPatch,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    # regression (issue 10): a 50 MB file under bnconvention/ on main failed the repo's push on every rerun,
+    # Regression: a 50 MB file under bnconvention/ on main failed the repo's push on every rerun,
     # while a malformed one was skipped. The bound is lowered here so the oversized file stays small.
     from bnconvention.hub import proposals
 
@@ -651,11 +651,11 @@ def test_run_journaled_turns_a_hub_failure_into_one_scrubbed_error(tmp_path: Pat
     assert TOKEN not in str(caught.value) and "403 Forbidden" in str(caught.value)
 
 
-# --- long commands speak when redirected (issue 23, item 6) ---------------------------------------------------------
+# --- long commands speak when redirected ----------------------------------------------------------------------------
 
 
 def test_hub_audit_redirected_says_each_repo_as_it_finishes(hub: LocalHub, zoo, tmp_path: Path) -> None:
-    # regression (issue 23): with its output going to a file, hub audit printed nothing until the very end
+    # Regression: with its output going to a file, hub audit printed nothing until the very end
     org, names = "log-org", ("alpha", "beta", "gamma")
     for name in names:
         _commit_bn_repo(hub, zoo, f"{org}/{name}")

@@ -297,7 +297,7 @@ def test_killed_crawl_resumes_without_redoing_finished_repos(clean, hub: LocalHu
     assert census_summary(ORG, repos, endpoint=hub.endpoint) == clean["summary"]
 
 
-# --- streaming (issue 15): memory flat in the number of repos -------------------------------------------------------
+# --- streaming: memory flat in the number of repos ------------------------------------------------------------------
 
 
 def _lazy_org(hub: LocalHub, org: str, count: int) -> None:
@@ -309,7 +309,7 @@ def _lazy_org(hub: LocalHub, org: str, count: int) -> None:
 def test_census_consumes_the_listing_lazily(hub: LocalHub, client, tmp_path: Path, workers: int,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The census never holds more than its window of repos: the listing is advanced to repo i only once repos
-    0 .. i - window are journaled. Before issue 15 the whole listing was read first, and this raised at repo 1."""
+    0 .. i - window are journaled. Reading the whole listing first (as the census once did) raises at repo 1."""
     import bnconvention.hub.crawl as crawl
 
     org, count = "lazy-org", 30
@@ -360,7 +360,7 @@ def test_reports_cover_the_latest_listing_once(hub: LocalHub, client, tmp_path: 
 def test_streamed_reports_are_the_bytes_of_the_in_memory_ones(hub: LocalHub, client, tmp_path: Path,
                                                               run_section: dict | None) -> None:
     """census.json and census.md written a repo at a time from the journal equal, byte for byte, what the
-    in-memory writers (the code before issue 15) make of the entries the census handed out as it classified them."""
+    in-memory writers (the census's former path) make of the entries the census handed out as it classified them."""
     from bnconvention.hub.summaries import census_head, write_census_entries
 
     collected = []

@@ -75,7 +75,7 @@ def test_unknown_stage_and_non_json_payload_are_refused(tmp_path: Path) -> None:
 
 
 def test_audit_rows_of_different_specs_sit_side_by_side(tmp_path: Path) -> None:
-    # regression (issue 12): a second hub audit with another spec replaced the first spec's rows (one per repo)
+    # Regression: a second hub audit with another spec replaced the first spec's rows (one per repo)
     with Journal(tmp_path / "j.sqlite", org="lab", endpoint="http://hub") as journal:
         journal.record("audit", "lab/a", revision="c1", key="spec1", status="audited", payload={"spec": 1})
         journal.record("audit", "lab/a", revision="c1", key="spec2", status="failed", payload={"spec": 2},
@@ -116,7 +116,7 @@ def test_a_journal_of_format_1_is_upgraded_keeping_every_row(tmp_path: Path) -> 
 
 
 def test_listed_entries_page_through_the_latest_listing_only(tmp_path: Path) -> None:
-    """Issue 15: the census reports read the journal back a page of rows at a time, for the listed repos only."""
+    """the census reports read the journal back a page of rows at a time, for the listed repos only."""
     with Journal(tmp_path / "j.sqlite", org="lab", endpoint="http://hub") as journal:
         for name in "edcba":
             journal.record("census", f"lab/{name}", revision="r", status="undeclared", payload={"n": name})

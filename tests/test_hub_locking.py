@@ -1,4 +1,4 @@
-"""One writer per output (issue 24, "lost or duplicated work"): ``hub census|audit|push`` lock ``--out`` and the
+"""One writer per output ("lost or duplicated work"): ``hub census|audit|push`` lock ``--out`` and the
 journal, a second run refuses in one line naming the first, a killed holder's lock is taken over and said, a census
 reports every repo it listed whoever shares its journal, and a pull request is opened at most once per annotation
 when two pushes run at once. The concurrency tests start the two runs as two real processes against the local Hub.
@@ -194,7 +194,7 @@ def test_a_repo_lock_waits_for_the_holder_then_names_it(tmp_path: Path, monkeypa
 
 
 def test_a_census_reads_back_every_repo_it_listed_whoever_shares_the_journal(tmp_path: Path) -> None:
-    # regression (issue 24): each census cleared the journal's one shared listing when it started, so a run that
+    # Regression: each census cleared the journal's one shared listing when it started, so a run that
     # started while another was listing made the other report 29 of 30 repos
     path = tmp_path / "j.sqlite"
     with Journal(path, org="lab", endpoint="http://hub") as first, \
@@ -236,7 +236,7 @@ def test_a_second_census_on_one_out_is_refused_naming_the_first(hub: LocalHub, t
 
 def test_a_census_sharing_the_journal_is_refused_and_the_first_reports_every_repo(hub: LocalHub, tmp_path: Path,
                                                                                   slow_census: FaultRule) -> None:
-    # regression (issue 24): two censuses sharing a journal; the first exited 0 reporting 29 of 30 repos
+    # Regression: two censuses sharing a journal; the first exited 0 reporting 29 of 30 repos
     journal = tmp_path / "shared" / "journal.sqlite"
     first = _start(hub, tmp_path, "census", CENSUS_ORG, "--out", str(tmp_path / "a"), "--journal", str(journal))
     holder = _wait_until_holding(first, journal.with_name("journal.sqlite.lock"))
@@ -274,7 +274,7 @@ def test_a_killed_census_lock_is_taken_over_by_the_next_run(hub: LocalHub, tmp_p
 
 @pytest.mark.slow
 def test_a_second_audit_on_one_out_is_refused_naming_the_first(hub: LocalHub, tmp_path: Path) -> None:
-    # regression (issue 24): two audits on one --out both ran, every audit done twice
+    # Regression: two audits on one --out both ran, every audit done twice
     out, spec = tmp_path / "out", tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
     rule = hub.faults.add(FaultRule(kind="gate", path=f"^/{PUSH_ORG}/.*/resolve/"))
@@ -302,7 +302,7 @@ def _pull_requests(hub: LocalHub, repo_id: str) -> list[dict]:
 @pytest.mark.slow
 def test_two_pushes_at_once_open_one_pull_request_per_annotation(hub: LocalHub, audited: Path,
                                                                  tmp_path: Path) -> None:
-    # regression (issue 24): two pushes at once, both looked for a pull request before either opened one: 3 of 6
+    # Regression: two pushes at once, both looked for a pull request before either opened one: 3 of 6
     # repos got two pull requests with the same annotation. Each run has its own --out (a copy of one audited
     # journal), so only the repo's own lock keeps them apart; the commit waits a second on the server, so both
     # searches happen while the first creation is in flight.

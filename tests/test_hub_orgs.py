@@ -1,4 +1,4 @@
-"""Organisations as they are (issue 12, items 4 and 5), end to end through the real client on the local Hub: the
+"""Organisations as they are, end to end through the real client on the local Hub: the
 zoo-based organisation of the hub tests with narrower models beside it and a card whose model-index huggingface_hub's
 own ``metadata_update`` wrote.
 
@@ -149,7 +149,7 @@ def test_each_spec_audits_what_fits_it(two_specs) -> None:
 
 @pytest.mark.slow  # the module audits two organisations (about 10 s together)
 def test_rows_of_the_second_spec_never_overwrite_the_first(two_specs) -> None:
-    # regression (issue 12): the second spec's failures replaced the first spec's audited rows
+    # Regression: the second spec's failures replaced the first spec's audited rows
     wide, narrow = _sha(WIDE), _sha(NARROW)
     rows = two_specs["rows"]
     assert rows[("bn-declared-nocfg-01", wide)] == "audited" and rows[("bn-declared-nocfg-01", narrow)] == "failed"
@@ -162,7 +162,7 @@ def test_rows_of_the_second_spec_never_overwrite_the_first(two_specs) -> None:
 
 @pytest.mark.slow  # the module audits two organisations (about 10 s together)
 def test_push_offers_every_audited_repo_and_proposes_each_annotation_once(two_specs, hub: LocalHub) -> None:
-    # regression (issue 12): after the second spec, hub push offered only the second spec's repos
+    # Regression: after the second spec, hub push offered only the second spec's repos
     first = {o.repo_id.split("/")[1]: o.status for o in two_specs["first"].outcomes}
     assert first == dict.fromkeys(["bn-declared-01", "bn-declared-nocfg-01", "bn-undeclared-01",
                                    "bn-declared-sharded-01", "indexed-01"], "opened")
@@ -182,7 +182,7 @@ def test_push_offers_every_audited_repo_and_proposes_each_annotation_once(two_sp
 
 @pytest.mark.slow  # the module audits two organisations (about 10 s together)
 def test_failure_reasons_name_the_repo_and_its_file(two_specs) -> None:
-    # regression (issue 12): the reason named a temporary download folder ending in 0/repo/model.safetensors
+    # Regression: the reason named a temporary download folder ending in 0/repo/model.safetensors
     reason = _by_repo(two_specs["wide"])["narrow-01"].files[0].reason
     assert reason.startswith(f"{MULTI}/narrow-01/model.safetensors: the tensors do not fit the model built by "
                              "factory 'zoo/convnet-bn' (from spec)")

@@ -1,4 +1,4 @@
-"""A signed annotation's pull request (issue 26): ``hub push`` adds the ``<file>.sig`` ``bnconvention sign`` wrote
+"""A signed annotation's pull request: ``hub push`` adds the ``<file>.sig`` ``bnconvention sign`` wrote
 beside the annotation under ``--out`` to the same commit, the description says it is signed, a rerun finds the pull
 request, ``bnconvention verify`` of the downloaded annotation and signature passes, and a signature that no longer
 covers the annotation is refused, naming the file."""

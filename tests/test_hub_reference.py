@@ -1,4 +1,4 @@
-"""``hub audit`` with the encoder-level diagnostics (issue 14): a retrain reference published as a sibling repo is
+"""``hub audit`` with the encoder-level diagnostics: a retrain reference published as a sibling repo is
 named in its Hub form (``reference: {repo: "{org}/{seed_stem}-retrain", filename: ...}``), downloaded through the
 real huggingface_hub client at a pinned commit before the repo's audit, and recorded in the cells' reference arm; a
 reference repo the Hub lacks fails that repo's audit alone, with its name."""

@@ -66,7 +66,7 @@ def test_ranges_cover_exactly_the_running_tensors_and_merge_neighbours() -> None
         assert (byte_range.start, byte_range.end) == (spans[0][0], max(end for _, end in spans))
         # members of one range are never further apart than the merge gap
         assert all(b[0] - a[1] - 1 <= MERGE_GAP for a, b in itertools.pairwise(spans))
-    # issue 12: with the 4 KiB merge gap, this tiny model's six buffers are one request (1,200 bytes, a conv kernel
+    # with the 4 KiB merge gap, this tiny model's six buffers are one request (1,200 bytes, a conv kernel
     # in between); without merging across gaps, exactly the running buffers' bytes are read
     assert len(ranges) == 1
     exact = plan_ranges(weights, names, merge_gap=0)
@@ -122,7 +122,7 @@ def test_one_flag_per_repo(repos, issues_files, expected) -> None:
     assert flagged_repos(repos, issues) == expected
 
 
-# --- issue 12: real models, coalesced ranges, the budget -------------------------------------------------------------
+# --- real models, coalesced ranges, the budget -----------------------------------------------------------------------
 
 
 def _timm_weights(name: str) -> tuple[WeightsSet, list[str], int]:

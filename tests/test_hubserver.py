@@ -363,7 +363,7 @@ def test_model_card_parsed_from_downloaded_readme(anon: HfApi, hub: LocalHub, ca
 
 
 def test_validate_yaml_rejects_alias_bombs_and_accepts_aliases(alice: HfApi, fixtures_dir: Path) -> None:
-    # issue 10: anchors and aliases are valid YAML (huggingface_hub loads them); only their expansion is bounded
+    # anchors and aliases are valid YAML (huggingface_hub loads them); only their expansion is bounded
     alice.create_repo("lab/bad-card")
     bad = (fixtures_dir / "hub" / "alias_bomb_card.md").read_bytes()
     with pytest.raises(ValueError, match="YAML aliases expand this value to more than"):

@@ -1,6 +1,6 @@
 """Where the local Hub server's pieces live: its own error type, and an acyclic import graph inside the package.
 
-Issue #11: ``HubRequestError`` sat in ``bnconvention.errors`` though only the server raises it; ``storage`` and
+``HubRequestError`` sat in ``bnconvention.errors`` though only the server raises it; ``storage`` and
 ``discussions`` imported each other (one class split across a mixin), and ``handlers`` imported the endpoint modules
 that import it. These tests fail if either comes back.
 """

@@ -1,4 +1,4 @@
-"""The local Hub's LFS upload path (``LocalHub(lfs=True)``, issue 12): preupload answers like the Hub, the classic
+"""The local Hub's LFS upload path (``LocalHub(lfs=True)``): preupload answers like the Hub, the classic
 batch API, signed upload URLs, ``lfsFile`` commit lines, and what the client reads back (tree ``lfs`` entries,
 ``X-Linked-Etag``). Regression: without it, ``datasets.Dataset.push_to_hub`` failed on the local Hub with
 ``FileNotFoundError`` for its deleted temporary parquet shard (it pre-uploads each shard through LFS and commits

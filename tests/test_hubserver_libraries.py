@@ -1,4 +1,4 @@
-"""The libraries' own publishing and loading code against the local Hub, in both upload modes (issue 12):
+"""The libraries' own publishing and loading code against the local Hub, in both upload modes:
 ``regular`` (the default: content inside the commit, any client) and ``lfs`` (``LocalHub(lfs=True)``: the Hub's
 answers and the classic LFS batch API, with ``HF_HUB_DISABLE_XET`` set as in conftest).
 

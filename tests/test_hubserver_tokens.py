@@ -1,5 +1,5 @@
 """``bnconvention hubserver`` reads its tokens from a file or the environment, not only from ``--token`` arguments
-that every local user sees in ``ps`` (issue 24, item 13). The server runs as a real process and is driven by the
+that every local user sees in ``ps``. The server runs as a real process and is driven by the
 real huggingface_hub client."""
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def test_new_fault_specs_are_checked(spec: str, message: str) -> None:
 
 def test_a_client_that_hangs_up_is_one_log_line_not_a_traceback(hub: LocalHub, capsys: pytest.CaptureFixture[str],
                                                                  caplog: pytest.LogCaptureFixture) -> None:
-    # regression (issue 10): http.server printed a ConnectionResetError traceback whenever a client hung up
+    # Regression: http.server printed a ConnectionResetError traceback whenever a client hung up
     import logging
     import struct
 

@@ -1,4 +1,4 @@
-"""Images are decoded within a pixel budget (issue 24 item 6): each image's size is read from its header before it
+"""Images are decoded within a pixel budget: each image's size is read from its header before it
 is decoded, one over the per-image limit (MAX_BATCH_PIXELS) is refused naming it, images are decoded one at a time,
 and a dataset whose decoded records would be over MAX_DATASET_PIXELS is refused before the first is decoded. The
 hostile cases (twelve 13000² and 11000² single-colour PNGs, a few hundred KB each) run through the audit CLI in a

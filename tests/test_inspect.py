@@ -85,7 +85,7 @@ def test_text_output_of_a_weights_file(release: Path, capsys: pytest.CaptureFixt
     assert "  buffer-update mode train, split retain, rule ema, 4 BatchNorm layers declared" in lines
     assert "  digests: match" in lines
     assert "  card and header: agree" in lines
-    assert lines[-1] == "0 errors, 0 warnings"  # issue 10: counted nouns through text.plural
+    assert lines[-1] == "0 errors, 0 warnings"  # counted nouns through text.plural
 
 
 def test_a_card(release: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -74,7 +74,7 @@ def test_sync_generated_file_checks_then_writes(tmp_path: Path, capsys: pytest.C
     assert sync_generated_file(path, "new\n", check=True, command="make docs") == 0
 
 
-# --- issue 10: permissions of new files, our temporary files ------------------------------------------------------
+# --- permissions of new files, our temporary files ----------------------------------------------------------------
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def umask():  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("mask", [0o022, 0o077, 0o002, 0o027])
 def test_a_new_file_gets_the_permissions_the_umask_gives(tmp_path: Path, umask, mask: int) -> None:
-    # regression: record.json and new cards came out 0600 whatever the umask (mkstemp's mode)
+    # Regression: record.json and new cards came out 0600 whatever the umask (mkstemp's mode)
     umask(mask)
     atomic_write_bytes(tmp_path / "record.json", b"{}")
     atomic_write_text(tmp_path / "notes.md", "x\n")

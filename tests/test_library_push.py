@@ -1,4 +1,4 @@
-"""``bnconvention.hub.push_to_hub`` (issue 16): the library's own save, header and card stamped in the same commit,
+"""``bnconvention.hub.push_to_hub``: the library's own save, header and card stamped in the same commit,
 validated before it; read back with timm/transformers and the validator; a failure commits nothing and leaves the
 author's folder unchanged."""
 

@@ -135,7 +135,7 @@ def test_cli_migrates_and_then_validates(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_a_migrated_annotation_takes_the_encoder_diagnostics_and_round_trips(tmp_path: Path) -> None:
-    """Issue 14: a 1.0 annotation migrated to 1.1 can carry seed 003's diagnostics (typed cells, linear probe,
+    """A 1.0 annotation migrated to 1.1 can carry the encoder-level diagnostics (typed cells, linear probe,
     attack, relearning), and the 1.1 record round-trips byte for byte through the models and through migrate."""
     from bnconvention.standard.models import parse_record, to_dict
 

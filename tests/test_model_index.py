@@ -1,4 +1,4 @@
-"""The card's model-index (issue 12, item 4): published cells read from it, refit cells written into it beside the
+"""The card's model-index: published cells read from it, refit cells written into it beside the
 authors' numbers with the rest of the card byte-for-byte, and the validator's check that the copy agrees with the
 refit annotation. Cards are real ones: written by huggingface_hub's own ``ModelCardData(eval_results=...)``,
 re-serialised by its ``ModelCard`` (what ``metadata_update`` does), and a hand-kept one with comments."""

@@ -215,7 +215,7 @@ def _scales_view(outcome) -> dict:
 
 @pytest.mark.slow
 def test_a_census_rerun_under_another_margin_re_decides_the_scales_cells(tiny_quantized_population, tmp_path):
-    # regression: the journal's re-decision left the scales cells at the margin they were measured at
+    # Regression: the journal's re-decision left the scales cells at the margin they were measured at
     root = tiny_quantized_population.root
     paths = [weights(root, name) for name in CENSUSED]
     base = small_spec(root, quantization={"replicates": 3, "calibration_size": 64, "seed": 3})

@@ -1,6 +1,6 @@
-"""The pre-commit pin the docs give works (issue 10: they named `rev: v0.1.0`, a tag that did not exist),
+"""The pre-commit pin the docs give works (they named `rev: v0.1.0`, a tag that did not exist),
 scripts/release.sh creates the tag a later doc can name, and the hook checks the records the docs and the callbacks
-write, whatever their names (issue 23), in a git repository as pre-commit runs it."""
+write, whatever their names, in a git repository as pre-commit runs it."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_release_script_refuses_a_dirty_tree_and_a_version_mismatch(checkout: Pa
     assert git("tag", "-l", cwd=checkout).stdout == ""
 
 
-# --- the hook checks what the docs create (issue 23, item 4) ---------------------------------------------------------
+# --- the hook checks what the docs create ----------------------------------------------------------------------------
 # The hook matched only *.bnconvention.json among records, a name no page uses: the quickstarts' record.json and the
 # callbacks' bnconvention-declaration.json were skipped ("(no files to check) Skipped"). It now passes every .json
 # file and `validate --skip-non-records` finds the records among them by content.

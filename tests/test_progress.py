@@ -1,4 +1,4 @@
-"""Progress bars only on a terminal unless asked (issue 10: a piped demo log held thousands of bar redraws)."""
+"""Progress bars only on a terminal unless asked (a piped demo log held thousands of bar redraws)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Signing (OpenSSF model signing, key-based, offline), verification, stale signatures in validate, and export to
-SPDX and CycloneDX (issue 26). The release is tests/fixtures/releases/annotated: a stamped model, its card and one
+SPDX and CycloneDX. The release is tests/fixtures/releases/annotated: a stamped model, its card and one
 refit annotation."""
 
 from __future__ import annotations

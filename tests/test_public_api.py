@@ -32,7 +32,7 @@ def test_import_and_validator_do_not_import_torch() -> None:
 
 
 def test_refit_is_the_function_whatever_was_imported_first() -> None:
-    # regression (issue 10): once a bnconvention.refit.* submodule was imported, `from bnconvention import refit`
+    # Regression: once a bnconvention.refit.* submodule was imported, `from bnconvention import refit`
     # returned the package (Python binds subpackages on their parent), and calling it failed
     code = (
         "import bnconvention.refit.exact, torch\n"

@@ -248,7 +248,7 @@ def test_a_hub_failure_never_shows_the_token(release: Path, parts: dict[str, Any
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
-# --- the stages, each on its own (issue 11) ---------------------------------------------------------------------------
+# --- the stages, each on its own --------------------------------------------------------------------------------------
 
 
 def test_release_weights_lists_the_top_level_files(release: Path, parts: dict[str, Any]) -> None:
@@ -434,7 +434,7 @@ def test_cli_publishes_to_a_hub_with_the_real_client(release: Path, parts: dict[
 
 
 def test_our_temporary_files_are_never_uploaded(release: Path, parts: dict[str, Any], local_hub: Any) -> None:
-    # regression (issue 10): publish committed the 101 MB copy a killed stamp had left in the release folder
+    # Regression: publish committed the 101 MB copy a killed stamp had left in the release folder
     import fcntl
     import os
 

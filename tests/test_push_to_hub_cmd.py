@@ -1,4 +1,4 @@
-"""``bnconvention push-to-hub`` (issue 16) against the local Hub: a folder a library saved is pushed with its record in
+"""``bnconvention push-to-hub`` against the local Hub: a folder a library saved is pushed with its record in
 one commit, validated first; a failure (a record that does not fit, an upload the Hub refuses) commits nothing and
 leaves the folder as it was."""
 
@@ -194,7 +194,7 @@ SKIPPED = ["etc -> /etc", "hostname.txt -> /etc/hostname", "notes/passwd -> /etc
 def test_links_in_the_folder_are_not_followed_and_are_said(local_hub: Any, token: None, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str], command: str,
                                                            bounded_file_size: None) -> None:
-    # regression (issue 24 item 10): push-to-hub followed links when it copied the folder: a link to /dev/zero
+    # Regression: push-to-hub followed links when it copied the folder: a link to /dev/zero
     # filled the disk, a link to /etc/hostname uploaded that file
     folder, record_path = _folder_with_links(tmp_path)
     repo_id = f"lab/links-{command}"

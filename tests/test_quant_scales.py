@@ -1,4 +1,4 @@
-"""Activation scales as a deployed state (issue 14, item 5): observe, declare, refit, store; bad input refused.
+"""Activation scales as a deployed state: observe, declare, refit, store; bad input refused.
 
 The tiny model is a 1x1 convolution of weight 2 (no bias) followed by a BatchNorm layer, prepared with
 torch.ao.quantization's eager ``prepare`` and one activation observer on the convolution's output, so every

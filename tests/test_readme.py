@@ -1,4 +1,4 @@
-"""The README's Python snippet runs as written (issue 10: its ``transform=train_transform`` failed for a real
+"""The README's Python snippet runs as written (its ``transform=train_transform`` failed for a real
 torchvision transform).
 
 The snippet names what a reader brings (``model``, ``train``, ``train_transform``, ``retain_batches``); the test

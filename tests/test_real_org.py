@@ -1,6 +1,6 @@
 """The real organisation (``helpers.real_org``), published with timm's, transformers' and datasets' own code on the
 local Hub: what they wrote, how ``hub census`` classifies it, and the pull-request revisions the libraries load
-(issue 12).
+.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def test_census_names_the_pickle_it_never_opens(census: dict[str, dict[str, Any]
     assert "pytorch_model.bin" in census[real_org.repo("timm-mobilenetv3-bin").repo_id]["reason"]
 
 
-# issue 12 item 6: with the old 16 KiB budget the census skipped resnet10t's 23,600 bytes of running statistics, so
+# with the old 16 KiB budget the census skipped resnet10t's 23,600 bytes of running statistics, so
 # the stale card read as consistent
 def test_census_catches_the_timm_repush_behind_a_declared_card(census: dict[str, dict[str, Any]],
                                                                real_org: RealOrg) -> None:

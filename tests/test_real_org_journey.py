@@ -1,7 +1,7 @@
 """The auditor's journey on the real organisation (``helpers.real_org``), through the CLI as a user runs it:
 ``hub audit`` with a spec that names no model and no ``--allow-factory`` (each repo's architecture from its own
 ``config.json``, the data a ``datasets`` repo on the same Hub, the preprocessing from each repo), then ``hub push``
-and ``hub validate`` of every pull request, and timm and transformers loading those pull requests (issue 12).
+and ``hub validate`` of every pull request, and timm and transformers loading those pull requests.
 
 The journey runs once per module on a clone of the organisation (it opens pull requests). Replicates and pools are
 small: the assertions are about what ran, what it read and what it touched, not about the statistics.

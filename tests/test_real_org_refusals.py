@@ -1,4 +1,4 @@
-"""Bad metadata and bad data in a real organisation (issue 12): each repo whose ``config.json`` names something
+"""Bad metadata and bad data in a real organisation: each repo whose ``config.json`` names something
 outside the libraries' registries, asks for remote code or passes arguments that are not plain JSON, and each repo
 whose data cannot be had (a dataset revision that does not exist, a missing column, a forget-ids file that does not
 match its digest) fails alone, with one line naming the repo and its file; the crawl goes on, the other repos are

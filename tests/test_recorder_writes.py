@@ -1,4 +1,4 @@
-"""The recorder's bad inputs of issue 16: buffers written outside a forward (``load_state_dict``, by hand), BatchNorm
+"""The recorder's bad inputs: buffers written outside a forward (``load_state_dict``, by hand), BatchNorm
 layers added or removed during the run, and a model with no BatchNorm (channel absent)."""
 
 from __future__ import annotations

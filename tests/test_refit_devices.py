@@ -1,4 +1,4 @@
-"""``--device auto|cpu|cuda|mps`` (issue 15): one list of names, ``auto`` falls back to the CPU, an unavailable
+"""``--device auto|cpu|cuda|mps``: one list of names, ``auto`` falls back to the CPU, an unavailable
 accelerator is a clear error before any work. These tests run on any machine: CUDA and MPS are hidden (monkeypatched)
 where a test needs them absent, so a GPU machine runs the same checks."""
 
@@ -110,7 +110,7 @@ def test_refit_cli_auto_runs_on_the_cpu_and_matches_the_default(refit_files: lis
 
 
 def test_moments_merge_on_the_device_the_sums_are_on() -> None:
-    # Regression (issue 15): the Chan merge built its counts on the CPU, so statistics accumulated on an accelerator
+    # Regression: the Chan merge built its counts on the CPU, so statistics accumulated on an accelerator
     # failed to combine ("Tensor on device cpu is not on the expected device"). The meta device stands in for an
     # accelerator here: it has no data, but it refuses mixed devices exactly as CUDA does.
     moments = ChannelMoments()
@@ -132,7 +132,7 @@ def test_malloc_tuning_respects_the_users_choice() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on a GPU machine)")
 @pytest.mark.parametrize("rule", ["exact", "cumulative"])
 def test_cuda_refit_matches_the_cpu(rule: str) -> None:
-    # issue 15: phi within 1e-5 relative between CPU and GPU (float32 convolutions differ by roundings; the exact
+    # phi within 1e-5 relative between CPU and GPU (float32 convolutions differ by roundings; the exact
     # rule's sums are float64 on both), theta byte-identical on both
     from bnconvention.formats.digests import model_digests
 

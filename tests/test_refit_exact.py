@@ -67,7 +67,7 @@ def test_exact_equals_naive_float64_reference(model_cls, shape, sizes, method) -
     report = refit(model, pool, method=method)
     assert report.path == method
     assert_matches_reference(model, reference)
-    # num_batches_tracked is the number of records in the pool (issue 10: it was the number of batches)
+    # num_batches_tracked is the number of records in the pool (it was the number of batches)
     for name in reference:
         assert int(dict(model.named_modules())[name].num_batches_tracked) == sum(sizes)
 
@@ -116,7 +116,7 @@ def test_partition_independence(method) -> None:
         results.append(running_state(model))
     # The activations differ between batchings by float32 roundings (convolution kernels vary with the batch size).
     # Measured (partition/*, the test's seed and 150 others, every setting): mean 6.9e-8 of 1 + |mean|, variance
-    # 1.1e-6 relative (6.7e-7 on the test's seed); the variance tolerance was 1e-6, at the edge of it (issue 10).
+    # 1.1e-6 relative (6.7e-7 on the test's seed); the variance tolerance was 1e-6, at the edge of it.
     for other in results[1:]:
         for name, state in results[0].items():
             torch.testing.assert_close(other[name].mean, state.mean, rtol=1e-6, atol=1e-6)
@@ -125,7 +125,7 @@ def test_partition_independence(method) -> None:
 
 @pytest.mark.parametrize("method", ["traced", "hooks"])
 def test_num_batches_tracked_depends_on_the_pool_not_its_batches(method) -> None:
-    # Regression (issue 10): it was the number of pool batches (1, 5, 24, 2 here), so the running digest of an exact
+    # Regression: it was the number of pool batches (1, 5, 24, 2 here), so the running digest of an exact
     # refit changed with the batch size although the statistics did not.
     base = seeded(SmallConvNet)
     data = torch.cat(make_pool((3, 6, 6), [24]))
@@ -168,7 +168,7 @@ def test_chunk_size_recuts_the_pool_without_changing_the_result() -> None:
     a, b = copy.deepcopy(base), copy.deepcopy(base)
     refit(a, pool)
     report = refit(b, pool, chunk_size=3)
-    # Regression (issue 10): rtol=1e-6 failed at 1.11e-6 on AVX512 CPUs. Measured (chunk-size: this test, and chunk
+    # Regression: rtol=1e-6 failed at 1.11e-6 on AVX512 CPUs. Measured (chunk-size: this test, and chunk
     # sizes 1-15 on 150 other seeds, every setting): 1.9e-6 relative at most; 2400 draws of chunk sizes 1, 3, 5, 7 on
     # 200 seeds: 2.0e-6 at most, 1.1e-6 at the 99th percentile.
     for name, state in running_state(a).items():

@@ -1,4 +1,4 @@
-"""Batch weights of the train-mode rules and the batch-size-sensitivity warning of their refits (issue 14, item 4).
+"""Batch weights of the train-mode rules and the batch-size-sensitivity warning of their refits.
 
 The references are hand-computed: update_bn's cumulative average weighs each of K batches 1/K; an EMA with momentum
 m weighs batch k of K m(1-m)^(K-k) and leaves (1-m)^K on the reset value.

@@ -1,4 +1,4 @@
-"""The layer-major pass's faster kernels (issue 15) compute exactly, bit for bit, what the model's own modules do."""
+"""The layer-major pass's faster kernels compute exactly, bit for bit, what the model's own modules do."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def _moments_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 ])
 def test_statistics_on_one_thread_are_the_statistics_on_several(shape: tuple[int, ...],
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 15 (wall clock): under OMP_WAIT_POLICY=passive the statistics' small reductions run on one intra-op
+    # under OMP_WAIT_POLICY=passive the statistics' small reductions run on one intra-op
     # thread, because waking a second one for every ~1 MiB block cost more than it saved; the thread count must
     # change no bit of the result
     import contextlib

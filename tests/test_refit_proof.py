@@ -1,4 +1,4 @@
-"""The θ witness (issue 15): one digest per model, byte comparisons per refit, never a digest of other bytes."""
+"""The θ witness: one digest per model, byte comparisons per refit, never a digest of other bytes."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _hashes_of(name: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_refits_sharing_a_witness_digest_theta_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Regression (issue 15): every refit digested θ twice (before and after), 2 x 3 = 6 digests for three refits;
+    # Regression: every refit digested θ twice (before and after), 2 x 3 = 6 digests for three refits;
     # the audit's Refitter now witnesses θ once and each refit compares bytes against it.
     model = seeded(SmallConvNet)
     expected = model_digests(model)
@@ -114,7 +114,7 @@ def test_theta_must_be_a_witness() -> None:
 
 
 def test_refits_sharing_a_witness_trace_once_until_the_modules_change(monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 15: each refit traced the model again (an audit's R replicates, recoverability points, provenance arms)
+    # each refit traced the model again (an audit's R replicates, recoverability points, provenance arms)
     from bnconvention.refit import graph
 
     traces: list[int] = []
@@ -145,7 +145,7 @@ def test_refits_sharing_a_witness_trace_once_until_the_modules_change(monkeypatc
     pytest.param(torch.arange(12.0).reshape(3, 4).t(), id="non-contiguous"),
 ])
 def test_byte_comparison_sees_every_bit_of_every_dtype(tensor: torch.Tensor) -> None:
-    # issue 15: the comparison runs through numpy on the CPU; it must still see one flipped bit in any dtype
+    # the comparison runs through numpy on the CPU; it must still see one flipped bit in any dtype
     from bnconvention.refit.proof import _bits, _equal_bytes
 
     assert _equal_bytes(tensor, tensor.clone())
@@ -158,7 +158,7 @@ def test_byte_comparison_sees_every_bit_of_every_dtype(tensor: torch.Tensor) -> 
 
 
 def test_a_single_refit_digests_theta_after_its_pass_not_before(monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 15 (wall clock): refit() asked for the witness's digest before the pass, so the "background" sha256 of
+    # refit() asked for the witness's digest before the pass, so the "background" sha256 of
     # θ was waited for at once and never overlapped anything; it is now needed only after the pass
     from bnconvention.refit import engine
 

@@ -1,6 +1,6 @@
 """``bnconvention refit-scales``: a quantized release's activation scales recalibrated on a pool at bit-identical
 weights and BatchNorm buffers; the new scales file and a valid 1.1 declaration of them out; bad input refused in one
-line with nothing written (issue 14, the second deployed state)."""
+line with nothing written (the second deployed state)."""
 
 from __future__ import annotations
 

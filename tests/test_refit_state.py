@@ -1,4 +1,4 @@
-"""Snapshot/restore of running buffers and the staleness distances (seed 003, Eq. 15)."""
+"""Snapshot/restore of running buffers and the staleness distances (docs/statistics.md#staleness)."""
 
 from __future__ import annotations
 

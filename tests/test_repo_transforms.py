@@ -1,4 +1,4 @@
-"""Transforms ``from_repo`` (issue 12): timm's pretrained_cfg in config.json (train and eval variants) and
+"""Transforms ``from_repo``: timm's pretrained_cfg in config.json (train and eval variants) and
 transformers' image processor in preprocessor_config.json, built by the libraries' own code, described with their
 digest, and recorded in the audit's convention."""
 

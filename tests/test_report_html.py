@@ -134,7 +134,7 @@ def test_write_report_copies_and_links_every_file(documents: dict, tmp_path: Pat
     for link in links:
         data = json.loads((index.parent / str(link)).read_text("utf-8"))
         assert str(link).startswith(f"annotations/{slug(data['repo'])}--refit-")
-        # regression (issue 10): the annotation's own ".json" was kept before the added one (".json.json")
+        # Regression: the annotation's own ".json" was kept before the added one (".json.json")
         assert str(link).endswith(".json") and not str(link).endswith(".json.json"), link
 
 

@@ -1,4 +1,4 @@
-"""Running statistics that cannot be (issue 24, item 11): NaN, infinite or negative ``running_var`` and non-finite
+"""Running statistics that cannot be: NaN, infinite or negative ``running_var`` and non-finite
 ``running_mean`` in float32, float16 and bfloat16 files are findings of ``validate``, refused by ``declare`` and
 ``stamp`` and by the audit and census, each in one line naming the file, the layer and the buffer. Before the fix
 every one of them passed with no finding."""

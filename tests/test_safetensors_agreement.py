@@ -1,6 +1,6 @@
 """Our header reader and ``safetensors.safe_open`` agree on which files open (bnconvention.formats.safetensors_header).
 
-Regression (issue 10): a header whose metadata held a lone surrogate escape passed ``bnconvention validate`` while
+Regression: a header whose metadata held a lone surrogate escape passed ``bnconvention validate`` while
 ``safe_open`` refused it. The property: every file our reader accepts opens with the real library, with the same
 tensors and metadata; and every file the library opens, our reader opens too, except where the format's
 specification is stricter than safetensors 0.8 (the header must start with ``{``; keys must not repeat), which we

@@ -152,11 +152,11 @@ def test_unreadable_path(tmp_path: Path) -> None:
         read_header(tmp_path / "missing.safetensors")
 
 
-# --- issue 10: the reference parser's limits -------------------------------------------------------------------
+# --- the reference parser's limits -----------------------------------------------------------------------------
 
 
 def test_the_header_limit_is_the_reference_implementations() -> None:
-    # regression: the limit was 100 MiB (104,857,600); safetensors refuses anything over 100,000,000 bytes
+    # Regression: the limit was 100 MiB (104,857,600); safetensors refuses anything over 100,000,000 bytes
     assert MAX_HEADER_BYTES == 100_000_000
     prefix = struct.pack("<Q", 100_000_008)
     with pytest.raises(SafetensorsHeaderError,
@@ -231,7 +231,7 @@ REFUSED_LIKE_SAFETENSORS = [
 @pytest.mark.parametrize(("header", "data_size", "fragment"), REFUSED_LIKE_SAFETENSORS)
 def test_headers_safetensors_refuses_are_refused(tmp_path: Path, header: bytes, data_size: int,
                                                  fragment: str) -> None:
-    # regression: each of these passed our reader (and bnconvention validate) while safe_open refused the file
+    # Regression: each of these passed our reader (and bnconvention validate) while safe_open refused the file
     path = _file(tmp_path, header, b"\x00" * data_size)
     with pytest.raises(SafetensorsHeaderError) as info:
         read_header(path)
@@ -246,7 +246,7 @@ def test_nesting_up_to_the_limit_is_read(tmp_path: Path) -> None:
     assert list(read_header(_file(tmp_path, header, b"\x00" * 8)).tensors) == ["w"]
 
 
-# --- issue 10: other formats under a weights name, recognised by their magic bytes -------------------------------
+# --- other formats under a weights name, recognised by their magic bytes -----------------------------------------
 
 
 def _torch_zip(path: Path) -> None:
@@ -281,7 +281,7 @@ FOREIGN = [
 
 @pytest.mark.parametrize(("make", "fragment"), FOREIGN)
 def test_other_formats_are_named_not_misread(tmp_path: Path, make, fragment: str) -> None:
-    # regression: pytorch_model.bin was reported as "header length 578712552184433488 exceeds ..."
+    # Regression: pytorch_model.bin was reported as "header length 578712552184433488 exceeds ..."
     path = tmp_path / "pytorch_model.bin"
     make(path)
     before = _digest(path)

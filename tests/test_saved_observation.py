@@ -1,4 +1,4 @@
-"""``recorder.save_observation`` and ``bnconvention declare --from-observation`` (issue 16): a complete record without
+"""``recorder.save_observation`` and ``bnconvention declare --from-observation``: a complete record without
 a model factory, equal to ``recorder.declaration(...)``; a malformed or truncated file, or weights that are not the
 ones the recorder saw, are refused with one line and nothing written."""
 

@@ -1,4 +1,4 @@
-"""The refit annotation of a scales audit (issue 14, item 5): a 1.1 record whose refit_state says the cells were
+"""The refit annotation of a scales audit: a 1.1 record whose refit_state says the cells were
 refit on the activation scales, validated, with its decisions checked against its replicate shifts.
 
 The tiny model is tests/test_quant_scales.py's sign model: a 1x1 convolution of weight 2 and a BatchNorm layer,

@@ -55,7 +55,7 @@ def _spec(folder: Path) -> AuditSpec:
 
 
 def test_a_declaration_stamped_in_the_header_is_found_and_audited(release: Path) -> None:
-    # regression: only declaration.json was read, so a stamped release was "ships scales but no declaration.json"
+    # Regression: only declaration.json was read, so a stamped release was "ships scales but no declaration.json"
     record = _take_declaration(release)
     stamp_file(_weights(release), record)
     found, shipped = read_quantized_release(_weights(release))

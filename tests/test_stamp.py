@@ -327,7 +327,7 @@ def _tiny_bytes() -> bytes:
 
 
 BAD_FILES = [
-    # regression (issue 10): a zip archive was reported as "header length ... exceeds ...", not named
+    # Regression: a zip archive was reported as "header length ... exceeds ...", not named
     pytest.param(lambda: b"PK\x03\x04 a zip archive, not a safetensors file" * 4, "model.safetensors: is a zip archive",
                  id="not-safetensors"),
     pytest.param(lambda: b"", "shorter than the 8-byte header length", id="empty"),
@@ -455,7 +455,7 @@ def test_a_read_only_file_is_refused(weights: Path, record_file: Path, capsys: p
 
 
 def test_one_read_only_rule_for_weights_and_cards(tmp_path: Path) -> None:
-    """Issue 11: the card and the weights share ensure_writable; a file without write bits is read-only even for
+    """the card and the weights share ensure_writable; a file without write bits is read-only even for
     root, whom os.access lets write anything."""
     path = tmp_path / "README.md"
     path.write_text("# card\n", "utf-8")
@@ -739,11 +739,11 @@ def test_the_stamp_module_does_not_import_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
-# --- issue 10: the header limit, "__metadata__": null, leftovers of killed stamps -----------------------------------
+# --- the header limit, "__metadata__": null, leftovers of killed stamps ---------------------------------------------
 
 
 def test_a_stamp_never_grows_a_header_past_the_formats_limit() -> None:
-    # regression: the limit was 100 MiB, so a stamp could write a header safetensors refuses to open
+    # Regression: the limit was 100 MiB, so a stamp could write a header safetensors refuses to open
     with pytest.raises(StampError, match="100003096 bytes, over the 100000000-byte limit"):
         stamped_header_size(header_size=99_999_000, body_size=99_999_100, reserve=0)
     assert stamped_header_size(header_size=100_000_000, body_size=5, reserve=4096) == 100_000_000
@@ -764,7 +764,7 @@ def test_a_header_with_null_metadata_is_stamped(tmp_path: Path) -> None:
         assert handle.metadata() == {SAFETENSORS_METADATA_KEY: canonical_json(RECORD)}
 
 
-LEFTOVER = ".model.safetensors.7sl1bkq0.bnc-stamp.tmp"  # the name from issue 10
+LEFTOVER = ".model.safetensors.7sl1bkq0.bnc-stamp.tmp"  # a leftover as a killed stamp leaves it
 
 
 def test_a_stamp_removes_the_temporary_copies_killed_stamps_of_the_same_file_left(weights: Path) -> None:

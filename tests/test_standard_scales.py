@@ -1,4 +1,4 @@
-"""The activation-scales deployed-state kind of spec 1.1 (issue 14): models, semantic rules, 1.0 strictness and
+"""The activation-scales deployed-state kind of spec 1.1: models, semantic rules, 1.0 strictness and
 migration."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Spec version 1.1 (issue 13): every 1.0 record stays valid and means the same; 1.0 stays strict.
+"""Spec version 1.1: every 1.0 record stays valid and means the same; 1.0 stays strict.
 
 The spec version is a test parameter: each 1.0 conformance vector that is not about the version itself is run as
 1.0 and as 1.1, and must give the same issues under both (1.1 only adds optional fields).
@@ -91,7 +91,7 @@ def _with_field(record: dict[str, Any], owner: str, name: str) -> tuple[dict[str
     if owner == "RefitAnnotation":
         out[name] = next(source[name] for source in (v11, encoder, scales) if name in source)
         return out, ""
-    if owner == "Cell":  # the encoder vector's linear-probe cell carries the cell's 1.1 fields (issue 14)
+    if owner == "Cell":  # the encoder vector's linear-probe cell carries the cell's 1.1 fields
         out["cells"][0][name] = encoder["cells"][3][name]
         return out, "/cells/0"
     out["cells"][0]["decision"][name] = v11["cells"][0]["decision"][name]

@@ -1,4 +1,4 @@
-"""Human-readable outputs count and sign through bnconvention.formats.text (issue 10: `1 BatchNorm layers`, `-0.00pp`),
+"""Human-readable outputs count and sign through bnconvention.formats.text (`1 BatchNorm layers`, `-0.00pp`),
 and `validate` names a missing path instead of counting it as a file checked."""
 
 from __future__ import annotations

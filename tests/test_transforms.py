@@ -1,7 +1,7 @@
 """Describing transforms (bnconvention.authoring.transforms): torchvision pipelines as canonical steps with a digest,
 what the recorder and the refit engine accept, and the clear errors for what cannot be described.
 
-Regression (issue 10): ``recorder.declaration(..., transform=train_transform)`` with a real torchvision transform
+Regression: ``recorder.declaration(..., transform=train_transform)`` with a real torchvision transform
 failed with ``AttributeError: ... has no attribute 'standard'``.
 """
 

@@ -1,4 +1,4 @@
-"""The validator re-decides each cell of an annotation from its own replicate shifts (issue 13)."""
+"""The validator re-decides each cell of an annotation from its own replicate shifts."""
 
 from __future__ import annotations
 

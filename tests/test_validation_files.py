@@ -126,7 +126,7 @@ def test_require_declaration_makes_missing_an_error() -> None:
 def test_fixture_releases() -> None:
     report = _validate(FIXTURES)
     assert _triples(report, FIXTURES) == [
-        # issue 16: a header without the record its card declares is named (a warning), with the restoring command
+        # a header without the record its card declares is named (a warning), with the restoring command
         ("card-only/model.safetensors", "release.header_missing_record", ""),
         ("layer-mismatch/README.md", "record.running_digest_inconsistent", "/digests/running_sha256"),
         ("layer-mismatch/model.safetensors", "layers.undeclared", "/deployed_state/0/layers"),
@@ -141,7 +141,7 @@ def test_fixture_releases() -> None:
 
 
 def test_a_stale_card_record_fails_the_card_and_no_ok_line_reports_a_mismatch(tmp_path: Path) -> None:
-    # regression (issue 10): "ok .../model.safetensors: ... digests do not match the tensors" when the record with
+    # Regression: "ok .../model.safetensors: ... digests do not match the tensors" when the record with
     # the wrong digest is the card's: the mismatch is the card's issue, the weights' own line must not report it
     release = tmp_path / "card-only"
     shutil.copytree(FIXTURES / "card-only", release)
@@ -204,7 +204,7 @@ def test_folder_json_only_when_it_claims_to_be_a_record(release: Path) -> None:
     (release / "config.json").write_text('{"architectures": ["TinyNet"]}')
     (release / "results.json").write_text("[1, 2")  # not even JSON: not a record, left alone
     (release / "record.json").write_text(json.dumps({"spec_version": "1.0", "kind": "declaration"}))
-    # issue 23: the claim is read from the content, so a record cut short still fails; another document of the
+    # the claim is read from the content, so a record cut short still fails; another document of the
     # standard (an audit spec) and a "kind" of something else are not records
     (release / "cut.json").write_text('{"spec_version": "1.0", "kind": "declaration", "conv')
     (release / "spec.json").write_text(json.dumps({"spec_version": "1.0", "kind": "audit_spec"}))
@@ -259,7 +259,7 @@ def test_bad_card(release: Path, card: bytes, code: str, exit_code: int) -> None
 
 
 def test_a_card_with_anchors_and_merge_keys_validates(release: Path) -> None:
-    # regression (issue 10): valid YAML anchors made the card unreadable (exit 2)
+    # Regression: valid YAML anchors made the card unreadable (exit 2)
     text = (release / "README.md").read_text(encoding="utf-8")
     front = text.index("---\n", 3)
     anchored = ("---\nbase: &base\n  license: mit\n  library_name: pytorch\nmodel:\n  <<: *base\n  name: x\n"
@@ -358,7 +358,7 @@ def test_card_binds_to_the_matching_weights_file(tmp_path: Path) -> None:
     shutil.copy(GN / "README.md", target / "README.md")  # binds to gn.safetensors by the stamped record
     assert _validate(target).issues == []
     _write_with_metadata(target / "gn.safetensors", None, source=GN / "model.safetensors")
-    # now bound by the trainable digest; issue 16: the header that lost the card's record is named (a warning)
+    # now bound by the trainable digest; the header that lost the card's record is named (a warning)
     assert [(os.path.basename(i.file), i.code, i.severity) for i in _validate(target).issues] == [
         ("gn.safetensors", "release.header_missing_record", "warning")]
     _write_with_metadata(target / "gn.safetensors", None, source=BN / "model.safetensors")
@@ -397,8 +397,8 @@ def test_annotation_of_an_earlier_running_state(tmp_path: Path) -> None:
 
 def test_files_written_by_the_stamping_module_validate(tmp_path: Path) -> None:
     stamp = pytest.importorskip("bnconvention.authoring.stamp",
-                                reason="the stamping module (issue 4) is not in this checkout")
-    card_stamp = pytest.importorskip("bnconvention.authoring.card_stamp", reason="card stamping (issue 4) is not here")
+                                reason="the stamping module is not in this checkout")
+    card_stamp = pytest.importorskip("bnconvention.authoring.card_stamp", reason="card stamping is not here")
     target = tmp_path / "stamped"
     shutil.copytree(EXAMPLES / "broken" / "undeclared", target)  # same tensors as convnet-bn, nothing declared
     record = _record()
@@ -410,7 +410,7 @@ def test_files_written_by_the_stamping_module_validate(tmp_path: Path) -> None:
     assert report.exit_code == 0
 
 
-# --- issue 10: shard indexes, one rule for validate DIR, validate INDEX and hub validate ------------------------
+# --- shard indexes, one rule for validate DIR, validate INDEX and hub validate ----------------------------------
 
 _SHARDS = {"model-00001-of-00002.safetensors": {"a": [2]}, "model-00002-of-00002.safetensors": {"b": [3]}}
 _GOOD_INDEX = {"metadata": {"total_size": 20},
@@ -446,7 +446,7 @@ BAD_INDEXES = [
 @pytest.mark.parametrize(("index", "fragment"), BAD_INDEXES)
 def test_a_bad_shard_index_is_unreadable_input_however_it_is_reached(tmp_path: Path, index: bytes,
                                                                       fragment: str) -> None:
-    # regression: validate DIR and hub validate ignored a malformed index (exit 0, "2 files checked: 0 errors")
+    # Regression: validate DIR and hub validate ignored a malformed index (exit 0, "2 files checked: 0 errors")
     folder = _sharded(tmp_path / "release", index)
     for target in (folder, folder / "model.safetensors.index.json"):
         report = _validate(target)
@@ -460,7 +460,7 @@ def test_a_good_shard_index_agrees_with_its_shards(tmp_path: Path) -> None:
     report = _validate(folder)
     assert (report.issues, report.exit_code) == ([], 0)
     notes = {os.path.basename(s.file): (s.kind, s.note) for s in report.files}
-    # issue 12: the shards are checked as one checkpoint, reported on the index's line
+    # the shards are checked as one checkpoint, reported on the index's line
     assert notes == {"model.safetensors.index.json": (
         "index", "index of 2 tensors in 2 shards; agrees with the shards' headers; no BatchNorm running statistics "
                  "(channel absent), nothing to declare")}
@@ -485,7 +485,7 @@ def test_hub_validate_applies_the_same_index_rule(tmp_path: Path) -> None:
 
 
 def test_a_header_safetensors_refuses_does_not_validate(release: Path) -> None:
-    # regression (issue 10): a lone surrogate escape in a metadata value passed validate with exit 0
+    # Regression: a lone surrogate escape in a metadata value passed validate with exit 0
     header, data = _header_parts(release / "model.safetensors")
     metadata = {**header.pop("__metadata__"), "note": "\ud800"}
     body = json.dumps({"__metadata__": metadata, **header}).encode()  # ensure_ascii: written as the escape \ud800

@@ -1,5 +1,5 @@
 """The stages of validate_release (bnconvention.validation.release), each on its own: reading a weights file,
-reading the card, binding the card to the file it describes, checking one file against its declaration (issue 11).
+reading the card, binding the card to the file it describes, checking one file against its declaration.
 The whole release is tested through validate_paths in test_validation_files."""
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def test_a_file_declared_by_its_card_only(tmp_path: Path) -> None:
     card = read_release_card("README.md", _card(tmp_path / "README.md", RECORD), weights=[weights],
                              explicit=False, has_weights=True)
     issues, summary = check_weights_file(weights, card, require_declaration=False)
-    # issue 16: the header lost (or never had) the card's record, e.g. re-saved by a library: named, with the fix
+    # the header lost (or never had) the card's record, e.g. re-saved by a library: named, with the fix
     assert [(i.code, i.severity) for i in issues] == [("release.header_missing_record", "warning")]
     assert issues[0].message.endswith("restore it: bnconvention stamp model.safetensors --from-card README.md")
     assert summary.note.endswith("in README.md; digests match the tensors")

@@ -302,7 +302,7 @@ def _forget_accuracy_after_refit(model, splits, **kwargs) -> tuple[float, float]
 
 
 def test_bn_illusion_exact_refit_on_retain(zoo, splits) -> None:
-    """Done-when of issue 3: eval-mode distillation rebounds by > 50 pp; its GroupNorm twin does not move at all."""
+    """Eval-mode distillation rebounds by > 50 pp; its GroupNorm twin does not move at all."""
     retain = splits["retain"]
     pool = list(iter_batches(retain.x, batch_size=256))
     data, transform = retain.data_split(), DIGITS_EVAL_TRANSFORM.standard()
@@ -349,7 +349,7 @@ def test_ten_unlabeled_images_recover_forget_accuracy(zoo, splits) -> None:
 def test_rebuild_is_byte_identical(tmp_path: Path) -> None:
     # Two builds in this process, not one against the session's cached zoo: training reduces in float32, so a zoo
     # cached by an earlier run under other CPU kernels (ATEN_CPU_CAPABILITY, another machine's .cache) holds other,
-    # equally valid bytes (issue 10). What this checks is that a build is deterministic where it runs.
+    # equally valid bytes. What this checks is that a build is deterministic where it runs.
     first = build_zoo(tmp_path / "first", seed=0, progress=False, variants=["bn-badteacher-eval"])
     rebuilt = build_zoo(tmp_path / "zoo", seed=0, progress=False, variants=["bn-badteacher-eval"])
     assert rebuilt.variants == ("bn-base", "bn-badteacher-eval")

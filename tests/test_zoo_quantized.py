@@ -1,4 +1,4 @@
-"""The zoo's quantized variants (issue 14): float weights byte-identical to the zoo's, scales beside them, a 1.1
+"""The zoo's quantized variants: float weights byte-identical to the zoo's, scales beside them, a 1.1
 declaration binding both; the zoo itself unchanged; a retain-only refit at bit-identical θ and BatchNorm buffers."""
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""The auditor's instrument: refit cells with replicate-backed decisions (seed 001), staleness and recoverability
-diagnostics (seed 003), for one checkpoint (:func:`bnconvention.audit.run.audit_checkpoint`) or a population
+"""The auditor's instrument: refit cells with replicate-backed decisions, staleness and recoverability diagnostics
+(docs/statistics.md), for one checkpoint (:func:`bnconvention.audit.run.audit_checkpoint`) or a population
 (:func:`bnconvention.audit.census.run_census`).
+
+Docstrings here cite the two papers the design follows by author (Shen and Li; Kalani et al.): see
+docs/statistics.md#references.
 
 Its sub-packages, in the order a census runs (each imports only its own and the ones above it in this list;
 ``tests/test_architecture.py`` enforces it, and code outside the audit imports a sub-package, never its modules):

@@ -6,7 +6,7 @@ becomes one more line (a demo run wrote thousands). So bars are shown only when 
 that draws bars adds the flag with :func:`add_progress_option` and asks :func:`show_progress`; the library's
 functions take a plain ``progress: bool`` and never guess.
 
-A long command redirected to a file must still say what it is doing as it does it (issue 23: ``demo --serve`` and
+A long command redirected to a file must still say what it is doing as it does it (``demo --serve`` and
 ``hub audit`` were silent for minutes in a log). Stage lines are that: one line on stderr per stage begun or item
 finished, flushed at once, written whatever the stream is (:func:`show_stage_lines`: only ``--no-progress`` hides
 them), above the bars when bars are drawn (:func:`stage_line`).

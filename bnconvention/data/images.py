@@ -6,7 +6,8 @@ the dataset's identity. Images go through :func:`image_array` (Pillow: convert t
 bilinear, uint8 C×H×W) and :func:`stack_images`, so a CIFAR batch, a parquet ``Image`` column and a PNG file give
 the same array for the same pixels.
 
-Every source decodes through one :class:`ImageBudget` (issue 24 item 6), so the work is sized before it is done:
+Every source decodes through one :class:`ImageBudget` (docs/quickstart-auditor.md#the-specs-data-section), so the work
+is sized before it is done:
 
 * an image's width and height are read from its header (Pillow's lazy ``open`` reads nothing else) and an image of
   more than :data:`~bnconvention.data.repo_transforms.MAX_BATCH_PIXELS` pixels is refused before it is decoded;

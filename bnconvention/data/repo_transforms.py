@@ -13,7 +13,7 @@
 
 When a repo has both, the timm ``pretrained_cfg`` is used. The files are untrusted metadata: read with the strict
 JSON loader and a size limit, numbers checked, and only names the libraries' registries know are used. The work
-they size is bounded before any image is touched (issue 24 item 5; docs/audit-spec.md, "Transforms from the repo"),
+they size is bounded before any image is touched (docs/quickstart-auditor.md#the-specs-data-section),
 from the file's numbers alone (:class:`SizePlan`, nothing is run to find out):
 
 * every side the transform resizes an image to is at most :data:`MAX_RESIZE_SIDE` and every output side at most

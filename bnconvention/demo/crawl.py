@@ -81,7 +81,7 @@ def audit_channel_absent(client: HubClient, repos: Sequence[RepoCensus], spec: A
                 bar.update(1)
                 continue
             task = AuditTask(endpoint=client.endpoint, token=client.token, repo_id=repo.repo_id,
-                             revision=repo.sha or "", filenames=files, skipped=(), spec=spec_data,
+                             revision=repo.sha or "", filenames=files, spec=spec_data,
                              retry=client.retry)
             audit = RepoAudit.model_validate_json(audit_repo_task(task))
             for item in audit.files:

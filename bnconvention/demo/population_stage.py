@@ -1,9 +1,9 @@
 """The demo's population stage: build (or reuse) the structured population and census it, resumably.
 
 The organisation tells the BatchNorm illusion one release at a time; the population tells it as a census, the way
-seed 001 does: families × procedure variants × removals × seeds, known-answer controls, frozen twins, sweeps, the
-detection floor and the recoverability curve (:mod:`bnconvention.zoo.population_build`, docs/population.md). The
-census journal lives in ``OUT/population-census/``, so a rerun audits nothing it already audited; the report's
+Shen and Li's census does: families × procedure variants × removals × seeds, known-answer controls, frozen twins,
+sweeps, the detection floor and the recoverability curve (:mod:`bnconvention.zoo.population_build`, docs/population.md).
+The census journal lives in ``OUT/population-census/``, so a rerun audits nothing it already audited; the report's
 census page and the summary's headline are read from its ``census.json``, chosen by the data
 (:mod:`bnconvention.audit.population.story`).
 """

@@ -1,6 +1,6 @@
-"""The demo's audit spec: the design of seed 001 on the digits zoo, read from the example the package ships
-(``audit/digits-zoo.yaml`` of :mod:`bnconvention.examples`, which ``bnconvention examples write`` writes out and the
-quickstarts pass to ``--spec``): the demo and the docs audit with one spec, kept in one file.
+"""The demo's audit spec: the census design of docs/statistics.md on the digits zoo, read from the example the package
+ships (``audit/digits-zoo.yaml`` of :mod:`bnconvention.examples`, which ``bnconvention examples write`` writes out and
+the quickstarts pass to ``--spec``): the demo and the docs audit with one spec, kept in one file.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ The files under ``files/`` are the single source: the package data an installed 
 :mod:`importlib.resources`, so a zipped install works too), and what the repository's ``examples/`` folder holds,
 written by ``examples/make_examples.py`` and checked by ``tests/test_examples.py``.
 
-* ``audit/digits-zoo.yaml`` — the audit spec of the digits zoo (the design of seed 001; the demo's spec);
+* ``audit/digits-zoo.yaml`` — the audit spec of the digits zoo (the census design of docs/statistics.md; the demo's
+spec);
 * ``audit/digits-population.yaml`` — the audit spec of the population (``bnconvention zoo build --population``),
   written by :func:`bnconvention.zoo.population_spec.example_spec_text` (checked by tests/test_population.py);
 * ``releases/convnet-bn``, ``releases/convnet-gn`` — a declared BatchNorm release and its GroupNorm twin;

@@ -1,4 +1,4 @@
-"""Running statistics that cannot be: NaN or infinite means and variances, negative variances (issue 24, item 11).
+"""Running statistics that cannot be: NaN or infinite means and variances, negative variances.
 
 A BatchNorm layer's ``running_var`` is a variance: finite and never below zero; its ``running_mean`` is finite. A
 file whose buffers break that has a shipped state nobody can evaluate as it is (a NaN or negative variance makes

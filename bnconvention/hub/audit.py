@@ -52,19 +52,17 @@ from bnconvention.refit.devices import Device
 AUDITS_DIR = "audits"
 
 
-def audit_targets(repos: Iterable[RepoCensus]) -> list[tuple[RepoCensus, list[str], list[tuple[str, str]]]]:
-    """(repo, checkpoints to audit: single files and shard indexes, (checkpoint, reason) skipped) for every repo with
-    running statistics; ``repos`` is read once, and only those are kept."""
+def audit_targets(repos: Iterable[RepoCensus]) -> list[tuple[RepoCensus, list[str]]]:
+    """(repo, checkpoints to audit) for every repo with running statistics and at least one readable BatchNorm
+    checkpoint: a single file, or a sharded checkpoint's index (its shards are downloaded with it); ``repos`` is
+    read once, and only those are kept."""
     targets = []
     for repo in repos:
         if repo.status not in BN_CLASSES:
             continue
-        # every readable BatchNorm checkpoint: a single file, or a sharded checkpoint's index (nothing is skipped
-        # since issue 12; the skipped list stays for the task's interface)
         files = [c.name for c in repo.checkpoints if c.bn_layers and c.status != "unreadable"]
-        skipped: list[tuple[str, str]] = []
         if files:
-            targets.append((repo, files, skipped))
+            targets.append((repo, files))
     return targets
 
 
@@ -74,7 +72,7 @@ class AuditRun:
 
     org: str
     audits: list[RepoAudit]
-    ran: int = 0  # audit tasks run (repos with at least one single-file BatchNorm checkpoint)
+    ran: int = 0  # audit tasks run (repos with at least one readable BatchNorm checkpoint)
     reused: int = 0
     left: int = 0  # not selected by redo / redo_failed and not yet audited successfully: left for a later run
     reused_ids: set[str] = field(default_factory=set)
@@ -135,14 +133,13 @@ def plan_audits(client: HubClient, org: str, repos: Iterable[RepoCensus], *, spe
                 redo: Sequence[str] = (), redo_failed: bool = False,
                 on_audit: Callable[[RepoAudit, bool], None] | None = None) -> AuditPlan:
     """Sort the census's BN repos: reuse a journaled success at the same commit under the same spec, skip what
-    ``redo`` / ``redo_failed`` do not select, record a repo with only sharded checkpoints as skipped (no task), and
-    make one :class:`AuditTask` of every other repo."""
+    ``redo`` / ``redo_failed`` do not select, and make one :class:`AuditTask` of every other repo."""
     spec_sha = canonical_sha256(spec_data)
     targets = audit_targets(repos)
-    _check_redo(redo, [repo.repo_id for repo, _, _ in targets], org)
+    _check_redo(redo, [repo.repo_id for repo, _ in targets], org)
     selective = bool(redo) or redo_failed
     plan = AuditPlan()
-    for repo, files, skipped in targets:
+    for repo, files in targets:
         entry = journal.get("audit", repo.repo_id, key=spec_sha)
         reusable = _reusable(entry, revision=repo.sha, spec_sha=spec_sha)
         selected = repo.repo_id in redo or (redo_failed and entry is not None and entry.status == "failed")
@@ -154,25 +151,13 @@ def plan_audits(client: HubClient, org: str, repos: Iterable[RepoCensus], *, spe
             plan.reused_ids.add(repo.repo_id)
             if on_audit is not None:
                 on_audit(plan.results[repo.repo_id], True)
-        elif not files:  # only sharded checkpoints: nothing to load, reported here without a task
-            plan.results[repo.repo_id] = _record_skipped(journal, repo, skipped, spec_sha=spec_sha)
         else:
             plan.tasks.append(AuditTask(endpoint=client.endpoint, token=client.token, repo_id=repo.repo_id,
-                                        revision=repo.sha or "", filenames=tuple(files), skipped=tuple(skipped),
+                                        revision=repo.sha or "", filenames=tuple(files),
                                         spec=spec_data, allowed_factories=tuple(allowed_factories),
                                         threads=threads, retry=client.retry, timeout_s=client.timeout_s,
                                         device=device))
     return plan
-
-
-def _record_skipped(journal: Journal, repo: RepoCensus, skipped: Sequence[tuple[str, str]], *,
-                    spec_sha: str) -> RepoAudit:
-    audit = RepoAudit(repo_id=repo.repo_id, revision=repo.sha or "", spec_sha256=spec_sha, status="skipped",
-                      reason=f"{skipped[0][0]}: {skipped[0][1]}",
-                      files=[FileAudit(filename=n, status="skipped", reason=r) for n, r in skipped])
-    journal.record("audit", repo.repo_id, revision=repo.sha, key=spec_sha, status="skipped",
-                   payload=audit.model_dump(mode="json"))
-    return audit
 
 
 def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal, out: str | os.PathLike[str],

@@ -57,7 +57,7 @@ from bnconvention.refit.devices import Device
 from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
 
-MAX_REASON = 2000  # characters of a failure reason kept in the journal and the outputs (issue 24, item 12)
+MAX_REASON = 2000  # characters of a failure reason kept in the journal and the outputs
 # A reason quotes what a repo's files said; the journal keeps a bounded prefix of it, whatever the repo put there.
 # (cut 40 characters short, so that the cut reason with its "... (N characters)" fits and a reread keeps it as it is)
 Reason = Annotated[str, AfterValidator(lambda text: elide(text, MAX_REASON - 40) if len(text) > MAX_REASON else text)]
@@ -107,7 +107,6 @@ class AuditTask:
     repo_id: str
     revision: str
     filenames: tuple[str, ...]
-    skipped: tuple[tuple[str, str], ...]  # (checkpoint, reason) reported without auditing
     spec: dict[str, Any]
     allowed_factories: tuple[str, ...] = ()
     threads: int = 1
@@ -350,8 +349,7 @@ def audit_repo_task(task: AuditTask) -> str:
         allow_user_factory(target)
     client = make_client(endpoint=task.endpoint, token=task_token(task), retry=task.retry, timeout_s=task.timeout_s)
     spec = parse_spec(task.spec)
-    files: list[FileAudit] = [FileAudit(filename=name, status="skipped", reason=reason)
-                              for name, reason in task.skipped]
+    files: list[FileAudit] = []
     transient = False
     with tempfile.TemporaryDirectory(prefix="bnc-hub-audit-", dir=task.work_dir) as tmp, \
             _torch_threads(task.threads), quiet_hub_progress():

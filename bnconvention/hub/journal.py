@@ -14,7 +14,7 @@ A census notes each repo id as it comes off the listing in a table of its own co
 table: :meth:`Journal.start_listing`, :meth:`Journal.add_listed`), and its outputs are read back from the journal for
 exactly those repos (:meth:`Journal.listed_entries`, a page of rows at a time), so neither the crawl nor its report
 holds the organisation in memory, and a repo deleted since an earlier run is not reported. The listing is this
-run's alone: another run sharing the journal never clears or fills it (issue 24: a run that cleared a shared table
+run's alone: another run sharing the journal never clears or fills it (a run that cleared a shared table
 when it started made the other report 29 of 30 repos). A listing that ends is copied, in one transaction, to the
 ``listed`` table (:meth:`Journal.finish_listing`): what a journal opened later without a listing of its own reads.
 

@@ -2,10 +2,10 @@
 and opening a repo's pull request.
 
 Two runs writing one ``--out`` (or one journal) at the same time lose or duplicate work: every audit done twice,
-two pull requests with the same annotation (issue 24). So each of the three commands holds, for its whole run, an
-exclusive lock on its output folder and one on its journal (:func:`output_lock`; both, because ``--journal`` may
-point elsewhere and another run may share either one). A second run refuses at once with one line naming the
-first: its pid, host, command and since when (:class:`~bnconvention.errors.OutputInUseError`).
+two pull requests with the same annotation (docs/hub.md#one-writer-per-output). So each of the three commands holds, for
+its whole run, an exclusive lock on its output folder and one on its journal (:func:`output_lock`; both, because
+``--journal`` may point elsewhere and another run may share either one). A second run refuses at once with one line
+naming the first: its pid, host, command and since when (:class:`~bnconvention.errors.OutputInUseError`).
 
 The lock is an operating-system lock (``flock`` on Unix, through :mod:`filelock`) on ``<OUT>/.bnconvention.lock``
 and ``<JOURNAL>.lock``: the kernel releases it when its process ends, however it ends, so a run killed with

@@ -363,7 +363,7 @@ def push_repo(client: HubClient, audit: RepoAudit, *, user: str, dry_run: bool =
         return PushOutcome(repo_id=audit.repo_id, revision=audit.revision, status="nothing", annotations=[],
                            reason="no audited file"), None
     # one step under the repo's lock: the search for a pull request carrying the annotations and the creation of a
-    # new one, so two pushes at once (two processes, any --out) open at most one (issue 24)
+    # new one, so two pushes at once (two processes, any --out) open at most one
     with contextlib.nullcontext() if dry_run else repo_lock(client.endpoint, audit.repo_id):
         return _search_then_open(client, audit, plan, user=user, dry_run=dry_run, eval_results=eval_results,
                                  benchmarks=benchmarks, after_open=after_open, out=out)

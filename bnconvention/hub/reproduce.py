@@ -116,7 +116,7 @@ def rerun_on_hub(client: HubClient, annotation: RefitAnnotation, spec: AuditSpec
     check_revision(client, repo_id, subject.revision)
     check_dataset_revision(client, spec)
     task = AuditTask(endpoint=client.endpoint, token=client.token, repo_id=repo_id, revision=subject.revision,
-                     filenames=(subject.filename,), skipped=(), spec=spec.model_dump(mode="json"),
+                     filenames=(subject.filename,), spec=spec.model_dump(mode="json"),
                      allowed_factories=allowed_factories, retry=client.retry, timeout_s=client.timeout_s,
                      device=device)
     (audited,) = RepoAudit.model_validate_json(audit_repo_task(task)).files

@@ -9,7 +9,7 @@ Modules: :mod:`.engine` (``refit``, the transaction), :mod:`.graph` (fx trace cu
 bit-identical faster max pooling), :mod:`.fallback` (per-layer hook passes), :mod:`.train_mode`
 (``cumulative`` = ``update_bn``, ``ema``), :mod:`.pool` (batches), :mod:`.moments` (float64 Chan accumulation),
 :mod:`.state` (snapshot/restore), :mod:`.proof` (the θ witness), :mod:`.devices` (``--device``), :mod:`.staleness`
-(seed 003 Eq. 15), :mod:`.result` (``RefitReport``), :mod:`.files` (weights in/out, ``.npz`` pools; used by
+(docs/statistics.md#staleness), :mod:`.result` (``RefitReport``), :mod:`.files` (weights in/out, ``.npz`` pools; used by
 ``bnconvention refit``).
 """
 

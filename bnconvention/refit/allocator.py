@@ -6,7 +6,8 @@ and the exact pass 15,000-27,000 times, the counts changing from call to call. g
 *mmap threshold* with fresh ``mmap`` pages and returns heap tops above its *trim threshold* to the kernel; both
 thresholds move with the allocation history (each freed mapped block raises them), so whether an 8 MiB activation
 is recycled or faulted in anew depends on what ran before. On a virtual machine under load every fault is expensive,
-so the same pass ran at 1x or 4x an eval forward depending on the history: the ConvNet's bimodal ratio (issue 15).
+so the same pass ran at 1x or 4x an eval forward depending on the history: the ConvNet's bimodal ratio
+(docs/statistics.md#cost-a-refit-and-an-audit-against-their-floors).
 With both thresholds fixed (mmap 128 MiB, trim 512 MiB; fixing them also stops glibc adjusting them) the same run
 page-faulted 0-30 times per call and an eval forward took 40 % less CPU time.
 

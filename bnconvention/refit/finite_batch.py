@@ -1,9 +1,10 @@
-"""How a train-mode rule weighs its batches, and the warning every batch-size-sensitive refit carries (issue 14).
+"""How a train-mode rule weighs its batches, and the warning every batch-size-sensitive refit carries
+(docs/statistics.md#finite-batch-error).
 
 The ``cumulative`` and ``ema`` rules (``torch.optim.swa_utils.update_bn`` and a training run's own accumulation) are
 not functions of the pool alone, as the exact rule is: training-mode forwards normalize each batch by its own
 statistics, so every layer after the first sees activations that depend on the batch size b, and the statistic
-written per batch carries a finite-batch offset of order 1/b (seed 003, Appendix B, Eq. 11–13: the error is
+written per batch carries a finite-batch offset of order 1/b (Kalani et al., Appendix B, Eq. 11–13: the error is
 O_p(N^-1/2) + O_L(1/b), and more records at a fixed b do not remove the second term). How the batches are
 *averaged* adds to it, and that part is exact arithmetic, computed here:
 
@@ -61,7 +62,7 @@ def batch_size_warning(rule: AccumulationRule, sizes: list[int], *, momentum: fl
     batch = max(sizes)
     text = (f"the {rule} rule is batch-size sensitive: training-mode forwards normalize each batch by its own "
             f"statistics, so the refit statistics carry a finite-batch offset of order 1/b against the exact rule "
-            f"(b = {batch} here; seed 003, Appendix B) that more records at the same b do not remove")
+            f"(b = {batch} here; docs/statistics.md#finite-batch-error) that more records at the same b do not remove")
     weighed = batch_weights(rule, sizes, momentum=momentum)
     total = sum(sizes)
     shortest = min(range(len(sizes)), key=lambda k: (sizes[k], -k))

@@ -1,4 +1,5 @@
-"""Activation-quantization scales as a deployed state: read them, evaluate with them, refit them (issue 14).
+"""Activation-quantization scales as a deployed state: read them, evaluate with them, refit them
+(docs/statistics.md#activation-scales-the-second-deployed-state).
 
 A model quantized with ``torch.ao.quantization`` (eager ``prepare`` or FX ``prepare_fx``, static post-training)
 carries one observer module per activation site; its ``calculate_qparams()`` is the site's scale and zero point.

@@ -1,4 +1,6 @@
-"""Staleness distances between a shipped state and a refit one (seed 003, Eq. 15), per layer and layer-averaged.
+"""Staleness distances between a shipped state and a refit one, per layer and layer-averaged.
+
+Kalani et al., Eq. 15; how it is read: docs/statistics.md#staleness.
 
 For layer ℓ with shipped mean µ and variance σ², and refit mean µ̂ and variance σ̂² (σ̂ = sqrt(σ̂²)):
 

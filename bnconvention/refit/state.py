@@ -56,7 +56,7 @@ def lazy_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
 
 def ensure_materialised(model: torch.nn.Module, *, what: str, fix: str = "") -> None:
     """Raise :class:`UnsupportedModelError` naming the layers when ``model`` has lazy layers not materialised yet:
-    one line instead of torch's error about an uninitialized parameter deep inside a refit (issue 24, item 12).
+    one line instead of torch's error about an uninitialized parameter deep inside a refit.
     ``what`` starts the message (the model or the factory that built it); ``fix`` ends it."""
     from torch.nn.modules.batchnorm import _LazyNormBase
 

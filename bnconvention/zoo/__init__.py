@@ -1,6 +1,6 @@
 """The digits model zoo: small BatchNorm ConvNets (and GroupNorm twins) trained and unlearned on
-``sklearn.datasets.load_digits`` with class 3 forgotten, exercising both failure modes of seed 003 (BN corruption
-with train-mode BN, BN misalignment with eval-mode BN).
+``sklearn.datasets.load_digits`` with class 3 forgotten, exercising both BatchNorm failure modes (BN
+corruption with train-mode BN, BN misalignment with eval-mode BN; docs/statistics.md#mechanism).
 
 >>> from bnconvention.zoo import build_zoo        # doctest: +SKIP
 >>> zoo = build_zoo(".cache/zoo")                 # doctest: +SKIP

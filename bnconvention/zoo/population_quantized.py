@@ -1,4 +1,4 @@
-"""The population with a second deployed state: static 8-bit activation scales beside every checkpoint (issue 14).
+"""The population with a second deployed state: static 8-bit activation scales beside every checkpoint.
 
 ``build_quantized_population(out_dir)`` is opt-in (``bnconvention zoo build --population --quantized``); the
 default build (:mod:`bnconvention.zoo.population_build`) and its manifest do not change. It builds (or reuses) the

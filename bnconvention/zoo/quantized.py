@@ -1,4 +1,4 @@
-"""Statically quantized variants of the zoo's models (issue 14): the second deployed state on known checkpoints.
+"""Statically quantized variants of the zoo's models: the second deployed state on known checkpoints.
 
 :func:`build_quantized` takes variants of a built zoo (BatchNorm and GroupNorm) and writes, for each, a folder
 ``<out>/<name>-q8/`` holding

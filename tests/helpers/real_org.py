@@ -1,4 +1,4 @@
-"""A real organisation on a local Hub, published with timm's, transformers' and datasets' own code (issue 12).
+"""A real organisation on a local Hub, published with timm's, transformers' and datasets' own code.
 
 Every repo is what those libraries write when a user publishes: ``timm.models.push_to_hf_hub`` (``config.json``
 with ``architecture``, ``model.safetensors`` and ``pytorch_model.bin``, timm's card), ``PreTrainedModel.push_to_hub``

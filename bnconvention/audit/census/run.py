@@ -1,4 +1,6 @@
-"""Audit a local population of checkpoints and count what moves (the census of seed 001 / the table of seed 000).
+"""Audit a local population of checkpoints and count what moves (the census of Shen and Li).
+
+How a census decides: docs/statistics.md#across-a-census-benjaminiyekutieli.
 
 :func:`run_census` finds every checkpoint under the given paths (``.safetensors`` files and sharded checkpoints'
 ``*.safetensors.index.json``), checks all of them (readable header,

@@ -158,7 +158,7 @@ class AuditResult(_Result):
     factory: str
     anchored: bool | None = Field(description="None when no published cells were given.")
     annotation: AnyRefitAnnotation = Field(description=(
-        "1.0, or 1.1 when the spec's diagnostics filled a 1.1 field (audit/encoder.py)."))
+        "1.0, or 1.1 when the spec's diagnostics filled a 1.1 field (audit/diagnostics/encoder.py)."))
     sign_tests: dict[str, SignRecord]
     band_layers: list[LayerStaleness] | None = Field(
         default=None, description=(

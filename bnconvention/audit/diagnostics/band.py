@@ -2,8 +2,8 @@
 
 The null: N independent retain refits of one checkpoint under the audit's convention (the R replicate refits,
 plus ``staleness_band.refits - R`` more drawn the same way). Every ordered pair (a, b) of them gives a distance
-``d(a, b)`` (seed 003, Eq. 15, ``a`` against the refit ``b``); its layer-averaged mean and variance parts are
-combined into one number, their average, so a decision is on one scalar.
+``d(a, b)`` (docs/statistics.md#staleness, ``a`` against the refit ``b``); its layer-averaged mean and variance parts
+are combined into one number, their average, so a decision is on one scalar.
 
 The decision is a rank (conformal) test. Each of the N + 1 states (the shipped one and the N refits) gets the
 score "median combined distance to the other N"; under the null hypothesis that the shipped state is itself a fresh

@@ -1,4 +1,7 @@
-"""The encoder-level diagnostics stage of an audit (seed 003; issue 14): plan, measure, and the 1.1 annotation.
+"""The encoder-level diagnostics stage of an audit: plan, measure, and the 1.1 annotation.
+
+What they measure and how to read them (papers cited by author: docs/statistics.md#references):
+docs/statistics.md#encoder-level-diagnostics-linear-probe-membership-attack-relearning.
 
 :func:`plan_encoder` runs with the other checks of :func:`bnconvention.audit.run.runner.prepare_audit`, before any
 computation: it resolves and loads the retrain reference, draws the probe's, the attack's and the relearning's

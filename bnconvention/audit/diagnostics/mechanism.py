@@ -1,4 +1,6 @@
-"""How a BatchNorm checkpoint's buffers ended up as shipped (seed 003): corruption, misalignment or neither.
+"""How a BatchNorm checkpoint's buffers ended up as shipped: corruption, misalignment or neither.
+
+The two failure modes are Kalani et al.'s (docs/statistics.md#mechanism).
 
 * **corruption**: the buffers were updated in train mode on data that includes removed (forget) records, so φ
   carries the forget set's statistics;

@@ -1,4 +1,4 @@
-"""A shadow-free membership attack, shipped against refit (seed 003, appendix O), as pure functions over arrays.
+"""A shadow-free membership attack, shipped against refit (Kalani et al., appendix O), as pure functions over arrays.
 
 Each record gets one score from the model's logits: minus its cross-entropy loss (``loss-threshold``) or its
 largest softmax probability (``confidence-threshold``); a higher score says *member*. Sweeping a threshold over the

@@ -1,4 +1,4 @@
-"""The forget linear probe of seed 003 and its decomposition (Proposition 1), as pure functions over arrays.
+"""The forget linear probe and its decomposition (Kalani et al., Proposition 1), as pure functions over arrays.
 
 The probe is sklearn's ``LogisticRegression(solver="lbfgs")`` on penultimate features (the input of the classifier
 head, or of the module the spec names), trained on ``per_class`` records of each class of the probe's train split

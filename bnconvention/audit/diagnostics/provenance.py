@@ -1,4 +1,6 @@
-"""The provenance contrast of seed 001, appendix P, with both arms, several draws and a null band.
+"""The provenance contrast, with both arms, several draws and a null band.
+
+Shen and Li, appendix P; how it is read: docs/statistics.md#provenance-contrast.
 
 Design (per draw ``d``, from ``SeedSequence(seed, spawn_key=(2, d))``): a base pool A of ``pool_size`` retained
 records; for each arm, pool B = A with its first k records exchanged for k removed (forget) records, and the null

@@ -1,6 +1,8 @@
-"""The headline recoverability of seed 003: forget accuracy after a refit on B = 10 unlabeled images.
+"""The headline recoverability: forget accuracy after a refit on B = 10 unlabeled images.
 
-The curve over budgets is :mod:`.recovery`; the provenance contrast of seed 001 is :mod:`.provenance`. Both use
+This is the ten-image attack of Kalani et al. (docs/statistics.md#recoverability).
+
+The curve over budgets is :mod:`.recovery`; the provenance contrast of Shen and Li is :mod:`.provenance`. Both use
 the audit's :class:`~bnconvention.audit.measure.evaluation.Refitter`, so φ is back to the shipped state afterwards.
 """
 
@@ -18,7 +20,7 @@ from bnconvention.standard.models import Recoverability
 
 def recoverability(refitter: Refitter, settings: RecoverabilitySpec, *, spec: AuditSpec, data: AuditData,
                    shipped: BaseCells, batch_size: int) -> Recoverability:
-    """Forget accuracy after a refit on ``settings.images`` unlabeled images of the source split (seed 003's
+    """Forget accuracy after a refit on ``settings.images`` unlabeled images of the source split (Kalani et al.'s
     attack); the images are drawn from ``SeedSequence(seed, spawn_key=(1,))``."""
     import torch
 

@@ -1,5 +1,6 @@
-"""The recoverability curve (seed 003): forget accuracy after a refit on B proxy images, over budgets, seeds and
-proxy sources.
+"""The recoverability curve: forget accuracy after a refit on B proxy images, over budgets, seeds and proxy sources.
+
+How it is read: docs/statistics.md#recoverability.
 
 Sources: ``test`` (unlabeled test images), ``retain`` (retained records only: no removed record is ever used) and
 ``noise`` (out of distribution: Gaussian noise with the test split's per-element mean and standard deviation, so

@@ -1,4 +1,4 @@
-"""Relearning susceptibility: fine-tuning steps on forget records until a stated forget accuracy (seed 003, §4).
+"""Relearning susceptibility: fine-tuning steps on forget records until a stated forget accuracy (Kalani et al., §4).
 
 The fine-tuning runs on a deep copy of the model; the audited model's tensors never change, and
 :func:`steps_to_target` proves it (the trainable and running digests of the original before and after, else

@@ -235,7 +235,7 @@ def published_cells(path: Path, spec: AuditSpec, *, notes: list[str] | None = No
 def build_architecture(choice: ModelChoice, files: CheckpointFiles | None = None) -> torch.nn.Module:
     """Build the allowlisted architecture (random initialisation) in eval mode. With the checkpoint's ``files``,
     its sizes are checked against their header first, with nothing allocated, and a config that sizes it otherwise
-    is refused naming its field (:func:`bnconvention.architectures.sizing.build_fitting`, issue 24 item 4)."""
+    is refused naming its field (:func:`bnconvention.architectures.sizing.build_fitting`)."""
     from bnconvention.architectures.sizing import build_fitting, build_sized
 
     return build_sized(choice) if files is None else build_fitting(choice, files)
@@ -300,7 +300,7 @@ NOT_EVALUATED = ("the shipped state cannot be evaluated as it is, so it is not a
 def check_shipped_statistics(path: Path, files: CheckpointFiles | None = None) -> None:
     """Refuse a checkpoint whose running statistics cannot be (NaN or infinite, a negative variance) with one
     :class:`~bnconvention.errors.ImpossibleStatisticsError` naming the file, layer and buffer, before any model is
-    built: its shipped cells would be numbers computed through NaN (issue 24, item 11)."""
+    built: its shipped cells would be numbers computed through NaN."""
     from bnconvention.formats.checkpoint_files import open_checkpoint
     from bnconvention.formats.running_values import ensure_possible_statistics
 

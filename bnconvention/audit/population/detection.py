@@ -1,10 +1,10 @@
 """What the census design can see: the planted-effect detection floor and the recalibration budget.
 
-**Detection floor** (seed 001, appendix C), calibrated on a null. For every decided checkpoint and cell that is
-*not* displaced, the replicate shifts are centred on their own mean (each replicate's residual: what a second
-retain refit of this checkpoint moves by, with no effect at all), a shift of known size δ is added to every
-residual, and the cell is decided again by the census rules: the margin, the exact sign test and
-Benjamini–Yekutieli at q across the census (the planted cells' p-values replace theirs in the family; the
+**Detection floor** (Shen and Li, appendix C; docs/statistics.md#detection-floor-planted-effects), calibrated on a null.
+For every decided checkpoint and cell that is *not* displaced, the replicate shifts are centred on their own mean (each
+replicate's residual: what a second retain refit of this checkpoint moves by, with no effect at all), a shift of known
+size δ is added to every residual, and the cell is decided again by the census rules: the margin, the exact sign test
+and Benjamini–Yekutieli at q across the census (the planted cells' p-values replace theirs in the family; the
 displaced cells keep theirs). ``recovered`` counts planted cells decided displaced, ``recovered_by`` those that also
 survive BY. Centred residuals have mean zero, so one of them is at most zero and a δ at or below the margin can
 never put every replicate beyond it: nothing is recovered, by construction. Planting on the raw shifts instead (δ
@@ -16,10 +16,10 @@ replicates can reach the test's level at all; ``floor_pp`` is the ``share`` quan
 planted cells (recovered on at least ``share`` of them for every δ above it), ``None`` when the replicates can
 never reach the level.
 
-**Recalibration budget** (seed 001). How far a cell moves between two independent retain refits of the same
-checkpoint: the largest |difference| between the disjoint replicate pairs (0, 1), (2, 3), … in pp. A verdict flip
-*clears the budget* when the shift of some compared cell exceeds that checkpoint's budget for it (a second refit
-alone would not move it that far), and *holds on every replicate* when every replicate's refit cells give the
+**Recalibration budget** (docs/statistics.md#recalibration-budget). How far a cell moves between two independent retain
+refits of the same checkpoint: the largest |difference| between the disjoint replicate pairs (0, 1), (2, 3), … in pp. A
+verdict flip *clears the budget* when the shift of some compared cell exceeds that checkpoint's budget for it (a second
+refit alone would not move it that far), and *holds on every replicate* when every replicate's refit cells give the
 flipped outcome.
 """
 

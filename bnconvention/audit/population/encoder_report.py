@@ -1,6 +1,6 @@
 """The encoder-level diagnostics in reports: the audit summary's section, the census row's columns, census.md's table.
 
-Pure functions over a (1.1) annotation or the census JSON. The reading (seed 003, Corollary 2): the BN-residual
+Pure functions over a (1.1) annotation or the census JSON. The reading (Kalani et al., Corollary 2): the BN-residual
 ``LP_M - LP_Mcal`` is what the shipped running statistics do to the surface probe; negative means the shipped state
 *hides* encoder leakage that the exact refit reveals, positive that the surface probe overstates it. The
 NC-residual ``LP_Mcal - LP_retr`` is what the encoder keeps beyond a model retrained without the removed records.
@@ -34,7 +34,7 @@ def encoder_lines(annotation: Any) -> list[str]:
     relearning = getattr(annotation, "relearning", None)
     if probe is None and attack is None and relearning is None:
         return []
-    lines = ["", "## Encoder-level diagnostics (seed 003)", ""]
+    lines = ["", "## Encoder-level diagnostics", ""]
     if probe is not None:
         p = probe.protocol
         lines += [f"Forget linear probe (`{probe.metric}`): lbfgs logistic regression on the input of "
@@ -170,7 +170,7 @@ def encoder_census_markdown(census: Mapping[str, Any]) -> str:
                      ", ".join(_area(a) for a in row.get("relearn_area_refit") or []) or "—"])
     if not rows:
         return ""
-    lines = ["", "## Encoder-level diagnostics (seed 003)", "", READING, ""]
+    lines = ["", "## Encoder-level diagnostics", "", READING, ""]
     lines += markdown_table(["checkpoint", "BN-residual pp", "NC-residual pp", "MIA AUC shipped", "MIA AUC refit",
                              "relearn steps shipped", "relearn steps refit", "relearn area shipped",
                              "relearn area refit"], rows)

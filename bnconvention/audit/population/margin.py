@@ -1,7 +1,7 @@
 """The census margin, derived before any refit, and the resolution of each cell.
 
-**The margin by seed 001's rule** (``margin: auto`` in the spec). Seed 001 fixed ±1.2 pp before its refits as the
-median of the releases' own seed spread: how far the same recipe lands when only the seed changes. Here the recipe
+**The margin by Shen and Li's rule** (``margin: auto`` in the spec). Shen and Li fixed ±1.2 pp before their refits as
+the median of the releases' own seed spread: how far the same recipe lands when only the seed changes. Here the recipe
 is a checkpoint's place in the population without its seed (role, family, variant, removal, twin level and arm, from
 the sidecars); each recipe released under two or more seeds gives, per cell, the sample standard deviation of its
 published values across seeds (pp). The margin is the median of those spreads over recipes and cells. It reads
@@ -46,7 +46,7 @@ def recipe(population: PopulationMetadata) -> str:
 
 
 def seed_spread_margin(entries: Sequence[MarginEntry], cells: Sequence[CellExpression]) -> dict[str, Any]:
-    """The margin by seed 001's rule and its derivation (see the module docstring); :class:`UsageError` when no
+    """The margin by Shen and Li's rule and its derivation (see the module docstring); :class:`UsageError` when no
     recipe is published under two seeds."""
     by_recipe: dict[str, list[MarginEntry]] = {}
     for entry in entries:

@@ -106,7 +106,7 @@ def staleness_readings(results: Sequence[AuditResult], names: Sequence[str], *, 
 
 def provenance_readings(results: Sequence[AuditResult], names: Sequence[str]) -> dict[str, Any] | None:
     """Per arm: the pooled forget contrast, how many checkpoints clear the null band (distance and shift), and the
-    staleness/provenance ratio at the median with its range (seed 001, appendix P: 5.43 at the median)."""
+    staleness/provenance ratio at the median with its range (Shen and Li, appendix P: 5.43 at the median)."""
     rows = [(n, r) for n, r in _bn(results, names) if r.provenance_arms]
     if not rows:
         return None

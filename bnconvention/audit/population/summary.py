@@ -201,7 +201,7 @@ def checkpoint_row(result: AuditResult, name: str, annotation: str, metrics: Seq
                    by_p_values: Mapping[str, float | None], fdr_q: float) -> dict[str, Any]:
     """One checkpoint's line of the census: its cells with every p-value, flips, staleness, recoverability."""
     a = result.annotation
-    encoder = encoder_row(a)  # seed 003's diagnostics, only when the spec asked for them
+    encoder = encoder_row(a)  # the encoder-level diagnostics, only when the spec asked for them
     row: dict[str, Any] = {
         "checkpoint": name,
         "file": a.subject.filename,

@@ -1,4 +1,4 @@
-"""Markdown summaries: one audited checkpoint, and a census of many (the results table of seed 000).
+"""Markdown summaries: one audited checkpoint, and a census of many (the results table of Shen and Li).
 
 Pure functions from results to text; writing files is :mod:`bnconvention.audit.render.outputs`' job.
 """
@@ -78,7 +78,7 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
     if a.staleness is not None:
         s = a.staleness
         lines += ["", "## Staleness", "",
-                  "Distance of the shipped statistics from a retain refit (seed 003, Eq. 15), layer-averaged; the "
+                  "Distance of the shipped statistics from a retain refit (Kalani et al., Eq. 15), layer-averaged; the "
                   "reference band is the 1 − level quantile of the same distance between independent retain refits, "
                   "and 'exceeds' is an exact rank test at that level.", ""]
         band = s.reference_band
@@ -118,7 +118,7 @@ def census_markdown(census: Mapping[str, Any]) -> str:
     counts = census["counts"]
     q = census["fdr_q"]
     margin = census["margin_pp"]
-    eligible = counts.get("decided", counts["eligible"])  # anchored and not a control (audit/controls.py)
+    eligible = counts.get("decided", counts["eligible"])  # anchored and not a control (audit/population/controls.py)
     lines = [f"# Census of {plural(counts['checkpoints'], 'checkpoint')}", "",
              f"Spec `{census['spec_name'] or census['spec_sha256'][:12]}`; "
              f"{plural(census['replicates'], 'replicate')} per checkpoint; margin ±{margin:g} pp; "

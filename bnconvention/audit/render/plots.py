@@ -2,9 +2,9 @@
 
 * :func:`cells_figure`: each cell as shipped and as refit on every replicate (the spread), and the shifts in pp
   against the ±margin band.
-* :func:`staleness_figure`: the per-layer staleness profile (seed 003, Eq. 15) of the shipped statistics against a
-  retain refit, with one pair of independent retain refits (replicates 0 and 1) per layer for scale; the band's
-  decision is made on the whole null (:mod:`bnconvention.audit.diagnostics.band`).
+* :func:`staleness_figure`: the per-layer staleness profile (docs/statistics.md#staleness) of the shipped statistics
+  against a retain refit, with one pair of independent retain refits (replicates 0 and 1) per layer for scale; the
+  band's decision is made on the whole null (:mod:`bnconvention.audit.diagnostics.band`).
 
 * :func:`recoverability_figure`: the recoverability curve, forget accuracy against the budget B per proxy source
   (mean over seeds, the seeds' range shaded), the shipped forget accuracy as a line.

@@ -45,7 +45,7 @@ def provenance_lines(p: Mapping[str, Any]) -> list[str]:
                      f"{signed(a['pooled_forget_shift_pp'])} pp", f"{signed(a['largest_forget_shift_pp'])} pp",
                      f"{_num(a['median_distance'])} / {_num(a['median_null_band'])}",
                      f"{a['exceeds_null']} / {a['shift_exceeds_null']}", ratio])
-    return ["", "## Provenance contrasts (seed 001, appendix P)", "",
+    return ["", "## Provenance contrasts", "",
             "Exchanging retained for removed records inside a fixed pool (deployment share; ceiling: every removed "
             "record that fits), against a null that exchanges the same places for other retained records.", ""
             ] + markdown_table(["arm", "checkpoints", "draws", "pooled forget shift", "largest",
@@ -67,7 +67,7 @@ def recoverability_lines(r: Mapping[str, Any]) -> list[str]:
 
 def mechanism_lines(m: Mapping[str, Any]) -> list[str]:
     c = m["counts"]
-    return ["", "## Mechanism (seed 003)", "",
+    return ["", "## Mechanism", "",
             f"Corruption {c['corruption']}, misalignment {c['misalignment']}, neither {c['neither']}, undetermined "
             f"{c['undetermined']}; {base_check_reading(c)}."]
 

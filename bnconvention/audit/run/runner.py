@@ -1,4 +1,6 @@
-"""Audit one checkpoint: shipped cells once, R refit replicates, decisions, verdicts and the diagnostics of seed 003.
+"""Audit one checkpoint: shipped cells once, R refit replicates, decisions, verdicts and diagnostics.
+
+The statistics behind each step: docs/statistics.md.
 
 The cost is what the design needs and no more: the shipped cells are evaluated once (eval transform, full splits);
 each replicate is one refit on its own redrawn retained pool plus one evaluation; the reference band reuses the
@@ -8,7 +10,7 @@ restored to the shipped state after every refit, and θ is witnessed once (one d
 :class:`~bnconvention.refit.ThetaWitness`) and compared byte for byte in every refit and after the whole audit
 (:class:`~bnconvention.errors.WeightsChangedError` if it moved).
 
-Staleness (seed 003, Eq. 15): the shipped φ against replicate 0's refit, per layer and layer-averaged; the
+Staleness (docs/statistics.md#staleness): the shipped φ against replicate 0's refit, per layer and layer-averaged; the
 reference band is the same distance between the refits of replicates 0 and 1, and ``exceeds_band`` holds when both
 averaged distances (mean and variance) exceed the band's.
 

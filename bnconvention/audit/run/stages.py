@@ -3,7 +3,7 @@
 :func:`bnconvention.audit.run.runner.run_audit` composes them in order: :func:`evaluate_shipped` (cells and anchoring as
 shipped) → :func:`run_replicates` (R refits on redrawn retained pools, φ restored after each) → :func:`decide_cells`
 (decisions and verdicts, from numbers alone) → :func:`run_band_refits` (the retain refits the band needs beyond the
-replicates) → :func:`staleness_with_band` (seed 003, Eq. 15, against the null band of :mod:`.band`) →
+replicates) → :func:`staleness_with_band` (docs/statistics.md#staleness, against the null band of :mod:`.band`) →
 :func:`run_diagnostics` (recoverability and its curve, provenance arms) → :func:`check_theta_unchanged` →
 :func:`build_annotation`. The model-free stages (decisions, staleness, annotation) run on any numbers given to them.
 """

@@ -1,4 +1,6 @@
-"""Cells shipped vs refit on the second deployed state: activation-quantization scales (seed 001, appendix E).
+"""Cells shipped vs refit on the second deployed state: activation-quantization scales.
+
+See docs/statistics.md#activation-scales-the-second-deployed-state.
 
 The same measurement as for φ, on another state: each cell (accuracy on a split) is evaluated with the model's
 activations fake-quantized at the scales as shipped, and again at the scales refit on each replicate's

@@ -90,7 +90,7 @@ class ModelSpec(_Spec):
         "(timm.create_model's loading options are refused), the config fields for transformers (e.g. "
         "embedding_size, hidden_sizes, depths, num_labels or id2label)."))
     # where the architecture was named, for messages ("... (from <source>)"): the spec, or the repo file a hub audit
-    # read it from and put here (issue 24, item 12); never serialized, so the spec's digest is unchanged
+    # read it from and put here; never serialized, so the spec's digest is unchanged
     _source: str = PrivateAttr(default="spec")
 
     @property
@@ -158,7 +158,7 @@ class RecoverabilitySpec(_Spec):
 
 
 class ProvenanceSpec(_Spec):
-    """Exchange k retained records for forget records in a fixed-size fitting pool (seed 001, appendix P)."""
+    """Exchange k retained records for forget records in a fixed-size fitting pool (Shen and Li, appendix P)."""
 
     pool_size: Records = Field(description=f"Size of the fitting pool (records; at most {MAX_RECORDS:,}).")
     exchanged: Records | None = Field(default=None, description=(
@@ -272,8 +272,8 @@ class AuditSpec(_Spec):
     controls: ControlsSpec = Field(default_factory=ControlsSpec, description=(
         "Census controls: known-answer checkpoints kept out of the multiplicity family, and the detection floor."))
     diagnostics: DiagnosticsSpec | None = Field(default=None, description=(
-        "Optional encoder-level diagnostics of seed 003 (linear probe, membership attack, relearning), shipped and "
-        "after an exact retain refit; off when absent (audit/spec/diagnostics.py)."))
+        "Optional encoder-level diagnostics of Kalani et al. (linear probe, membership attack, relearning), shipped "
+        "and after an exact retain refit; off when absent (audit/spec/diagnostics.py)."))
     quantization: QuantizationSpec | None = Field(default=None, description=(
         "Optional audit of shipped activation scales (a second deployed state) against retain-only "
         "recalibrations; off when absent (audit/spec/scales.py)."))

@@ -18,11 +18,11 @@ IndexLocation: TypeAlias = Literal["spec", "dataset_repo", "model_repo"]
 Text = Annotated[str, StringConstraints(min_length=1)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
-# Upper bounds of the spec's counts (issue 24): what the tools run in reasonable time, refused past them in one line
-# naming the file and the field. A replicate is one refit plus the evaluation of every split: about 4 s on the
-# digits zoo on two CPU cores (R = 12 took 57 s, R = 2 19 s), so 200 replicates (or draws) are about 13 minutes
-# per checkpoint there and hours for larger models, far past what a decision needs (the sign test's p is 0.5^R;
-# the band's rank test needs N >= 1/level - 1: 199 at level 0.005). A pool of 2,000,000 records holds a whole
+# Upper bounds of the spec's counts (docs/statistics.md#bounds-of-an-audit-spec): what the tools run in reasonable time,
+# refused past them in one line naming the file and the field. A replicate is one refit plus the evaluation of every
+# split: about 4 s on the digits zoo on two CPU cores (R = 12 took 57 s, R = 2 19 s), so 200 replicates (or draws) are
+# about 13 minutes per checkpoint there and hours for larger models, far past what a decision needs (the sign test's p
+# is 0.5^R; the band's rank test needs N >= 1/level - 1: 199 at level 0.005). A pool of 2,000,000 records holds a whole
 # ImageNet-1k train split (1.28 M); a batch of 65,536 records is past what one forward holds for images; lists
 # that multiply the refits (budgets, pool sizes) hold 32 values, recounts read from stored replicates 256.
 MAX_REPLICATES = 200

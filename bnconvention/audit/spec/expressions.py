@@ -156,7 +156,7 @@ class _Checker:
 class NonFiniteError(ArithmeticError):
     """An expression's value left the finite floats on finite inputs (``df * 1e308 * 10`` overflows to inf);
     ``expression`` is the canonical text of the part that did. Callers report it as they report a division by
-    zero: one line naming the cell or criterion (issue 24, item 12)."""
+    zero: one line naming the cell or criterion."""
 
     def __init__(self, expression: str) -> None:
         super().__init__(f"{expression!r} is not a finite number (it overflows)")

@@ -1,4 +1,5 @@
-"""The optional ``quantization`` section of an audit spec: activation scales as a second deployed state (issue 14).
+"""The optional ``quantization`` section of an audit spec: activation scales as a second deployed state
+(docs/statistics.md#activation-scales-the-second-deployed-state).
 
 Off by default: a spec without it audits, and digests (journal keys), exactly as before (the section is left out of
 the spec's dump when absent). With it, a checkpoint that ships activation scales (declared by an ``activation_scales``

@@ -13,21 +13,40 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from spdx_python_model.bindings import v3_0_1 as spdx
 
 from bnconvention._version import __version__
 
-if TYPE_CHECKING:
-    from bnconvention.authoring.sbom import ReleaseRecord, WeightsEntry
-
 SPEC_VERSION = "3.0.1"
 TOOL = f"bnconvention-{__version__}"
 PROFILES = ("core", "software", "ai", "extension")
+
+
+class WeightsEntry(Protocol):
+    """What is read of one weights file (``sbom.WeightsEntry``; named structurally, so that ``sbom``, which
+    imports this module when the format is asked for, is not imported back)."""
+
+    @property
+    def filename(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def declaration(self) -> dict[str, Any] | None: ...
+
+
+class ReleaseRecord(Protocol):
+    """What is read of a release (``sbom.ReleaseRecord``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def weights(self) -> Sequence[WeightsEntry]: ...
+    def annotations_of(self, filename: str) -> list[dict[str, Any]]: ...
 
 
 def _compact(data: Any) -> str:

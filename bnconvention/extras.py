@@ -14,8 +14,9 @@ an extra:
   held as a dataset repo, a ``save_to_disk`` folder or parquet files;
 * ``bnconvention[lightning]``: the refit extra plus Lightning, for the Lightning callback that records the
   convention (the ``transformers`` extra gives the ``Trainer`` one).
-* ``bnconvention[provenance]``: model-signing, spdx-tools and cyclonedx-python-lib, no torch (``sign``,
-  ``verify``, ``export``; ``validate`` checks signatures with it and says the check was not run without it).
+* ``bnconvention[provenance]``: model-signing, spdx-python-model, spdx-tools and cyclonedx-python-lib, no torch
+  (``sign``, ``verify``, ``export``; ``validate`` checks signatures with it and says the check was not run without
+  it).
 
 The library extras sit beside ``audit`` rather than inside it, so the error for a missing one names both when the
 command needs both (``pip install 'bnconvention[audit,timm]'``): one install, and the command works.
@@ -56,6 +57,7 @@ MODULE_EXTRAS: dict[str, str] = {
     "model_signing": "provenance",
     "OpenSSL": "provenance",
     "spdx_tools": "provenance",
+    "spdx_python_model": "provenance",
     "cyclonedx": "provenance",
 }
 # Extra -> the extras it installs too (pyproject.toml's self-references, followed; tests/test_extras.py checks it).
@@ -71,7 +73,8 @@ EXTRA_INCLUDES: dict[str, frozenset[str]] = {
 }
 # The pip distribution name where it differs from the module's.
 _DISTRIBUTIONS = {"sklearn": "scikit-learn", "model_signing": "model-signing", "OpenSSL": "pyopenssl",
-                  "spdx_tools": "spdx-tools", "cyclonedx": "cyclonedx-python-lib"}
+                  "spdx_tools": "spdx-tools", "spdx_python_model": "spdx-python-model",
+                  "cyclonedx": "cyclonedx-python-lib"}
 
 
 def needs_extra(parser: argparse.ArgumentParser, extra: str) -> None:

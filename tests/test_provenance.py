@@ -5,9 +5,13 @@ refit annotation."""
 from __future__ import annotations
 
 import builtins
+import copy
+import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +20,8 @@ from bnconvention.cli.main import main
 pytest.importorskip("model_signing")
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "releases" / "annotated"
 ANNOTATION = "bnconvention/refit-704ef37d920d.json"
+TRAINABLE = "9334371f5ab3fc762be1ea2a6576536d7e4e51cba6f6209f76b7328d813d26bd"
+RUNNING = "d7da57142ad7868dc227505a5917bc26be7c8385bf562f742575b8d4ac40c548"
 
 
 @pytest.fixture
@@ -149,9 +155,9 @@ def _spdx_messages(text: str) -> list[str]:
     return [m.validation_message for m in validate_full_spdx_document(document)]
 
 
-def test_spdx_export_is_accepted_by_spdx_tools_and_a_broken_one_rejected(
+def test_spdx_2_3_export_is_accepted_by_spdx_tools_and_a_broken_one_rejected(
         release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["export", str(release), "--format", "spdx"]) == 0
+    assert main(["export", str(release), "--format", "spdx-2.3"]) == 0
     text = capsys.readouterr().out
     assert _spdx_messages(text) == []
     data = json.loads(text)
@@ -163,6 +169,99 @@ def test_spdx_export_is_accepted_by_spdx_tools_and_a_broken_one_rejected(
 
     package["checksums"][0]["checksumValue"] = "not-a-sha256"
     assert _spdx_messages(json.dumps(data))
+
+
+def _spdx3_read(data: dict[str, Any]) -> Any:
+    """Read an SPDX 3 JSON-LD document back with spdx-python-model, the way its own checks run: decoding checks
+    each property's type, enumeration and pattern; every reference must resolve (``link`` returns the missing
+    ones); serialising again checks the required properties and cardinalities. Raises ``ValueError``,
+    ``TypeError`` or ``KeyError`` on a document that breaks the SPDX 3.0.1 shapes."""
+    import spdx_python_model
+
+    model, objects = spdx_python_model.load_data(copy.deepcopy(data))
+    if missing := objects.link():
+        raise ValueError(f"unresolved references: {sorted(missing)}")
+    model.JSONLDSerializer().serialize_data(objects)
+    return objects
+
+
+def _graph_node(data: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(node for node in data["@graph"] if node["type"] == kind)
+
+
+def test_spdx3_export_is_an_ai_package_read_back_by_spdx_python_model(
+        release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from spdx_python_model import v3_0_1 as spdx
+
+    assert main(["export", str(release), "--format", "spdx"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["@context"] == "https://spdx.org/rdf/3.0.1/spdx-context.jsonld"
+    objects = _spdx3_read(data)
+
+    [document] = objects.foreach_type(spdx.SpdxDocument)
+    [package] = objects.foreach_type(spdx.ai_AIPackage)
+    assert document.creationInfo.specVersion == "3.0.1"
+    assert list(document.rootElement) == [package]
+    assert package.name == "release/model.safetensors"
+    assert package.software_primaryPurpose == spdx.software_SoftwarePurpose.model
+    assert {e.key: e.value for e in package.ai_hyperparameter} == {
+        "bnconvention:convention": "train/train/train-transform/ema-m0.1"}
+    [extension] = package.extension
+    properties = {p.extension_cdxPropName: p.extension_cdxPropValue for p in extension.extension_cdxProperty}
+    assert properties == {"bnconvention:convention": "train/train/train-transform/ema-m0.1",
+                          "bnconvention:trainable_sha256": TRAINABLE, "bnconvention:running_sha256": RUNNING}
+    refit = "df forget refit refit/retain/train-transform/exact"
+    assert {e.key: e.value for e in package.ai_metric} == {
+        "df forget shipped": "0.25", refit: "0.5625", f"{refit} replicate range": "[0.5, 0.625]"}
+
+    [contains] = objects.foreach_type(spdx.Relationship)
+    [file] = objects.foreach_type(spdx.software_File)
+    assert (contains.from_, contains.relationshipType, list(contains.to)) == (
+        package, spdx.RelationshipType.contains, [file])
+    [digest] = file.verifiedUsing
+    assert file.name == "model.safetensors"
+    assert digest.algorithm == spdx.HashAlgorithm.sha256
+    assert digest.hashValue == hashlib.sha256((release / "model.safetensors").read_bytes()).hexdigest()
+    statements = sorted(a.statement.split(": ", 1)[0] for a in objects.foreach_type(spdx.Annotation))
+    assert statements == ["bnconvention declaration", "bnconvention refit_annotation"]
+    assert all(a.subject is package for a in objects.foreach_type(spdx.Annotation))
+
+
+def test_spdx3_of_unstamped_weights_says_so_and_names_no_convention() -> None:
+    from spdx_python_model import v3_0_1 as spdx
+
+    from bnconvention.authoring.sbom import ReleaseRecord, WeightsEntry
+    from bnconvention.authoring.spdx3 import spdx3_json
+
+    release = ReleaseRecord(name="plain release", weights=[WeightsEntry("model.safetensors", "ab" * 32)])
+    objects = _spdx3_read(json.loads(spdx3_json(release)))
+    [package] = objects.foreach_type(spdx.ai_AIPackage)
+    assert package.comment == "no bnconvention declaration stamped"
+    assert (package.ai_informationAboutTraining, list(package.ai_hyperparameter), list(package.extension),
+            list(package.ai_metric)) == (None, [], [], [])
+    assert not list(objects.foreach_type(spdx.Annotation))
+    [file] = objects.foreach_type(spdx.software_File)
+    assert file.verifiedUsing[0].hashValue == "ab" * 32
+
+
+@pytest.mark.parametrize("breaking", [
+    pytest.param(lambda d: _graph_node(d, "software_File")["verifiedUsing"][0].update(algorithm="sha257"),
+                 id="unknown-hash-algorithm"),
+    pytest.param(lambda d: _graph_node(d, "software_File")["verifiedUsing"][0].pop("hashValue"),
+                 id="hash-without-value"),
+    pytest.param(lambda d: _graph_node(d, "ai_AIPackage").pop("creationInfo"), id="package-without-creation-info"),
+    pytest.param(lambda d: _graph_node(d, "Relationship").pop("relationshipType"), id="relationship-without-type"),
+    pytest.param(lambda d: _graph_node(d, "Relationship").update(to=["urn:bnconvention:nowhere"]),
+                 id="dangling-reference"),
+])
+def test_spdx3_export_broken_is_rejected_by_spdx_python_model(
+        release: Path, capsys: pytest.CaptureFixture[str], breaking: Callable[[dict[str, Any]], object]) -> None:
+    assert main(["export", str(release), "--format", "spdx"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    _spdx3_read(data)
+    breaking(data)
+    with pytest.raises((ValueError, TypeError, KeyError)):
+        _spdx3_read(data)
 
 
 def test_cyclonedx_export_is_accepted_by_its_validator_and_a_broken_one_rejected(

@@ -1,13 +1,14 @@
-"""Export a release's record to the bills of materials people already use: SPDX and a CycloneDX model card.
+"""Export a release's record to the bills of materials people already use: SPDX 3 and a CycloneDX model card.
 
 :func:`read_release` gathers what a release says (:class:`ReleaseRecord`: each weights file's sha256 and stamped
-declaration, each refit annotation's cells); :func:`spdx_document` and :func:`cyclonedx_document` map it with the
-registry's libraries (``bnconvention[provenance]``). The mapping is the table in ``docs/standard.md`` ("Export to
-SPDX and CycloneDX").
+declaration, each refit annotation's cells); :func:`export` maps it with the registry's libraries
+(``bnconvention[provenance]``). The mapping is the table in ``docs/standard.md`` ("Export to SPDX and CycloneDX").
 
-* **SPDX**: spdx-tools 0.8 validates SPDX 2.3 only (its SPDX 3 model is a draft with no validator), so the export is
-  an SPDX 2.3 document: one package per weights file (sha256 checksum, the convention in its comment) and the
-  records as package annotations, each a JSON text; it passes ``validate_full_spdx_document``.
+* **SPDX 3.0.1** (``spdx``, :mod:`bnconvention.authoring.spdx3`): one ``ai_AIPackage`` per weights file, written with
+  spdx-python-model, SPDX's bindings generated from the model's SHACL shapes.
+* **SPDX 2.3** (``spdx-2.3``, kept for the tools that read 2.3 only): one package per weights file (sha256
+  checksum, the convention in its comment) and the records as package annotations, each a JSON text; written by
+  spdx-tools 0.8, it passes ``validate_full_spdx_document``.
 * **CycloneDX** 1.6: one ``machine-learning-model`` component per weights file (sha256 hash, ``bnconvention:*``
   properties). cyclonedx-python-lib 11 has no ``modelCard`` model yet, so the library writes the BOM and the
   ``modelCard`` (``modelParameters.approach``, ``quantitativeAnalysis.performanceMetrics`` for each refit cell,
@@ -25,8 +26,8 @@ from typing import Any, Literal, TypeAlias
 
 from bnconvention._version import __version__
 
-ExportFormat: TypeAlias = Literal["spdx", "cyclonedx"]
-FORMATS: tuple[ExportFormat, ...] = ("spdx", "cyclonedx")
+ExportFormat: TypeAlias = Literal["spdx", "spdx-2.3", "cyclonedx"]
+FORMATS: tuple[ExportFormat, ...] = ("spdx", "spdx-2.3", "cyclonedx")
 TOOL = f"bnconvention-{__version__}"
 
 
@@ -215,8 +216,12 @@ def cyclonedx_json(release: ReleaseRecord) -> str:
 
 
 def export(release: ReleaseRecord, fmt: ExportFormat) -> str:
-    """The document of ``release`` in ``fmt`` as JSON text."""
+    """The document of ``release`` in ``fmt`` as JSON text (``spdx`` is SPDX 3.0.1, ``spdx-2.3`` SPDX 2.3)."""
     if fmt == "spdx":
+        from bnconvention.authoring.spdx3 import spdx3_json
+
+        return spdx3_json(release)
+    if fmt == "spdx-2.3":
         return spdx_json(release)
     if fmt == "cyclonedx":
         return cyclonedx_json(release)

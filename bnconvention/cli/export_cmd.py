@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-# spdx-tools and cyclonedx-python-lib are imported when the command runs (bnconvention[provenance]).
+# spdx-python-model, spdx-tools and cyclonedx-python-lib are imported when the command runs
+# (bnconvention[provenance]).
 import argparse
 import sys
 from pathlib import Path
@@ -13,11 +14,12 @@ EPILOG = """\
 examples:
   bnconvention export release --format cyclonedx > release.cdx.json
   bnconvention export release/model.safetensors --format spdx --output release.spdx.json
+  bnconvention export release --format spdx-2.3 > release.spdx2.json
 
-Each weights file becomes an SPDX package (SPDX 2.3: spdx-tools validates no SPDX 3 yet) or a CycloneDX 1.6
-machine-learning-model component with a modelCard: its sha256, the convention of its stamped declaration, its
-digests, and the refit cells of the annotations under bnconvention/. The field mapping: docs/standard.md
-("Export to SPDX and CycloneDX").
+Each weights file becomes an SPDX 3.0.1 AI package (spdx; spdx-2.3 writes an SPDX 2.3 package for the tools that
+read 2.3 only) or a CycloneDX 1.6 machine-learning-model component with a modelCard: its sha256, the convention
+of its stamped declaration, its digests, and the refit cells of the annotations under bnconvention/. The field
+mapping: docs/standard.md ("Export to SPDX and CycloneDX").
 
 Exit codes: 0 written, 1 a record is invalid, 2 unreadable input.
 """
@@ -25,12 +27,13 @@ Exit codes: 0 written, 1 a record is invalid, 2 unreadable input.
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "export", help="export a release's record as SPDX or a CycloneDX model card",
-        description="Write a release's bnconvention records (convention, digests, refit cells) into an SPDX "
-                    "document or a CycloneDX BOM with a model card.",
+        "export", help="export a release's record as an SPDX 3 AI package or a CycloneDX model card",
+        description="Write a release's bnconvention records (convention, digests, refit cells) into an SPDX 3 "
+                    "document (AI profile) or a CycloneDX BOM with a model card.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("release", metavar="RELEASE", type=Path, help="a release folder or a .safetensors file")
-    parser.add_argument("--format", required=True, choices=("spdx", "cyclonedx"), help="the document to write")
+    parser.add_argument("--format", required=True, choices=("spdx", "spdx-2.3", "cyclonedx"),
+                        help="the document to write: spdx (SPDX 3.0.1), spdx-2.3 or cyclonedx (1.6)")
     parser.add_argument("--name", default=None, help="the model's name (default: the release folder's name)")
     parser.add_argument("--output", type=Path, default=None, metavar="FILE", help="write here (default: stdout)")
     needs_extra(parser, "provenance")

@@ -1,15 +1,15 @@
-"""Building blocks of the standard's models: version constants, the closed vocabularies (``Literal`` aliases),
-constrained field types, and the strict base model every record part derives from."""
+"""Building blocks of the standard's models: the closed vocabularies (``Literal`` aliases), constrained field
+types, the strict base model every record part derives from, and the base of the two record kinds (their version
+and its check). The versions themselves are in :mod:`.versions`."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal, TypeAlias
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
-SPEC_VERSION: Final = "1.0"  # what producers write unless a record needs a later version's field
-LATEST_SPEC_VERSION: Final = "1.1"
-SPEC_VERSIONS: Final = ("1.0", "1.1")  # every version this release reads; older ones stay valid and mean the same
+from bnconvention.standard.versions import SpecVersion, version_errors
+
 SCHEMA_ID = "https://bnconvention.github.io/schema/v1/bnconvention.schema.json"
 DIGEST_ALGORITHM: Final = "bnconvention-tensors/1"  # Final: typed as the Literal the records declare
 
@@ -53,3 +53,17 @@ PositiveInt = Annotated[Annotated[int, Field(ge=1)], BeforeValidator(_integral_f
 class StrictModel(BaseModel):
     # strict: no silent coercion ("1" is not 1), so the models accept what the JSON Schema accepts.
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+
+class VersionedRecord(StrictModel):
+    """A record kind: its ``spec_version`` comes first, and the record holds no field or object of a later version
+    (a 1.0 object admits no property it does not define, as the JSON Schema of 1.0 says)."""
+
+    spec_version: SpecVersion = Field(description="Version of the standard the record follows.")
+
+    @model_validator(mode="after")
+    def _only_fields_of_its_version(self) -> VersionedRecord:
+        errors = list(version_errors(self, self.spec_version))
+        if errors:
+            raise ValueError(f"a spec_version {self.spec_version} record holds later fields: {'; '.join(errors)}")
+        return self

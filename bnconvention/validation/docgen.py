@@ -17,8 +17,9 @@ from typing import Any
 
 from bnconvention.formats.atomic import sync_generated_file
 from bnconvention.formats.text import table_cell
-from bnconvention.standard.models import VERSIONED_MODELS
-from bnconvention.standard.schema import generate_schema
+from bnconvention.standard.models import LATEST_SPEC_VERSION, RECORD_KINDS, SPEC_VERSION
+from bnconvention.standard.schema import changed_in, generate_schema
+from bnconvention.standard.versions import reachable, schema_suffix
 from bnconvention.validation.issues import CODES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -38,8 +39,10 @@ ORDER = [
     "DeclarationV11", "RefitAnnotationV11", "CellV11", "CellDecisionV11", "CheckpointFamily", "ProvenanceArm",
     "NullBand", "RecoverabilityCurve", "RecoverabilityPoint", "TwinReference",
 ]
-# A 1.1 object that extends a 1.0 one: its table lists only what differs.
-EXTENDS = {new.__name__: old.__name__ for old, new in VERSIONED_MODELS}
+# An object as the latest version changed it (CellV11) extends its first version's (Cell): its table lists only what
+# differs.
+EXTENDS = {model.__name__ + schema_suffix(LATEST_SPEC_VERSION): model.__name__ + schema_suffix(SPEC_VERSION)
+           for model in reachable(RECORD_KINDS) if LATEST_SPEC_VERSION in changed_in(model)}
 _BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
                     re.DOTALL)
 

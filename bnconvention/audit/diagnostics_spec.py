@@ -105,11 +105,11 @@ class LinearProbeSpec(SpecModel):
     train_split: Literal["test", "retain"] = Field(default="test", description=(
         "Split the probe is trained on (per_class records of each class); it is scored on the forget split."))
     per_class: Records = Field(default=50, description=(
-        f"Training records per class (50 in seed 003; at most {MAX_RECORDS:,})."))
+        f"Training records per class (50 in the papers; at most {MAX_RECORDS:,})."))
     test_records: Records | None = Field(default=None, description=(
         f"Forget records scored; default all (at most {MAX_RECORDS:,})."))
     max_iter: Iterations = Field(default=1000, description=(
-        f"lbfgs iteration cap (1000 in seed 003; at most {MAX_ITERATIONS:,})."))
+        f"lbfgs iteration cap (1000 in the papers; at most {MAX_ITERATIONS:,})."))
     inverse_regularization: Annotated[float, Field(gt=0)] = Field(default=1.0, description="sklearn's C.")
     standardize: bool = Field(default=True, description="Standardize features with the probe-train moments.")
 

@@ -95,6 +95,7 @@ def _at(annotation: Any, version: SpecVersion) -> Any:
     return annotation
 
 
+@cache
 def version_adapter(version: SpecVersion) -> TypeAdapter[Any]:
     """A record of ``version`` only (a union by kind), as the models stood at that version."""
     kinds: Any = Union[tuple(model_at(kind, version) for kind in RECORD_KINDS)]  # noqa: UP007

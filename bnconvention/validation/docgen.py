@@ -17,7 +17,14 @@ from typing import Any
 
 from bnconvention.formats.atomic import sync_generated_file
 from bnconvention.formats.text import table_cell
-from bnconvention.standard.models import LATEST_SPEC_VERSION, RECORD_KINDS, SPEC_VERSION
+from bnconvention.standard.models import (
+    LATEST_SPEC_VERSION,
+    RECORD_KINDS,
+    SPEC_VERSION,
+    VERSIONS,
+    deployed_state_kinds,
+    fields_added_in,
+)
 from bnconvention.standard.schema import changed_in, generate_schema
 from bnconvention.standard.versions import reachable, schema_suffix
 from bnconvention.validation.issues import CODES
@@ -145,8 +152,23 @@ def example(rel: str, root: Path) -> str:
     return f"From `{rel}`:\n\n```json\n{json.dumps(data, indent=2, ensure_ascii=False)}\n```\n"
 
 
+def version_table() -> str:
+    """The table of versions (``bnconvention.standard.versions.VERSIONS``) with the fields and kinds each added."""
+    out = ["| version | what it added | fields and deployed-state kinds added to earlier objects |", "|---|---|---|"]
+    for version in VERSIONS:
+        if version.number == SPEC_VERSION:
+            added = []
+        else:
+            added = [f"{owner}: {', '.join(f'`{name}`' for name in names)}"
+                     for owner, names in fields_added_in(version.number).items()]
+            added += [f"deployed-state kind `{kind}`" for kind, since in deployed_state_kinds().items()
+                      if since == version.number]
+        out.append(f"| `{version.number}` | {table_cell(version.adds)} | {'; '.join(added) or '—'} |")
+    return "\n".join(out) + "\n"
+
+
 def sections(root: Path = REPO_ROOT) -> dict[str, str]:
-    out = {"fields": field_tables(), "codes": code_table()}
+    out = {"fields": field_tables(), "codes": code_table(), "versions": version_table()}
     for name, rel in EXAMPLES.items():
         out[name] = example(rel, root)
     return out

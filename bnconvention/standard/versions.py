@@ -26,7 +26,7 @@ SpecVersion: TypeAlias = Literal["1.0", "1.1"]
 
 @dataclass(frozen=True)
 class Version:
-    """One version of the standard: its number and what it added (docs/standard.md, "Versions")."""
+    """One version of the standard: its number and what it added (docs/standard.md#versioning-and-migration)."""
 
     number: SpecVersion
     adds: str

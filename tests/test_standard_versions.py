@@ -110,3 +110,14 @@ def test_a_1_0_record_holding_a_later_field_is_refused_by_the_models_too() -> No
     assert isinstance(parse_record(data), RefitAnnotation)
     with pytest.raises(ValidationError, match="is a field of spec version 1.1"):
         parse_record({**data, "spec_version": "1.0"})
+
+
+def test_a_null_later_field_counts_for_the_standard_s_reading_only() -> None:
+    """parse_record refuses a 1.0 record with "unit": null as the 1.0 schema does; a dump of every field (None
+    included) of a 1.0 record reads back (a regression: an audit result's annotation round-trips as JSON)."""
+    data = _record({"file": "valid/refit-annotation-full.json"})
+    record = parse_record(data)
+    assert record.spec_version == "1.0"
+    with pytest.raises(ValidationError, match="'unit' is a field of spec version 1.1"):
+        parse_record({**data, "cells": [{**data["cells"][0], "unit": None}, *data["cells"][1:]]})
+    assert RefitAnnotation.model_validate_json(record.model_dump_json()) == record

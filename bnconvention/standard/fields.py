@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal, TypeAlias
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationInfo, model_validator
 
 from bnconvention.standard.versions import SpecVersion, version_errors
 
@@ -55,6 +55,9 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
 
 
+STRICT_VERSIONS = "bnconvention.strict_versions"  # validation-context key: a null later field counts
+
+
 class VersionedRecord(StrictModel):
     """A record kind: its ``spec_version`` comes first, and the record holds no field or object of a later version
     (a 1.0 object admits no property it does not define, as the JSON Schema of 1.0 says)."""
@@ -62,8 +65,11 @@ class VersionedRecord(StrictModel):
     spec_version: SpecVersion = Field(description="Version of the standard the record follows.")
 
     @model_validator(mode="after")
-    def _only_fields_of_its_version(self) -> VersionedRecord:
-        errors = list(version_errors(self, self.spec_version))
+    def _only_fields_of_its_version(self, info: ValidationInfo) -> VersionedRecord:
+        # A record read as the standard reads it (parse_record) refuses a later field even when null, as the
+        # version's JSON Schema does; elsewhere (a dump of every field read back) a null one is absent.
+        nulls = isinstance(info.context, dict) and bool(info.context.get(STRICT_VERSIONS))
+        errors = list(version_errors(self, self.spec_version, nulls=nulls))
         if errors:
             raise ValueError(f"a spec_version {self.spec_version} record holds later fields: {'; '.join(errors)}")
         return self

@@ -73,6 +73,7 @@ from bnconvention.standard.evidence import (
 from bnconvention.standard.fields import (
     DIGEST_ALGORITHM,
     SCHEMA_ID,
+    STRICT_VERSIONS,
     AccumulationRule,
     BufferUpdateMode,
     Channel,
@@ -145,7 +146,7 @@ def to_dict(model: BaseModel) -> dict[str, Any]:
 
 def parse_record(data: Any) -> Declaration | RefitAnnotation:
     """Validate a decoded JSON value as a record; raises ``pydantic.ValidationError``."""
-    return RECORD_ADAPTER.validate_python(data)
+    return RECORD_ADAPTER.validate_python(data, context={STRICT_VERSIONS: True})
 
 
 __all__ = [

@@ -138,29 +138,36 @@ def added_in(version: SpecVersion, roots: tuple[type[BaseModel], ...]) -> dict[s
     return out
 
 
-def version_errors(record: BaseModel, version: SpecVersion, path: str = "") -> Iterator[str]:
-    """Where ``record`` (a parsed record of ``version``) holds a field or object of a later version."""
+def version_errors(record: BaseModel, version: SpecVersion, path: str = "", *, nulls: bool = True) -> Iterator[str]:
+    """Where ``record`` (a parsed record of ``version``) holds a field or object of a later version.
+
+    ``nulls``: a later field given as null counts (as in the version's JSON Schema, whose objects admit no other
+    property); without it, a null later field is read as absent (what a dump with every field, ``None`` included,
+    gives back)."""
     for name in type(record).model_fields:
         if name not in record.model_fields_set:
+            continue
+        value = getattr(record, name)
+        if value is None and not nulls:
             continue
         where = f"{path}/{name}"
         added = field_since(type(record), name)
         if order(added) > order(version):
             yield f"{where}: {name!r} is a field of spec version {added}"
             continue
-        yield from _value_errors(getattr(record, name), type(record).model_fields[name].annotation, version, where)
+        yield from _value_errors(value, type(record).model_fields[name].annotation, version, where, nulls=nulls)
 
 
-def _value_errors(value: Any, annotation: Any, version: SpecVersion, path: str) -> Iterator[str]:
+def _value_errors(value: Any, annotation: Any, version: SpecVersion, path: str, *, nulls: bool) -> Iterator[str]:
     if isinstance(value, BaseModel):
         for model, added in models_in(annotation):
             if type(value) is model and order(added) > order(version):
                 yield f"{path}: {type(value).__name__} is an object of spec version {added}"
                 return
-        yield from version_errors(value, version, path)
+        yield from version_errors(value, version, path, nulls=nulls)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _value_errors(item, annotation, version, f"{path}/{index}")
+            yield from _value_errors(item, annotation, version, f"{path}/{index}", nulls=nulls)
 
 
 __all__ = ["LATEST_SPEC_VERSION", "SPEC_VERSION", "SPEC_VERSIONS", "VERSIONS", "Since", "SpecVersion", "Version",

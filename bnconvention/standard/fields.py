@@ -6,9 +6,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal, TypeAlias
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
 
-from bnconvention.standard.versions import SpecVersion, version_errors
+from bnconvention.standard.versions import SpecVersion, later_fields, version_errors
 
 SCHEMA_ID = "https://bnconvention.github.io/schema/v1/bnconvention.schema.json"
 DIGEST_ALGORITHM: Final = "bnconvention-tensors/1"  # Final: typed as the Literal the records declare
@@ -53,6 +63,17 @@ PositiveInt = Annotated[Annotated[int, Field(ge=1)], BeforeValidator(_integral_f
 class StrictModel(BaseModel):
     # strict: no silent coercion ("1" is not 1), so the models accept what the JSON Schema accepts.
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+    @model_serializer(mode="wrap")
+    def _later_nulls_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A field a later version added is left out when null (absent and null mean the same), so a dump of every
+        # field of an older record is still a record of its version.
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in later_fields(type(self)):
+                if name in data and data[name] is None:
+                    del data[name]
+        return data
 
 
 STRICT_VERSIONS = "bnconvention.strict_versions"  # validation-context key: a null later field counts

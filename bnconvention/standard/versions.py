@@ -17,6 +17,7 @@ from __future__ import annotations
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any, Final, Literal, TypeAlias, Union, get_args, get_origin
 
 from pydantic import BaseModel
@@ -80,6 +81,12 @@ def field_since(model: type[BaseModel], name: str) -> SpecVersion:
     """The version that added field ``name`` of ``model``."""
     marks = [m for m in model.model_fields[name].metadata if isinstance(m, Since)]
     return marks[0].version if marks else SPEC_VERSIONS[0]
+
+
+@cache
+def later_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of ``model`` that a version after the first added."""
+    return tuple(name for name in model.model_fields if field_since(model, name) != SPEC_VERSIONS[0])
 
 
 def member_since(annotation: Any) -> SpecVersion:
@@ -171,5 +178,5 @@ def _value_errors(value: Any, annotation: Any, version: SpecVersion, path: str, 
 
 
 __all__ = ["LATEST_SPEC_VERSION", "SPEC_VERSION", "SPEC_VERSIONS", "VERSIONS", "Since", "SpecVersion", "Version",
-           "added_in", "field_since", "member_since", "models_in", "older_versions", "order", "reachable",
-           "schema_suffix", "since", "union_members", "version_errors"]
+           "added_in", "field_since", "later_fields", "member_since", "models_in", "older_versions", "order",
+           "reachable", "schema_suffix", "since", "union_members", "version_errors"]

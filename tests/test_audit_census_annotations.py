@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bnconvention.audit.census.annotations import annotation_with_by, write_by_annotations
-from bnconvention.standard.models import RefitAnnotation, RefitAnnotationV11, parse_record, to_dict
+from bnconvention.standard.models import RefitAnnotation, parse_record, to_dict
 from bnconvention.validation.records import validate_record
 
 FULL = Path(__file__).resolve().parent.parent / "schema" / "tests" / "valid" / "refit-annotation-full.json"
@@ -21,7 +21,7 @@ def _annotation() -> RefitAnnotation:
 def test_adjusted_p_values_make_a_valid_1_1_annotation_and_change_nothing_else() -> None:
     annotation = _annotation()
     adjusted = annotation_with_by(annotation, {"df": 0.25, "dt": 1.0, "abs(df - dt)": 0.25}, family_size=12)
-    assert isinstance(adjusted, RefitAnnotationV11)
+    assert isinstance(adjusted, RefitAnnotation) and adjusted.spec_version == "1.1"
     data = to_dict(adjusted)
     assert validate_record(data) == []
     assert [(c["decision"]["by_p_value"], c["decision"]["by_family_size"]) for c in data["cells"]] == [

@@ -18,7 +18,7 @@ from bnconvention.data.digits import DIGITS_DATASET_ID, DIGITS_TRAIN_TRANSFORM, 
 from bnconvention.errors import RecordError, UsageError
 from bnconvention.formats.digests import model_digests
 from bnconvention.refit import refit
-from bnconvention.standard.models import ObservationV11, parse_record, to_dict
+from bnconvention.standard.models import Observation, parse_record, to_dict
 from bnconvention.standard.schema import schema_validator
 from bnconvention.validation.records import check_record
 from bnconvention.zoo import methods
@@ -409,4 +409,4 @@ def test_observation_round_trips_through_json(model: torch.nn.Module, digits: di
         methods.gradient_ascent(model, digits["x_forget"], digits["y_forget"], steps=1, lr=1e-3, batch_size=8,
                                 generator=gen(), observer=rec)
     obs = rec.observation(declared_mode="frozen")
-    assert ObservationV11.model_validate(to_dict(obs)) == obs
+    assert Observation.model_validate(to_dict(obs)) == obs

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bnconvention.authoring.migrate import migrate_record_data
-from bnconvention.standard.models import ActivationScalesState, DeclarationV11, parse_record
+from bnconvention.standard.models import ActivationScalesState, Declaration, parse_record
 from bnconvention.validation.records import validate_record
 from bnconvention.validation.scales_check import symmetric_zero_point
 
@@ -24,7 +24,7 @@ def _vector(name: str) -> dict[str, Any]:
 
 def test_a_1_1_declaration_parses_its_scales_as_their_kind() -> None:
     record = parse_record(_vector("declaration-v11-activation-scales"))
-    assert isinstance(record, DeclarationV11)
+    assert isinstance(record, Declaration) and record.spec_version == "1.1"
     batchnorm, scales = record.deployed_state
     assert batchnorm.kind == "batchnorm" and isinstance(scales, ActivationScalesState)
     assert [(s.name, s.scale, s.zero_point) for s in scales.sites] == [

@@ -25,9 +25,9 @@ from bnconvention.standard.models import (
     ActivationSite,
     DataSplit,
     Declaration,
-    DeclarationV11,
     FittingConvention,
     Producer,
+    deployed_state_kinds,
     to_dict,
 )
 from bnconvention.validation.records import ensure_valid_record
@@ -57,16 +57,16 @@ def float_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def declare_quantized(model: torch.nn.Module, convention: FittingConvention, *, calibration: DataSplit,
                       scales: ScaleSet | None = None, reporting_line: str | None = None,
-                      producer: Producer | None = None) -> DeclarationV11:
+                      producer: Producer | None = None) -> Declaration:
     """A 1.1 declaration of a prepared, calibrated model: BatchNorm state and activation scales (read from its
     observers unless ``scales`` is given, e.g. a refit's), bound to the float tensors by digests."""
     scales = scales or read_scales(model)
     digests = state_dict_digests(float_state(model), bn_layer_names(model))
     base = declare(model, convention, digests=digests, producer=producer, reporting_line=reporting_line)
     data = to_dict(base)
-    data["spec_version"] = "1.1"
+    data["spec_version"] = deployed_state_kinds()["activation_scales"]
     data["deployed_state"].append(to_dict(activation_scales_state(scales, calibration=calibration)))
-    return DeclarationV11.model_validate(data)
+    return Declaration.model_validate(data)
 
 
 def scales_state_of(record: Declaration) -> ActivationScalesState:
@@ -91,7 +91,7 @@ def check_binds_weights(record: Declaration, *, trainable_sha256: str, running_s
 
 
 def refit_scales_declaration(record: Declaration, refit: ScaleSet, *, calibration: DataSplit, filename: str,
-                             reporting_line: str) -> DeclarationV11:
+                             reporting_line: str) -> Declaration:
     """``record`` (a declaration of a quantized model) with its activation scales replaced by ``refit``, fitted on
     ``calibration`` and stored in ``filename``: every other deployed state, and the θ/φ digests, as declared (a
     scales refit changes neither)."""
@@ -100,8 +100,9 @@ def refit_scales_declaration(record: Declaration, refit: ScaleSet, *, calibratio
     data["deployed_state"] = [
         to_dict(activation_scales_state(refit, calibration=calibration, filename=filename))
         if state["kind"] == "activation_scales" else state for state in data["deployed_state"]]
-    data.update(spec_version="1.1", producer=to_dict(default_producer()), reporting_line=reporting_line)
-    return DeclarationV11.model_validate(data)
+    data.update(spec_version=deployed_state_kinds()["activation_scales"],
+                producer=to_dict(default_producer()), reporting_line=reporting_line)
+    return Declaration.model_validate(data)
 
 
 def read_declaration(source: Path) -> Declaration:

@@ -17,6 +17,7 @@ from bnconvention.authoring.deployed_state import batchnorm_state, tensor_digest
 from bnconvention.errors import RecordError
 from bnconvention.formats.digests import DigestSet, model_digests
 from bnconvention.standard.models import (
+    LATEST_SPEC_VERSION,
     SPEC_VERSION,
     AccumulationRule,
     BatchNormState,
@@ -25,7 +26,6 @@ from bnconvention.standard.models import (
     DatasetRef,
     DataSplit,
     Declaration,
-    DeclarationV11,
     DistributedMode,
     DropoutMode,
     EmaAccumulation,
@@ -43,7 +43,7 @@ from bnconvention.standard.models import (
     TransformDescription,
     TransformMode,
     VarianceEstimator,
-    added_in_1_1,
+    fields_added_in,
 )
 from bnconvention.standard.naming import canonical_name, transform_sha256
 
@@ -147,12 +147,11 @@ def declare_state(convention: FittingConvention, *, deployed_state: BatchNormSta
     """The declaration of a deployed state already described (a saved observation's layers and digests): what
     :func:`declare` builds once it has read them off the model. Spec version 1.0 unless the observation fills a
     field 1.1 added (an override, a layer-name mapping, splits matched by content): then 1.1."""
-    added = added_in_1_1()["Observation"]
-    v11 = observation is not None and any(getattr(observation, name, None) is not None for name in added)
-    if observation is not None and not v11:
+    added = fields_added_in(LATEST_SPEC_VERSION)["Observation"]
+    later = observation is not None and any(getattr(observation, name, None) is not None for name in added)
+    if observation is not None and not later:
         observation = Observation.model_validate(observation.model_dump(exclude=set(added)))
-    model: type[Declaration] = DeclarationV11 if v11 else Declaration
-    return model.model_validate({
-        "spec_version": "1.1" if v11 else SPEC_VERSION, "kind": "declaration", "convention": convention,
+    return Declaration.model_validate({
+        "spec_version": LATEST_SPEC_VERSION if later else SPEC_VERSION, "kind": "declaration", "convention": convention,
         "deployed_state": [deployed_state], "digests": digests, "producer": producer or default_producer(),
         "reporting_line": reporting_line, "observation": observation, "refit": refit})

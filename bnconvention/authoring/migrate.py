@@ -1,7 +1,10 @@
-"""Upgrade a record of spec version 1.0 to 1.1 (``bnconvention migrate``), in a JSON file or a card's block.
+"""Upgrade a record of an older spec version to the latest (``bnconvention migrate``), in a JSON file or a card's
+block.
 
-Every 1.0 record is a valid 1.1 record with the same meaning once its ``spec_version`` says "1.1": 1.1 only adds
-optional fields. The migration therefore changes that one value and nothing else, in place in the key order, and
+The versions come from the table in :mod:`bnconvention.standard.versions`: each version after the first only adds
+optional fields (marked ``since``), so every record of an older version is a valid record of the latest with the
+same meaning once its ``spec_version`` says so.
+The migration therefore changes that one value and nothing else, in place in the key order, and
 proves it: the record must be valid before (a record with errors is not migrated: fix it first), valid after, and
 its parsed form, ``spec_version`` aside, must be what it was. A card keeps every byte outside its ``bnconvention:``
 block (:mod:`bnconvention.authoring.card_edit`), its line endings and a UTF-8 BOM; the body section is not
@@ -25,9 +28,10 @@ from bnconvention.formats.atomic import WRITE_TEMP_SUFFIX, atomic_write_bytes, r
 from bnconvention.formats.canonical import canonical_json, loads_strict
 from bnconvention.formats.card import CARD_BLOCK_KEY, decode_card
 from bnconvention.standard.models import LATEST_SPEC_VERSION, to_dict
+from bnconvention.standard.versions import older_versions
 from bnconvention.validation.records import ensure_valid_record
 
-FROM_VERSION = "1.0"
+FROM_VERSIONS = older_versions()
 TO_VERSION = LATEST_SPEC_VERSION
 
 
@@ -49,7 +53,8 @@ def _meaning(data: dict[str, Any], *, source: str) -> str:
 
 
 def migrate_record_data(data: Any, *, source: str) -> dict[str, Any]:
-    """A valid 1.0 record as 1.1, the same keys in the same order; raises :class:`RecordError` otherwise.
+    """A valid record of an older version as the latest, the same keys in the same order; raises
+    :class:`RecordError` otherwise.
 
     >>> migrate_record_data({"spec_version": "1.1", "kind": "declaration"}, source="r.json")
     Traceback (most recent call last):
@@ -59,9 +64,9 @@ def migrate_record_data(data: Any, *, source: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RecordError(f"{source}: a record is a JSON object; found {type(data).__name__}", source=source)
     version = data.get("spec_version")
-    if version != FROM_VERSION:
+    if version not in FROM_VERSIONS:
         raise RecordError(f"{source}: spec_version is {json.dumps(version)}; migrate upgrades "
-                          f"{FROM_VERSION} records to {TO_VERSION}", source=source)
+                          f"{' or '.join(FROM_VERSIONS)} records to {TO_VERSION}", source=source)
     before = _meaning(data, source=source)  # an invalid record raises here, naming its first error
     migrated = {key: (TO_VERSION if key == "spec_version" else value) for key, value in data.items()}
     if _meaning(migrated, source=f"{source} (migrated)") != before:
@@ -100,7 +105,7 @@ def _version_of(raw: bytes, *, is_card: bool, source: str) -> Any:
 def migrate_file(path: Path, *, out: Path | None = None) -> MigrationResult:
     """Migrate the record at ``path`` (a ``.json`` record or a ``.md`` card) into ``out`` (default: in place).
 
-    A record already at 1.1 is left alone and nothing is written.
+    A record already at the latest version is left alone and nothing is written.
     """
     source = str(path)
     suffix = path.suffix.lower()
@@ -120,7 +125,7 @@ def migrate_file(path: Path, *, out: Path | None = None) -> MigrationResult:
     target = out if out is not None else path
     remove_stale_temps(target, suffix=WRITE_TEMP_SUFFIX)
     atomic_write_bytes(target, new_raw)
-    return MigrationResult(source=path, written=target, version_before=FROM_VERSION, version_after=TO_VERSION)
+    return MigrationResult(source=path, written=target, version_before=str(version), version_after=TO_VERSION)
 
 
 __all__ = ["MigrationResult", "migrate_card_text", "migrate_file", "migrate_json_text", "migrate_record_data"]

@@ -64,7 +64,6 @@ from bnconvention.standard.models import (
     FittingConvention,
     ModeOverride,
     Observation,
-    ObservationV11,
     Precision,
     SplitRole,
     Transform,
@@ -275,15 +274,8 @@ def with_override(observation: Observation, *, mode: BufferUpdateMode, by: str, 
         raise RecordError(f"the run already shows mode {mode!r}: there is nothing to override (drop the override)")
     if not by.strip() or not reason.strip():
         raise RecordError("an override names who makes it and why (by= and reason= are non-empty)")
-    return as_v11(observation).model_copy(update={"override": ModeOverride(mode=mode, observed=observed, by=by,
-                                                                           reason=reason)})
-
-
-def as_v11(observation: Observation) -> ObservationV11:
-    """``observation`` as the 1.1 model (which adds optional fields only), to fill one of them."""
-    if isinstance(observation, ObservationV11):
-        return observation
-    return ObservationV11.model_validate(observation.model_dump(exclude_none=True))
+    return observation.model_copy(update={"override": ModeOverride(mode=mode, observed=observed, by=by,
+                                                                   reason=reason)})
 
 
 def with_author(observation: Observation, *, declared_mode: BufferUpdateMode | None, role: str | None,

@@ -55,7 +55,7 @@ from bnconvention.standard.models import (
     DropoutMode,
     FittingConvention,
     LayerObservation,
-    ObservationV11,
+    Observation,
     Precision,
     RefitDetails,
     SplitRole,
@@ -384,7 +384,7 @@ class BNRecorder:
     # --- results -----------------------------------------------------------------------------------------------
 
     def observation(self, *, declared_mode: BufferUpdateMode | None = None, role: str | None = None,
-                    rule: AccumulationRule | None = None, momentum: float | None = None) -> ObservationV11:
+                    rule: AccumulationRule | None = None, momentum: float | None = None) -> Observation:
         """What the run did, as the standard's ``Observation``, with contradictions.
 
         Contradictions seen in the events alone are always included; give what the author claims
@@ -418,7 +418,7 @@ class BNRecorder:
         last_write, observed_rule, observed_momentum = self._last_write()
         if observed_rule == "ema" and not (observed_momentum is not None and 0 < observed_momentum <= 1):
             observed_rule, observed_momentum = None, None
-        observation = ObservationV11(
+        observation = Observation(
             train_forwards=max((e.train_forwards for e in self._layers), default=0),
             eval_forwards=max((e.eval_forwards for e in self._layers), default=0),
             buffer_updates=max((e.updates for e in self._layers), default=0),

@@ -30,7 +30,7 @@ from bnconvention.standard.models import (
     BatchNormState,
     FittingConvention,
     LayerNameMapping,
-    ObservationV11,
+    Observation,
     RefitDetails,
     TensorDigests,
 )
@@ -47,7 +47,7 @@ class SavedObservation(StrictModel):
     """What a recorder saw, and what of the model a declaration describes (none of it the author's word)."""
 
     format: Literal["bnconvention.observation/1"]
-    observation: ObservationV11  # the events and derived mode, without the author's claims checked against it
+    observation: Observation  # the events and derived mode, without the author's claims checked against it
     deployed_state: BatchNormState  # every BatchNorm layer, in module order, with its running-statistics digest
     digests: TensorDigests
     split: str  # the recorder's split tag at the end: the role of a model without BatchNorm

@@ -145,7 +145,7 @@ def read_observation(path: Path) -> Any:
     """A recorder observation from JSON (untrusted: strict JSON, checked against the model)."""
     from pydantic import ValidationError
 
-    from bnconvention.standard.models import ObservationV11
+    from bnconvention.standard.models import Observation
 
     size = path.stat().st_size
     if size > MAX_OBSERVATION_BYTES:
@@ -155,7 +155,7 @@ def read_observation(path: Path) -> Any:
     if isinstance(data, dict) and data.get("kind") == "declaration" and isinstance(data.get("observation"), dict):
         data = data["observation"]  # a whole record written by rec.declaration(): its evidence
     try:
-        return ObservationV11.model_validate(data)
+        return Observation.model_validate(data)
     except ValidationError as exc:
         raise JSONInputError(
             f"{path}: not a recorder observation: {first_validation_error(exc)}; write it with "

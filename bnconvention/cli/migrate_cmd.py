@@ -1,4 +1,6 @@
-"""``bnconvention migrate``: upgrade a spec_version 1.0 record, or a card's bnconvention block, to 1.1."""
+"""``bnconvention migrate``: upgrade a record of an older spec version, or a card's bnconvention block, to the
+latest (the versions are the table in ``bnconvention/standard/versions.py``; registering the command imports no
+pydantic, so its help names no version)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,17 @@ from pathlib import Path
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "migrate",
-        help="upgrade a 1.0 record or a card's bnconvention block to spec version 1.1",
+        help="upgrade an older record or a card's bnconvention block to the latest spec version",
         description=(
-            "Upgrade a record of spec version 1.0 (a .json declaration or refit annotation, or the bnconvention "
-            "block of a model card) to 1.1. Only spec_version changes: every 1.0 record means the same in 1.1, "
-            "which adds optional fields. The record must be valid first; a card keeps every byte outside its "
-            "block. The write is atomic; on failure the original is left as it was. A record already at 1.1 is "
-            "left alone."),
+            "Upgrade a record of an older spec version (a .json declaration or refit annotation, or the "
+            "bnconvention block of a model card) to the latest (docs/standard.md, \"Versioning and migration\"). "
+            "Only spec_version changes: every older record means the same in the latest version, since each "
+            "version only adds optional fields. The record must be valid first; a card keeps every byte outside its "
+            "block. The write is atomic; on failure the original is left as it was. A record already at the latest "
+            "version is left alone."),
         epilog="examples:\n  bnconvention migrate bnconvention/refit-0123456789ab.json\n"
                "  bnconvention migrate README.md\n"
-               "  bnconvention migrate record.json --out record-1.1.json",
+               "  bnconvention migrate record.json --out record-latest.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("record", type=Path, metavar="RECORD.json|README.md", help="the record or model card")

@@ -107,7 +107,8 @@ def compare(record: Declaration, tensors: Mapping[str, tuple[str, tuple[int, ...
     stale = next((i for i in issues if i.code == "digests.layer_mismatch"), None)
     if stale is not None:
         state, layer = int(stale.pointer_tokens[1]), int(stale.pointer_tokens[3])  # /deployed_state/i/layers/j/...
-        name = record.deployed_state[state].layers[layer].name
+        deployed = record.deployed_state[state]  # a layer digest mismatch points into a BatchNorm state
+        name = deployed.layers[layer].name if isinstance(deployed, BatchNormState) else stale.path
         return (stale.path, f"the running buffers of layer {name!r} do not match the declared digest: they changed "
                             "after the declaration was written (stale declaration)")
     if any(i.code == "digests.running_mismatch" for i in issues):

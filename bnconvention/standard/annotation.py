@@ -1,5 +1,6 @@
-"""The refit annotation an auditor writes back, and its parts: the audited file, cells with their decisions,
-verdicts, anchoring, recoverability and the provenance contrast."""
+"""The refit annotation an auditor writes back, and its parts: the audited file, verdicts, anchoring,
+recoverability and the provenance contrast. Its cells are in :mod:`.cells`; what spec version 1.1 added (each field
+marked ``since("1.1")``) comes from :mod:`.census`, :mod:`.diagnostics` and :mod:`.quantization`."""
 
 from __future__ import annotations
 
@@ -7,21 +8,26 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from bnconvention.standard.cells import Cell
+from bnconvention.standard.census import CheckpointFamily, ProvenanceArm, RecoverabilityCurve, TwinReference
 from bnconvention.standard.convention import FittingConvention
 from bnconvention.standard.deployed import Producer
+from bnconvention.standard.diagnostics import LinearProbeDecomposition, MembershipInference, Relearning
 from bnconvention.standard.evidence import Staleness
 from bnconvention.standard.fields import (
     AccumulationRule,
     Channel,
     Count,
-    DecisionOutcome,
     FlipDirection,
     NonEmptyStr,
     PositiveInt,
     Sha256Hex,
     SplitRole,
     StrictModel,
+    VersionedRecord,
 )
+from bnconvention.standard.quantization import RefitState
+from bnconvention.standard.versions import since
 
 
 class AuditedFile(StrictModel):
@@ -33,29 +39,6 @@ class AuditedFile(StrictModel):
     trainable_sha256: Sha256Hex = Field(description="Trainable digest of the audited file.")
     running_sha256: Sha256Hex | None = Field(default=None, description="Digest of the shipped running statistics.")
     declared_convention: NonEmptyStr | None = Field(default=None, description="Canonical name declared, if any.")
-
-
-class CellDecision(StrictModel):
-    """The statistical decision on a cell's shift against the margin."""
-
-    outcome: DecisionOutcome = Field(description="displaced, equivalent or undetermined.")
-    p_value: Annotated[float, Field(ge=0, le=1)] | None = Field(default=None, description="p-value of the test.")
-    method: NonEmptyStr = Field(description="e.g. 'exact-sign-test', 'tost-90', 'channel-absent'.")
-
-
-class Cell(StrictModel):
-    """One published number on one checkpoint, as shipped and as refit."""
-
-    metric: NonEmptyStr = Field(description="'df', 'dr', 'dt', a gap such as 'abs(df - dt)', or a user metric.")
-    split: SplitRole | None = Field(default=None, description="Split the metric is computed on, if one.")
-    shipped: float = Field(description="Value with the shipped running statistics.")
-    refit: float = Field(description="Mean of the replicate values.")
-    shift_pp: float = Field(description="Mean of refit minus shipped, in percentage points.")
-    replicate_values: list[float] = Field(min_length=1, description="Value after each replicate refit.")
-    replicate_shifts_pp: list[float] = Field(min_length=1, description="Shift of each replicate, in pp.")
-    margin_pp: Annotated[float, Field(gt=0)] = Field(description="Margin the shift is tested against, in pp.")
-    decision: CellDecision = Field(description="Decision on the shift.")
-    published: float | None = Field(default=None, description="Value published by the authors, if known.")
 
 
 class Verdict(StrictModel):
@@ -98,7 +81,8 @@ class Recoverability(StrictModel):
 
 
 class ProvenanceContrast(StrictModel):
-    """Exchange retained records for removed ones in a fixed-size fitting pool (seed 001, appendix P)."""
+    """Exchange retained records for removed ones in a fixed-size fitting pool
+    (docs/statistics.md#provenance-contrast)."""
 
     pool_size: PositiveInt = Field(description="Size of the fitting pool.")
     exchanged: Count = Field(description="Retained records exchanged for removed ones.")
@@ -107,10 +91,9 @@ class ProvenanceContrast(StrictModel):
     forget_shift_pp: float | None = Field(default=None, description="Shift of forget accuracy, in pp.")
 
 
-class RefitAnnotation(StrictModel):
+class RefitAnnotation(VersionedRecord):
     """What an auditor writes back: the audited file's cells as shipped and under a named refit convention."""
 
-    spec_version: Literal["1.0"] = Field(description="Version of the standard the record follows.")
     kind: Literal["refit_annotation"] = Field(description="Record kind.")
     subject: AuditedFile = Field(description="The audited weights file.")
     convention: FittingConvention = Field(description="The refit convention applied.")
@@ -125,4 +108,22 @@ class RefitAnnotation(StrictModel):
     recoverability: Recoverability | None = Field(default=None, description="Recoverability, if measured.")
     producer: Producer = Field(description="The tool that wrote the annotation.")
     reporting_line: NonEmptyStr = Field(description="The one sentence the annotation adds to the release.")
-
+    family: Annotated[CheckpointFamily | None, since("1.1")] = Field(default=None, description=(
+        "The checkpoint's place in its population."))
+    provenance_arms: Annotated[list[ProvenanceArm] | None, since("1.1")] = Field(
+        default=None, min_length=1, description="Provenance contrast arms over several draws, each against a null band."
+    )
+    recoverability_curves: Annotated[list[RecoverabilityCurve] | None, since("1.1")] = Field(
+        default=None, min_length=1, description="Recoverability over budgets, one curve per proxy source.")
+    twin: Annotated[TwinReference | None, since("1.1")] = Field(default=None, description=(
+        "The checkpoint's frozen twin, if it has one."))
+    linear_probe: Annotated[LinearProbeDecomposition | None, since("1.1")] = Field(default=None, description=(
+        "Forget linear probe decomposed into BN- and NC-residual "
+        "(docs/statistics.md#encoder-level-diagnostics-linear-probe-membership-attack-relearning)."))
+    membership_inference: Annotated[MembershipInference | None, since("1.1")] = Field(default=None, description=(
+        "Shadow-free membership attack, shipped and refit."))
+    relearning: Annotated[Relearning | None, since("1.1")] = Field(default=None, description=(
+        "Relearning susceptibility, shipped and refit."))
+    refit_state: Annotated[RefitState | None, since("1.1")] = Field(default=None, description=(
+        "The deployed state the cells were refit on: 'batchnorm' (the running statistics; also when absent, the "
+        "1.0 meaning) or 'activation_scales' (the quantization scales, at bit-identical θ and φ)."))

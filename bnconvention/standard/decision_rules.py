@@ -1,4 +1,4 @@
-"""The decision rules of the standard (seed 001: census design; seed 003: recalibration diagnostics).
+"""The decision rules of the standard (docs/statistics.md#displaced-the-exact-sign-test and the sections after it).
 
 They live with the standard because they define what a cell's decision means: the audit decides with them, the
 validator checks an annotation's decisions against them (``record.decision_inconsistent``). The sign test is exact

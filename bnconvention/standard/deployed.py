@@ -33,11 +33,6 @@ class BatchNormState(StrictModel):
     layers: list[BatchNormLayer] = Field(description="Every BatchNorm layer in module order; empty: channel absent.")
 
 
-# The 1.0 union has one member; 1.1 declarations use DeployedStateV11 (standard.quantization), which adds the
-# activation-scales kind.
-DeployedState = Annotated[BatchNormState, Field(discriminator="kind")]
-
-
 class TensorDigests(StrictModel):
     """Digests binding the record to a weights file's tensors (algorithm bnconvention-tensors/1)."""
 

@@ -1,5 +1,5 @@
 """Measured evidence a declaration can carry: the recorder's observation of a run, and a refit's details with the
-staleness of the statistics it replaced (seed 003, Eq. 15)."""
+staleness of the statistics it replaced (docs/statistics.md#staleness)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from bnconvention.standard.fields import (
     Sha256Hex,
     StrictModel,
 )
+from bnconvention.standard.versions import since
 
 # --- recorder evidence ------------------------------------------------------------------------------------------
 
@@ -65,7 +66,34 @@ class LayerNameMapping(StrictModel):
     weights_prefix: str = Field(description="Prefix of the same layers' names in the weights (may be '').")
 
 
+class SplitShare(StrictModel):
+    """One named split's part in the running statistics, matched by the records' content."""
+
+    split: NonEmptyStr = Field(description="The split's name as the author gave it (e.g. 'retain', 'forget').")
+    records: Count = Field(description="Records of this split in the batches that wrote the buffers.")
+    share: Annotated[float, Field(ge=0, le=1)] = Field(
+        description="Its weight in the final running statistics: each write's fraction of this split's records, "
+                    "weighted as the accumulation rule weights that write (ema: momentum times (1 - momentum) per "
+                    "later write; cumulative: equally).")
+
+
+class SplitMatching(StrictModel):
+    """Which data the statistics saw, measured by content: the records of the buffer-writing batches matched
+    against the splits the author named (digests of each record's input tensor)."""
+
+    splits: list[SplitShare] = Field(min_length=1, description="Every named split, in the order given.")
+    unmatched_records: Count = Field(description="Records of buffer-writing batches found in no named split.")
+    unmatched_share: Annotated[float, Field(ge=0, le=1)] = Field(
+        description="Weight of the unmatched records in the final statistics (augmented or unnamed data).")
+    initial_share: Annotated[float, Field(ge=0, le=1)] = Field(
+        description="Weight the buffers' values from before the run keep in the final statistics.")
+
+
 class Observation(StrictModel):
+    """What the recorder measured during a run: forwards, buffer writes and the mode derived from them; since 1.1
+    also an author's override beside the observed mode, the mapping of layer names across a wrapper, and the
+    splits matched by content."""
+
     train_forwards: Count
     eval_forwards: Count
     buffer_updates: Count
@@ -101,42 +129,13 @@ class Observation(StrictModel):
         default=None, description="Dropout during the buffer updates: on, off, or absent from the model."
     )
     precision: Precision | None = Field(default=None, description="Dtype of the running buffers.")
-
-
-class SplitShare(StrictModel):
-    """One named split's part in the running statistics, matched by the records' content."""
-
-    split: NonEmptyStr = Field(description="The split's name as the author gave it (e.g. 'retain', 'forget').")
-    records: Count = Field(description="Records of this split in the batches that wrote the buffers.")
-    share: Annotated[float, Field(ge=0, le=1)] = Field(
-        description="Its weight in the final running statistics: each write's fraction of this split's records, "
-                    "weighted as the accumulation rule weights that write (ema: momentum times (1 - momentum) per "
-                    "later write; cumulative: equally).")
-
-
-class SplitMatching(StrictModel):
-    """Which data the statistics saw, measured by content: the records of the buffer-writing batches matched
-    against the splits the author named (digests of each record's input tensor)."""
-
-    splits: list[SplitShare] = Field(min_length=1, description="Every named split, in the order given.")
-    unmatched_records: Count = Field(description="Records of buffer-writing batches found in no named split.")
-    unmatched_share: Annotated[float, Field(ge=0, le=1)] = Field(
-        description="Weight of the unmatched records in the final statistics (augmented or unnamed data).")
-    initial_share: Annotated[float, Field(ge=0, le=1)] = Field(
-        description="Weight the buffers' values from before the run keep in the final statistics.")
-
-
-class ObservationV11(Observation):
-    """An observation of spec version 1.1: the fields of 1.0, an author's override beside the observed mode, the
-    mapping of layer names across a wrapper, and the splits matched by content."""
-
-    override: ModeOverride | None = Field(
+    override: Annotated[ModeOverride | None, since("1.1")] = Field(
         default=None, description="The author's mode in place of the observed one, recorded as an override."
     )
-    name_mapping: LayerNameMapping | None = Field(
+    name_mapping: Annotated[LayerNameMapping | None, since("1.1")] = Field(
         default=None, description="How the layer names of 'layers' map onto the declared weights' layer names."
     )
-    split_matching: SplitMatching | None = Field(
+    split_matching: Annotated[SplitMatching | None, since("1.1")] = Field(
         default=None, description="Which named splits the buffer-writing batches held, and their shares."
     )
 
@@ -160,7 +159,7 @@ class StalenessBand(StrictModel):
 
 
 class Staleness(StrictModel):
-    """How far the previous (shipped) statistics are from refit ones (seed 003, Eq. 15)."""
+    """How far the previous (shipped) statistics are from refit ones (docs/statistics.md#staleness)."""
 
     mean_distance: Annotated[float, Field(ge=0)] = Field(description="Layer average of the mean distance.")
     var_distance: Annotated[float, Field(ge=0)] = Field(description="Layer average of the variance distance.")

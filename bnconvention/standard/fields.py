@@ -1,15 +1,25 @@
-"""Building blocks of the standard's models: version constants, the closed vocabularies (``Literal`` aliases),
-constrained field types, and the strict base model every record part derives from."""
+"""Building blocks of the standard's models: the closed vocabularies (``Literal`` aliases), constrained field
+types, the strict base model every record part derives from, and the base of the two record kinds (their version
+and its check). The versions themselves are in :mod:`.versions`."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal, TypeAlias
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
 
-SPEC_VERSION: Final = "1.0"  # what producers write unless a record needs a later version's field
-LATEST_SPEC_VERSION: Final = "1.1"
-SPEC_VERSIONS: Final = ("1.0", "1.1")  # every version this release reads; older ones stay valid and mean the same
+from bnconvention.standard.versions import SpecVersion, later_fields, version_errors
+
 SCHEMA_ID = "https://bnconvention.github.io/schema/v1/bnconvention.schema.json"
 DIGEST_ALGORITHM: Final = "bnconvention-tensors/1"  # Final: typed as the Literal the records declare
 
@@ -53,3 +63,34 @@ PositiveInt = Annotated[Annotated[int, Field(ge=1)], BeforeValidator(_integral_f
 class StrictModel(BaseModel):
     # strict: no silent coercion ("1" is not 1), so the models accept what the JSON Schema accepts.
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+    @model_serializer(mode="wrap")
+    def _later_nulls_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A field a later version added is left out when null (absent and null mean the same), so a dump of every
+        # field of an older record is still a record of its version.
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in later_fields(type(self)):
+                if name in data and data[name] is None:
+                    del data[name]
+        return data
+
+
+STRICT_VERSIONS = "bnconvention.strict_versions"  # validation-context key: a null later field counts
+
+
+class VersionedRecord(StrictModel):
+    """A record kind: its ``spec_version`` comes first, and the record holds no field or object of a later version
+    (a 1.0 object admits no property it does not define, as the JSON Schema of 1.0 says)."""
+
+    spec_version: SpecVersion = Field(description="Version of the standard the record follows.")
+
+    @model_validator(mode="after")
+    def _only_fields_of_its_version(self, info: ValidationInfo) -> VersionedRecord:
+        # A record read as the standard reads it (parse_record) refuses a later field even when null, as the
+        # version's JSON Schema does; elsewhere (a dump of every field read back) a null one is absent.
+        nulls = isinstance(info.context, dict) and bool(info.context.get(STRICT_VERSIONS))
+        errors = list(version_errors(self, self.spec_version, nulls=nulls))
+        if errors:
+            raise ValueError(f"a spec_version {self.spec_version} record holds later fields: {'; '.join(errors)}")
+        return self

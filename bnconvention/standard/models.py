@@ -6,20 +6,21 @@ in the type declarations only (patterns, enums, bounds, discriminated unions), s
 accept exactly the same documents. Rules that need more than one field (a canonical name that must match the other
 fields, digests that must match a file) are *semantic* checks in :mod:`bnconvention.validation`.
 
-This module is the standard's one import point: the two record kinds (each in versions 1.0 and 1.1) and their
-union live here, their parts in
-modules by responsibility, all re-exported: :mod:`.fields` (versions, vocabularies, constrained types),
-:mod:`.convention` (the fitting convention), :mod:`.deployed` (deployed state, digests, producer), :mod:`.evidence`
-(recorder observation, staleness, refit details), :mod:`.annotation` (the refit annotation and its cells),
-:mod:`.annotation_v11` (what 1.1 adds to an annotation), :mod:`.quantization` (1.1's activation-scales
-deployed-state kind).
+Each object is one model holding the fields of every spec version; a field a later version added carries
+``since(...)`` (:mod:`.versions`, with the table of versions), and a record is checked to hold only its own
+version's fields. This module is the standard's one import point: the two record kinds and their union live here,
+their parts in modules by object, all re-exported: :mod:`.versions`, :mod:`.fields` (vocabularies, constrained
+types), :mod:`.convention` (the fitting convention), :mod:`.deployed` (deployed state, digests, producer),
+:mod:`.quantization` (the activation-scales deployed-state kind), :mod:`.evidence` (recorder observation,
+staleness, refit details), :mod:`.declaration`, :mod:`.annotation` (the refit annotation), :mod:`.cells`,
+:mod:`.census` (the census instrument's parts) and :mod:`.diagnostics` (encoder-level diagnostics).
 
 Serialize with :func:`to_dict` (drops ``None``); parse with :func:`parse_record`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, get_args
 
 from pydantic import BaseModel, Field, TypeAdapter
 
@@ -27,22 +28,18 @@ from bnconvention.standard.annotation import (
     AnchorCell,
     Anchoring,
     AuditedFile,
-    Cell,
-    CellDecision,
     ProvenanceContrast,
     Recoverability,
     RefitAnnotation,
     Verdict,
 )
-from bnconvention.standard.annotation_v11 import (
-    CellDecisionV11,
-    CellV11,
+from bnconvention.standard.cells import Cell, CellDecision
+from bnconvention.standard.census import (
     CheckpointFamily,
     NullBand,
     ProvenanceArm,
     RecoverabilityCurve,
     RecoverabilityPoint,
-    RefitAnnotationV11,
     TwinReference,
 )
 from bnconvention.standard.convention import (
@@ -58,7 +55,8 @@ from bnconvention.standard.convention import (
     Transform,
     TransformDescription,
 )
-from bnconvention.standard.deployed import BatchNormLayer, BatchNormState, DeployedState, Producer, TensorDigests
+from bnconvention.standard.declaration import Declaration
+from bnconvention.standard.deployed import BatchNormLayer, BatchNormState, Producer, TensorDigests
 from bnconvention.standard.evidence import (
     Contradiction,
     LayerNameMapping,
@@ -66,7 +64,6 @@ from bnconvention.standard.evidence import (
     LayerStaleness,
     ModeOverride,
     Observation,
-    ObservationV11,
     RefitDetails,
     SplitMatching,
     SplitShare,
@@ -75,10 +72,8 @@ from bnconvention.standard.evidence import (
 )
 from bnconvention.standard.fields import (
     DIGEST_ALGORITHM,
-    LATEST_SPEC_VERSION,
     SCHEMA_ID,
-    SPEC_VERSION,
-    SPEC_VERSIONS,
+    STRICT_VERSIONS,
     AccumulationRule,
     BufferUpdateMode,
     Channel,
@@ -96,77 +91,52 @@ from bnconvention.standard.fields import (
     StrictModel,
     TransformMode,
     VarianceEstimator,
+    VersionedRecord,
 )
 from bnconvention.standard.quantization import (
     SCALES_FILENAME,
-    STATE_KINDS_ADDED_IN_1_1,
     ActivationScalesRefit,
     ActivationScalesState,
     ActivationSite,
     BatchNormRefit,
-    DeployedStateV11,
+    DeployedState,
     ObserverType,
     QScheme,
     QuantDtype,
+    RefitState,
+)
+from bnconvention.standard.versions import (
+    LATEST_SPEC_VERSION,
+    SPEC_VERSION,
+    SPEC_VERSIONS,
+    VERSIONS,
+    SpecVersion,
+    Version,
+    added_in,
+    models_in,
+    since,
 )
 
 # --- record kinds ---------------------------------------------------------------------------------------------------
 
-
-class Declaration(StrictModel):
-    """How the deployed state of one weights file was fitted, bound to its tensors by digests."""
-
-    spec_version: Literal["1.0"] = Field(description="Version of the standard the record follows.")
-    kind: Literal["declaration"] = Field(description="Record kind.")
-    convention: FittingConvention = Field(description="How the running statistics were fitted.")
-    deployed_state: list[DeployedState] = Field(
-        min_length=1, description="The deployed state, one entry per kind (tagged by kind)."
-    )
-    digests: TensorDigests = Field(description="Digests binding the record to the file's tensors.")
-    producer: Producer = Field(description="The tool and version that wrote this record.")
-    reporting_line: NonEmptyStr | None = Field(
-        default=None, description="The one sentence a release adds, e.g. 'deployed state as shipped; ...'."
-    )
-    observation: Observation | None = Field(default=None, description="Evidence measured by the recorder.")
-    refit: RefitDetails | None = Field(default=None, description="Present when the state was produced by a refit.")
-
-
-class DeclarationV11(Declaration):
-    """A declaration of spec version 1.1: the fields of 1.0; its deployed state may also hold activation scales."""
-
-    spec_version: Literal["1.1"] = Field(  # type: ignore[assignment]
-        description="Version of the standard the record follows.")
-    deployed_state: list[DeployedStateV11] = Field(  # type: ignore[assignment]
-        min_length=1, description="The deployed state, one entry per kind (tagged by kind).")
-    observation: ObservationV11 | None = Field(
-        default=None, description="Evidence measured by the recorder.")
-
-
-# Each record kind is a union tagged by spec_version, inside the union tagged by kind (the schema's $defs
-# DeclarationRecord and RefitAnnotationRecord, see standard/schema.py).
-AnyDeclaration = Annotated[Declaration | DeclarationV11, Field(discriminator="spec_version")]
-AnyRefitAnnotation = Annotated[RefitAnnotation | RefitAnnotationV11, Field(discriminator="spec_version")]
-Record = Annotated[AnyDeclaration | AnyRefitAnnotation, Field(discriminator="kind")]
+RECORD_KINDS: tuple[type[VersionedRecord], ...] = (Declaration, RefitAnnotation)
+Record = Annotated[Declaration | RefitAnnotation, Field(discriminator="kind")]
 RECORD_ADAPTER: TypeAdapter[Declaration | RefitAnnotation] = TypeAdapter(Record)
 
-# The 1.0 model of each object 1.1 extends, and its 1.1 model: the fields 1.1 adds are their difference.
-VERSIONED_MODELS: tuple[tuple[type[BaseModel], type[BaseModel]], ...] = (
-    (Declaration, DeclarationV11),
-    (RefitAnnotation, RefitAnnotationV11),
-    (Cell, CellV11),
-    (CellDecision, CellDecisionV11),
-    (Observation, ObservationV11),
-)
 
+def fields_added_in(version: SpecVersion) -> dict[str, tuple[str, ...]]:
+    """For each object (by its schema title) the property names ``version`` adds to it, objects in the order a
+    reader meets them (an annotation, its cells and their decisions, then a declaration's observation).
 
-def added_in_1_1() -> dict[str, tuple[str, ...]]:
-    """For each 1.0 object (by its schema title) the property names 1.1 adds to it.
-
-    >>> added_in_1_1()["CellDecision"]
+    >>> fields_added_in("1.1")["CellDecision"]
     ('by_p_value', 'by_family_size')
     """
-    return {old.__name__: tuple(f for f in new.model_fields if f not in old.model_fields)
-            for old, new in VERSIONED_MODELS}
+    return added_in(version, (RefitAnnotation, Declaration))
+
+
+def deployed_state_kinds() -> dict[str, SpecVersion]:
+    """Each deployed-state kind, with the version that added it."""
+    return {get_args(model.model_fields["kind"].annotation)[0]: version for model, version in models_in(DeployedState)}
 
 
 def to_dict(model: BaseModel) -> dict[str, Any]:
@@ -176,7 +146,7 @@ def to_dict(model: BaseModel) -> dict[str, Any]:
 
 def parse_record(data: Any) -> Declaration | RefitAnnotation:
     """Validate a decoded JSON value as a record; raises ``pydantic.ValidationError``."""
-    return RECORD_ADAPTER.validate_python(data)
+    return RECORD_ADAPTER.validate_python(data, context={STRICT_VERSIONS: True})
 
 
 __all__ = [
@@ -186,30 +156,29 @@ __all__ = [
     "SCHEMA_ID",
     "SPEC_VERSION",
     "SPEC_VERSIONS",
-    "VERSIONED_MODELS",
+    "RECORD_KINDS",
     "SCALES_FILENAME",
-    "STATE_KINDS_ADDED_IN_1_1",
+    "VERSIONS",
+    "RefitState",
+    "SpecVersion",
+    "Version",
+    "VersionedRecord",
+    "deployed_state_kinds",
+    "fields_added_in",
+    "since",
     "ActivationScalesRefit",
     "ActivationScalesState",
     "ActivationSite",
-    "AnyDeclaration",
     "BatchNormRefit",
-    "DeployedStateV11",
     "ObserverType",
     "QScheme",
     "QuantDtype",
-    "AnyRefitAnnotation",
-    "CellDecisionV11",
-    "CellV11",
     "CheckpointFamily",
-    "DeclarationV11",
     "NullBand",
     "ProvenanceArm",
     "RecoverabilityCurve",
     "RecoverabilityPoint",
-    "RefitAnnotationV11",
     "TwinReference",
-    "added_in_1_1",
     "Accumulation",
     "AccumulationRule",
     "AnchorCell",
@@ -243,7 +212,6 @@ __all__ = [
     "NonEmptyStr",
     "Normalization",
     "Observation",
-    "ObservationV11",
     "OtherModules",
     "PositiveInt",
     "Precision",

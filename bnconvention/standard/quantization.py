@@ -1,4 +1,5 @@
-"""The second deployed-state kind of version 1.1: static activation-quantization scales (seed 001, appendix E).
+"""The second deployed-state kind, added by version 1.1: static activation-quantization scales
+(docs/statistics.md#activation-scales-the-second-deployed-state).
 
 A statically quantized network ships, beside θ and the BatchNorm buffers, one scale and zero point per observed
 activation site, fitted by an observer on a calibration set. Like φ, no gradient writes them: they are whatever the
@@ -23,6 +24,7 @@ from pydantic import Field
 from bnconvention.standard.convention import DataSplit
 from bnconvention.standard.deployed import BatchNormState
 from bnconvention.standard.fields import Int, NonEmptyStr, Sha256Hex, StrictModel
+from bnconvention.standard.versions import since
 
 # minmax: the observed range; absmax: the symmetric range of the largest magnitude; percentile: the range clipped at
 # a percentile of the observed values; mse: the clipping that minimises the mean squared quantization error over the
@@ -31,8 +33,6 @@ ObserverType: TypeAlias = Literal["minmax", "absmax", "percentile", "mse", "hist
 QuantDtype: TypeAlias = Literal["quint8", "qint8"]
 QScheme: TypeAlias = Literal["per_tensor_affine", "per_tensor_symmetric"]
 SCALES_FILENAME = "activation_scales.safetensors"
-# Deployed-state kinds a 1.0 declaration cannot hold (the validator says to declare 1.1 for them).
-STATE_KINDS_ADDED_IN_1_1 = ("activation_scales",)
 
 
 class ActivationSite(StrictModel):
@@ -91,13 +91,12 @@ class ActivationScalesRefit(StrictModel):
         "Median |ln(refit scale / shipped scale)| over sites and replicates: the size of the scale shift."))
 
 
-# What a 1.1 refit annotation's cells were refit on; absent: the BatchNorm buffers, as every 1.0 annotation.
-RefitStateV11 = Annotated[BatchNormRefit | ActivationScalesRefit, Field(discriminator="kind")]
+# What an annotation's cells were refit on (its field refit_state, added by 1.1); absent: the BatchNorm buffers.
+RefitState = Annotated[BatchNormRefit | ActivationScalesRefit, Field(discriminator="kind")]
 
-# The deployed-state union of 1.1 declarations: 1.0's batchnorm kind and the activation scales.
-DeployedStateV11 = Annotated[BatchNormState | ActivationScalesState, Field(discriminator="kind")]
+# The deployed-state kinds, tagged by kind: 1.0's batchnorm, and the activation scales 1.1 added.
+DeployedState = Annotated[BatchNormState | Annotated[ActivationScalesState, since("1.1")], Field(discriminator="kind")]
 
 
-__all__ = ["SCALES_FILENAME", "STATE_KINDS_ADDED_IN_1_1", "ActivationScalesRefit", "ActivationScalesState",
-           "ActivationSite", "BatchNormRefit", "DeployedStateV11", "ObserverType", "QScheme", "QuantDtype",
-           "RefitStateV11"]
+__all__ = ["SCALES_FILENAME", "ActivationScalesRefit", "ActivationScalesState", "ActivationSite", "BatchNormRefit",
+           "DeployedState", "ObserverType", "QScheme", "QuantDtype", "RefitState"]

@@ -151,10 +151,11 @@ class RunningDigests:
 def _bn_layers(record: Declaration) -> tuple[str, list[BatchNormLayer]]:
     """The JSON pointer of the declaration's BatchNorm layers (``/deployed_state`` when it has no BatchNorm state,
     where a missing layer would be added) and the layers."""
-    index = next((i for i, s in enumerate(record.deployed_state) if isinstance(s, BatchNormState)), None)
-    if index is None:
+    found = next(((i, s) for i, s in enumerate(record.deployed_state) if isinstance(s, BatchNormState)), None)
+    if found is None:
         return "/deployed_state", []
-    return join_pointer("", "deployed_state", index, "layers"), record.deployed_state[index].layers
+    index, state = found
+    return join_pointer("", "deployed_state", index, "layers"), state.layers
 
 
 def layer_issues(record: Declaration, shapes: Shapes, *, display: str, source: str) -> tuple[list[Issue], list[str]]:

@@ -17,8 +17,16 @@ from typing import Any
 
 from bnconvention.formats.atomic import sync_generated_file
 from bnconvention.formats.text import table_cell
-from bnconvention.standard.models import VERSIONED_MODELS
-from bnconvention.standard.schema import generate_schema
+from bnconvention.standard.models import (
+    LATEST_SPEC_VERSION,
+    RECORD_KINDS,
+    SPEC_VERSION,
+    VERSIONS,
+    deployed_state_kinds,
+    fields_added_in,
+)
+from bnconvention.standard.schema import changed_in, generate_schema
+from bnconvention.standard.versions import reachable, schema_suffix
 from bnconvention.validation.issues import CODES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -38,8 +46,10 @@ ORDER = [
     "DeclarationV11", "RefitAnnotationV11", "CellV11", "CellDecisionV11", "CheckpointFamily", "ProvenanceArm",
     "NullBand", "RecoverabilityCurve", "RecoverabilityPoint", "TwinReference",
 ]
-# A 1.1 object that extends a 1.0 one: its table lists only what differs.
-EXTENDS = {new.__name__: old.__name__ for old, new in VERSIONED_MODELS}
+# An object as the latest version changed it (CellV11) extends its first version's (Cell): its table lists only what
+# differs.
+EXTENDS = {model.__name__ + schema_suffix(LATEST_SPEC_VERSION): model.__name__ + schema_suffix(SPEC_VERSION)
+           for model in reachable(RECORD_KINDS) if LATEST_SPEC_VERSION in changed_in(model)}
 _BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
                     re.DOTALL)
 
@@ -142,8 +152,23 @@ def example(rel: str, root: Path) -> str:
     return f"From `{rel}`:\n\n```json\n{json.dumps(data, indent=2, ensure_ascii=False)}\n```\n"
 
 
+def version_table() -> str:
+    """The table of versions (``bnconvention.standard.versions.VERSIONS``) with the fields and kinds each added."""
+    out = ["| version | what it added | fields and deployed-state kinds added to earlier objects |", "|---|---|---|"]
+    for version in VERSIONS:
+        if version.number == SPEC_VERSION:
+            added = []
+        else:
+            added = [f"{owner}: {', '.join(f'`{name}`' for name in names)}"
+                     for owner, names in fields_added_in(version.number).items()]
+            added += [f"deployed-state kind `{kind}`" for kind, since in deployed_state_kinds().items()
+                      if since == version.number]
+        out.append(f"| `{version.number}` | {table_cell(version.adds)} | {'; '.join(added) or '—'} |")
+    return "\n".join(out) + "\n"
+
+
 def sections(root: Path = REPO_ROOT) -> dict[str, str]:
-    out = {"fields": field_tables(), "codes": code_table()}
+    out = {"fields": field_tables(), "codes": code_table(), "versions": version_table()}
     for name, rel in EXAMPLES.items():
         out[name] = example(rel, root)
     return out

@@ -20,7 +20,13 @@ from typing import Any
 from jsonschema import ValidationError
 from jsonschema.exceptions import best_match
 
-from bnconvention.standard.models import LATEST_SPEC_VERSION, SPEC_VERSIONS, STATE_KINDS_ADDED_IN_1_1, added_in_1_1
+from bnconvention.standard.models import (
+    LATEST_SPEC_VERSION,
+    SPEC_VERSION,
+    SPEC_VERSIONS,
+    deployed_state_kinds,
+    fields_added_in,
+)
 from bnconvention.standard.schema import schema_validator
 from bnconvention.validation.issues import Issue, make_pointer, new_issue
 
@@ -118,11 +124,12 @@ def _union(error: ValidationError, source: str, base: str) -> Iterator[Issue]:
             if tag == "spec_version":
                 yield _unknown_version(value, source=source, pointer=pointer + make_pointer([tag]))
                 return
-            if tag == "kind" and value in STATE_KINDS_ADDED_IN_1_1:
+            added = deployed_state_kinds().get(value) if tag == "kind" and isinstance(value, str) else None
+            if added is not None and added != SPEC_VERSION:
                 yield new_issue("schema.discriminator", file=source, path=pointer + make_pointer([tag]), message=(
-                    f"{show(value)} is a deployed-state kind of spec version {LATEST_SPEC_VERSION}, not of this "
-                    f"record's version: declare \"spec_version\": \"{LATEST_SPEC_VERSION}\" (bnconvention migrate "
-                    "upgrades a 1.0 record without changing its meaning)"))
+                    f"{show(value)} is a deployed-state kind of spec version {added}, not of this "
+                    f"record's version: declare \"spec_version\": \"{added}\" (bnconvention migrate "
+                    f"upgrades a {SPEC_VERSION} record without changing its meaning)"))
                 return
             yield new_issue("schema.discriminator", file=source, path=pointer + make_pointer([tag]), message=(
                 f"{show(value)} is not a known {tag}{_did_you_mean(value, known)}: {pointer}/{tag} must be "
@@ -157,15 +164,17 @@ def _unknown_version(value: Any, *, source: str, pointer: str) -> Issue:
     versions = " and ".join(show(v) for v in SPEC_VERSIONS)
     return new_issue("schema.spec_version", file=source, path=pointer, message=(
         f"{show(value)} is not a spec_version this validator reads: it reads versions {versions} (a quoted "
-        f"string); write \"spec_version\": \"1.0\" or \"{LATEST_SPEC_VERSION}\", or validate with a bnconvention "
-        "release that knows this version (older records stay valid: see the versioning policy in docs/standard.md)"))
+        f"string); write \"spec_version\": \"{SPEC_VERSION}\" or \"{LATEST_SPEC_VERSION}\", or validate with a "
+        "bnconvention release that knows this version (older records stay valid: see the versioning policy in "
+        "docs/standard.md)"))
 
 
 def _later_version_hint(title: Any, name: str) -> str:
-    """The hint for a 1.0 object carrying a property that version 1.1 adds to it."""
-    if isinstance(title, str) and name in added_in_1_1().get(title, ()):
-        return (f" in a spec_version 1.0 record: {show(name)} is a field of spec version {LATEST_SPEC_VERSION}; "
-                f"declare \"spec_version\": \"{LATEST_SPEC_VERSION}\" (bnconvention migrate upgrades a 1.0 record "
+    """The hint for a first-version object carrying a property that the latest version adds to it."""
+    if isinstance(title, str) and name in fields_added_in(LATEST_SPEC_VERSION).get(title, ()):
+        latest = LATEST_SPEC_VERSION
+        return (f" in a spec_version {SPEC_VERSION} record: {show(name)} is a field of spec version {latest}; "
+                f"declare \"spec_version\": \"{latest}\" (bnconvention migrate upgrades a {SPEC_VERSION} record "
                 "without changing its meaning), or remove it")
     return ""
 

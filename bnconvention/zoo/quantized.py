@@ -35,7 +35,7 @@ from bnconvention.standard.models import (
     SCALES_FILENAME,
     DatasetRef,
     DataSplit,
-    DeclarationV11,
+    Declaration,
     FittingConvention,
     ObserverType,
     to_dict,
@@ -72,7 +72,7 @@ def _convention(zoo: ZooManifest, name: str) -> FittingConvention:
 
 
 def calibrate_and_declare(model: torch.nn.Module, spec: ObserverSpec, x: torch.Tensor, *,
-                          convention: FittingConvention, calibration: DataSplit) -> tuple[ScaleSet, DeclarationV11]:
+                          convention: FittingConvention, calibration: DataSplit) -> tuple[ScaleSet, Declaration]:
     """The scales of the float ``model`` prepared with ``spec`` and calibrated (eval-mode forwards) on ``x``, and
     their 1.1 declaration beside the BatchNorm state ``convention`` describes: the zoo's and the population's
     quantized checkpoints are made by this one rule."""

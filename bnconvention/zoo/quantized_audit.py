@@ -17,7 +17,7 @@ from bnconvention.audit.scales import scales_annotation, scales_cells
 from bnconvention.authoring.activation_scales import load_quantized, read_declaration
 from bnconvention.data.digits import DIGITS_DATASET_ID
 from bnconvention.errors import UsageError
-from bnconvention.standard.models import AuditedFile, DatasetRef, DataSplit, RefitAnnotationV11
+from bnconvention.standard.models import AuditedFile, DatasetRef, DataSplit, RefitAnnotation
 from bnconvention.zoo.manifest import ZooManifest
 from bnconvention.zoo.quantized import QUANTIZED_SUFFIX, calibration_draw
 from bnconvention.zoo.variants import FORGET_CLASSES, split_tensors
@@ -39,7 +39,7 @@ def _splits() -> dict[str, Any]:
 
 
 def audit_quantized_variant(zoo: ZooManifest, folder: Path, *, replicates: int = 3, size: int = 256,
-                            seed: int = 100, margin_pp: float = 1.2) -> RefitAnnotationV11:
+                            seed: int = 100, margin_pp: float = 1.2) -> RefitAnnotation:
     """The scales refit annotation of one quantized variant folder (see the module docstring)."""
     if replicates < 1:
         raise UsageError(f"--replicates must be at least 1, got {replicates}")

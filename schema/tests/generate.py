@@ -187,7 +187,7 @@ def register_valid() -> None:
            "p-values, an undetermined cell, family, two provenance arms with a null band, recoverability curves, a "
            "frozen twin).",
            annotation_v11)
-    vector("refit-annotation-v11-encoder", "Spec version 1.1 with seed 003's encoder diagnostics: a linear-probe "
+    vector("refit-annotation-v11-encoder", "Spec version 1.1 with the encoder-level diagnostics: a linear-probe "
            "cell (unit fraction) against its retrain reference with the BN/NC decomposition, an attack-AUC cell "
            "(unit auc) with its protocol and bootstrap intervals, relearning steps shipped and refit.",
            annotation_v11_encoder)
@@ -428,7 +428,7 @@ def register_version_invalid() -> None:
     vector("invalid-v11-reference-arm", "The reference arm of a cell is the retrain checkpoint.",
            annotation_v11_encoder, _set("/cells/3/reference/arm", "base"), level="schema",
            issues=[("schema.const", "/cells/3/reference/arm")])
-    vector("invalid-v11-probe-solver", "The linear probe's solver is lbfgs (seed 003).", annotation_v11_encoder,
+    vector("invalid-v11-probe-solver", "The linear probe's solver is lbfgs (docs/statistics.md).", annotation_v11_encoder,
            _set("/linear_probe/protocol/solver", "adam"), level="schema",
            issues=[("schema.const", "/linear_probe/protocol/solver")])
     vector("invalid-v11-probe-one-class", "A probe is trained on at least two classes.", annotation_v11_encoder,
@@ -456,7 +456,7 @@ def _scales(path: str) -> str:
 
 
 def register_scales() -> None:
-    """The activation-scales deployed-state kind of 1.1 (issue 14): valid forms, and each rule it adds."""
+    """The activation-scales deployed-state kind of 1.1: valid forms, and each rule it adds."""
     def percentile(record: Record) -> None:
         state = record["deployed_state"][1]
         state.update(dtype="qint8", qscheme="per_tensor_symmetric", quant_min=-128, quant_max=127,
@@ -499,7 +499,7 @@ def register_scales() -> None:
 
 
 def register_decision_invalid() -> None:
-    """Each way a cell's decision can contradict its own replicate shifts (issue 13)."""
+    """Each way a cell's decision can contradict its own replicate shifts."""
     def four_replicates(record: Record) -> None:
         record["replicates"] = 4
         record["cells"] = [record["cells"][0]]
@@ -546,7 +546,7 @@ def register_parse_invalid() -> None:
 
 
 def register_scales_refit() -> None:
-    """A refit annotation whose cells were refit on the activation scales (1.1 ``refit_state``, issue 14)."""
+    """A refit annotation whose cells were refit on the activation scales (1.1 ``refit_state``)."""
     vector("refit-annotation-v11-scales", "Spec 1.1: cells refit on the activation scales (minmax, six retain-only "
            "calibration draws of 256 records), θ and φ the subject's: shipped and refit scales digests.",
            annotation_scales)

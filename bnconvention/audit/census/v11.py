@@ -1,7 +1,7 @@
 """The spec 1.1 readings a census writes into each checkpoint's annotation beside the BY p-values and the family:
 its recoverability curves (one per proxy source), its provenance arms, and its frozen twin.
 
-Pure functions from the audit results to JSON-ready 1.1 fields (:mod:`bnconvention.standard.annotation_v11`); the
+Pure functions from the audit results to JSON-ready 1.1 fields (:mod:`bnconvention.standard.annotation`); the
 census rewrites the annotation with them (:mod:`.census_annotations`). A field the audit did not measure is left
 out, so a checkpoint with none stays 1.0 unless it gains a BY p-value or a family.
 """

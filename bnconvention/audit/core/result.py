@@ -13,7 +13,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bnconvention.standard.models import AnyRefitAnnotation, Cell, LayerStaleness, RefitAnnotationV11
+from bnconvention.standard.models import Cell, LayerStaleness, RefitAnnotation
 
 RESULT_FORMAT: Final = "bnconvention-audit-result/1"
 
@@ -142,7 +142,7 @@ class ScalesResult(_Result):
     median_abs_log_ratio: float | None = Field(default=None, description=(
         "Median |ln(refit / shipped scale)| over sites and recalibrations."))
     max_abs_log_ratio: float | None = None
-    annotation: RefitAnnotationV11 | None = Field(default=None, description=(
+    annotation: RefitAnnotation | None = Field(default=None, description=(
         "The 1.1 refit annotation (refit_state activation_scales), subject the audited weights."))
     seconds: float = 0.0
 
@@ -157,7 +157,7 @@ class AuditResult(_Result):
         "Digest of the spec without its decision-only fields (margin, q, sweeps, controls): the journal key."))
     factory: str
     anchored: bool | None = Field(description="None when no published cells were given.")
-    annotation: AnyRefitAnnotation = Field(description=(
+    annotation: RefitAnnotation = Field(description=(
         "1.0, or 1.1 when the spec's diagnostics filled a 1.1 field (audit/diagnostics/encoder.py)."))
     sign_tests: dict[str, SignRecord]
     band_layers: list[LayerStaleness] | None = Field(

@@ -55,7 +55,7 @@ from bnconvention.audit.spec.diagnostics import (
     reference_path,
 )
 from bnconvention.errors import AuditSpecError, UntrustedInputError
-from bnconvention.standard.models import LATEST_SPEC_VERSION, CellV11, RefitAnnotation, parse_record, to_dict
+from bnconvention.standard.models import LATEST_SPEC_VERSION, Cell, RefitAnnotation, parse_record, to_dict
 
 if TYPE_CHECKING:
     import torch
@@ -244,7 +244,7 @@ def typed_cell(metric: str, shipped: float, values: Sequence[float], *, unit: st
 
 
 def redecide_typed_cells(annotation: RefitAnnotation, *, spec_cells: set[str], margin_pp: float, anchored: bool,
-                         replicates: int) -> list[CellV11]:
+                         replicates: int) -> list[Cell]:
     """The diagnostics' typed cells (the annotation's cells outside ``spec_cells``) re-decided at ``margin_pp`` from
     their stored values, for a census that re-decides a journal entry; none when the replicate count changed (a
     pool-size sweep re-decides only the spec's cells)."""
@@ -257,15 +257,15 @@ def redecide_typed_cells(annotation: RefitAnnotation, *, spec_cells: set[str], m
         data = typed_cell(cell.metric, cell.shipped, list(cell.replicate_values), unit=unit, margin_pp=margin_pp,
                           anchored=anchored, channel=annotation.channel,
                           reference=None if reference is None else reference.model_dump(mode="json", exclude_none=True))
-        out.append(CellV11.model_validate({**data, "split": cell.split} if cell.split else data))
+        out.append(Cell.model_validate({**data, "split": cell.split} if cell.split else data))
     return out
 
 
 def cells_for(annotation: RefitAnnotation, cells: Sequence[Any]) -> list[Any]:
-    """``cells`` as the annotation's version holds them (1.0 ``Cell`` records become ``CellV11`` in a 1.1 one)."""
+    """``cells`` as the annotation holds them."""
     if annotation.spec_version == "1.0":
         return list(cells)
-    return [c if isinstance(c, CellV11) else CellV11.model_validate(c.model_dump(mode="json", exclude_none=True))
+    return [c if isinstance(c, Cell) else Cell.model_validate(c.model_dump(mode="json", exclude_none=True))
             for c in cells]
 
 

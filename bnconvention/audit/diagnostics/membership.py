@@ -24,7 +24,7 @@ import numpy as np
 from bnconvention.audit.spec.diagnostics import MIN_ATTACK_RECORDS, MembershipSpec
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.text import plural
-from bnconvention.standard.encoder_v11 import Interval
+from bnconvention.standard.diagnostics import Interval
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:

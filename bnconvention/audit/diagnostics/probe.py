@@ -27,7 +27,7 @@ import numpy as np
 from bnconvention.audit.spec.diagnostics import MIN_PROBE_TEST_RECORDS, LinearProbeSpec
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.text import plural
-from bnconvention.standard.encoder_v11 import Interval
+from bnconvention.standard.diagnostics import Interval
 
 # torch and sklearn are imported inside the functions that use them: importing this module does not import torch.
 if TYPE_CHECKING:

@@ -23,11 +23,10 @@ from bnconvention.standard.models import (
     ActivationScalesRefit,
     AuditedFile,
     Cell,
-    CellV11,
     DataSplit,
     FittingConvention,
     Producer,
-    RefitAnnotationV11,
+    RefitAnnotation,
     to_dict,
 )
 from bnconvention.validation.records import ensure_valid_record
@@ -52,7 +51,7 @@ def _reporting_line(cells: Sequence[Cell], *, observer: str, calibration: DataSp
             f"{replicates} replicates at bit-identical weights and BatchNorm buffers: {shown}")
 
 
-def redecide_scales_annotation(annotation: RefitAnnotationV11, *, margin_pp: float) -> RefitAnnotationV11:
+def redecide_scales_annotation(annotation: RefitAnnotation, *, margin_pp: float) -> RefitAnnotation:
     """A scales annotation's cells, margin and reporting line at ``margin_pp``, from the stored replicate shifts
     alone (:func:`~bnconvention.audit.scales.cells.redecide_scales_cell`), validated again."""
     state = annotation.refit_state
@@ -65,9 +64,9 @@ def redecide_scales_annotation(annotation: RefitAnnotationV11, *, margin_pp: flo
     return _validated(data)
 
 
-def _validated(data: dict[str, object]) -> RefitAnnotationV11:
+def _validated(data: dict[str, object]) -> RefitAnnotation:
     record = ensure_valid_record(data, source="scales annotation")
-    if not isinstance(record, RefitAnnotationV11):  # the data says 1.1 refit_annotation: cannot happen
+    if not isinstance(record, RefitAnnotation):  # the data says 1.1 refit_annotation: cannot happen
         raise TypeError(f"expected a 1.1 refit annotation, got {type(record).__name__}")
     return record
 
@@ -75,7 +74,7 @@ def _validated(data: dict[str, object]) -> RefitAnnotationV11:
 def scales_annotation(audit: ScalesAudit, *, subject: AuditedFile, convention: FittingConvention,
                       calibration: DataSplit, calibration_seeds: Sequence[int] | None = None,
                       margin_pp: float = 1.2, reporting_line: str | None = None,
-                      producer: Producer | None = None) -> RefitAnnotationV11:
+                      producer: Producer | None = None) -> RefitAnnotation:
     """A validated 1.1 refit annotation of ``audit`` on ``subject``.
 
     ``convention``: the BatchNorm state's convention as declared (the buffers are not refit, only the scales).
@@ -89,7 +88,7 @@ def scales_annotation(audit: ScalesAudit, *, subject: AuditedFile, convention: F
         "spec_version": "1.1", "kind": "refit_annotation", "subject": to_dict(subject),
         "convention": to_dict(convention), "channel": "present", "replicates": len(audit.refits),
         "margin_pp": margin_pp,
-        "cells": [to_dict(CellV11.model_validate(to_dict(cell))) for cell in audit.cells],
+        "cells": [to_dict(Cell.model_validate(to_dict(cell))) for cell in audit.cells],
         "refit_state": to_dict(scales_refit_state(audit, calibration=calibration,
                                                   calibration_seeds=calibration_seeds)),
         "producer": to_dict(producer or default_producer()),

@@ -158,7 +158,8 @@ class RecoverabilitySpec(_Spec):
 
 
 class ProvenanceSpec(_Spec):
-    """Exchange k retained records for forget records in a fixed-size fitting pool (Shen and Li, appendix P)."""
+    """Exchange k retained records for forget records in a fixed-size fitting pool
+    (docs/statistics.md#provenance-contrast)."""
 
     pool_size: Records = Field(description=f"Size of the fitting pool (records; at most {MAX_RECORDS:,}).")
     exchanged: Records | None = Field(default=None, description=(
@@ -272,8 +273,9 @@ class AuditSpec(_Spec):
     controls: ControlsSpec = Field(default_factory=ControlsSpec, description=(
         "Census controls: known-answer checkpoints kept out of the multiplicity family, and the detection floor."))
     diagnostics: DiagnosticsSpec | None = Field(default=None, description=(
-        "Optional encoder-level diagnostics of Kalani et al. (linear probe, membership attack, relearning), shipped "
-        "and after an exact retain refit; off when absent (audit/spec/diagnostics.py)."))
+        "Optional encoder-level diagnostics (linear probe, membership attack, relearning: "
+        "docs/statistics.md#encoder-level-diagnostics-linear-probe-membership-attack-relearning), shipped and "
+        "after an exact retain refit; off when absent (audit/spec/diagnostics.py)."))
     quantization: QuantizationSpec | None = Field(default=None, description=(
         "Optional audit of shipped activation scales (a second deployed state) against retain-only "
         "recalibrations; off when absent (audit/spec/scales.py)."))

@@ -1,12 +1,13 @@
-"""What version 1.1 of the standard adds to a refit annotation for seed 003's encoder-level diagnostics (issue 14).
+"""The encoder-level diagnostics a refit annotation can carry (spec version 1.1; see
+docs/statistics.md#encoder-level-diagnostics-linear-probe-membership-attack-relearning).
 
-Seed 003 separates *measurement failure* (the running statistics) from *encoder failure* (the weights still encode
-the removed data). Three diagnostics say which one a checkpoint has, each as shipped and after an exact retain
-refit at bit-identical θ: the forget linear probe with its decomposition (Proposition 1: BN-residual
-``LP_M - LP_Mcal``, NC-residual ``LP_Mcal - LP_retr`` against the retrain reference), a shadow-free membership
-attack (AUC with a bootstrap interval) and relearning susceptibility (fine-tuning steps to a stated forget
-accuracy). In 1.0 such a cell could only be a free-text metric read as a fraction with shifts in pp; here a cell
-has a ``unit`` and a ``reference`` arm, and each diagnostic its protocol, so another tool can rerun it.
+They separate *measurement failure* (the running statistics) from *encoder failure* (the weights still encode the
+removed data). Three diagnostics say which one a checkpoint has, each as shipped and after an exact retain refit at
+bit-identical θ: the forget linear probe with its decomposition (BN-residual ``LP_M - LP_Mcal``, NC-residual
+``LP_Mcal - LP_retr`` against the retrain reference), a shadow-free membership attack (AUC with a bootstrap
+interval) and relearning susceptibility (fine-tuning steps to a stated forget accuracy). A cell has a ``unit`` and a
+``reference`` arm (:mod:`.cells`), and each diagnostic its protocol, so another tool can rerun it. Every object
+here is reached only through a field marked ``since("1.1")``.
 """
 
 from __future__ import annotations
@@ -51,17 +52,19 @@ class Interval(StrictModel):
 
 
 class LinearProbeProtocol(StrictModel):
-    """The fixed linear-probe protocol (seed 003: sklearn LogisticRegression, lbfgs), enough to rerun it."""
+    """The fixed linear-probe protocol (sklearn LogisticRegression, lbfgs), enough to rerun it."""
 
     probe: Literal["sklearn-logistic-regression"] = Field(description="The probe: multinomial logistic regression.")
-    solver: Literal["lbfgs"] = Field(description="Its solver (seed 003: Adam-trained probes are biased low).")
-    max_iter: PositiveInt = Field(description="Iteration cap of the solver (1000 in seed 003).")
+    solver: Literal["lbfgs"] = Field(description=(
+        "Its solver (Adam-trained probes are biased low: "
+        "docs/statistics.md#encoder-level-diagnostics-linear-probe-membership-attack-relearning)."))
+    max_iter: PositiveInt = Field(description="Iteration cap of the solver (1000 in the papers).")
     inverse_regularization: PositiveFloat = Field(description="sklearn's C.")
     standardized: bool = Field(description="Features standardized with the probe-train mean and deviation.")
     feature_layer: NonEmptyStr = Field(description=(
         "Module whose input is the feature vector (the penultimate features: the input of the classifier head)."))
     train_split: SplitRole = Field(description="Split the probe's training records are drawn from.")
-    per_class: PositiveInt = Field(description="Training records drawn per class (50 in seed 003).")
+    per_class: PositiveInt = Field(description="Training records drawn per class (50 in the papers).")
     classes: Annotated[int, Field(ge=2)] = Field(description="Classes in the probe's training set.")
     test_split: SplitRole = Field(description="Split the probe is scored on ('forget': the forget accuracy).")
     test_records: PositiveInt = Field(description="Records the probe is scored on.")
@@ -70,7 +73,9 @@ class LinearProbeProtocol(StrictModel):
 
 
 class LinearProbeDecomposition(StrictModel):
-    """Proposition 1 of seed 003: LP_M - LP_retr = (LP_M - LP_Mcal) + (LP_Mcal - LP_retr), in pp.
+    """The probe decomposition (see
+    docs/statistics.md#encoder-level-diagnostics-linear-probe-membership-attack-relearning):
+    LP_M - LP_retr = (LP_M - LP_Mcal) + (LP_Mcal - LP_retr), in pp.
 
     A negative BN-residual means the shipped statistics deflate the probe: the shipped state hides encoder leakage
     that the refit reveals; a positive one means the surface probe overstates it."""
@@ -99,7 +104,8 @@ class AttackProtocol(StrictModel):
 
 
 class MembershipInference(StrictModel):
-    """Attack AUC as shipped and after the refit (seed 003, appendix O: it changes little)."""
+    """Attack AUC as shipped and after the refit (it changes little: see
+    docs/statistics.md#encoder-level-diagnostics-linear-probe-membership-attack-relearning)."""
 
     metric: NonEmptyStr = Field(description="The cell holding the AUCs (unit 'auc').")
     protocol: AttackProtocol = Field(description="The attack.")

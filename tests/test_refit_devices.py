@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from bnconvention.cli.main import COMMAND_MODULES, main
+from bnconvention.cli.commands import COMMANDS
+from bnconvention.cli.main import main
 from bnconvention.errors import DeviceUnavailableError
 from bnconvention.refit import refit
 from bnconvention.refit.devices import DEVICES, Device, available_accelerator, resolve_device
@@ -77,7 +78,7 @@ def _device_choices(module_name: str) -> list[tuple[str, ...]]:
 @pytest.mark.parametrize("module", ["refit_cmd", "audit_cmd", "census_cmd", "hub_cmd"])
 def test_commands_take_the_devices_as_choices(module: str) -> None:
     name = f"bnconvention.cli.{module}"
-    assert name in COMMAND_MODULES
+    assert name in {command.module for command in COMMANDS.values()}
     assert _device_choices(name) and set(_device_choices(name)) == {DEVICES}
 
 

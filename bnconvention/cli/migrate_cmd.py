@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bnconvention.authoring.migrate import migrate_file
+from bnconvention.cli.commands import summary
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "migrate",
-        help="upgrade a 1.0 record or a card's bnconvention block to spec version 1.1",
+        help=summary("migrate"),
         description=(
             "Upgrade a record of spec version 1.0 (a .json declaration or refit annotation, or the bnconvention "
             "block of a model card) to 1.1. Only spec_version changes: every 1.0 record means the same in 1.1, "
@@ -27,8 +30,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.authoring.migrate import migrate_file
-
     result = migrate_file(args.record, out=args.out)
     if result.written is None:
         print(f"{args.record}: already spec_version {result.version_after}; nothing written")

@@ -16,9 +16,9 @@ from safetensors.torch import save_file
 from bnconvention.cli.commands import COMMANDS
 from bnconvention.cli.main import main
 from bnconvention.errors import DeviceUnavailableError
-from bnconvention.refit import refit
-from bnconvention.refit.devices import DEVICES, Device, available_accelerator, resolve_device
-from bnconvention.refit.moments import ChannelMoments
+from bnconvention.refitting import refit
+from bnconvention.refitting.devices import DEVICES, Device, available_accelerator, resolve_device
+from bnconvention.refitting.moments import ChannelMoments
 from bnconvention.zoo.models import convnet_bn
 
 
@@ -123,7 +123,7 @@ def test_moments_merge_on_the_device_the_sums_are_on() -> None:
 
 
 def test_malloc_tuning_respects_the_users_choice() -> None:
-    from bnconvention.refit.allocator import tune_malloc
+    from bnconvention.refitting.allocator import tune_malloc
 
     assert tune_malloc({"BNC_MALLOC_TUNING": "0"}) is False
     assert tune_malloc({"MALLOC_TRIM_THRESHOLD_": "1000"}) is False

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from bnconvention.audit.data import AuditData
     from bnconvention.audit.result import AuditResult
     from bnconvention.audit.spec import AuditSpec
-    from bnconvention.refit.devices import Device
+    from bnconvention.refitting.devices import Device
 
 TOLERANCE = REPRODUCTION_TOLERANCE
 ANNOTATION_FILE = "annotation.json"

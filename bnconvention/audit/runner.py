@@ -53,7 +53,7 @@ from bnconvention.audit.sweeps import measurement_sha256
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.text import plural
-from bnconvention.refit.devices import Device, resolve_device
+from bnconvention.refitting.devices import Device, resolve_device
 
 __all__ = ["PreparedAudit", "audit_checkpoint", "check_data_fits", "prepare_audit", "run_audit", "scales_outcome",
            "weights_key"]

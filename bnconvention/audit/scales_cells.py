@@ -20,7 +20,7 @@ import torch
 
 from bnconvention.audit.stats import decide
 from bnconvention.errors import QuantizationError
-from bnconvention.refit.scales import ScaleSet, fake_quantized, read_scales, refit_scales
+from bnconvention.refitting.scales import ScaleSet, fake_quantized, read_scales, refit_scales
 from bnconvention.standard.models import Cell, CellDecision, SplitRole
 
 SPLIT_CELLS: dict[str, SplitRole] = {"df": "forget", "dr": "retain", "dt": "test"}

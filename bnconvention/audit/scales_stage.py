@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from bnconvention.audit.data import AuditData
     from bnconvention.audit.spec import AuditSpec
     from bnconvention.formats.digests import DigestSet
-    from bnconvention.refit.scales import ScaleSet
+    from bnconvention.refitting.scales import ScaleSet
 
 SCALES_ANNOTATION_FILE = "scales_annotation.json"
 
@@ -82,8 +82,8 @@ def unaudited_warning(weights: Path) -> str | None:
 def check_shipped_scales(weights: Path, *, model: torch.nn.Module, digests: DigestSet) -> ScalesPlan:
     """The checked plan of a checkpoint that ships scales (see the module docstring); ``model`` is not changed."""
     from bnconvention.authoring.scales_sources import read_quantized_release
-    from bnconvention.refit.observers import prepare_static
-    from bnconvention.refit.scales import observer_sites
+    from bnconvention.refitting.observers import prepare_static
+    from bnconvention.refitting.scales import observer_sites
 
     try:
         found, shipped = read_quantized_release(weights)

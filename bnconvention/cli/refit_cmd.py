@@ -21,9 +21,9 @@ from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import canonical_json, loads_strict
 from bnconvention.formats.checkpoint_files import open_checkpoint
 from bnconvention.formats.digests import checkpoint_digests
-from bnconvention.refit import refit
-from bnconvention.refit.files import model_dtype, read_npz_pool
-from bnconvention.refit.weights import load_checkpoint_weights, save_refit_weights, stored_declaration
+from bnconvention.refitting import refit
+from bnconvention.refitting.files import model_dtype, read_npz_pool
+from bnconvention.refitting.weights import load_checkpoint_weights, save_refit_weights, stored_declaration
 from bnconvention.standard.models import DatasetRef, DataSplit, Transform, to_dict
 
 EPILOG = """\

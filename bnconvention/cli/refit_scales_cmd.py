@@ -29,10 +29,10 @@ from bnconvention.cli.refit_cmd import (
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.digests import checkpoint_digests
-from bnconvention.refit.files import model_dtype
-from bnconvention.refit.observers import prepare_static
-from bnconvention.refit.scales import ScalesRefit, refit_scales, save_scales
-from bnconvention.refit.weights import load_checkpoint_weights
+from bnconvention.refitting.files import model_dtype
+from bnconvention.refitting.observers import prepare_static
+from bnconvention.refitting.scales import ScalesRefit, refit_scales, save_scales
+from bnconvention.refitting.weights import load_checkpoint_weights
 from bnconvention.standard.models import SCALES_FILENAME, DataSplit, Transform, to_dict
 from bnconvention.validation.records import ensure_valid_record
 

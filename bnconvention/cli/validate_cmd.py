@@ -1,4 +1,8 @@
-"""``bnconvention validate``: offline check of records, safetensors headers, model cards and release folders."""
+"""``bnconvention validate``: offline check of records, safetensors headers, model cards and release folders.
+
+Importing this module does not import torch: the validator is the core install's (the pre-commit hook's), and the
+CLI imports this module alone when ``validate`` runs (:mod:`bnconvention.cli.commands`).
+"""
 
 from __future__ import annotations
 

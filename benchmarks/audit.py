@@ -28,7 +28,7 @@ spinning into it). The load average is printed before and after.
     .venv/bin/python benchmarks/audit.py --device auto                                # GPU rows when present
 
 ``--malloc tuned`` fixes glibc's allocator thresholds first, as the ``bnconvention`` command line does
-(:mod:`bnconvention.refit.allocator`). ``--device auto`` (or ``cuda``/``mps``) adds the same rows on an accelerator;
+(:mod:`bnconvention.refitting.allocator`). ``--device auto`` (or ``cuda``/``mps``) adds the same rows on an accelerator;
 without one the output says that no GPU rows were measured. With ``--check`` the exit status is 1 unless every CPU
 ``audit`` median is <= 1.2x floor.
 """
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     if args.malloc == "tuned":
-        from bnconvention.refit.allocator import tune_malloc
+        from bnconvention.refitting.allocator import tune_malloc
 
         if not tune_malloc():
             raise SystemExit("--malloc tuned: glibc's mallopt is not available (or the environment sets it)")

@@ -46,7 +46,7 @@ def _setup() -> tuple[Any, Any]:
 
 
 def _distance(model: Any, x: Any, *, rule: str, batch: int, exact: dict[str, Any]) -> tuple[float, float]:
-    from bnconvention.refit import refit, running_state, staleness_distance
+    from bnconvention.refitting import refit, running_state, staleness_distance
 
     refit(model, list(x.split(batch)), rule=rule)  # type: ignore[arg-type]
     found = staleness_distance(running_state(model), exact)
@@ -54,7 +54,7 @@ def _distance(model: Any, x: Any, *, rule: str, batch: int, exact: dict[str, Any
 
 
 def _exact(model: Any, x: Any) -> dict[str, Any]:
-    from bnconvention.refit import refit, running_state
+    from bnconvention.refitting import refit, running_state
 
     refit(model, [x], rule="exact")
     return running_state(model)

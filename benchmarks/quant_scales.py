@@ -72,8 +72,8 @@ def displacement(zoo: Any, *, replicates: int) -> list[dict[str, Any]]:
 def influence(zoo: Any, *, replicates: int) -> list[dict[str, Any]]:
     import torch
 
-    from bnconvention.refit.observers import observer_spec, prepare_static
-    from bnconvention.refit.scales import refit_scales
+    from bnconvention.refitting.observers import observer_spec, prepare_static
+    from bnconvention.refitting.scales import refit_scales
 
     splits = _splits()
     retain, forget = splits["retain"][0], splits["forget"][0]

@@ -9,9 +9,9 @@ eval (the rounds least disturbed by other processes), and the median seconds. Va
 
 * ``eval``        one eval-mode forward over the pool under ``torch.no_grad()`` (the unit)
 * ``eval+fastpool`` the same eval forward with its max pools run as the exact pass runs them (channels-last copies,
-                  :mod:`bnconvention.refit.kernels`: the same bits): ``exact / eval+fastpool`` is what a refit costs
+                  :mod:`bnconvention.refitting.kernels`: the same bits): ``exact / eval+fastpool`` is what a refit costs
                   beyond a forward that gets the same faster pooling
-* ``exact-pass``  the exact rule's layer-major traced pass alone (``bnconvention.refit.exact.run_traced``,
+* ``exact-pass``  the exact rule's layer-major traced pass alone (``bnconvention.refitting.exact.run_traced``,
                   tracing included)
 * ``exact``       ``refit(model, pool)``: the pass plus θ/φ digests before and after, staleness and the record
 * ``exact+witness`` ``refit(model, pool, theta=witness)`` with one ``ThetaWitness`` shared by every call: what each
@@ -36,7 +36,7 @@ The peak memory of the exact path is the peak of pool inputs plus live activatio
     .venv/bin/python benchmarks/refit.py --json               # one JSON object
 
 ``--malloc tuned`` fixes glibc's mmap and trim thresholds in the measuring processes first, as the ``bnconvention``
-command line does (:mod:`bnconvention.refit.allocator`): with glibc's defaults the thresholds move with the
+command line does (:mod:`bnconvention.refitting.allocator`): with glibc's defaults the thresholds move with the
 allocation history and every variant page-faults a varying number of times, the cause of the ConvNet's bimodal
 ratios; ``default`` (the default) measures what a Python caller of ``refit()`` gets.
 ``--load N`` runs N busy-looping processes during the measurement (other engineers' tests on a shared machine):
@@ -82,11 +82,11 @@ def variants(model: Any, pool: list[Any], sync: Callable[[], None]) -> dict[str,
     from torch.optim.swa_utils import update_bn
 
     from bnconvention.formats.digests import model_digests
-    from bnconvention.refit import ThetaWitness, refit
-    from bnconvention.refit.exact import commit_layer_stats, run_traced
-    from bnconvention.refit.kernels import exact_fast_module
-    from bnconvention.refit.moments import ChannelMoments
-    from bnconvention.refit.state import tracked_layers
+    from bnconvention.refitting import ThetaWitness, refit
+    from bnconvention.refitting.exact import commit_layer_stats, run_traced
+    from bnconvention.refitting.kernels import exact_fast_module
+    from bnconvention.refitting.moments import ChannelMoments
+    from bnconvention.refitting.state import tracked_layers
 
     def eval_forward() -> None:
         model.eval()
@@ -142,7 +142,7 @@ def measure(name: str, *, runs: int, images: int, batch_size: int, skip: set[str
             device: str = "cpu") -> dict[str, Any]:
     import torch
 
-    from bnconvention.refit import refit
+    from bnconvention.refitting import refit
 
     torch.manual_seed(seed)
     model = build(name).to(device)
@@ -243,7 +243,7 @@ def measure_isolated(name: str, *, args: argparse.Namespace, skip: set[str], dev
 
 def devices_to_measure(choice: str) -> tuple[list[str], str | None]:
     """The CPU always; an accelerator when asked for (or with ``auto``, when present), else a note saying why not."""
-    from bnconvention.refit.devices import available_accelerator, resolve_device
+    from bnconvention.refitting.devices import available_accelerator, resolve_device
 
     if choice == "cpu":
         return ["cpu"], "no GPU rows: --device cpu"
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--skip takes variants from {VARIANTS[1:]}")
     if args.worker:
         if args.malloc == "tuned":
-            from bnconvention.refit.allocator import tune_malloc
+            from bnconvention.refitting.allocator import tune_malloc
 
             if not tune_malloc():
                 raise SystemExit("--malloc tuned: glibc's mallopt is not available (or the environment sets it)")

@@ -48,9 +48,9 @@ _EXPORTS: dict[str, str] = {
     "validate_paths": "bnconvention.validation",
     "validate_record": "bnconvention.validation",
     # auditors
-    "refit": "bnconvention.refit",
-    "RefitReport": "bnconvention.refit",
-    "staleness_distance": "bnconvention.refit",
+    "refit": "bnconvention.refitting",
+    "RefitReport": "bnconvention.refitting",
+    "staleness_distance": "bnconvention.refitting",
     "load_spec": "bnconvention.audit.spec",
     "audit_checkpoint": "bnconvention.audit.run",
     "run_census": "bnconvention.audit.census",

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("formats", frozenset({"formats", "errors", "extras", "_version", "_lazy"})),
     ("standard", frozenset({"standard"})),
     ("validation", frozenset({"validation"})),
-    ("authoring/refit", frozenset({"authoring", "refit", "data", "architectures"})),
+    ("authoring/refitting", frozenset({"authoring", "refitting", "data", "architectures"})),
     ("audit", frozenset({"audit"})),
     ("hub", frozenset({"hub"})),
     ("report/cli/demo", frozenset({"report_html", "cli", "demo", "zoo", "hubserver", "examples"})),
@@ -334,7 +334,7 @@ def test_checker_sees_every_form_of_import(source: str, target: str) -> None:
     assert [item.target for item in found] == [target]
     assert layer_violations(found) == [
         f"bnconvention/data/pools.py:{found[0].line} imports {target} "
-        "(layer authoring/refit may not import layer report/cli/demo)"]
+        "(layer authoring/refitting may not import layer report/cli/demo)"]
     assert application_violations(found) == [
         f"bnconvention/data/pools.py:{found[0].line} imports {target} (zoo is imported only by __main__, cli, demo)"]
 

@@ -23,7 +23,7 @@ from bnconvention.audit.diagnostics.band import (
     one_pair_false_positive_rate,
     scores,
 )
-from bnconvention.refit.state import LayerRunningState
+from bnconvention.refitting.state import LayerRunningState
 
 LEVEL = 0.05
 N_REFITS = 19  # exact level floor(0.05 * 20) / 20 = 0.05

@@ -19,7 +19,7 @@ from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.audit.run.runner import check_data_fits, prepare_audit
 from bnconvention.audit.spec.audit_spec import ProvenanceSpec, parse_spec
 from bnconvention.errors import AuditSpecError
-from bnconvention.refit import running_state
+from bnconvention.refitting import running_state
 
 
 def test_arm_sizes_are_the_deployment_share_and_the_ceiling():

@@ -11,7 +11,7 @@ from bnconvention.audit.diagnostics.recovery import proxy_images, recoverability
 from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.audit.run.runner import prepare_audit
 from bnconvention.audit.spec.audit_spec import DEFAULT_BUDGETS, parse_spec
-from bnconvention.refit import running_state
+from bnconvention.refitting import running_state
 
 
 def test_the_default_curve_is_the_papers_budgets_over_three_sources():

@@ -28,8 +28,8 @@ from bnconvention.audit.run.stages import (
 )
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.errors import WeightsChangedError
-from bnconvention.refit import running_state, staleness_distance
-from bnconvention.refit.state import LayerRunningState
+from bnconvention.refitting import running_state, staleness_distance
+from bnconvention.refitting.state import LayerRunningState
 from bnconvention.standard.models import to_dict
 from bnconvention.standard.schema import schema_validator
 

@@ -23,7 +23,7 @@ from bnconvention.architectures import factories
 from bnconvention.cli.main import main
 from bnconvention.formats.checkpoint_files import open_checkpoint
 from bnconvention.formats.digests import bn_layer_names, checkpoint_digests, running_names_for_layer
-from bnconvention.refit.weights import load_checkpoint_weights
+from bnconvention.refitting.weights import load_checkpoint_weights
 
 HALF = [pytest.param(torch.float16, "F16", id="fp16"), pytest.param(torch.bfloat16, "BF16", id="bf16")]
 MODELS = [pytest.param(timm_test_resnet, "timm_resnet", id="timm"),
@@ -119,7 +119,7 @@ def test_a_half_precision_refit_writes_its_statistics_in_the_buffer_dtype(make, 
     assert (report["digests"]["running_sha256"], report["refit"]["running_sha256_before"]) == (
         written.running_sha256, source.running_sha256)
     # the same refit in this process, in float32: the file holds its statistics rounded to the buffer dtype
-    from bnconvention.refit import refit
+    from bnconvention.refitting import refit
 
     model = make(seed=7)
     load_checkpoint_weights(model, path)

@@ -18,8 +18,8 @@ from bnconvention.cli.main import main
 from bnconvention.errors import CheckpointMismatchError, SafetensorsHeaderError, UsageError
 from bnconvention.formats.checkpoint_files import checkpoint_name, open_checkpoint, resolve_checkpoint_path
 from bnconvention.formats.digests import checkpoint_digests, file_digests, model_digests
-from bnconvention.refit.keymap import KeyMap, KeyProblems, match_keys
-from bnconvention.refit.weights import load_checkpoint_weights
+from bnconvention.refitting.keymap import KeyMap, KeyProblems, match_keys
+from bnconvention.refitting.weights import load_checkpoint_weights
 
 INDEX = "model.safetensors.index.json"
 

@@ -126,3 +126,68 @@ def test_python_dash_m_and_schema_command() -> None:
                             text=True, env=env, timeout=120, check=False)
     assert schema.returncode == 0
     assert schema.stdout == schema_text()
+
+
+# --- commands imported when they run ----------------------------------------------------------------------------
+
+PROBE = """\
+import json, sys
+from bnconvention.cli.main import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def _modules_after(*argv: str) -> set[str]:
+    """The modules a fresh interpreter holds after ``bnconvention ARGV`` (help and usage exits included)."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def _command_modules(modules: set[str]) -> set[str]:
+    return {name for name in modules if name.startswith("bnconvention.cli.") and name.endswith("_cmd")}
+
+
+def test_validate_does_not_import_torch() -> None:
+    loaded = _modules_after("validate", "examples/releases/convnet-bn/model.safetensors")
+    assert "bnconvention.validation" in loaded and "torch" not in loaded
+    assert _command_modules(loaded) == {"bnconvention.cli.validate_cmd"}
+    # The probe sees torch where a command imports it (refit's module imports the refit engine at its top).
+    assert "torch" in _modules_after("refit", "--help")
+
+
+def test_help_imports_no_command_module() -> None:
+    assert _command_modules(_modules_after("--help")) == set()
+    assert _command_modules(_modules_after()) == set()
+    # The probe sees a command module where one is imported: a command's --help imports that module only.
+    assert _command_modules(_modules_after("stamp", "--help")) == {"bnconvention.cli.stamp_cmd"}
+    assert _command_modules(_modules_after("verify", "--help")) == {"bnconvention.cli.sign_cmd"}
+
+
+def test_the_table_lists_what_the_modules_register() -> None:
+    """``bnconvention --help`` lists the commands from the table; registered by their modules, they read the same."""
+    from bnconvention.cli.commands import COMMANDS
+
+    assert cli.build_parser(load=()).format_help() == cli.build_parser().format_help()
+    parser = cli.build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]  # noqa: SLF001
+    assert list(commands.choices) == list(COMMANDS)
+
+
+def test_a_missing_dependency_of_a_command_module_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    real_import = cli.importlib.import_module
+
+    def without_scipy(name: str) -> object:
+        if name == "bnconvention.cli.audit_cmd":
+            raise ModuleNotFoundError("No module named 'scipy'", name="scipy")
+        return real_import(name)
+
+    monkeypatch.setattr(cli.importlib, "import_module", without_scipy)
+    assert cli.main(["audit", "--help"]) == 1
+    assert capsys.readouterr().err == ("bnconvention: missing dependency: bnconvention audit needs scipy, which is "
+                                       "not installed; install the extra: pip install 'bnconvention[audit]'\n")

@@ -72,7 +72,7 @@ def test_a_lazy_batchnorm_refit_is_one_line_naming_the_layer(tmp_path: Path, cap
 
 
 def test_the_library_refit_names_the_lazy_layer() -> None:
-    from bnconvention.refit import refit
+    from bnconvention.refitting import refit
 
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.LazyBatchNorm2d())
     with pytest.raises(UnsupportedModelError, match=r"^refit: lazy BatchNorm layer '1' \(LazyBatchNorm2d\) not "):

@@ -25,8 +25,8 @@ from bnconvention.errors import QuantizationError
 from bnconvention.formats.atomic import file_sha256
 from bnconvention.formats.checkpoint_files import open_checkpoint
 from bnconvention.formats.digests import checkpoint_digests
-from bnconvention.refit.observers import observer_spec
-from bnconvention.refit.scales import ScaleSet, parse_scales_tensors, scales_digests
+from bnconvention.refitting.observers import observer_spec
+from bnconvention.refitting.scales import ScaleSet, parse_scales_tensors, scales_digests
 from bnconvention.report_html.census_page import render_census_page
 from bnconvention.standard.models import SCALES_FILENAME
 from bnconvention.zoo.population_quantized import DECLARATION_FILE, QUANTIZATION_KEY

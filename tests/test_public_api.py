@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import bnconvention
 
 
@@ -31,12 +33,17 @@ def test_import_and_validator_do_not_import_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_refit_is_the_function_whatever_was_imported_first() -> None:
-    # Regression: once a bnconvention.refit.* submodule was imported, `from bnconvention import refit`
-    # returned the package (Python binds subpackages on their parent), and calling it failed
+@pytest.mark.parametrize("first", ["bnconvention.refitting.exact", "bnconvention.refitting",
+                                   "bnconvention.cli.refit_cmd"])
+def test_refit_is_the_function_whatever_was_imported_first(first: str) -> None:
+    # Regression: the package was named refit too, so once one of its submodules was imported,
+    # `from bnconvention import refit` returned the package (Python binds subpackages on their parent), and calling
+    # it failed. The package is ``refitting`` now: no submodule import can shadow the function.
     code = (
-        "import bnconvention.refit.exact, torch\n"
+        f"import {first}, inspect, torch\n"
+        "import bnconvention.refitting.engine as engine\n"
         "from bnconvention import refit\n"
+        "assert inspect.isfunction(refit) and refit is engine.refit, refit\n"
         "model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2)).eval()\n"
         "print(type(refit(model, [torch.ones(4, 1, 5, 5)])).__name__)\n"
     )

@@ -20,8 +20,8 @@ from bnconvention.authoring.activation_scales import declare_quantized, float_st
 from bnconvention.authoring.declaration import make_convention, make_transform
 from bnconvention.errors import QuantizationError
 from bnconvention.formats.digests import model_digests
-from bnconvention.refit.observers import MSEObserver, PercentileObserver, observer_spec
-from bnconvention.refit.scales import (
+from bnconvention.refitting.observers import MSEObserver, PercentileObserver, observer_spec
+from bnconvention.refitting.scales import (
     ScaleSet,
     fake_quantized,
     load_scales,

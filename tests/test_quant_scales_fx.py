@@ -19,7 +19,7 @@ import torch
 from torch.ao.quantization import QConfig, QConfigMapping, default_weight_observer
 from torch.ao.quantization.observer import MinMaxObserver
 
-from bnconvention.refit.scales import fake_quantized, read_scales, refit_scales
+from bnconvention.refitting.scales import fake_quantized, read_scales, refit_scales
 
 W = 2 / math.sqrt(1 + 1e-5)
 SITES = ("activation_post_process_0", "activation_post_process_1")

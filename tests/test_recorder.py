@@ -17,7 +17,7 @@ from bnconvention.authoring.recorder import BNRecorder
 from bnconvention.data.digits import DIGITS_DATASET_ID, DIGITS_TRAIN_TRANSFORM, digits_arrays
 from bnconvention.errors import RecordError, UsageError
 from bnconvention.formats.digests import model_digests
-from bnconvention.refit import refit
+from bnconvention.refitting import refit
 from bnconvention.standard.models import Observation, parse_record, to_dict
 from bnconvention.standard.schema import schema_validator
 from bnconvention.validation.records import check_record

@@ -13,11 +13,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from bnconvention.cli.main import COMMAND_MODULES, main
+from bnconvention.cli.commands import COMMANDS
+from bnconvention.cli.main import main
 from bnconvention.errors import DeviceUnavailableError
-from bnconvention.refit import refit
-from bnconvention.refit.devices import DEVICES, Device, available_accelerator, resolve_device
-from bnconvention.refit.moments import ChannelMoments
+from bnconvention.refitting import refit
+from bnconvention.refitting.devices import DEVICES, Device, available_accelerator, resolve_device
+from bnconvention.refitting.moments import ChannelMoments
 from bnconvention.zoo.models import convnet_bn
 
 
@@ -77,7 +78,7 @@ def _device_choices(module_name: str) -> list[tuple[str, ...]]:
 @pytest.mark.parametrize("module", ["refit_cmd", "audit_cmd", "census_cmd", "hub_cmd"])
 def test_commands_take_the_devices_as_choices(module: str) -> None:
     name = f"bnconvention.cli.{module}"
-    assert name in COMMAND_MODULES
+    assert name in {command.module for command in COMMANDS.values()}
     assert _device_choices(name) and set(_device_choices(name)) == {DEVICES}
 
 
@@ -122,7 +123,7 @@ def test_moments_merge_on_the_device_the_sums_are_on() -> None:
 
 
 def test_malloc_tuning_respects_the_users_choice() -> None:
-    from bnconvention.refit.allocator import tune_malloc
+    from bnconvention.refitting.allocator import tune_malloc
 
     assert tune_malloc({"BNC_MALLOC_TUNING": "0"}) is False
     assert tune_malloc({"MALLOC_TRIM_THRESHOLD_": "1000"}) is False

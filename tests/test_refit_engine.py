@@ -20,8 +20,8 @@ from bnconvention.authoring import refit_listeners
 from bnconvention.authoring.declaration import make_transform
 from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChangedError
 from bnconvention.formats.digests import model_digests
-from bnconvention.refit import refit, running_state
-from bnconvention.refit.engine import (
+from bnconvention.refitting import refit, running_state
+from bnconvention.refitting.engine import (
     PassOutcome,
     build_report,
     check_theta_unchanged,
@@ -29,7 +29,7 @@ from bnconvention.refit.engine import (
     pool_warnings,
     run_pass,
 )
-from bnconvention.refit.pool import PoolReader
+from bnconvention.refitting.pool import PoolReader
 from bnconvention.standard.models import DatasetRef, DataSplit, Producer, parse_record
 from bnconvention.standard.schema import schema_validator
 

@@ -23,8 +23,8 @@ from helpers.refit_models import (
 
 from bnconvention.errors import RefitError, UnsupportedModelError
 from bnconvention.formats.digests import model_digests
-from bnconvention.refit import refit, running_state
-from bnconvention.refit.exact import Untraceable, run_traced, trace_model
+from bnconvention.refitting import refit, running_state
+from bnconvention.refitting.exact import Untraceable, run_traced, trace_model
 
 
 def buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:

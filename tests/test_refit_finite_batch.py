@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from bnconvention.errors import RefitError
-from bnconvention.refit import refit
-from bnconvention.refit.finite_batch import batch_size_warning, batch_weights
+from bnconvention.refitting import refit
+from bnconvention.refitting.finite_batch import batch_size_warning, batch_weights
 
 
 def test_cumulative_weighs_batches_not_records() -> None:

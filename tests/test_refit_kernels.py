@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from bnconvention.refit import refit, running_state
-from bnconvention.refit.kernels import MIN_CHANNELS, exact_fast_module
+from bnconvention.refitting import refit, running_state
+from bnconvention.refitting.kernels import MIN_CHANNELS, exact_fast_module
 
 
 def _bits(x: torch.Tensor) -> torch.Tensor:
@@ -80,7 +80,7 @@ def test_traced_pass_pools_channels_last_with_the_result_of_the_eval_forward() -
 
 
 def _moments_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from bnconvention.refit.moments import ChannelMoments
+    from bnconvention.refitting.moments import ChannelMoments
 
     moments = ChannelMoments()
     for chunk in x.split(50):
@@ -101,7 +101,7 @@ def test_statistics_on_one_thread_are_the_statistics_on_several(shape: tuple[int
     # change no bit of the result
     import contextlib
 
-    from bnconvention.refit import moments
+    from bnconvention.refitting import moments
 
     x = torch.randn(shape, generator=torch.Generator().manual_seed(3)) * 3.0 + 1.5
     monkeypatch.setenv("OMP_WAIT_POLICY", "passive")  # where the count is lowered (read at each update)
@@ -127,7 +127,7 @@ def test_statistics_on_one_thread_are_the_statistics_on_several(shape: tuple[int
 
 
 def test_statistics_keep_the_thread_count_when_idle_threads_spin(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bnconvention.refit import moments
+    from bnconvention.refitting import moments
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     seen: list[int] = []

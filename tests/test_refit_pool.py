@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from bnconvention.errors import RefitError
-from bnconvention.refit.moments import ChannelMoments
-from bnconvention.refit.pool import PoolReader, materialize
+from bnconvention.refitting.moments import ChannelMoments
+from bnconvention.refitting.pool import PoolReader, materialize
 
 
 @pytest.mark.parametrize("batch", [
@@ -86,7 +86,7 @@ def test_moments_need_two_values() -> None:
 
 
 def test_single_value_layer_is_a_refit_error() -> None:
-    from bnconvention.refit import refit
+    from bnconvention.refitting import refit
 
     model = torch.nn.Sequential(torch.nn.BatchNorm1d(2))
     with pytest.raises(RefitError, match="BatchNorm layer '0' saw 1 value per channel over the whole pool"):
@@ -94,7 +94,7 @@ def test_single_value_layer_is_a_refit_error() -> None:
 
 
 def test_moments_blocks_within_a_chunk_merge_exactly(monkeypatch) -> None:
-    from bnconvention.refit import moments as moments_module
+    from bnconvention.refitting import moments as moments_module
 
     data = torch.randn(13, 4, 3, 5, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 2 - 7
     whole = ChannelMoments()

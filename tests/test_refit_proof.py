@@ -10,7 +10,7 @@ from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.errors import RefitError, WeightsChangedError
 from bnconvention.formats import digests as digest_module
 from bnconvention.formats.digests import model_digests
-from bnconvention.refit import ThetaWitness, refit, running_state
+from bnconvention.refitting import ThetaWitness, refit, running_state
 
 
 class _Identity:
@@ -115,7 +115,7 @@ def test_theta_must_be_a_witness() -> None:
 
 def test_refits_sharing_a_witness_trace_once_until_the_modules_change(monkeypatch: pytest.MonkeyPatch) -> None:
     # each refit traced the model again (an audit's R replicates, recoverability points, provenance arms)
-    from bnconvention.refit import graph
+    from bnconvention.refitting import graph
 
     traces: list[int] = []
     original = graph.trace_model
@@ -146,7 +146,7 @@ def test_refits_sharing_a_witness_trace_once_until_the_modules_change(monkeypatc
 ])
 def test_byte_comparison_sees_every_bit_of_every_dtype(tensor: torch.Tensor) -> None:
     # the comparison runs through numpy on the CPU; it must still see one flipped bit in any dtype
-    from bnconvention.refit.proof import _bits, _equal_bytes
+    from bnconvention.refitting.proof import _bits, _equal_bytes
 
     assert _equal_bytes(tensor, tensor.clone())
     changed = tensor.clone().contiguous()
@@ -160,7 +160,7 @@ def test_byte_comparison_sees_every_bit_of_every_dtype(tensor: torch.Tensor) -> 
 def test_a_single_refit_digests_theta_after_its_pass_not_before(monkeypatch: pytest.MonkeyPatch) -> None:
     # refit() asked for the witness's digest before the pass, so the "background" sha256 of
     # θ was waited for at once and never overlapped anything; it is now needed only after the pass
-    from bnconvention.refit import engine
+    from bnconvention.refitting import engine
 
     events: list[str] = []
     original_pass, original_sha = engine.run_pass, ThetaWitness.trainable_sha256
@@ -189,7 +189,7 @@ def test_the_caller_finishes_a_digest_the_background_thread_has_not_reached(
     # is needed, and the caller then hashes the pieces itself instead of waiting for it
     import threading
 
-    from bnconvention.refit import proof
+    from bnconvention.refitting import proof
 
     release = threading.Event()
     monkeypatch.setattr(proof, "_PIECE", 64)  # many pieces, so that the caller's share is a real take-over
@@ -204,7 +204,7 @@ def test_the_caller_finishes_a_digest_the_background_thread_has_not_reached(
 
 
 def test_the_background_thread_alone_completes_the_digest(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bnconvention.refit import proof
+    from bnconvention.refitting import proof
 
     monkeypatch.setattr(proof, "_PIECE", 64)
     model = seeded(SmallConvNet)
@@ -227,7 +227,7 @@ def test_background_digests_are_stopped_and_joined_before_the_interpreter_exits(
         threads = []
         atexit.register(lambda: print("alive", [t.is_alive() for t in threads], flush=True))
         import torch
-        from bnconvention.refit.proof import ThetaWitness
+        from bnconvention.refitting.proof import ThetaWitness
         model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(16)])
         threads.extend(ThetaWitness(model)._thread for _ in range(3))
     """)

@@ -17,8 +17,8 @@ from bnconvention.authoring.activation_scales import activation_scales_state, de
 from bnconvention.authoring.declaration import declare, make_convention, make_transform
 from bnconvention.cli.main import main
 from bnconvention.formats.digests import file_digests
-from bnconvention.refit.observers import observer_spec, prepare_static
-from bnconvention.refit.scales import ScaleSet, load_scales, read_scales, save_scales, scales_digests
+from bnconvention.refitting.observers import observer_spec, prepare_static
+from bnconvention.refitting.scales import ScaleSet, load_scales, read_scales, save_scales, scales_digests
 from bnconvention.standard.models import DatasetRef, DataSplit, to_dict
 from bnconvention.validation.records import validate_record
 from bnconvention.zoo.models import convnet_bn

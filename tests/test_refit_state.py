@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bnconvention.errors import RefitError
-from bnconvention.refit import LayerRunningState, restore_running_state, running_state, staleness_distance
+from bnconvention.refitting import LayerRunningState, restore_running_state, running_state, staleness_distance
 
 
 def test_running_state_is_a_clone_and_restores_in_place() -> None:

@@ -11,7 +11,7 @@ from torch.optim.swa_utils import update_bn
 
 from bnconvention.errors import RefitError
 from bnconvention.formats.digests import model_digests
-from bnconvention.refit import refit
+from bnconvention.refitting import refit
 
 
 def running(model: torch.nn.Module) -> dict[str, torch.Tensor]:

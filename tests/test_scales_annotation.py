@@ -23,7 +23,7 @@ from bnconvention.authoring.activation_scales import float_state
 from bnconvention.authoring.declaration import make_convention, make_transform
 from bnconvention.errors import DigestMismatchError
 from bnconvention.formats.digests import bn_layer_names, state_dict_digests
-from bnconvention.refit.scales import scales_digests
+from bnconvention.refitting.scales import scales_digests
 from bnconvention.standard.models import AuditedFile, DatasetRef, DataSplit, to_dict
 from bnconvention.validation.records import validate_record
 

@@ -22,7 +22,7 @@ from bnconvention import BNRecorder, describe_transform, make_transform
 from bnconvention.authoring.transforms import as_standard_transform
 from bnconvention.data.digits import DIGITS_TRAIN_TRANSFORM
 from bnconvention.errors import RecordError
-from bnconvention.refit import refit
+from bnconvention.refitting import refit
 from bnconvention.standard.models import to_dict
 from bnconvention.standard.naming import transform_sha256
 

@@ -22,7 +22,7 @@ from bnconvention.cli.main import main
 from bnconvention.data.pools import iter_batches, load_dataset, split_by_classes
 from bnconvention.errors import UsageError
 from bnconvention.formats.safetensors_header import read_header
-from bnconvention.refit import refit
+from bnconvention.refitting import refit
 from bnconvention.standard.models import FittingConvention
 from bnconvention.zoo import (
     DIGITS_EVAL_TRANSFORM,

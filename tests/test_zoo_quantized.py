@@ -14,7 +14,7 @@ from bnconvention.audit.scales.cells import quantized_accuracy, scales_cells
 from bnconvention.authoring.activation_scales import load_quantized, scales_state_of
 from bnconvention.errors import DigestMismatchError, QuantizationError
 from bnconvention.formats.digests import file_digests, model_digests
-from bnconvention.refit.scales import save_scales
+from bnconvention.refitting.scales import save_scales
 from bnconvention.standard.models import parse_record
 from bnconvention.validation.records import validate_record
 from bnconvention.zoo.quantized import calibration_draw, quantize_variant

@@ -188,7 +188,7 @@ def build_model(name: str, kwargs: Mapping[str, Any] | None = None, *, source: s
 
     if not isinstance(model, torch.nn.Module):
         raise FactoryCallError(f"model factory {name!r} returned a {type(model).__name__}, not a torch.nn.Module")
-    from bnconvention.refit.state import ensure_materialised
+    from bnconvention.refitting.state import ensure_materialised
 
     ensure_materialised(model, what=f"model factory {name!r}",
                         fix="run one forward in the factory before it returns the model")

@@ -9,7 +9,7 @@ the tensors are compared (``num_classes`` 5e6 on a small timm ResNet: 2.8 GB and
    there except torchvision's RegNets, which compute their widths with tensors; those are built with only their
    parameters on the meta device, as ``accelerate.init_empty_weights`` does);
 2. compares its ``state_dict`` with the safetensors header, under the name mapping the load uses
-   (:func:`bnconvention.refit.weights.fit_model`: names, shapes, and so the number of values), and refuses a
+   (:func:`bnconvention.refitting.weights.fit_model`: names, shapes, and so the number of values), and refuses a
    difference in one line; when a config's field gives the differing size, the line names the file and field
    (``config.json: num_classes 5000000 gives 'fc.weight' [5000000, 96] but the weights hold [10, 96]``);
 3. only then builds the model for real: its tensors are now the file's, whose sizes the header parser has already
@@ -164,8 +164,8 @@ def check_skeleton(skeleton: torch.nn.Module, files: CheckpointFiles, choice: Ar
     file and field (:class:`~bnconvention.errors.ArchitectureConfigError`), else the differences
     (:class:`~bnconvention.errors.CheckpointMismatchError`, as a load would)."""
     from bnconvention.errors import CheckpointMismatchError
-    from bnconvention.refit.keymap import KeyProblems, match_keys
-    from bnconvention.refit.weights import fit_model, storage_aliases
+    from bnconvention.refitting.keymap import KeyProblems, match_keys
+    from bnconvention.refitting.weights import fit_model, storage_aliases
 
     factory = f"factory {choice.factory!r} (from {choice.source})"
     try:

@@ -1,6 +1,6 @@
 """Declare a statically quantized model: its BatchNorm state and its activation scales, in one 1.1 declaration.
 
-:func:`activation_scales_state` describes a :class:`~bnconvention.refit.scales.ScaleSet` as the standard's
+:func:`activation_scales_state` describes a :class:`~bnconvention.refitting.scales.ScaleSet` as the standard's
 ``activation_scales`` kind (with the digests of its stored tensors and the calibration set that fitted it);
 :func:`declare_quantized` adds it beside the BatchNorm state of a model prepared with torch.ao.quantization. The
 record's ``digests`` cover the float tensors only (the observers' buffers are the scales, stored beside the weights),
@@ -17,8 +17,8 @@ from bnconvention.authoring.declaration import declare, default_producer
 from bnconvention.errors import DigestMismatchError, QuantizationError
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.digests import bn_layer_names, state_dict_digests
-from bnconvention.refit.observers import ObserverSpec, prepare_static
-from bnconvention.refit.scales import ScaleSet, load_scales, observer_sites, read_scales, scales_digests
+from bnconvention.refitting.observers import ObserverSpec, prepare_static
+from bnconvention.refitting.scales import ScaleSet, load_scales, observer_sites, read_scales, scales_digests
 from bnconvention.standard.models import (
     SCALES_FILENAME,
     ActivationScalesState,

@@ -217,7 +217,7 @@ def declared_contradictions(observation: Observation, *, declared_mode: BufferUp
             found.append(Contradiction(
                 code=DECLARED_REFIT_NO_REFIT,
                 message=f"declared 'refit' but no refit was reported during the run; observed mode {observed!r} "
-                        "(run the refit inside the recorder, through bnconvention.refit)",
+                        "(run the refit inside the recorder, through bnconvention.refitting)",
             ))
         else:
             found.append(Contradiction(

@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bnconvention.authoring import refit_listeners
+from bnconvention.authoring.deployed_state import batchnorm_state, tensor_digests
 from bnconvention.authoring.observation import (
     LAYERS_CHANGED,
     combine_modes,
@@ -40,9 +41,11 @@ from bnconvention.authoring.observation import (
     split_contradictions,
     with_declared,
 )
-from bnconvention.authoring.recorder_declaration import recorder_declaration, saved_observation
+from bnconvention.authoring.recorder_declaration import declaration_from_saved, released_module
 from bnconvention.authoring.recorder_events import LayerEvents, check_tag, structure_contradictions
+from bnconvention.authoring.saved_observation import FORMAT, SavedObservation
 from bnconvention.authoring.split_matching import INPUT_KEYS, ShareTracker, SplitIndex
+from bnconvention.authoring.transforms import as_standard_transform
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.digests import DigestSet, model_digests
@@ -54,6 +57,7 @@ from bnconvention.standard.models import (
     DistributedMode,
     DropoutMode,
     FittingConvention,
+    LayerNameMapping,
     LayerObservation,
     Observation,
     Precision,
@@ -514,12 +518,15 @@ class BNRecorder:
         ``.module`` and ``torch.compile``'s ``_orig_mod`` on their own; ``observation.name_mapping`` says how the
         watched layer names map onto the released ones.
         """
-        return recorder_declaration(
-            self, dataset_id=dataset_id, subset=subset, transform=transform, role=role, declared_mode=declared_mode,
-            rule=rule, momentum=momentum, batch_size=batch_size, num_batches=num_batches, precision=precision,
+        # the transform is checked before the run is read
+        standard_transform = as_standard_transform(transform) if transform is not None else None
+        return declaration_from_saved(
+            self._saved_observation(released), dataset_id=dataset_id, subset=subset, transform=standard_transform,
+            role=role, declared_mode=declared_mode, rule=rule, momentum=momentum, batch_size=batch_size,
+            num_batches=num_batches, precision=precision,
             dropout=dropout, distributed=distributed, record_count=record_count, ids_sha256=ids_sha256,
             sampling_seed=sampling_seed, dataset_revision=dataset_revision, reporting_line=reporting_line,
-            strict=strict, override_by=override_by, override_reason=override_reason, released=released)
+            strict=strict, override_by=override_by, override_reason=override_reason)
 
     def save_observation(self, path: str | os.PathLike[str], *, released: torch.nn.Module | None = None) -> Path:
         """Write what :meth:`declaration` reads (the observation, the BatchNorm layers, the digests) to ``path``,
@@ -527,10 +534,29 @@ class BNRecorder:
         without the model (:mod:`bnconvention.authoring.saved_observation`). Save it beside the weights, at the same
         point of the run: the declaration checks the file's tensors against the digests saved here. ``released``:
         as for :meth:`declaration`."""
-        saved = saved_observation(self, released)
+        saved = self._saved_observation(released)
         target = Path(path)
         atomic_write_text(target, json.dumps(to_dict(saved), indent=2, ensure_ascii=False) + "\n")
         return target
+
+    def _saved_observation(self, released: torch.nn.Module | None) -> SavedObservation:
+        """What :func:`~bnconvention.authoring.recorder_declaration.declaration_from_saved` needs of the recorder
+        and its model, as one value (the file :meth:`save_observation` writes). The layers and digests are those of
+        the released network (:func:`~bnconvention.authoring.recorder_declaration.released_module`); when it is not
+        the recorded model itself, the observation keeps the recorded names and says how they map."""
+        observation = self.observation()  # first: a recorder that never ran is refused before any digest
+        network, prefix = released_module(self.model, released)
+        if prefix:
+            observation = observation.model_copy(update={"name_mapping": LayerNameMapping(observed_prefix=prefix,
+                                                                                          weights_prefix="")})
+        digests = model_digests(network)
+        rule, momentum = self._configured_rule()
+        refits, details = self._refit_conventions, self._refit_details
+        return SavedObservation(
+            format=FORMAT, observation=observation, deployed_state=batchnorm_state(network, digests),
+            digests=tensor_digests(digests), split=self.split, configured_rule=rule, configured_momentum=momentum,
+            sync_batchnorm=any(type(e.module).__name__ == "SyncBatchNorm" for e in self._layers),
+            refit_convention=refits[-1] if refits else None, refit=details[-1] if details else None)
 
     def _configured_rule(self) -> tuple[AccumulationRule | None, float | None]:
         """The rule the layers are configured for, when they all agree: the best guess for an unseen earlier fit."""

@@ -3,18 +3,18 @@ the recorder's observation, completed by what only the author knows, with no mod
 model: its module tree, its BatchNorm layers and its state dict are what the record describes).
 
 Both routes go through one function: the recorder is first reduced to a
-:class:`~bnconvention.authoring.saved_observation.SavedObservation` (:func:`saved_observation`, the value
-``save_observation`` writes), and :func:`declaration_from_saved` completes it; ``bnconvention declare
+:class:`~bnconvention.authoring.saved_observation.SavedObservation` (the value
+:meth:`~bnconvention.authoring.recorder.BNRecorder.save_observation` writes), and :func:`declaration_from_saved`
+completes it; ``bnconvention declare
 --from-observation`` reads the file and calls the same function, so the two records are equal by construction.
 """
 
 from __future__ import annotations
 
 import typing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bnconvention.authoring.declaration import declare_state
-from bnconvention.authoring.deployed_state import batchnorm_state, tensor_digests
 from bnconvention.authoring.observation import (
     SPLIT_ROLES,
     WRITTEN_MODES,
@@ -22,25 +22,19 @@ from bnconvention.authoring.observation import (
     convention_mode,
     with_author,
 )
-from bnconvention.authoring.saved_observation import FORMAT, SavedObservation
-from bnconvention.authoring.transforms import as_standard_transform
+from bnconvention.authoring.saved_observation import SavedObservation
 from bnconvention.errors import RecordError, UsageError
-from bnconvention.formats.digests import model_digests
 from bnconvention.standard.models import (
     AccumulationRule,
     BufferUpdateMode,
     Declaration,
     DistributedMode,
     DropoutMode,
-    LayerNameMapping,
     Precision,
     SplitRole,
     Transform,
     VarianceEstimator,
 )
-
-if TYPE_CHECKING:
-    from bnconvention.authoring.recorder import BNRecorder
 
 # A model without running statistics follows no accumulation rule; its record names PyTorch's default BatchNorm
 # setting (ema, momentum 0.1), as the shipped GroupNorm example does.
@@ -70,32 +64,6 @@ def released_module(model: Any, released: Any = None) -> tuple[Any, str]:
             model, prefix = model._orig_mod, prefix + "_orig_mod."
         else:
             return model, prefix
-
-
-def saved_observation(recorder: BNRecorder, released: Any = None) -> SavedObservation:
-    """What :func:`declaration_from_saved` needs of a recorder and its model, as one value (the file
-    :meth:`BNRecorder.save_observation` writes); the recorder's private counters are read here, their one other
-    reader. The layers and digests are those of the released network (:func:`released_module`); when it is not
-    the recorded model itself, the observation keeps the recorded names and says how they map."""
-    observation = recorder.observation()  # first: a recorder that never ran is refused before any digest
-    network, prefix = released_module(recorder.model, released)
-    if prefix:
-        observation = observation.model_copy(update={"name_mapping": LayerNameMapping(observed_prefix=prefix,
-                                                                                      weights_prefix="")})
-    digests = model_digests(network)
-    rule, momentum = recorder._configured_rule()
-    refits, details = recorder._refit_conventions, recorder._refit_details
-    return SavedObservation(
-        format=FORMAT, observation=observation, deployed_state=batchnorm_state(network, digests),
-        digests=tensor_digests(digests), split=recorder.split, configured_rule=rule, configured_momentum=momentum,
-        sync_batchnorm=any(type(e.module).__name__ == "SyncBatchNorm" for e in recorder._layers),
-        refit_convention=refits[-1] if refits else None, refit=details[-1] if details else None)
-
-
-def recorder_declaration(recorder: BNRecorder, *, transform: Any, released: Any = None, **author: Any) -> Declaration:
-    """See :meth:`BNRecorder.declaration`: the transform is checked before the run is read."""
-    standard_transform = as_standard_transform(transform) if transform is not None else None
-    return declaration_from_saved(saved_observation(recorder, released), transform=standard_transform, **author)
 
 
 def declaration_from_saved(
@@ -156,5 +124,4 @@ def declaration_from_saved(
                          reporting_line=reporting_line, observation=observation, refit=refit)
 
 
-__all__ = ["CHANNEL_ABSENT_MOMENTUM", "declaration_from_saved", "recorder_declaration", "released_module",
-           "saved_observation"]
+__all__ = ["CHANNEL_ABSENT_MOMENTUM", "declaration_from_saved", "released_module"]

@@ -31,7 +31,7 @@ from bnconvention.errors import BnConventionError, QuantizationError
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.card import CARD_NAME, read_card_record, read_card_text
 from bnconvention.formats.safetensors_header import read_header
-from bnconvention.refit.scales import ScaleSet
+from bnconvention.refitting.scales import ScaleSet
 from bnconvention.standard.locations import record_from_header
 from bnconvention.standard.models import SCALES_FILENAME, ActivationScalesState, Declaration, to_dict
 from bnconvention.validation.consistency import diff_pointers, records_equal

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 import sys
 from pathlib import Path
 
+from bnconvention.architectures.factories import allow_user_factory
+from bnconvention.audit.core import ANNOTATION_FILE
+from bnconvention.audit.measure import checkpoint_name
+from bnconvention.audit.render import write_audit_outputs
+from bnconvention.audit.run import prepare_audit, run_audit
+from bnconvention.audit.spec import load_spec
+from bnconvention.cli.commands import summary
 from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.cli.progress import add_progress_option, show_progress
-from bnconvention.extras import needs_extra
 from bnconvention.formats.text import plural, signed
 
 EPILOG = """examples:
@@ -41,13 +45,12 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
                              "model: {factory: MODULE:FUNCTION}")
     add_device_option(parser)
     add_progress_option(parser)
-    needs_extra(parser, "audit")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "audit",
-        help="refit a checkpoint's BatchNorm statistics on R replicates and report every cell shipped vs refit",
+        help=summary("audit"),
         description="Audit one checkpoint: shipped cells, R refits on redrawn retained pools at bit-identical "
                     "weights, displaced/equivalent/undetermined per cell, verdict flips, staleness, "
                     "recoverability, and the reporting line.",
@@ -63,19 +66,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def allow_factories(targets: list[str]) -> None:
-    from bnconvention.architectures.factories import allow_user_factory
-
     for target in targets:
         allow_user_factory(target)
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.audit.core import ANNOTATION_FILE
-    from bnconvention.audit.measure import checkpoint_name
-    from bnconvention.audit.render import write_audit_outputs
-    from bnconvention.audit.run import prepare_audit, run_audit
-    from bnconvention.audit.spec import load_spec
-
     allow_factories(args.allow_factory)
     device = chosen_device(args)
     spec = load_spec(args.spec, replicates=args.replicates)

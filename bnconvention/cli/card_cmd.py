@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 import sys
 from pathlib import Path
 
+from bnconvention.authoring.card_stamp import stamp_card_file, stamp_card_text
+from bnconvention.authoring.stamp import checked_record, read_stamped_record
+from bnconvention.cli.commands import summary
 from bnconvention.cli.stamp_cmd import read_record_file
 from bnconvention.errors import RecordError
+from bnconvention.formats.card import decode_card
 
 EPILOG = """\
 examples:
@@ -26,7 +28,7 @@ their order, comments, line endings) is kept as it is. A missing card is created
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "card",
-        help="add or update the bnconvention block and section of a model card",
+        help=summary("card"),
         description="Write a record into a model card: the `bnconvention` block of the YAML front matter and a "
                     "'BatchNorm fitting convention' section in the body, replaced (not duplicated) on re-runs.",
         epilog=EPILOG,
@@ -43,10 +45,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.authoring.card_stamp import stamp_card_file, stamp_card_text
-    from bnconvention.authoring.stamp import checked_record, read_stamped_record
-    from bnconvention.formats.card import decode_card
-
     if args.record is not None:
         model, _ = checked_record(read_record_file(args.record), source=str(args.record))
     else:

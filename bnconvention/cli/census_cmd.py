@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from bnconvention.audit.census import PREREGISTRATION_FILE, preregister_census, run_census
+from bnconvention.audit.population import headline, margin_line
+from bnconvention.audit.spec import SweepSpec, load_spec
 from bnconvention.cli.audit_cmd import add_common_options, allow_factories
+from bnconvention.cli.commands import summary
 from bnconvention.cli.device_option import chosen_device
 from bnconvention.cli.progress import show_progress
 from bnconvention.errors import UsageError
 from bnconvention.formats.text import plural, signed
+from bnconvention.report_html.census_page import CENSUS_HTML, write_census_html
 
 EPILOG = """examples:
   bnconvention census zoo --spec examples/audit/digits-zoo.yaml --out census-zoo
@@ -45,7 +50,7 @@ missing checkpoint, a factory that cannot be loaded, or bad usage, 130 interrupt
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "census",
-        help="audit many checkpoints and count displaced cells and verdict flips (Benjamini-Yekutieli)",
+        help=summary("census"),
         description="Audit a population of checkpoints with one spec and write the census: per checkpoint the "
                     "decisions and flips, and population counts with Benjamini-Yekutieli control across it.",
         epilog=EPILOG,
@@ -79,10 +84,6 @@ def _numbers(kind: type) -> Any:
 
 def _with_sweeps(spec: Any, args: argparse.Namespace) -> Any:
     """The spec with the command line's sweep lists, checked as the spec's own would be."""
-    from pydantic import ValidationError
-
-    from bnconvention.audit.spec import SweepSpec
-
     sweeps = dict(spec.sweeps.model_dump(mode="json"))
     if args.margins is not None:
         sweeps["margins_pp"] = args.margins
@@ -96,8 +97,6 @@ def _with_sweeps(spec: Any, args: argparse.Namespace) -> Any:
 
 
 def _preregister(args: argparse.Namespace, spec: Any) -> int:
-    from bnconvention.audit.census import PREREGISTRATION_FILE, preregister_census
-
     if args.amend is not None:
         raise UsageError("--amend records a change when a preregistered census runs; --preregister writes the record")
     record, written = preregister_census(args.paths, spec, Path(args.out))
@@ -111,11 +110,6 @@ def _preregister(args: argparse.Namespace, spec: Any) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.audit.census import run_census
-    from bnconvention.audit.population import headline, margin_line
-    from bnconvention.audit.spec import load_spec
-    from bnconvention.report_html.census_page import CENSUS_HTML, write_census_html
-
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
     allow_factories(args.allow_factory)

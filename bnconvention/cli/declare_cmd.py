@@ -3,20 +3,32 @@ a saved observation alone (``--from-observation``: no model factory)."""
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+from safetensors.torch import load_file
+
+from bnconvention.architectures.factories import allow_user_factory
+from bnconvention.audit.measure import ModelChoice, build_architecture, check_fits, model_shapes
+from bnconvention.authoring.declaration import declare, make_convention, make_transform
+from bnconvention.authoring.observation import convention_from_observation, with_author
+from bnconvention.authoring.recorder_declaration import declaration_from_saved
+from bnconvention.authoring.saved_observation import check_weights, read_saved_observation
+from bnconvention.cli.commands import summary
 from bnconvention.errors import BnConventionError, JSONInputError, RecordError, UsageError
-from bnconvention.extras import needs_extra
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.digests import bn_layer_names, file_digests
 from bnconvention.formats.name_prefix import PrefixMapping
+from bnconvention.formats.running_values import ensure_possible_statistics
+from bnconvention.formats.safetensors_header import read_header
 from bnconvention.formats.text import first_validation_error, plural
+from bnconvention.standard.models import Observation, to_dict
+from bnconvention.validation.records import ensure_valid_record
 
 # The standard's Literal aliases, spelled out so that building the parser does not import pydantic (every command
 # would pay ~0.2 s); tests/test_declare.py proves they equal typing.get_args of bnconvention.standard.models' aliases.
@@ -69,7 +81,7 @@ def _choices(alias: str) -> list[str]:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "declare",
-        help="build a declaration record for a weights file",
+        help=summary("declare"),
         description="Build a declaration of how a weights file's BatchNorm running statistics were fitted, bound "
                     "to its tensors by digests, from flags or from a BNRecorder observation, and write it as JSON.",
         epilog=EPILOG,
@@ -137,16 +149,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     out.add_argument("--reporting-line", help="the one sentence the release adds about its deployed state")
     out.add_argument("-o", "--output", type=Path, metavar="RECORD.json",
                      help="write the record here (atomically); default: standard output")
-    needs_extra(parser, "refit")
     parser.set_defaults(func=run)
 
 
 def read_observation(path: Path) -> Any:
     """A recorder observation from JSON (untrusted: strict JSON, checked against the model)."""
-    from pydantic import ValidationError
-
-    from bnconvention.standard.models import Observation
-
     size = path.stat().st_size
     if size > MAX_OBSERVATION_BYTES:
         raise JSONInputError(f"{path}: {size} bytes, over the {MAX_OBSERVATION_BYTES}-byte limit for an observation",
@@ -164,13 +171,6 @@ def read_observation(path: Path) -> Any:
 
 def load_declared_model(arch: str, kwargs_json: str, weights: Path) -> tuple[Any, Any]:
     """The allowlisted model with the file's tensors loaded strictly, and the digests of the file's tensors."""
-    from safetensors.torch import load_file
-
-    from bnconvention.audit.measure import ModelChoice, build_architecture, check_fits, model_shapes
-    from bnconvention.formats.digests import bn_layer_names, file_digests
-    from bnconvention.formats.running_values import ensure_possible_statistics
-    from bnconvention.formats.safetensors_header import read_header
-
     try:
         kwargs = loads_strict(kwargs_json, source="--arch-kwargs")
     except ValueError as exc:
@@ -204,8 +204,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _transform(args: argparse.Namespace) -> Any:
-    from bnconvention.authoring.declaration import make_transform
-
     return make_transform(
         mode=args.transform_mode, reference=args.transform_reference, resize=args.resize, crop=args.crop,
         augmentations=args.augmentation, normalize_mean=args.normalize_mean, normalize_std=args.normalize_std)
@@ -213,10 +211,6 @@ def _transform(args: argparse.Namespace) -> Any:
 
 def _declare_from_saved(args: argparse.Namespace) -> Any:
     """The record ``recorder.declaration(...)`` gives, from its saved observation, after binding it to --weights."""
-    from bnconvention.authoring.recorder_declaration import declaration_from_saved
-    from bnconvention.authoring.saved_observation import check_weights, read_saved_observation
-    from bnconvention.formats.running_values import ensure_possible_statistics
-
     if Path(args.weights).is_file():
         ensure_possible_statistics(args.weights, consequence=NOT_DECLARED)
     saved = check_weights(read_saved_observation(args.from_observation), args.weights)  # before anything is written
@@ -240,10 +234,6 @@ def _declare_from_saved(args: argparse.Namespace) -> Any:
 
 
 def _declare_from_model(args: argparse.Namespace) -> Any:
-    from bnconvention.architectures.factories import allow_user_factory
-    from bnconvention.authoring.declaration import declare, make_convention
-    from bnconvention.authoring.observation import convention_from_observation, with_author
-
     if args.allow_factory:
         allow_user_factory(args.allow_factory)
     observation = read_observation(args.observation) if args.observation else None
@@ -288,9 +278,6 @@ def _reraise_flag_error(exc: ValueError) -> None:
 
 
 def _write_record(args: argparse.Namespace, record: Any) -> int:
-    from bnconvention.standard.models import to_dict
-    from bnconvention.validation.records import ensure_valid_record
-
     data = to_dict(record)
     ensure_valid_record(loads_strict(json.dumps(data), source="record"), source="declared record")
     text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"

@@ -3,17 +3,18 @@ organisation as published, on a local Hub that stays up for the quickstarts."""
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 import os
 import sys
 
+from bnconvention.cli.commands import summary
 from bnconvention.cli.hubserver_cmd import wait_until_stopped
 from bnconvention.cli.progress import add_progress_option, show_progress, show_stage_lines
+from bnconvention.demo import run_demo, summary_text
+from bnconvention.demo.layout import DemoPaths
 from bnconvention.demo.population_stage import POPULATION_SIZES
+from bnconvention.demo.serve import serve_demo, serve_text
 from bnconvention.errors import UsageError
-from bnconvention.extras import needs_extra
 from bnconvention.formats.atomic import atomic_write_text
 
 EPILOG = """examples:
@@ -47,7 +48,7 @@ serves until Ctrl-C or SIGTERM: exit 0 then; 130 when interrupted before the Hub
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "demo", help="the whole story offline: zoo, local Hub organisation, census, audits, pull requests, report",
+        "demo", help=summary("demo"),
         description="Build the digits zoo, publish it as a Hub organisation on a local server, crawl it as an "
                     "auditor (census, audit, annotation pull requests, validation) and write an HTML report; or, "
                     "with --serve, publish the organisation and keep the local Hub up for the quickstarts.",
@@ -68,13 +69,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="publish the organisation (no crawl) and serve it until Ctrl-C, for the quickstarts")
     parser.add_argument("--port", type=int, default=None, metavar="N",
                         help="with --serve: the port on 127.0.0.1 (default: 0 = a free port)")
-    needs_extra(parser, "audit")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.demo.layout import DemoPaths
-
     if args.port is not None and not args.serve:
         raise UsageError("--port applies to --serve only: bnconvention demo --serve --port N")
     paths = DemoPaths.under(args.out, zoo=args.zoo)
@@ -86,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
     if args.serve:
         return _serve(args)
 
-    from bnconvention.demo import run_demo, summary_text
 
     result = run_demo(args.out, zoo_dir=args.zoo, population_dir=args.population,
                       population_size=args.population_size, fresh=args.fresh, progress=show_progress(args.progress),
@@ -98,8 +95,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from bnconvention.demo.serve import serve_demo, serve_text
-
     with serve_demo(args.out, zoo_dir=args.zoo, port=args.port or 0, fresh=args.fresh,
                     progress=show_progress(args.progress), stage_lines=show_stage_lines(args.progress)) as served:
         sys.stdout.write(serve_text(served))

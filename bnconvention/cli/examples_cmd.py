@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 import os
 
+from bnconvention.cli.commands import summary
 from bnconvention.errors import UsageError
+from bnconvention.examples import write_examples
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "examples",
-        help="write the examples the docs use: the digits-zoo audit spec, good and broken releases",
+        help=summary("examples"),
         description="The examples shipped with bnconvention: audit/digits-zoo.yaml (the audit spec of the digits "
                     "zoo), releases/ (a declared BatchNorm release and its GroupNorm twin) and broken/ (an "
                     "undeclared release, a stale record, a card that disagrees with its weights).",
@@ -43,8 +43,6 @@ def _missing_action(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.examples import write_examples
-
     done = write_examples(args.dir, force=args.force)
     total = len(done.written) + len(done.unchanged)
     print(f"{done.folder}{os.sep}: {len(done.written)} of {total} example files written, "

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-# spdx-python-model, spdx-tools and cyclonedx-python-lib are imported when the command runs
-# (bnconvention[provenance]).
 import argparse
 import sys
 from pathlib import Path
 
-from bnconvention.extras import needs_extra
+from bnconvention.authoring.sbom import export, read_release
+from bnconvention.cli.commands import summary
 
 EPILOG = """\
 examples:
@@ -27,7 +26,7 @@ Exit codes: 0 written, 1 a record is invalid, 2 unreadable input.
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "export", help="export a release's record as an SPDX 3 AI package or a CycloneDX model card",
+        "export", help=summary("export"),
         description="Write a release's bnconvention records (convention, digests, refit cells) into an SPDX 3 "
                     "document (AI profile) or a CycloneDX BOM with a model card.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,13 +35,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="the document to write: spdx (SPDX 3.0.1), spdx-2.3 or cyclonedx (1.6)")
     parser.add_argument("--name", default=None, help="the model's name (default: the release folder's name)")
     parser.add_argument("--output", type=Path, default=None, metavar="FILE", help="write here (default: stdout)")
-    needs_extra(parser, "provenance")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.authoring.sbom import export, read_release
-
     if not args.release.exists():
         raise FileNotFoundError(f"{args.release} does not exist (the release to export)")
     text = export(read_release(args.release, name=args.name), args.format)

@@ -3,6 +3,9 @@
 Every subcommand talks to the Hub through one ``HfApi(endpoint=..., token=...)``; the token is read from the
 environment variable named by ``--token-env`` (default ``HF_TOKEN``) and never printed. The hub_scripts/ entry
 points run these same commands.
+
+Each subcommand imports its machinery when it runs: ``census``, ``validate`` and ``publish`` are torch-free (the core
+install), ``audit``, ``push`` and ``reproduce`` need bnconvention[audit], and one module holds them all.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bnconvention.cli.commands import summary
 from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.cli.hub_common import add_hub_options, guarded, hub_client
 from bnconvention.cli.progress import show_progress, show_stage_lines, stage_line
@@ -50,7 +54,7 @@ to retry them), validation errors or --out in use by another run, 2 bad usage or
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "hub", help="crawl a Hub organisation: census, audit, push annotations, validate, publish",
+        "hub", help=summary("hub"),
         description="Drive the Hugging Face Hub (or a compatible server) with huggingface_hub: a header-only "
                     "census of an organisation, audits of its BatchNorm repos, annotations pushed back as pull "
                     "requests, the submission-pipeline check, and publishing a release.",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 import logging
 import os
@@ -15,8 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from bnconvention.cli.commands import summary
 from bnconvention.errors import UsageError
 from bnconvention.formats.text import plural
+from bnconvention.hubserver import FaultRule, LocalHub
 
 TOKENS_ENV = "BNC_HUBSERVER_TOKENS"  # NAME=TOKEN entries, separated by commas or spaces
 MAX_TOKEN_FILE_BYTES = 1_000_000
@@ -25,7 +25,7 @@ MAX_TOKEN_FILE_BYTES = 1_000_000
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "hubserver",
-        help="serve a local Hugging Face Hub-compatible API from a directory",
+        help=summary("hubserver"),
         description=(
             "Serve repos stored under --root over the Hub HTTP API that huggingface_hub speaks (listing, model "
             "info, downloads with ranges, uploads as regular files or with --lfs through the LFS batch API, pull "
@@ -155,8 +155,6 @@ def _log_to_stderr() -> Callable[[], None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.hubserver import FaultRule, LocalHub
-
     tokens = gather_tokens(args)
     if args.token:
         print(f"warning: --token puts a token on the command line, where every local user can read it (ps); pass "

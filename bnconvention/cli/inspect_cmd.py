@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 import json
 import sys
 from pathlib import Path
+
+from bnconvention.authoring.inspection import format_text, inspect_path
+from bnconvention.cli.commands import summary
+from bnconvention.formats.text import one_line
+from bnconvention.validation import best_issue
 
 EPILOG = """\
 examples:
@@ -24,7 +27,7 @@ cross-checked with the README.md next to it. Exit codes (the validator's): 0 not
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "inspect",
-        help="show what a weights file, card or release declares",
+        help=summary("inspect"),
         description="Show the BatchNorm layers of a safetensors file (from its header), the declared convention "
                     "and its canonical name, whether the digests match the tensors and whether card and header "
                     "agree. Files are only read.",
@@ -37,10 +40,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.authoring.inspection import format_text, inspect_path
-    from bnconvention.formats.text import one_line
-    from bnconvention.validation import best_issue
-
     inspection = inspect_path(args.path)
     if args.format == "json":
         sys.stdout.write(json.dumps(inspection.to_dict(), indent=2, ensure_ascii=False) + "\n")

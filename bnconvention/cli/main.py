@@ -1,8 +1,11 @@
 """Entry point of the ``bnconvention`` CLI.
 
-Each command module in :data:`COMMAND_MODULES` exposes ``register(subparsers)``, which adds its parser and sets
-``func`` to a callable ``(argparse.Namespace) -> int``. Modules import heavy dependencies (torch) inside their
-commands, so ``bnconvention validate`` starts fast.
+The commands are a table, :data:`bnconvention.cli.commands.COMMANDS` (name -> module path, one-line summary,
+extra). Each command module exposes ``register(subparsers)``, which adds its parser and sets ``func`` to a callable
+``(argparse.Namespace) -> int``. Only the module of the command on the command line is imported (``bnconvention
+validate ...`` imports the validate command's module and no other, ``bnconvention --help`` none): the others are
+listed from the table. So a command module imports its machinery at its top, torch included where the command
+needs it, and the torch-free commands stay torch-free.
 
 Exit codes (a documented contract, see docs/cli.md): 0 success / no errors, 1 errors found or the operation
 failed, 2 unreadable input or bad usage, 130 interrupted.
@@ -21,41 +24,13 @@ import importlib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from bnconvention import errors
 from bnconvention._version import __version__
-from bnconvention.extras import missing_dependency
+from bnconvention.cli.commands import COMMANDS
+from bnconvention.extras import missing_dependency, needs_extra
 from bnconvention.formats.text import elide
-
-# Order is the order of ``bnconvention --help``.
-COMMAND_MODULES: list[str] = [
-    # pipelines
-    "bnconvention.cli.validate_cmd",
-    "bnconvention.cli.schema_cmd",
-    "bnconvention.cli.migrate_cmd",
-    # authors
-    "bnconvention.cli.declare_cmd",
-    "bnconvention.cli.stamp_cmd",
-    "bnconvention.cli.card_cmd",
-    "bnconvention.cli.inspect_cmd",
-    "bnconvention.cli.publish_cmd",
-    "bnconvention.cli.push_to_hub_cmd",
-    "bnconvention.cli.sign_cmd",
-    "bnconvention.cli.export_cmd",
-    # auditors
-    "bnconvention.cli.refit_cmd",
-    "bnconvention.cli.refit_scales_cmd",
-    "bnconvention.cli.audit_cmd",
-    "bnconvention.cli.census_cmd",
-    "bnconvention.cli.reproduce_cmd",
-    "bnconvention.cli.hub_cmd",
-    # offline infrastructure
-    "bnconvention.cli.examples_cmd",
-    "bnconvention.cli.zoo_cmd",
-    "bnconvention.cli.hubserver_cmd",
-    "bnconvention.cli.demo_cmd",
-]
 
 MAX_MESSAGE = 4000  # characters of the one error line (messages elide long values themselves: formats.text.elide)
 EXIT_OK = 0
@@ -93,7 +68,9 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, with the commands named in ``load`` (default: all) registered by their modules and the others
+    by their name and summary alone (so their modules are not imported)."""
     parser = argparse.ArgumentParser(
         prog="bnconvention",
         description="Declare, stamp, validate and audit how a BatchNorm network's running statistics were fitted.",
@@ -102,9 +79,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traceback", action="store_true",
                         help="show the full traceback on errors (also BNC_TRACEBACK=1)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+    modules = {command.module for name, command in COMMANDS.items() if load is None or name in load}
+    for name, command in COMMANDS.items():
+        if name in subparsers.choices:  # registered with another command of its module (sign, verify)
+            continue
+        if command.module in modules:
+            importlib.import_module(command.module).register(subparsers)
+        else:
+            subparsers.add_parser(name, help=command.summary)
+    for name, command in COMMANDS.items():
+        if command.extra and command.module in modules:
+            needs_extra(subparsers.choices[name], command.extra)
     return parser
+
+
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The command on the command line: the first argument that is not an option (the top-level options take no
+    value), when it is one of :data:`COMMANDS`."""
+    for position, arg in enumerate(argv):
+        if arg == "--":
+            arg = argv[position + 1] if position + 1 < len(argv) else ""
+        elif arg.startswith("-"):
+            continue
+        return arg if arg in COMMANDS else None
+    return None
 
 
 def _classify(exc: BaseException) -> tuple[int, str, str]:
@@ -117,19 +115,25 @@ def _classify(exc: BaseException) -> tuple[int, str, str]:
     return EXIT_FAILED, "internal error", f"{detail} (rerun with --traceback and report it)"
 
 
-def _report(exc: BaseException, *, args: argparse.Namespace, show_traceback: bool) -> int:
+def _report(exc: BaseException, *, extra: str | None, command: str, show_traceback: bool) -> int:
     if show_traceback:
         traceback.print_exception(exc)
     if isinstance(exc, ModuleNotFoundError):
-        exc = missing_dependency(exc, extra=getattr(args, "extra", None),
-                                 command=getattr(args, "extra_command", None) or f"bnconvention {args.command}") or exc
+        exc = missing_dependency(exc, extra=extra, command=command) or exc
     code, label, message = _classify(exc)
     print(f"bnconvention: {label}: {message}", file=sys.stderr)
     return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name = _command_named(argv)
+    try:
+        parser = build_parser(load=() if name is None else (name,))
+    except ModuleNotFoundError as exc:  # the command's module imports a dependency of an extra that is missing
+        show_traceback = "--traceback" in argv or bool(os.environ.get("BNC_TRACEBACK"))
+        return _report(exc, extra=COMMANDS[name].extra if name else None, command=f"bnconvention {name}",
+                       show_traceback=show_traceback)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
@@ -141,4 +145,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("bnconvention: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - every exception becomes one line (see the module docstring)
-        return _report(exc, args=args, show_traceback=show_traceback)
+        return _report(exc, extra=getattr(args, "extra", None), show_traceback=show_traceback,
+                       command=getattr(args, "extra_command", None) or f"bnconvention {args.command}")

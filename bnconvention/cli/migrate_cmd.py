@@ -7,11 +7,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bnconvention.authoring.migrate import migrate_file
+from bnconvention.cli.commands import summary
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "migrate",
-        help="upgrade an older record or a card's bnconvention block to the latest spec version",
+        help=summary("migrate"),
         description=(
             "Upgrade a record of an older spec version (a .json declaration or refit annotation, or the "
             "bnconvention block of a model card) to the latest (docs/standard.md, \"Versioning and migration\"). "
@@ -30,8 +33,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.authoring.migrate import migrate_file
-
     result = migrate_file(args.record, out=args.out)
     if result.written is None:
         print(f"{args.record}: already spec_version {result.version_after}; nothing written")

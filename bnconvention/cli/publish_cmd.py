@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from bnconvention.authoring.publish import PublishResult, publish
+from bnconvention.cli.commands import summary
 from bnconvention.errors import UsageError
-
-if TYPE_CHECKING:
-    from bnconvention.authoring.publish import PublishResult
 
 EPILOG = """\
 examples:
@@ -36,7 +32,7 @@ naming an unset variable), 130 interrupted (run it again to resume).
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "publish",
-        help="stamp, validate and upload a release folder to the Hub",
+        help=summary("publish"),
         description="Stamp a release folder's weights and card with their declarations where needed, validate "
                     "it, and upload it to a Hub model repository.",
         epilog=EPILOG,
@@ -71,8 +67,6 @@ def token_from_env(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.authoring.publish import publish
-
     token = token_from_env(args)
     result = publish(args.directory, repo_id=args.repo, records=args.record, create_pr=args.create_pr,
                      endpoint=args.endpoint, token=token, commit_message=args.commit_message, dry_run=args.dry_run)

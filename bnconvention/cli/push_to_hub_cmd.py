@@ -3,13 +3,13 @@ survives: header and card stamped in the same commit as the weights, validated f
 
 from __future__ import annotations
 
-# The command's machinery (huggingface_hub, the validator) is imported when the command runs, not when the parser is
-# built: every --help and every other command stays light (cli/main.py).
 import argparse
 from pathlib import Path
 
+from bnconvention.cli.commands import summary
 from bnconvention.cli.publish_cmd import add_upload_options, print_publish_outcome, token_from_env
 from bnconvention.errors import UsageError
+from bnconvention.hub.library_push import folder_library, push_to_hub
 
 EPILOG = """\
 examples:
@@ -33,7 +33,7 @@ does not fit the weights (nothing committed) or the upload failed, 2 unreadable 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "push-to-hub",
-        help="push a library's saved folder to the Hub with the record stamped, in one commit",
+        help=summary("push-to-hub"),
         description="Copy a folder saved by timm, transformers or safetensors, stamp its weights header and card "
                     "with the declaration, validate it, and upload it to a Hub model repository in one commit; the "
                     "folder itself is not changed.",
@@ -49,8 +49,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.hub.library_push import folder_library, push_to_hub
-
     token = token_from_env(args)
     if not args.folder.is_dir():
         raise UsageError(f"{args.folder} is not a folder; give the folder a library's save wrote")

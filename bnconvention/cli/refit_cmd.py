@@ -6,21 +6,25 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import torch
+
+from bnconvention.architectures.factories import allow_user_factory, build_model
+from bnconvention.authoring.declaration import make_transform
+from bnconvention.cli.commands import summary
 from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.cli.progress import add_progress_option, show_progress
-from bnconvention.errors import UntrustedInputError, UsageError
-from bnconvention.extras import needs_extra
+from bnconvention.data.pools import iter_batches, load_dataset, split_by_classes
+from bnconvention.errors import UntrustedInputError, UsageError, WeightsChangedError
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import canonical_json, loads_strict
-
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
-if TYPE_CHECKING:
-    import torch
-
-    from bnconvention.standard.models import DataSplit, Transform
+from bnconvention.formats.checkpoint_files import open_checkpoint
+from bnconvention.formats.digests import checkpoint_digests
+from bnconvention.refitting import refit
+from bnconvention.refitting.files import model_dtype, read_npz_pool
+from bnconvention.refitting.weights import load_checkpoint_weights, save_refit_weights, stored_declaration
+from bnconvention.standard.models import DatasetRef, DataSplit, Transform, to_dict
 
 EPILOG = """\
 examples:
@@ -57,7 +61,7 @@ ROLES = ("train", "retain", "forget", "test", "proxy", "other")
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "refit",
-        help="refit a weights file's BatchNorm running statistics on a pool",
+        help=summary("refit"),
         description="Replace the BatchNorm running statistics of a .safetensors checkpoint by statistics recomputed "
                     "on a pool of inputs, at bit-identical trainable tensors, and write a report that is a "
                     "declaration of the standard (digests before/after, staleness of the previous statistics).",
@@ -79,7 +83,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--report", required=True, type=Path, metavar="REPORT.json")
     add_device_option(parser)
     add_progress_option(parser)
-    needs_extra(parser, "refit")
     parser.set_defaults(func=run)
 
 
@@ -121,8 +124,6 @@ def check_pool_usage(args: argparse.Namespace) -> None:
 
 def build_arch(args: argparse.Namespace) -> torch.nn.Module:
     """The model ``--arch`` names, built with ``--arch-kwargs`` (``--allow-factory`` targets allowed first)."""
-    from bnconvention.architectures.factories import allow_user_factory, build_model
-
     try:
         kwargs = loads_strict(args.arch_kwargs.encode("utf-8"), source="--arch-kwargs")
     except UntrustedInputError as exc:
@@ -135,12 +136,6 @@ def build_arch(args: argparse.Namespace) -> torch.nn.Module:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.formats.digests import checkpoint_digests
-    from bnconvention.refit import refit
-    from bnconvention.refit.files import model_dtype
-    from bnconvention.refit.weights import load_checkpoint_weights, save_refit_weights, stored_declaration
-    from bnconvention.standard.models import to_dict
-
     check_pool_usage(args)
     weights, out, report_path = args.weights.resolve(), args.out.resolve(), args.report.resolve()
     if report_path in (weights, out):
@@ -170,10 +165,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_theta_written(written: Path, *, before: str) -> None:
     """The written checkpoint's trainable digest must be the source's: θ bytes unchanged, in every shard."""
-    from bnconvention.errors import WeightsChangedError
-    from bnconvention.formats.checkpoint_files import open_checkpoint
-    from bnconvention.formats.digests import checkpoint_digests
-
     after = checkpoint_digests(open_checkpoint(written)).trainable_sha256
     if after != before:
         raise WeightsChangedError(f"{written}: the written trainable tensors have digest {after}, the source's "
@@ -182,21 +173,14 @@ def _check_theta_written(written: Path, *, before: str) -> None:
 
 def pool_from_args(args: argparse.Namespace, dtype: torch.dtype) -> tuple[list[Any], DataSplit, Transform]:
     """The pool's batches, its DataSplit (how a report describes it) and its Transform."""
-    from bnconvention.authoring.declaration import make_transform
-    from bnconvention.standard.models import DatasetRef, DataSplit
-
     if args.split is None:
-        from bnconvention.refit.files import read_npz_pool
-
         npz = read_npz_pool(args.pool, key=args.pool_key, dtype=dtype)
         data = DataSplit(role=args.role or "other", dataset=DatasetRef(id=f"npz:{npz.path.name}",
                                                                          revision=f"sha256:{npz.file_sha256}"),
                          subset=f"array {npz.key!r} of {npz.path.name}", record_count=npz.record_count)
         return list(npz.x.split(args.batch_size)), data, make_transform(mode="eval")
 
-    import torch
 
-    from bnconvention.data.pools import iter_batches, load_dataset, split_by_classes
 
     dataset = load_dataset(args.pool)
     if args.forget_classes:

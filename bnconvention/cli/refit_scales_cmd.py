@@ -6,21 +6,35 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from bnconvention.authoring.activation_scales import (
+    check_binds_weights,
+    read_declaration,
+    refit_scales_declaration,
+    scales_state_of,
+    shipped_scales,
+)
+from bnconvention.cli.commands import summary
 from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.cli.progress import add_progress_option, show_progress
-from bnconvention.cli.refit_cmd import add_arch_arguments, add_pool_arguments, build_arch, check_pool_usage
+from bnconvention.cli.refit_cmd import (
+    add_arch_arguments,
+    add_pool_arguments,
+    build_arch,
+    check_pool_usage,
+    pool_from_args,
+)
 from bnconvention.errors import UsageError
-from bnconvention.extras import needs_extra
 from bnconvention.formats.atomic import atomic_write_text
-
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
-if TYPE_CHECKING:
-    from bnconvention.refit.scales import ScalesRefit
-    from bnconvention.standard.models import DataSplit, Transform
+from bnconvention.formats.digests import checkpoint_digests
+from bnconvention.refitting.files import model_dtype
+from bnconvention.refitting.observers import prepare_static
+from bnconvention.refitting.scales import ScalesRefit, refit_scales, save_scales
+from bnconvention.refitting.weights import load_checkpoint_weights
+from bnconvention.standard.models import SCALES_FILENAME, DataSplit, Transform, to_dict
+from bnconvention.validation.records import ensure_valid_record
 
 EPILOG = """\
 examples:
@@ -49,7 +63,7 @@ Exit status: 0 written, 1 refused or failed (nothing written), 2 unreadable inpu
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "refit-scales",
-        help="recalibrate a quantized model's activation scales on a pool, at bit-identical weights",
+        help=summary("refit-scales"),
         description="Recalibrate the static activation-quantization scales declared for a .safetensors checkpoint "
                     "on a pool of inputs (e.g. the retained split), at bit-identical trainable tensors and "
                     "BatchNorm buffers, and write the new scales file and a 1.1 declaration of them.",
@@ -71,7 +85,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="the 1.1 declaration of the refit scales")
     add_device_option(parser)
     add_progress_option(parser)
-    needs_extra(parser, "refit")
     parser.set_defaults(func=run)
 
 
@@ -89,22 +102,6 @@ def _check_paths(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.authoring.activation_scales import (
-        check_binds_weights,
-        read_declaration,
-        refit_scales_declaration,
-        scales_state_of,
-        shipped_scales,
-    )
-    from bnconvention.cli.refit_cmd import pool_from_args
-    from bnconvention.formats.digests import checkpoint_digests
-    from bnconvention.refit.files import model_dtype
-    from bnconvention.refit.observers import prepare_static
-    from bnconvention.refit.scales import refit_scales, save_scales
-    from bnconvention.refit.weights import load_checkpoint_weights
-    from bnconvention.standard.models import SCALES_FILENAME, to_dict
-    from bnconvention.validation.records import ensure_valid_record
-
     check_pool_usage(args)
     _check_paths(args)
     record = read_declaration(args.declaration)
@@ -144,8 +141,6 @@ def _relative(path: Path, folder: Path) -> str:
 
 
 def _median_shift(result: ScalesRefit) -> float:
-    import statistics
-
     return statistics.median(abs(v) for v in result.shipped.log_ratios(result.refit).values())
 
 

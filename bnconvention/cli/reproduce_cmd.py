@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-# torch is imported when the command runs, not when the parser is built (cli/main.py).
 import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from bnconvention.audit.run import Reproduction, reproduce_local, reproduction_lines
+from bnconvention.audit.spec import load_spec
+from bnconvention.cli.audit_cmd import allow_factories
+from bnconvention.cli.commands import summary
 from bnconvention.cli.device_option import add_device_option, chosen_device
-from bnconvention.extras import needs_extra
-
-if TYPE_CHECKING:
-    from bnconvention.audit.run import Reproduction
+from bnconvention.errors import UsageError
+from bnconvention.standard.decision_rules import REPRODUCTION_TOLERANCE as TOLERANCE
 
 EPILOG = """examples:
   bnconvention reproduce audit-model/annotation.json --spec audit.yaml --weights model.safetensors
@@ -38,8 +38,6 @@ pool or dataset revision that no longer exists) or bad usage; 130 interrupted.
 
 def add_reproduce_options(parser: argparse.ArgumentParser) -> None:
     """The options ``reproduce`` and ``hub reproduce`` share."""
-    from bnconvention.standard.decision_rules import REPRODUCTION_TOLERANCE as TOLERANCE
-
     parser.add_argument("--spec", required=True, metavar="SPEC", help="the audit spec the annotation was computed "
                                                                       "under (.yaml, .yml or .json)")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, metavar="T",
@@ -48,13 +46,12 @@ def add_reproduce_options(parser: argparse.ArgumentParser) -> None:
                         help="allow your own model factory for this run (repeatable), as the audit did")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     add_device_option(parser)
-    needs_extra(parser, "audit")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "reproduce",
-        help="re-run the audit a refit annotation records and check every cell, decision and flip comes back",
+        help=summary("reproduce"),
         description="Reproduce a refit annotation: check the spec and the weights' digests against it, read the "
                     "annotated pool, re-run the audit, and compare each cell with the annotation's own replicate "
                     "range and each decision and verdict with the annotation's.",
@@ -71,8 +68,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def checked_tolerance(args: argparse.Namespace) -> float:
-    from bnconvention.errors import UsageError
-
     if not args.tolerance >= 0:
         raise UsageError(f"--tolerance must not be negative, got {args.tolerance:g}")
     return float(args.tolerance)
@@ -80,8 +75,6 @@ def checked_tolerance(args: argparse.Namespace) -> float:
 
 def report(results: list[Reproduction], fmt: str) -> int:
     """Print the reproductions; the exit code is 0 when all reproduced, else 1."""
-    from bnconvention.audit.run import reproduction_lines
-
     if fmt == "json":
         sys.stdout.write(json.dumps([{**r.model_dump(mode="json"), "reproduced": r.reproduced,
                                       "differing": r.differing} for r in results], indent=2) + "\n")
@@ -92,10 +85,6 @@ def report(results: list[Reproduction], fmt: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.audit.run import reproduce_local
-    from bnconvention.audit.spec import load_spec
-    from bnconvention.cli.audit_cmd import allow_factories
-
     tolerance = checked_tolerance(args)
     allow_factories(args.allow_factory)
     device = chosen_device(args)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 from pathlib import Path
 
+from bnconvention.cli.commands import summary
 from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.standard.schema import schema_text
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "schema",
-        help="print the JSON Schema of the standard",
+        help=summary("schema"),
         description="Print the Draft 2020-12 JSON Schema of a version-1 record, generated from the models.",
         epilog="examples:\n  bnconvention schema > bnconvention.schema.json\n"
                "  bnconvention schema --write   # refresh schema/v1/ in a checkout",
@@ -25,8 +25,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.standard.schema import schema_text
-
     text = schema_text()
     if args.write:
         atomic_write_text(Path(args.write), text)

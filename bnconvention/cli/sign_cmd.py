@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-# model-signing is imported when a command runs (bnconvention[provenance]), not when the parser is built.
+# model-signing is imported when a command runs (bnconvention[provenance]), not when the parser is built, and the
+# audit machinery (torch) only by ``verify --reproduce``: ``sign`` and plain ``verify`` stay torch-free.
 import argparse
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bnconvention.cli.commands import summary
 from bnconvention.cli.device_option import add_device_option
-from bnconvention.extras import needs_extra
 
 if TYPE_CHECKING:
     from bnconvention.authoring import signing
@@ -50,7 +51,7 @@ what reproduce cannot read: a spec that is not the annotation's, a pool or datas
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sign = subparsers.add_parser(
-        "sign", help="sign a release, an annotation or a record (OpenSSF model signing, offline key)",
+        "sign", help=summary("sign"),
         description="Sign a release folder or one record file with an elliptic-curve private key (PEM), writing an "
                     "OpenSSF model-signing signature beside it.",
         epilog=SIGN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,11 +60,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sign.add_argument("--password", default=None, help="the key's password, when it is encrypted")
     sign.add_argument("--signature", type=Path, default=None, metavar="SIG",
                       help="where to write the signature (default: PATH/model.sig, or PATH.sig for a file)")
-    needs_extra(sign, "provenance")
     sign.set_defaults(func=run_sign)
 
     verify = subparsers.add_parser(
-        "verify", help="verify a signature and the records' digests against the weights",
+        "verify", help=summary("verify"),
         description="Verify the OpenSSF model-signing signature of a release folder or a record file, then the "
                     "records' digests against the weights; name every file that fails.",
         epilog=VERIFY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,7 +84,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verify.add_argument("--allow-factory", action="append", default=[], metavar="MODULE:FUNCTION",
                         help="with --reproduce: allow your own model factory for this run (repeatable)")
     add_device_option(verify)
-    needs_extra(verify, "provenance")
     verify.set_defaults(func=run_verify)
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
+from bnconvention.authoring.card_stamp import stamp_card_file, stamp_card_text
+from bnconvention.authoring.stamp import DEFAULT_RESERVE, checked_record, stamp_file
+from bnconvention.cli.commands import summary
 from bnconvention.cli.progress import add_progress_option, show_progress
+from bnconvention.errors import RecordError
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.card import decode_card, read_card_record
+from bnconvention.formats.signatures import RESIGN_HINT, signature_target, signatures_covering
 
 EPILOG = """\
 examples:
@@ -34,7 +38,7 @@ usage, 130 interrupted (the file is intact).
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "stamp",
-        help="stamp a record into a safetensors header (and a model card)",
+        help=summary("stamp"),
         description="Write a bnconvention record into the __metadata__ of a safetensors file, keeping every other "
                     "key and the tensor bytes unchanged; optionally also into a model card.",
         epilog=EPILOG,
@@ -68,8 +72,6 @@ def _record_source(args: argparse.Namespace) -> tuple[Any, str]:
     """The record's decoded JSON and where it came from: ``--record``, or the block of ``--from-card``."""
     if args.record is not None:
         return read_record_file(args.record), str(args.record)
-    from bnconvention.errors import RecordError
-    from bnconvention.formats.card import decode_card, read_card_record
 
     block = read_card_record(decode_card(args.from_card.read_bytes(), source=str(args.from_card)),
                              source=str(args.from_card))
@@ -79,10 +81,6 @@ def _record_source(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.authoring.card_stamp import stamp_card_file, stamp_card_text
-    from bnconvention.authoring.stamp import DEFAULT_RESERVE, checked_record, stamp_file
-    from bnconvention.formats.card import decode_card
-
     data, source = _record_source(args)
     model, _ = checked_record(data, source=source)
     if args.card is not None and args.card.exists():
@@ -110,8 +108,6 @@ def run(args: argparse.Namespace) -> int:
 def _warn_signatures(changed: list[Path]) -> None:
     """A stamp rewrites bytes a release's signature covers: say which signature it invalidated and how to sign
     again (stamp first, then sign; docs/quickstart-author.md)."""
-    from bnconvention.formats.signatures import RESIGN_HINT, signature_target, signatures_covering
-
     for signature in sorted({s for path in changed for s in signatures_covering(path)}):
         names = ", ".join(str(p) for p in changed if signature in signatures_covering(p))
         print(f"bnconvention: warning: {signature} signed {names} before this stamp changed it; the signature no "

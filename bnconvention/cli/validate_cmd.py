@@ -1,11 +1,16 @@
-"""``bnconvention validate``: offline check of records, safetensors headers, model cards and release folders."""
+"""``bnconvention validate``: offline check of records, safetensors headers, model cards and release folders.
+
+Importing this module does not import torch: the validator is the core install's (the pre-commit hook's), and the
+CLI imports this module alone when ``validate`` runs (:mod:`bnconvention.cli.commands`).
+"""
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
 import argparse
 import sys
+
+from bnconvention.cli.commands import summary
+from bnconvention.validation import render, validate_paths
 
 EPILOG = """\
 examples:
@@ -23,7 +28,7 @@ Issue codes and their meaning: docs/standard.md ("Validation issue codes").
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "validate",
-        help="check records, weights files, model cards and releases offline",
+        help=summary("validate"),
         description=(
             "Validate bnconvention records offline. PATH may be a record (.json), a .safetensors file (only the "
             "header is parsed; tensors are streamed for the digests), a model card (.md) or a folder holding model "
@@ -47,8 +52,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from bnconvention.validation import render, validate_paths
-
     report = validate_paths(args.paths, require_declaration=args.require_declaration,
                             skip_non_records=args.skip_non_records)
     sys.stdout.write(render(report, args.format))

@@ -4,12 +4,13 @@ retain-only calibration sets, written as a 1.1 refit annotation."""
 
 from __future__ import annotations
 
-# The command's machinery (and torch) is imported when the command runs, not when the parser is built: every --help
-# and every other command stays light (cli/main.py).
+# Each action imports its machinery (torch) when it runs: a missing dependency then names the action that needs it
+# (``bnconvention zoo build needs torch``), as extras.needs_extra marks it.
 import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bnconvention.cli.commands import summary
 from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.errors import UsageError
 from bnconvention.extras import needs_extra
@@ -25,7 +26,7 @@ POPULATION_QUANTIZED = ""  # --quantized given without DIR: the population's own
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "zoo",
-        help="build the digits model zoo (BN and GroupNorm ConvNets, trained and unlearned)",
+        help=summary("zoo"),
         description="Models trained and unlearned on sklearn's bundled digits (class 3 forgotten), with "
                     "BatchNorm and a GroupNorm twin, saved as safetensors plus JSON configs and a manifest.",
         epilog="examples:\n"

@@ -47,7 +47,7 @@ from bnconvention.hub.client import HubClient
 from bnconvention.hub.crawl import census_entries, census_org
 from bnconvention.hub.executors import ExecutorKind, run_tasks
 from bnconvention.hub.journal import Entry, Journal
-from bnconvention.refit.devices import Device
+from bnconvention.refitting.devices import Device
 
 AUDITS_DIR = "audits"
 

@@ -53,7 +53,7 @@ from bnconvention.hub.client import (
 )
 from bnconvention.hub.reference import fetch_reference
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
-from bnconvention.refit.devices import Device
+from bnconvention.refitting.devices import Device
 from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
 
@@ -113,7 +113,7 @@ class AuditTask:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     work_dir: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
-    device: Device = "cpu"  # an already resolved device name (bnconvention.refit.devices), not "auto"
+    device: Device = "cpu"  # an already resolved device name (bnconvention.refitting.devices), not "auto"
     token_env: str | None = None  # read in the worker when ``token`` is empty
 
 

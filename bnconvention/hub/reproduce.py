@@ -41,7 +41,7 @@ from bnconvention.standard.models import RefitAnnotation
 if TYPE_CHECKING:
     from bnconvention.audit.core import AuditResult
     from bnconvention.audit.spec import AuditSpec
-    from bnconvention.refit.devices import Device
+    from bnconvention.refitting.devices import Device
 
 
 def pull_request_annotations(client: HubClient, repo_id: str, pr: int) -> list[tuple[str, RefitAnnotation]]:

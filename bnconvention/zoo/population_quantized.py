@@ -38,8 +38,8 @@ from bnconvention.authoring.scales_sources import DECLARATION_FILE
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_bytes, refuse_foreign_folder, replace_directory
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
-from bnconvention.refit.observers import observer_spec
-from bnconvention.refit.scales import save_scales
+from bnconvention.refitting.observers import observer_spec
+from bnconvention.refitting.scales import save_scales
 from bnconvention.standard.models import (
     SCALES_FILENAME,
     DatasetRef,
@@ -64,7 +64,7 @@ from bnconvention.zoo.population_spec import SPEC_FILE
 from bnconvention.zoo.quantized import calibrate_and_declare
 
 QUANTIZATION_KEY = "quantization"
-_CODE_FILES = ("zoo/population_quantized.py", "zoo/quantized.py", "refit/observers.py", "refit/scales.py",
+_CODE_FILES = ("zoo/population_quantized.py", "zoo/quantized.py", "refitting/observers.py", "refitting/scales.py",
                "authoring/activation_scales.py")
 
 __all__ = ["DECLARATION_FILE", "QuantizationSettings", "build_quantized_population", "calibration_split",

@@ -29,8 +29,8 @@ from bnconvention.authoring.declaration import make_convention
 from bnconvention.data.digits import DIGITS_DATASET_ID, DIGITS_EVAL_TRANSFORM
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_bytes
-from bnconvention.refit.observers import ObserverSpec, observer_spec, prepare_static
-from bnconvention.refit.scales import ScaleSet, read_scales, save_scales
+from bnconvention.refitting.observers import ObserverSpec, observer_spec, prepare_static
+from bnconvention.refitting.scales import ScaleSet, read_scales, save_scales
 from bnconvention.standard.models import (
     SCALES_FILENAME,
     DatasetRef,

@@ -33,8 +33,8 @@ from helpers.refit_models import (
 )
 from torch.optim.swa_utils import update_bn
 
-from bnconvention.refit import refit, running_state
-from bnconvention.refit.moments import ChannelMoments
+from bnconvention.refitting import refit, running_state
+from bnconvention.refitting.moments import ChannelMoments
 
 Measure = Callable[[int], dict[str, float]]
 

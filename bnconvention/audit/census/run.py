@@ -86,7 +86,7 @@ from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 from bnconvention.audit.spec.rules import apply_rules
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
-from bnconvention.refit.devices import Device
+from bnconvention.refitting.devices import Device
 
 JOURNAL_DIR = "journal"
 
@@ -188,7 +188,7 @@ def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[C
     the name mapping the audit uses), published cells."""
     from bnconvention.formats.checkpoint_files import open_checkpoint
     from bnconvention.formats.digests import checkpoint_digests
-    from bnconvention.refit.weights import fit_model
+    from bnconvention.refitting.weights import fit_model
 
     check_data_fits(spec, data)
     models: dict[str, Any] = {}
@@ -300,9 +300,9 @@ def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: li
     import torch
 
     from bnconvention.architectures.factories import allow_user_factory
-    from bnconvention.refit.allocator import tune_malloc
+    from bnconvention.refitting.allocator import tune_malloc
 
-    tune_malloc()  # a process of the census's own, like a CLI command's (bnconvention.refit.allocator)
+    tune_malloc()  # a process of the census's own, like a CLI command's (bnconvention.refitting.allocator)
     torch.set_num_threads(threads)
     for target in allowed_factories:
         allow_user_factory(target)

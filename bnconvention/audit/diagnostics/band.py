@@ -43,7 +43,7 @@ def combined(mean_distance: float, var_distance: float) -> float:
 
 def pair_distance(a: StateMap, b: StateMap) -> tuple[float, float]:
     """Layer-averaged ``(mean, var)`` distances of state ``a`` from state ``b`` (``b`` in the refit's place)."""
-    from bnconvention.refit import staleness_distance
+    from bnconvention.refitting import staleness_distance
 
     d = staleness_distance(a, b)
     return d.mean_distance, d.var_distance

@@ -49,7 +49,7 @@ def retained_needed(settings: ProvenanceSpec, *, forget: int, retain: int) -> in
 
 def _refit(refitter: Refitter, pool: Any, *, spec: AuditSpec, data: AuditData, seed: int, label: str,
            batch_size: int) -> tuple[Any, float]:
-    from bnconvention.refit import running_state
+    from bnconvention.refitting import running_state
 
     refitter.run(pool, rule=spec.refit.rule, transform=data.transform(spec.refit.transform), seed=seed,
                  batch_size=spec.refit.batch_size,

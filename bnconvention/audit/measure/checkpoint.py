@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from bnconvention.audit.spec.audit_spec import AuditSpec
     from bnconvention.formats.checkpoint_files import CheckpointFiles
     from bnconvention.formats.digests import DigestSet
-    from bnconvention.refit.weights import LoadedWeights
+    from bnconvention.refitting.weights import LoadedWeights
 
 MAX_SIDECAR_BYTES = 1_000_000
 
@@ -316,7 +316,7 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     proved unchanged in memory only)."""
     from bnconvention.formats.checkpoint_files import open_checkpoint, resolve_checkpoint_path
     from bnconvention.formats.digests import checkpoint_digests
-    from bnconvention.refit.weights import load_checkpoint_weights
+    from bnconvention.refitting.weights import load_checkpoint_weights
 
     path = resolve_checkpoint_path(path)
     if not path.is_file():

@@ -84,12 +84,12 @@ class Refitter:
 
     ``after_refit`` settles each refit's φ as the checkpoint would store it (a float16 file's statistics rounded to
     float16: the refit cells are those of the weights a refit writes, docs/statistics.md). ``theta`` witnesses θ
-    once for the whole audit (:class:`~bnconvention.refit.ThetaWitness`): every refit proves θ unchanged by a byte
+    once for the whole audit (:class:`~bnconvention.refitting.ThetaWitness`): every refit proves θ unchanged by a byte
     comparison against it, and the audit's own before/after check reads its digest, so θ is digested once."""
 
     def __init__(self, model: torch.nn.Module, *,
                  after_refit: Callable[[torch.nn.Module], None] | None = None) -> None:
-        from bnconvention.refit import ThetaWitness, running_state
+        from bnconvention.refitting import ThetaWitness, running_state
 
         self.model = model
         self.theta = ThetaWitness(model)
@@ -101,7 +101,7 @@ class Refitter:
             data_split: Any) -> Any:
         import torch
 
-        from bnconvention.refit import refit
+        from bnconvention.refitting import refit
 
         generator = torch.Generator().manual_seed(seed)
         pool = _pool(x, transform, generator=generator, batch_size=batch_size)
@@ -113,7 +113,7 @@ class Refitter:
         return report
 
     def restore(self) -> None:
-        from bnconvention.refit import restore_running_state
+        from bnconvention.refitting import restore_running_state
 
         restore_running_state(self.model, self.shipped)
 

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from bnconvention.audit.core.result import AuditResult
     from bnconvention.audit.measure.data import AuditData
     from bnconvention.audit.spec.audit_spec import AuditSpec
-    from bnconvention.refit.devices import Device
+    from bnconvention.refitting.devices import Device
 
 TOLERANCE = REPRODUCTION_TOLERANCE
 ANNOTATION_FILE = "annotation.json"

@@ -7,7 +7,7 @@ each replicate is one refit on its own redrawn retained pool plus one evaluation
 running statistics of replicates 0 and 1 (no extra pass); recoverability and the optional provenance contrast add
 one and two refits; the optional encoder-level diagnostics (:mod:`.encoder`) R exact refits and their probes. φ is
 restored to the shipped state after every refit, and θ is witnessed once (one digest,
-:class:`~bnconvention.refit.ThetaWitness`) and compared byte for byte in every refit and after the whole audit
+:class:`~bnconvention.refitting.ThetaWitness`) and compared byte for byte in every refit and after the whole audit
 (:class:`~bnconvention.errors.WeightsChangedError` if it moved).
 
 Staleness (docs/statistics.md#staleness): the shipped φ against replicate 0's refit, per layer and layer-averaged; the
@@ -55,7 +55,7 @@ from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.text import plural
-from bnconvention.refit.devices import Device, resolve_device
+from bnconvention.refitting.devices import Device, resolve_device
 
 __all__ = ["PreparedAudit", "audit_checkpoint", "check_data_fits", "prepare_audit", "run_audit", "scales_outcome",
            "weights_key"]
@@ -94,7 +94,7 @@ def check_data_fits(spec: AuditSpec, data: AuditData) -> None:
 def prepare_audit(weights: str | Path, spec: AuditSpec, *, data: AuditData | None = None,
                   device: Device = "cpu") -> PreparedAudit:
     """Load and check everything (spec against data, checkpoint against its architecture) before computing;
-    the model is moved to ``device`` (:mod:`bnconvention.refit.devices`; the data stays on the CPU and each batch
+    the model is moved to ``device`` (:mod:`bnconvention.refitting.devices`; the data stays on the CPU and each batch
     follows the model)."""
     if spec.margin == "auto":
         raise AuditSpecError("margin: auto derives the margin from a population's seed spread; audit a population "

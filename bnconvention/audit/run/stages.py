@@ -75,8 +75,8 @@ from bnconvention.standard.models import (
 from bnconvention.standard.naming import record_ids_sha256
 
 if TYPE_CHECKING:
-    from bnconvention.refit.result import RefitReport
-    from bnconvention.refit.state import LayerRunningState
+    from bnconvention.refitting.result import RefitReport
+    from bnconvention.refitting.state import LayerRunningState
 
 RunningState = dict[str, "LayerRunningState"]
 
@@ -185,7 +185,7 @@ def _replicate(prepared: PreparedAudit, refitter: Refitter, r: int, *, transform
     """One replicate: draw, refit, keep φ if asked, evaluate, restore."""
     import torch
 
-    from bnconvention.refit import running_state
+    from bnconvention.refitting import running_state
 
     spec, data = prepared.spec, prepared.data
     start = time.perf_counter()
@@ -219,7 +219,7 @@ def run_band_refits(prepared: PreparedAudit, refitter: Refitter) -> list[Running
     neither evaluated nor counted as replicates; φ is restored after each."""
     import torch
 
-    from bnconvention.refit import running_state
+    from bnconvention.refitting import running_state
 
     spec, data = prepared.spec, prepared.data
     transform = data.transform(spec.refit.transform)
@@ -292,7 +292,7 @@ def staleness_with_band(spec: AuditSpec, shipped_vs_first: Staleness, kept_state
     """Shipped φ against replicate 0's refit (``shipped_vs_first``, the refit's own staleness), decided against the
     null of ``kept_states`` (every independent retain refit: :func:`bnconvention.audit.diagnostics.band.band_null`). The
     annotation's band is the null's ``1 - level`` quantile of each distance; ``exceeds_band`` is the rank test."""
-    from bnconvention.refit import staleness_distance
+    from bnconvention.refitting import staleness_distance
 
     if not spec.staleness:
         return StalenessOutcome(staleness=None, band_layers=None)

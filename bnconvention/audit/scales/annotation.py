@@ -18,7 +18,7 @@ from bnconvention.audit.scales.cells import ScalesAudit, redecide_scales_cell
 from bnconvention.authoring.declaration import default_producer
 from bnconvention.errors import DigestMismatchError
 from bnconvention.formats.text import signed
-from bnconvention.refit.scales import scales_digests
+from bnconvention.refitting.scales import scales_digests
 from bnconvention.standard.models import (
     ActivationScalesRefit,
     AuditedFile,

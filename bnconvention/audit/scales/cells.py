@@ -4,7 +4,7 @@ See docs/statistics.md#activation-scales-the-second-deployed-state.
 
 The same measurement as for φ, on another state: each cell (accuracy on a split) is evaluated with the model's
 activations fake-quantized at the scales as shipped, and again at the scales refit on each replicate's
-retain-only calibration pool (:func:`bnconvention.refit.scales.refit_scales`: θ and the BatchNorm buffers
+retain-only calibration pool (:func:`bnconvention.refitting.scales.refit_scales`: θ and the BatchNorm buffers
 bit-identical, proven by digests). Shifts are in pp and decided by the standard's rules (exact sign test, TOST,
 the same ``decide`` as every BatchNorm cell), so a displaced scales cell means what a displaced BatchNorm cell
 means. Each replicate also gives each site's log scale ratio ln(refit / shipped).
@@ -22,7 +22,7 @@ import torch
 
 from bnconvention.audit.measure.stats import decide
 from bnconvention.errors import QuantizationError
-from bnconvention.refit.scales import ScaleSet, fake_quantized, read_scales, refit_scales
+from bnconvention.refitting.scales import ScaleSet, fake_quantized, read_scales, refit_scales
 from bnconvention.standard.models import Cell, CellDecision, SplitRole
 
 SPLIT_CELLS: dict[str, SplitRole] = {"df": "forget", "dr": "retain", "dt": "test"}

@@ -10,7 +10,7 @@ on that state too:
   declaration valid, the same in every place that declares it, and binding these weights (its digests are the
   file's), the scales file (the state's ``filename`` beside the weights) parsed (no NaN, zero or
   negative scale), its sites, values and digest those declared, and every site an observer of the architecture
-  prepared with the declared observer (:func:`bnconvention.refit.observers.prepare_static`). Any failure is a
+  prepared with the declared observer (:func:`bnconvention.refitting.observers.prepare_static`). Any failure is a
   :class:`~bnconvention.errors.QuantizationError` naming the checkpoint;
 * :func:`run_scales`: R retain-only calibration pools of ``calibration_size`` records (eval transform), pool r drawn
   from ``SeedSequence(seed, spawn_key=(5, r))``; :func:`bnconvention.audit.scales.cells.scales_cells` measures
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from bnconvention.audit.measure.data import AuditData
     from bnconvention.audit.spec.audit_spec import AuditSpec
     from bnconvention.formats.digests import DigestSet
-    from bnconvention.refit.scales import ScaleSet
+    from bnconvention.refitting.scales import ScaleSet
 
 
 @dataclass
@@ -81,8 +81,8 @@ def unaudited_warning(weights: Path) -> str | None:
 def check_shipped_scales(weights: Path, *, model: torch.nn.Module, digests: DigestSet) -> ScalesPlan:
     """The checked plan of a checkpoint that ships scales (see the module docstring); ``model`` is not changed."""
     from bnconvention.authoring.scales_sources import read_quantized_release
-    from bnconvention.refit.observers import prepare_static
-    from bnconvention.refit.scales import observer_sites
+    from bnconvention.refitting.observers import prepare_static
+    from bnconvention.refitting.scales import observer_sites
 
     try:
         found, shipped = read_quantized_release(weights)
@@ -140,7 +140,7 @@ def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: P
     """Measure the scales cells (see the module docstring) and their 1.1 refit annotation.
 
     ``stored``: the digests of a model as its file stores it (the file's names and dtypes,
-    :meth:`bnconvention.refit.weights.LoadedWeights.stored_digests`): a half-precision file is audited upcast, and
+    :meth:`bnconvention.refitting.weights.LoadedWeights.stored_digests`): a half-precision file is audited upcast, and
     its annotation is bound by the digests of the bytes the file holds; None: the model's own tensors are the file's.
     """
     import torch

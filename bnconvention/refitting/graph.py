@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from bnconvention.errors import UnsupportedModelError
 from bnconvention.formats.digests import RUNNING_SUFFIXES
-from bnconvention.refit.state import batchnorm_modules, tracked_layers
+from bnconvention.refitting.state import batchnorm_modules, tracked_layers
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from bnconvention.errors import RefitError
-from bnconvention.refit.pool import PoolReader, run_forward
-from bnconvention.refit.state import batchnorm_modules, running_buffers, tracked_layers
+from bnconvention.refitting.pool import PoolReader, run_forward
+from bnconvention.refitting.state import batchnorm_modules, running_buffers, tracked_layers
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ import torch
 from bnconvention.errors import QuantizationError, WeightsChangedError
 from bnconvention.formats.atomic import WRITE_TEMP_SUFFIX, atomic_write_bytes, remove_stale_temps
 from bnconvention.formats.digests import bn_layer_names, state_dict_digests
-from bnconvention.refit.observers import ObserverSpec, ValueObserver, describe_observer, make_observer
-from bnconvention.refit.pool import PoolReader, run_forward
+from bnconvention.refitting.observers import ObserverSpec, ValueObserver, describe_observer, make_observer
+from bnconvention.refitting.pool import PoolReader, run_forward
 
 
 @dataclass(frozen=True)

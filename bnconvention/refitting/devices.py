@@ -7,7 +7,7 @@ them, rather than silently running elsewhere. :data:`Device` is the one list of 
 
 The statistics do not depend on the device beyond float32 rounding of the forward: the exact rule's sums are
 float64 on the device where it has float64 (CPU, CUDA) and float64 on the CPU after a per-sample float32 sum where
-it has not (MPS, :mod:`~bnconvention.refit.moments`).
+it has not (MPS, :mod:`~bnconvention.refitting.moments`).
 
 >>> resolve_device("cpu")
 device(type='cpu')

@@ -1,7 +1,7 @@
 """Files around a refit: read an ``.npz`` pool, and the dtype a loaded model computes in.
 
 * Weights in and out (every layout, names mapped, half precision through float32) are
-  :mod:`bnconvention.refit.weights`: ``load_checkpoint_weights`` and ``save_refit_weights``.
+  :mod:`bnconvention.refitting.weights`: ``load_checkpoint_weights`` and ``save_refit_weights``.
 * :func:`read_npz_pool`: one array of an ``.npz`` (``allow_pickle=False``), ``N×...``; uint8 is scaled by 1/255.
 * :func:`model_dtype`: the floating dtype of a model's tensors, which a pool is converted to.
 """
@@ -78,7 +78,8 @@ def read_npz_pool(path: str | os.PathLike[str], *, key: str = "x", dtype: torch.
 
 def model_dtype(model: torch.nn.Module) -> Any:
     """The floating dtype of the model's parameters (float32 when it has none); half precision is refused (a
-    checkpoint loaded by :func:`~bnconvention.refit.weights.load_checkpoint_weights` is already float32 or float64)."""
+    checkpoint loaded by :func:`~bnconvention.refitting.weights.load_checkpoint_weights` is already float32 or
+    float64)."""
     import torch
 
     for name, tensor in model.state_dict().items():
@@ -86,7 +87,7 @@ def model_dtype(model: torch.nn.Module) -> Any:
             if tensor.dtype not in (torch.float32, torch.float64):
                 raise UnsupportedModelError(
                     f"the model holds {tensor.dtype} tensors (e.g. {name!r}); refits and audits compute in float32 "
-                    "or float64: load the checkpoint with bnconvention.refit.weights.load_checkpoint_weights, which "
-                    "reads half-precision files exactly into float32")
+                    "or float64: load the checkpoint with bnconvention.refitting.weights.load_checkpoint_weights, "
+                    "which reads half-precision files exactly into float32")
             return tensor.dtype
     return torch.float32

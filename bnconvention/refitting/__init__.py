@@ -1,6 +1,9 @@
 """The refit engine: replace a model's BatchNorm running statistics φ at bit-identical weights θ.
 
->>> from bnconvention.refit import refit  # doctest: +SKIP
+The package is ``refitting``, its function ``refit`` (also ``bnconvention.refit``): two names, so that importing a
+submodule never binds the package where the function is looked up.
+
+>>> from bnconvention import refit  # doctest: +SKIP
 >>> report = refit(model, retain_loader, rule="exact")  # doctest: +SKIP
 >>> report.to_dict()["refit"]["staleness"]["mean_distance"]  # doctest: +SKIP
 
@@ -13,15 +16,11 @@ bit-identical faster max pooling), :mod:`.fallback` (per-layer hook passes), :mo
 ``bnconvention refit``).
 """
 
-import sys
-import types
-from typing import Any
-
-from bnconvention.refit.engine import refit
-from bnconvention.refit.proof import ThetaWitness
-from bnconvention.refit.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport
-from bnconvention.refit.staleness import staleness_distance
-from bnconvention.refit.state import LayerRunningState, restore_running_state, running_state
+from bnconvention.refitting.engine import refit
+from bnconvention.refitting.proof import ThetaWitness
+from bnconvention.refitting.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport
+from bnconvention.refitting.staleness import staleness_distance
+from bnconvention.refitting.state import LayerRunningState, restore_running_state, running_state
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
@@ -35,16 +34,3 @@ __all__ = [
     "running_state",
     "staleness_distance",
 ]
-
-
-class _CallablePackage(types.ModuleType):
-    """``bnconvention.refit`` names both this package and its function. Python binds a loaded subpackage as an
-    attribute of its parent, so once any ``bnconvention.refit.*`` module has been imported, ``from bnconvention
-    import refit`` finds the package, not the function (the lazy export never runs). Calling the package calls the
-    function, so ``refit(model, batches)`` works whatever was imported first."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> RefitReport:
-        return refit(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallablePackage

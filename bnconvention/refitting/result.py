@@ -25,7 +25,7 @@ _PATH_WORDS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class RefitReport:
-    """What :func:`~bnconvention.refit.refit` did.
+    """What :func:`~bnconvention.refitting.refit` did.
 
     ``declaration`` is a valid record of the standard describing the model *after* the refit (convention with
     ``buffer_update_mode="refit"``, deployed state, digests, and ``refit`` details: θ and φ digests before/after,

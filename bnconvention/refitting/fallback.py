@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bnconvention.errors import UnsupportedModelError
-from bnconvention.refit.exact import ExactOutcome, commit_layer_stats
-from bnconvention.refit.graph import shared_layer_error
-from bnconvention.refit.moments import ChannelMoments
-from bnconvention.refit.pool import run_forward
-from bnconvention.refit.state import tracked_layers
+from bnconvention.refitting.exact import ExactOutcome, commit_layer_stats
+from bnconvention.refitting.graph import shared_layer_error
+from bnconvention.refitting.moments import ChannelMoments
+from bnconvention.refitting.pool import run_forward
+from bnconvention.refitting.state import tracked_layers
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ difference raises :class:`~bnconvention.errors.WeightsChangedError`
 :func:`refit` is the transaction around named stages, each a function of its own: :func:`inspect_model` (dtype,
 device, layers, momentum), :func:`run_pass` (the traced/hooks exact pass, the train-mode forwards, or nothing when the
 channel is absent), :func:`check_theta_unchanged`, :func:`pool_warnings` (and
-:func:`~bnconvention.refit.finite_batch.batch_size_warning` for the train-mode rules) and :func:`build_report`.
+:func:`~bnconvention.refitting.finite_batch.batch_size_warning` for the train-mode rules) and :func:`build_report`.
 
 ``num_batches_tracked`` (defined per rule in docs/standard.md): the exact rule writes the number of records in the
 pool, whatever its batches or ``chunk_size``, so an exact refit of one pool is the same bytes however it is batched
@@ -34,15 +34,15 @@ from bnconvention.authoring.refit_listeners import notify_refit, refit_window
 from bnconvention.authoring.transforms import as_standard_transform
 from bnconvention.errors import RefitError, UnsupportedModelError, WeightsChangedError
 from bnconvention.formats.digests import DigestSet
-from bnconvention.refit.exact import ExactOutcome, Untraceable, run_traced
-from bnconvention.refit.fallback import run_hooks
-from bnconvention.refit.finite_batch import batch_size_warning
-from bnconvention.refit.graph import PlanCache
-from bnconvention.refit.pool import PoolReader, materialize
-from bnconvention.refit.proof import ThetaWitness
-from bnconvention.refit.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport, reporting_line
-from bnconvention.refit.staleness import staleness_distance
-from bnconvention.refit.state import (
+from bnconvention.refitting.exact import ExactOutcome, Untraceable, run_traced
+from bnconvention.refitting.fallback import run_hooks
+from bnconvention.refitting.finite_batch import batch_size_warning
+from bnconvention.refitting.graph import PlanCache
+from bnconvention.refitting.pool import PoolReader, materialize
+from bnconvention.refitting.proof import ThetaWitness
+from bnconvention.refitting.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport, reporting_line
+from bnconvention.refitting.staleness import staleness_distance
+from bnconvention.refitting.state import (
     ModuleModes,
     batchnorm_modules,
     ensure_materialised,
@@ -50,7 +50,7 @@ from bnconvention.refit.state import (
     running_state,
     tracked_layers,
 )
-from bnconvention.refit.train_mode import TrainRule, run_train_mode
+from bnconvention.refitting.train_mode import TrainRule, run_train_mode
 from bnconvention.standard.models import (
     AccumulationRule,
     Channel,
@@ -83,7 +83,7 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
     are the chunks. ``method`` (exact only): ``auto`` runs the layer-major traced pass and falls back to per-layer
     passes when the model cannot be traced or the pass would exceed ``memory_budget`` bytes (None: no limit);
     ``traced`` / ``hooks`` force one path. ``progress`` shows a tqdm bar on stderr. ``theta``: a
-    :class:`~bnconvention.refit.proof.ThetaWitness` of the model, reused across refits so that θ is digested once
+    :class:`~bnconvention.refitting.proof.ThetaWitness` of the model, reused across refits so that θ is digested once
     (an audit's refits); by default the refit witnesses θ itself (one copy, one digest overlapped with the pass).
 
     >>> import torch
@@ -98,7 +98,7 @@ def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact"
     _check_arguments(model, rule=rule, data=data, transform=transform, chunk_size=chunk_size, method=method,
                      memory_budget=memory_budget, producer=producer)
     if theta is not None and not isinstance(theta, ThetaWitness):
-        raise RefitError(f"theta must be a ThetaWitness (bnconvention.refit) or None, got {type(theta).__name__}")
+        raise RefitError(f"theta must be a ThetaWitness (bnconvention.refitting) or None, got {type(theta).__name__}")
     setup = inspect_model(model, rule=rule)
     reader = PoolReader(pool, dtype=setup.dtype, input_key=input_key, device=setup.device,
                         min_batch_size=1 if rule == "exact" else 2)

@@ -39,7 +39,7 @@ from bnconvention.formats.digests import (
     state_dict_digests,
     tensor_digest_steps,
 )
-from bnconvention.refit.graph import PlanCache
+from bnconvention.refitting.graph import PlanCache
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:

@@ -1,15 +1,15 @@
 """The exact rule, layer-major: one pass over the pool on a ``torch.fx`` graph of the model.
 
-The traced graph is cut into stages at its BatchNorm layers (:mod:`~bnconvention.refit.graph`). Stage by stage,
+The traced graph is cut into stages at its BatchNorm layers (:mod:`~bnconvention.refitting.graph`). Stage by stage,
 every chunk of the pool runs through the stage's nodes (chunk after chunk, so a chunk's intermediate values are
 freed as soon as their last user in the stage has run, as in an ordinary forward). At the end of each chunk the
 input of the next BatchNorm layer is added to that layer's moments (float64, chunks merged with Chan's formula,
-:mod:`~bnconvention.refit.moments`). When every chunk has arrived, the layer's mean and unbiased variance over all
+:mod:`~bnconvention.refitting.moments`). When every chunk has arrived, the layer's mean and unbiased variance over all
 positions of all pool inputs are written into its buffers, and only then does the next stage apply the layer (in
 eval mode) to each chunk. Later layers therefore see earlier layers already refit: the sequential layerwise exact
 rule, at the cost of one eval-mode forward pass plus the statistics, and independent of how the pool is cut into
 chunks up to floating-point rounding of the convolutions. Nodes after the last BatchNorm layer are not run. Max
-pools run on channels-last copies (:mod:`~bnconvention.refit.kernels`: the same bits, several times faster on CPU).
+pools run on channels-last copies (:mod:`~bnconvention.refitting.kernels`: the same bits, several times faster on CPU).
 
 **Memory bound.** Between stages the pass holds, for every chunk, each value a later stage still needs (the next
 layer's input, a residual branch): peak ≈ max over the cuts between stages of (sum of the live activation sizes
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from bnconvention.errors import RefitError, UnsupportedModelError
-from bnconvention.refit.graph import PlanCache, Untraceable, make_plan, trace_model
-from bnconvention.refit.kernels import exact_fast_module
-from bnconvention.refit.moments import ChannelMoments
-from bnconvention.refit.state import running_buffers
+from bnconvention.refitting.graph import PlanCache, Untraceable, make_plan, trace_model
+from bnconvention.refitting.kernels import exact_fast_module
+from bnconvention.refitting.moments import ChannelMoments
+from bnconvention.refitting.state import running_buffers
 
 # torch is imported inside the functions that use it: importing this module does not import torch.
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ def run_traced(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batche
     ``chunks`` are the pool inputs; ``num_batches_tracked`` is written to every refit layer. Raises
     :class:`Untraceable` (including :class:`BudgetExceeded`) when the engine should fall back to per-layer passes;
     running buffers may then be partly written and the caller restores them. ``plans`` reuses the traced plan of an
-    earlier refit of the same model (:class:`~bnconvention.refit.graph.PlanCache`).
+    earlier refit of the same model (:class:`~bnconvention.refitting.graph.PlanCache`).
     """
     import torch
     from tqdm import tqdm

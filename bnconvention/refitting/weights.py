@@ -2,7 +2,7 @@
 
 Loading (:func:`load_checkpoint_weights`): the checkpoint (a ``.safetensors`` file, a shard index, or a folder
 holding one; :func:`bnconvention.formats.checkpoint_files.open_checkpoint`) is checked header by header, its names
-mapped onto the model's ``state_dict`` (:mod:`bnconvention.refit.keymap`), every name and shape must fit
+mapped onto the model's ``state_dict`` (:mod:`bnconvention.refitting.keymap`), every name and shape must fit
 (:class:`~bnconvention.errors.CheckpointMismatchError` otherwise, one line naming the missing and unexpected
 tensors), and the tensors are read with ``safetensors`` (never a pickle).
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from bnconvention.errors import CheckpointMismatchError, UnsupportedModelError, UntrustedInputError, UsageError
 from bnconvention.formats.checkpoint_files import CheckpointFiles, is_index_path, open_checkpoint
-from bnconvention.refit.keymap import KeyMap, KeyProblems, match_keys
+from bnconvention.refitting.keymap import KeyMap, KeyProblems, match_keys
 
 # torch and safetensors.torch are imported inside the functions that use them: importing this module does not
 # import torch.

@@ -233,7 +233,7 @@ def annotation_v11() -> Record:
 
 
 def annotation_v11_encoder() -> Record:
-    """A 1.1 annotation with seed 003's encoder-level diagnostics (issue 14): a linear-probe cell against its retrain
+    """A 1.1 annotation with encoder-level diagnostics (docs/statistics.md): a linear-probe cell against its retrain
     reference with the decomposition, an attack-AUC cell with the attack protocol, and relearning.
 
     Hand arithmetic (six replicates): LP_M = 0.5, LP_Mcal = 0.75 on every replicate, LP_retr = 0.625, so the
@@ -289,7 +289,7 @@ def scales_site(name: str, scale: float, zero_point: int, *, stored: bool = True
 
 
 def annotation_scales() -> Record:
-    """A 1.1 annotation whose cells were refit on the activation scales (issue 14): df and dt measured with the
+    """A 1.1 annotation whose cells were refit on the activation scales: df and dt measured with the
     activations fake-quantized at the shipped scales and at each replicate's retain-only refit, θ and φ the
     subject's own (its convention is the declared one: the buffers were not refit). The cells and their
     hand-worked decisions are the full annotation's (df displaced at p = 0.5^6, dt equivalent by TOST)."""

@@ -1,7 +1,7 @@
 """Load a checkpoint for an audit: an allowlisted architecture, the weights loaded strictly, digests bound to the file.
 
 The checkpoint is a ``.safetensors`` file, a sharded checkpoint's ``*.safetensors.index.json``, or a folder holding one
-(:mod:`bnconvention.formats.checkpoint_files`); its tensors are loaded by :mod:`bnconvention.refit.weights` (names
+(:mod:`bnconvention.formats.checkpoint_files`); its tensors are loaded by :mod:`bnconvention.refitting.weights` (names
 of timm/transformers wrappers and base models mapped, float16/bfloat16 read exactly into float32).
 
 Published cells, for anchoring, come from the spec (``published_source: spec``) or from the files beside the weights,
@@ -310,7 +310,7 @@ def check_shipped_statistics(path: Path, files: CheckpointFiles | None = None) -
 def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     """Everything an audit needs from one checkpoint (file, shard index or folder), checked before any computation.
 
-    The tensors are loaded by :func:`bnconvention.refit.weights.load_checkpoint_weights` (every layout, names
+    The tensors are loaded by :func:`bnconvention.refitting.weights.load_checkpoint_weights` (every layout, names
     mapped, half precision read exactly into float32); the digests are the file's own, over every shard, and the
     model's tensors converted back to the file's names and dtypes must give them (else a warning: θ is then
     proved unchanged in memory only)."""

@@ -4,7 +4,6 @@ criterion and cell; dataset, split and row; config file), with long values elide
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -200,7 +199,7 @@ def test_an_architecture_from_config_json_is_reported_from_there(tmp_path: Path,
     weights = _weights(tmp_path / "model.safetensors", width=4)
     with pytest.raises(Exception) as caught:  # noqa: PT011 - the CLI's table decides how it is shown
         load_checkpoint(weights, repo_spec)
-    code = _report(caught.value, args=argparse.Namespace(command="hub"), show_traceback=False)
+    code = _report(caught.value, extra=None, command="hub", show_traceback=False)
     err = _one_line(capsys, "bnconvention: ")
     assert code in (1, 2)
     # was: "... the model built by factory 'zoo/convnet-bn' (from spec)"

@@ -27,7 +27,7 @@ COMMANDS: dict[str, Command] = {
                         "check records, weights files, model cards and releases offline"),
     "schema": Command("bnconvention.cli.schema_cmd", "print the JSON Schema of the standard"),
     "migrate": Command("bnconvention.cli.migrate_cmd",
-                       "upgrade a 1.0 record or a card's bnconvention block to spec version 1.1"),
+                       "upgrade an older record or a card's bnconvention block to the latest spec version"),
     # authors
     "declare": Command("bnconvention.cli.declare_cmd", "build a declaration record for a weights file", "refit"),
     "stamp": Command("bnconvention.cli.stamp_cmd", "stamp a record into a safetensors header (and a model card)"),
@@ -40,8 +40,8 @@ COMMANDS: dict[str, Command] = {
                     "sign a release, an annotation or a record (OpenSSF model signing, offline key)", "provenance"),
     "verify": Command("bnconvention.cli.sign_cmd", "verify a signature and the records' digests against the weights",
                       "provenance"),
-    "export": Command("bnconvention.cli.export_cmd", "export a release's record as SPDX or a CycloneDX model card",
-                      "provenance"),
+    "export": Command("bnconvention.cli.export_cmd",
+                      "export a release's record as an SPDX 3 AI package or a CycloneDX model card", "provenance"),
     # auditors
     "refit": Command("bnconvention.cli.refit_cmd",
                      "refit a weights file's BatchNorm running statistics on a pool", "refit"),

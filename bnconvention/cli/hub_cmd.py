@@ -25,13 +25,13 @@ from bnconvention.formats.text import one_line
 
 if TYPE_CHECKING:
     from bnconvention.audit.spec import AuditSpec
-    from bnconvention.hub.audit import AuditRun
-    from bnconvention.hub.audit_task import RepoAudit
     from bnconvention.hub.client import HubClient
     from bnconvention.hub.crawl import CensusRun
     from bnconvention.hub.executors import ExecutorKind
     from bnconvention.hub.journal import Journal
-    from bnconvention.hub.push import PushRun
+    from bnconvention.hub_audit.audit import AuditRun
+    from bnconvention.hub_audit.audit_task import RepoAudit
+    from bnconvention.hub_audit.push import PushRun
 
 P = TypeVar("P")  # what a journaled command's own options check returns
 R = TypeVar("R")  # what its work returns
@@ -343,7 +343,7 @@ def _audit_options(args: argparse.Namespace) -> tuple[AuditSpec, ExecutorKind]:
 
 def _audit_work(args: argparse.Namespace, options: tuple[AuditSpec, ExecutorKind], client: HubClient,
                 journal: Journal, out: Path) -> AuditRun:
-    from bnconvention.hub.audit import audit_org
+    from bnconvention.hub_audit.audit import audit_org
 
     spec, executor = options
     bars = show_progress(args.progress)
@@ -407,7 +407,7 @@ def run_push_cmd(args: argparse.Namespace) -> int:
 
 
 def _push_work(args: argparse.Namespace, _: None, client: HubClient, journal: Journal, out: Path) -> PushRun:
-    from bnconvention.hub.push import push_org
+    from bnconvention.hub_audit.push import push_org
 
     return push_org(client, args.org, journal=journal, dry_run=args.dry_run, eval_results=not args.no_eval_results,
                     progress=show_progress(args.progress), repos=args.repo, out=out)
@@ -485,7 +485,7 @@ def run_reproduce_cmd(args: argparse.Namespace) -> int:
     from bnconvention.cli.audit_cmd import allow_factories
     from bnconvention.cli.reproduce_cmd import checked_tolerance, report
     from bnconvention.errors import UsageError
-    from bnconvention.hub.reproduce import reproduce_pull_request
+    from bnconvention.hub_audit.reproduce import reproduce_pull_request
 
     if args.repo.count("/") != 1:
         raise UsageError(f"{args.repo!r} is not a repo id (ORG/NAME)")

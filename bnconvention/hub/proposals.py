@@ -1,5 +1,5 @@
 """What was already pushed to a repo: our pull requests (by the markers their descriptions carry) and the
-annotations ``main`` holds. :mod:`bnconvention.hub.push` asks both before opening a pull request, and again before
+annotations ``main`` holds. :mod:`bnconvention.hub_audit.push` asks both before opening a pull request, and again before
 retrying a failed attempt, so a rerun never proposes the same annotation twice.
 """
 

@@ -51,8 +51,8 @@ from bnconvention.hub.client import (
     quiet_hub_progress,
     token_from_env,
 )
-from bnconvention.hub.reference import fetch_reference
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
+from bnconvention.hub_audit.reference import fetch_reference
 from bnconvention.refitting.devices import Device
 from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict

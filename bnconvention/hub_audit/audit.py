@@ -1,6 +1,6 @@
-"""Audit an organisation's BatchNorm repos: one task per repo (:mod:`bnconvention.hub.audit_task`: download each
+"""Audit an organisation's BatchNorm repos: one task per repo (:mod:`bnconvention.hub_audit.audit_task`: download each
 file at the commit the census read, build the model, run the audit of :mod:`bnconvention.audit`), and the
-annotations written locally (pushing them is :mod:`bnconvention.hub.push`).
+annotations written locally (pushing them is :mod:`bnconvention.hub_audit.push`).
 
 Which repos: those the census found with running statistics (declared, undeclared or inconsistent); every
 checkpoint with BatchNorm layers is audited, single-file or sharded (the index and its shards are downloaded).
@@ -33,7 +33,12 @@ from bnconvention.audit.spec import AuditSpec
 from bnconvention.errors import UsageError
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.checkpoint_files import checkpoint_name
-from bnconvention.hub.audit_task import (
+from bnconvention.hub.classify import BN_CLASSES, RepoCensus
+from bnconvention.hub.client import HubClient
+from bnconvention.hub.crawl import census_entries, census_org
+from bnconvention.hub.executors import ExecutorKind, run_tasks
+from bnconvention.hub.journal import Entry, Journal
+from bnconvention.hub_audit.audit_task import (
     AuditTask,
     FileAudit,
     RepoAudit,
@@ -42,11 +47,6 @@ from bnconvention.hub.audit_task import (
     for_workers,
     spec_for_repo,
 )
-from bnconvention.hub.classify import BN_CLASSES, RepoCensus
-from bnconvention.hub.client import HubClient
-from bnconvention.hub.crawl import census_entries, census_org
-from bnconvention.hub.executors import ExecutorKind, run_tasks
-from bnconvention.hub.journal import Entry, Journal
 from bnconvention.refitting.devices import Device
 
 AUDITS_DIR = "audits"

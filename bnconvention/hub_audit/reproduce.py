@@ -6,7 +6,7 @@ The stages of :mod:`bnconvention.audit.run.reproduce`, with the Hub as the sourc
    at ``refs/pr/N``, the ones its description's markers name, as ``hub push`` writes them; every such file when the
    description names none), and the spec checked against each.
 2. **fetch and re-run** (:func:`rerun_on_hub`): the repo's audit task of ``hub audit``
-   (:func:`bnconvention.hub.audit_task.audit_repo_task`), unchanged, at the commit the annotation records
+   (:func:`bnconvention.hub_audit.audit_task.audit_repo_task`), unchanged, at the commit the annotation records
    (``subject.revision``), the weights downloaded there, a Hub dataset read at the annotated revision. A revision that
    no longer exists (the weights' or the Hub dataset's), a file that is gone, a failed re-run:
    :class:`~bnconvention.errors.ReproductionInputError` naming it. The re-run's digests must be the annotation's
@@ -105,7 +105,7 @@ def check_dataset_revision(client: HubClient, spec: AuditSpec) -> None:
 def rerun_on_hub(client: HubClient, annotation: RefitAnnotation, spec: AuditSpec, *, repo_id: str,
                  allowed_factories: tuple[str, ...] = (), device: Device = "cpu") -> AuditResult:
     """The annotated file's audit, re-run by ``hub audit``'s own task at the annotated commit."""
-    from bnconvention.hub.audit_task import AuditTask, RepoAudit, audit_repo_task
+    from bnconvention.hub_audit.audit_task import AuditTask, RepoAudit, audit_repo_task
 
     subject = annotation.subject
     if subject.repo not in (None, repo_id):

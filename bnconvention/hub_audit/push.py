@@ -45,7 +45,6 @@ from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
 from bnconvention.formats.signatures import RESIGN_HINT, SIGNATURE_SUFFIX, read_signed_files, signature_target
 from bnconvention.formats.text import one_line, plural, signed
-from bnconvention.hub.audit import FileAudit, RepoAudit
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.locking import repo_lock
@@ -60,6 +59,7 @@ from bnconvention.hub.proposals import (
     our_pull_requests,
 )
 from bnconvention.hub.retry import call_with_retry, describe, is_retryable
+from bnconvention.hub_audit.audit import FileAudit, RepoAudit
 from bnconvention.standard.models import RefitAnnotation, to_dict
 
 EVAL_DIR = ".eval_results"
@@ -202,7 +202,7 @@ def annotation_signature(out: Path | None, audit: RepoAudit, digest: str, data: 
     ``None`` when it is not signed. :class:`UsageError` when the signature does not cover ``data``, the bytes the
     pull request adds (the annotation changed since it was signed): it names the file and how to sign again."""
     from bnconvention.formats.canonical import loads_strict
-    from bnconvention.hub.audit import repo_out_dir
+    from bnconvention.hub_audit.audit import repo_out_dir
 
     folder = repo_out_dir(out, audit.repo_id) if out is not None else None
     if folder is None or not folder.is_dir():

@@ -29,8 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
+from bnconvention.audit.core import ANNOTATION_FILE, write_json
+from bnconvention.audit.population import summarize
+from bnconvention.audit.render import census_markdown, census_sections_markdown, families_markdown, write_audit_outputs
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.errors import UsageError
+from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.checkpoint_files import checkpoint_name
 from bnconvention.hub.classify import BN_CLASSES, RepoCensus
@@ -199,8 +205,6 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
 def _run_audit_tasks(tasks: Sequence[AuditTask], finish: Callable[[RepoAudit], None], *, org: str, reused: int,
                      executor: ExecutorKind, workers: int, progress: bool, ray_address: str | None = None) -> None:
     """Run the tasks on the executor; ``finish`` gets each repo's audit as it arrives (in this process)."""
-    from tqdm.auto import tqdm
-
     bar = tqdm(total=len(tasks) + reused, initial=reused, desc=f"audit {org}", unit="repo", disable=not progress)
 
     def arrived(index: int, text: str) -> None:
@@ -216,8 +220,6 @@ def _run_audit_tasks(tasks: Sequence[AuditTask], finish: Callable[[RepoAudit], N
 
 def write_repo_outputs(audit: RepoAudit, out_dir: Path, *, plots: bool = True) -> list[Path]:
     """Each audited file's annotation, summary and plots under :func:`file_out_dir`; the paths written."""
-    from bnconvention.audit.render import write_audit_outputs
-
     written: list[Path] = []
     for item in audit.files:
         if item.result is not None:
@@ -231,11 +233,6 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
                              org: str) -> dict[str, Any] | None:
     """``audit.json`` and ``audit.md`` over every audited file (reused ones included), linking each annotation
     where :func:`write_repo_outputs` put it; None (nothing written) when no file was audited."""
-    from bnconvention.audit.core import ANNOTATION_FILE, write_json
-    from bnconvention.audit.population import summarize
-    from bnconvention.audit.render import census_markdown, census_sections_markdown, families_markdown
-    from bnconvention.formats.atomic import atomic_write_text
-
     audited = [(f.result, f"{a.repo_id}/{f.filename}",
                 file_out_dir(out_dir, a.repo_id, f.filename, spec_sha256=a.spec_sha256))
                for a in audits for f in a.files if f.result is not None]

@@ -50,9 +50,9 @@ def seed(hub: Any, org: str, count: int) -> None:
 
 
 def audit_once(hub: Any, org: str, spec: Any, out: Path, *, executor: str, workers: int) -> tuple[float, Any]:
-    from bnconvention.hub.audit import audit_org
     from bnconvention.hub.client import make_client
     from bnconvention.hub.journal import Journal
+    from bnconvention.hub_audit.audit import audit_org
 
     client = make_client(endpoint=hub.endpoint, token_env=TOKEN_ENV)
     with Journal(out / "journal.sqlite", org=org, endpoint=hub.endpoint) as journal:

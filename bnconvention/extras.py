@@ -37,6 +37,7 @@ True
 from __future__ import annotations
 
 import argparse
+import importlib
 from typing import Any
 
 from bnconvention.errors import MissingDependencyError
@@ -117,8 +118,6 @@ def missing_dependency(exc: ModuleNotFoundError, *, extra: str | None = None,
 def import_extra(module: str, *, command: str) -> Any:
     """Import an optional library, or raise the one-line :func:`missing_dependency` error naming its extra and
     ``command`` (who needs it); a missing module that is not an extra's is re-raised as it is."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:

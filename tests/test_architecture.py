@@ -28,8 +28,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("standard", frozenset({"standard"})),
     ("validation", frozenset({"validation"})),
     ("authoring/refitting", frozenset({"authoring", "refitting", "data", "architectures"})),
-    ("audit", frozenset({"audit"})),
     ("hub", frozenset({"hub"})),
+    ("audit", frozenset({"audit"})),
+    ("hub_audit", frozenset({"hub_audit"})),
     ("report/cli/demo", frozenset({"report_html", "cli", "demo", "zoo", "hubserver", "examples"})),
     ("package root", frozenset({"__init__", "__main__"})),
 )
@@ -293,20 +294,61 @@ def test_no_import_cycles(all_imports: list[Import], package_dir: Path) -> None:
 
 
 TORCH_FREE_CLAIM = "does not import torch"
+# The torch borders (docs/architecture.md#torch-borders): packages whose modules may import torch at their top, and
+# the command modules of the commands that need a torch extra. Every other module imports without torch.
+TORCH_BORDER_PACKAGES = frozenset({"refitting", "audit", "zoo", "architectures", "data", "authoring", "demo",
+                                   "hub_audit"})
+TORCH_EXTRAS = frozenset({"refit", "audit"})
+
+
+def torch_border_modules() -> frozenset[str]:
+    """The command modules of the commands whose extra brings torch (the CLI imports one only when it runs)."""
+    from bnconvention.cli.commands import COMMANDS
+
+    return frozenset(command.module for command in COMMANDS.values() if command.extra in TORCH_EXTRAS)
+
+
+def in_torch_border(module: str) -> bool:
+    parts = module.split(".")
+    return (len(parts) > 1 and parts[1] in TORCH_BORDER_PACKAGES) or module in torch_border_modules()
+
+
+def first_to_import_torch(modules: Iterable[str], repo_root: Path) -> str:
+    """The first of ``modules`` that loads torch when one fresh interpreter imports them in turn; ``""`` when none."""
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+            "    if 'torch' in sys.modules:\n        print(name)\n        break\n")
+    done = subprocess.run([sys.executable, "-c", code, *modules], cwd=repo_root, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
 
 
 def test_modules_that_say_they_do_not_import_torch_do_not(package_dir: Path, repo_root: Path) -> None:
     # A deferred import says why once per module; where the reason is "importing this module does not import
-    # torch", it must stay true. One fresh interpreter imports them in turn and names the first that loads torch.
+    # torch", it must stay true.
     files = package_files(package_dir)
     claimed = sorted(module_name(path) for path, source in files.items() if TORCH_FREE_CLAIM in source)
     assert len(claimed) >= 20  # the refit engine, the audit, digests, the recorder, the data layer, ...
-    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
-            "    if 'torch' in sys.modules:\n        print(name)\n        break\n")
-    done = subprocess.run([sys.executable, "-c", code, *claimed], cwd=repo_root, capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout == "", f"{done.stdout.strip()} says it does not import torch, but importing it does"
+    loader = first_to_import_torch(claimed, repo_root)
+    assert loader == "", f"{loader} says it does not import torch, but importing it does"
+
+
+def test_modules_outside_the_torch_borders_do_not_import_torch(package_dir: Path, repo_root: Path) -> None:
+    outside = sorted(name for name in map(module_name, package_files(package_dir))
+                     if not in_torch_border(name) and not name.endswith(".__main__"))
+    assert {"bnconvention", "bnconvention.hub.crawl", "bnconvention.cli.hub_cmd",
+            "bnconvention.validation"} <= set(outside)
+    loader = first_to_import_torch(outside, repo_root)
+    assert loader == "", (f"{loader} is outside the torch borders (docs/architecture.md#torch-borders) but "
+                          "importing it imports torch")
+
+
+def test_the_torch_border_check_sees_torch(repo_root: Path) -> None:
+    # the mechanism sees torch when a border module that imports it at its top is among the modules
+    assert in_torch_border("bnconvention.refitting.observers") and in_torch_border("bnconvention.cli.refit_cmd")
+    assert not in_torch_border("bnconvention.hub.crawl") and not in_torch_border("bnconvention.cli.validate_cmd")
+    modules = ["bnconvention.errors", "bnconvention.refitting.observers", "bnconvention.formats"]
+    assert first_to_import_torch(modules, repo_root) == "bnconvention.refitting.observers"
 
 
 def test_docs_name_every_layer_entry(repo_root: Path) -> None:
@@ -383,7 +425,7 @@ def test_checker_refuses_an_audit_module_outside_the_sub_packages() -> None:
     pytest.param("from bnconvention.audit.population import headline\n", True, id="sub-package"),
 ])
 def test_checker_sees_a_reach_into_an_audit_sub_package(source: str, ok: bool) -> None:
-    found = list(imports_in("bnconvention/hub/audit.py", source, modules=AUDIT_MODULES))
+    found = list(imports_in("bnconvention/hub_audit/audit.py", source, modules=AUDIT_MODULES))
     assert len(found) == 1
     expected = [] if ok else [f"{found[0]} (import bnconvention.audit.population, which exports it)"]
     assert audit_reach_in_violations(found) == expected

@@ -11,10 +11,10 @@ import pytest
 from architectures_support import timm_release, transformers_resnet
 
 from bnconvention.audit.spec.audit_spec import parse_spec
-from bnconvention.hub.audit import audit_org
 from bnconvention.hub.client import make_client
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import RetryPolicy
+from bnconvention.hub_audit.audit import audit_org
 from bnconvention.hubserver import LocalHub
 
 ORG = "lib-org"

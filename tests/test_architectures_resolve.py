@@ -31,7 +31,7 @@ from bnconvention.errors import (
     UntrustedInputError,
     UsageError,
 )
-from bnconvention.hub.audit_task import choose_repo_spec, spec_for_repo
+from bnconvention.hub_audit.audit_task import choose_repo_spec, spec_for_repo
 
 TIMM = {"architecture": "resnet10t", "num_classes": 10, "model_args": {"num_classes": 10, "in_chans": 1}}
 OURS = {"architecture": {"factory": "zoo/convnet-bn", "kwargs": {"width": 16}}}

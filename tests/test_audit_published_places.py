@@ -14,7 +14,7 @@ from bnconvention.audit.measure.checkpoint import published_cells, published_pla
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.cli.main import main
 from bnconvention.errors import PublishedCellsNotFoundError, UntrustedInputError
-from bnconvention.hub.audit_task import relabel_reason
+from bnconvention.hub_audit.audit_task import relabel_reason
 
 # the cheapest audit that still anchors: two replicates, small pools, no staleness, recoverability or provenance
 SPEC = {"spec_version": "1.0", "kind": "audit_spec", "splits": {"forget_classes": [3]}, "cells": ["df", "dr", "dt"],

@@ -162,7 +162,7 @@ def test_a_long_architecture_string_is_elided_in_the_error(tmp_path: Path, capsy
 def test_a_factory_name_and_a_journal_reason_are_bounded() -> None:
     from bnconvention.architectures.factories import check_allowed
     from bnconvention.errors import FactoryNotAllowedError
-    from bnconvention.hub.audit_task import MAX_REASON, FileAudit, RepoAudit
+    from bnconvention.hub_audit.audit_task import MAX_REASON, FileAudit, RepoAudit
 
     with pytest.raises(FactoryNotAllowedError) as caught:
         check_allowed("evil/" + "y" * 500_000)
@@ -188,7 +188,7 @@ def test_an_architecture_from_config_json_is_reported_from_there(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from bnconvention.audit.measure.checkpoint import load_checkpoint
     from bnconvention.audit.spec.audit_spec import parse_spec
-    from bnconvention.hub.audit_task import choose_repo_spec
+    from bnconvention.hub_audit.audit_task import choose_repo_spec
 
     spec = parse_spec(yaml.safe_load(_spec(tmp_path / "spec.yaml").read_text()))
     config = {"architecture": {"factory": "zoo/convnet-bn", "kwargs": {"width": 8}}}

@@ -17,14 +17,14 @@ from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 from bnconvention.authoring.card_stamp import REFIT_BLOCK_KEY, REFIT_SECTION_BEGIN, read_refit_entries
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.formats.card import decode_card, read_card_record
-from bnconvention.hub.audit import AuditTask, RepoAudit, audit_org, audit_repo_task
-from bnconvention.hub.audit_task import for_workers
 from bnconvention.hub.client import make_client
 from bnconvention.hub.executors import ray_available, run_tasks
 from bnconvention.hub.journal import Journal
-from bnconvention.hub.push import EVAL_DIR, marker, markers_in, push_org
 from bnconvention.hub.retry import RetryPolicy
 from bnconvention.hub.validate import validate_hub
+from bnconvention.hub_audit.audit import AuditTask, RepoAudit, audit_org, audit_repo_task
+from bnconvention.hub_audit.audit_task import for_workers
+from bnconvention.hub_audit.push import EVAL_DIR, marker, markers_in, push_org
 from bnconvention.hubserver import FaultRule, LocalHub
 from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
@@ -397,7 +397,7 @@ def _env_client(hub: LocalHub, monkeypatch: pytest.MonkeyPatch):
 def test_worker_tasks_carry_the_token_variable_never_the_token(audited, hub: LocalHub, monkeypatch, tmp_path) -> None:
     import pickle
 
-    import bnconvention.hub.audit as hub_audit
+    import bnconvention.hub_audit.audit as hub_audit
 
     sent: list[bytes] = []
     monkeypatch.setattr(hub_audit, "run_tasks", lambda fn, tasks, **kw: sent.append(pickle.dumps(list(tasks))))
@@ -490,7 +490,7 @@ def _untimed_lines(text: bytes) -> list[str]:
 def test_hub_audit_on_ray_is_byte_identical_to_one_worker(audited, hub: LocalHub, monkeypatch, tmp_path) -> None:
     """audit_org with Ray tasks (token from the workers' environment) writes the same bytes and journals the same
     results as the in-process run of the fixture."""
-    from bnconvention.hub.audit import file_out_dir
+    from bnconvention.hub_audit.audit import file_out_dir
 
     repos = [f"{ORG}/bn-declared-03", f"{ORG}/bn-undeclared-01"]
     client = _env_client(hub, monkeypatch)
@@ -530,7 +530,7 @@ def _census_repo(name: str, *, kind: str = "single", status: str = "undeclared",
 
 @pytest.fixture()
 def plan_setup(tmp_path: Path):
-    from bnconvention.hub.audit import plan_audits
+    from bnconvention.hub_audit.audit import plan_audits
 
     client = make_client(endpoint="http://127.0.0.1:9", token=AUDITOR_TOKEN, retry=FAST)
     spec_data = parse_spec(SPEC).model_dump(mode="json")
@@ -553,8 +553,8 @@ def test_plan_audits_makes_tasks_of_single_and_sharded_checkpoints_and_ignores_r
 
 
 def test_audit_targets_keeps_readable_batchnorm_checkpoints_only() -> None:
-    from bnconvention.hub.audit import audit_targets
     from bnconvention.hub.classify import CheckpointReport
+    from bnconvention.hub_audit.audit import audit_targets
 
     unreadable = _census_repo("unreadable")
     unreadable.checkpoints = [CheckpointReport(name="model.safetensors", kind="single", status="unreadable",
@@ -595,7 +595,7 @@ def test_plan_audits_refuses_a_redo_outside_the_census(plan_setup) -> None:
 
 
 def test_population_summary_is_not_written_without_audited_files(tmp_path: Path, spec: AuditSpec) -> None:
-    from bnconvention.hub.audit import write_population_summary
+    from bnconvention.hub_audit.audit import write_population_summary
 
     skipped = RepoAudit(repo_id=f"{ORG}/x", revision="c0", spec_sha256="s", status="skipped")
     assert write_population_summary([skipped], spec, tmp_path, org=ORG) is None

@@ -22,13 +22,13 @@ from helpers.real_org import library_endpoint
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.card import decode_card, parse_card_metadata
-from bnconvention.hub.audit import RepoAudit, audit_org
-from bnconvention.hub.audit_task import relabel_reason
 from bnconvention.hub.client import make_client
 from bnconvention.hub.journal import Journal
-from bnconvention.hub.push import markers_in, push_org
 from bnconvention.hub.retry import RetryPolicy
 from bnconvention.hub.validate import validate_hub
+from bnconvention.hub_audit.audit import RepoAudit, audit_org
+from bnconvention.hub_audit.audit_task import relabel_reason
+from bnconvention.hub_audit.push import markers_in, push_org
 from bnconvention.hubserver import LocalHub
 from bnconvention.validation.model_index import CODE, REFIT_METRIC_CONFIG
 

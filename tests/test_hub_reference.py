@@ -11,11 +11,11 @@ from bnconvention.audit.diagnostics.encoder import reference_file
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.audit.spec.diagnostics import ReferenceSpec
 from bnconvention.errors import AuditSpecError
-from bnconvention.hub.audit import audit_org
 from bnconvention.hub.client import make_client
 from bnconvention.hub.journal import Journal
-from bnconvention.hub.reference import resolve_reference
 from bnconvention.hub.retry import RetryPolicy
+from bnconvention.hub_audit.audit import audit_org
+from bnconvention.hub_audit.reference import resolve_reference
 from bnconvention.hubserver import LocalHub
 
 ORG = "diag-org"

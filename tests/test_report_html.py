@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bnconvention.errors import UsageError
-from bnconvention.hub.audit import RepoAudit
-from bnconvention.hub.push import PushOutcome
+from bnconvention.hub_audit.audit import RepoAudit
+from bnconvention.hub_audit.push import PushOutcome
 from bnconvention.report_html import AuditFiles, ReportInput, checkpoint_key, render_index, slug, write_report
 from bnconvention.validation import Issue
 

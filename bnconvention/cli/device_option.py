@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from bnconvention.refitting.devices import DEVICES, Device
+from bnconvention.refitting.allocator import tune_malloc
+from bnconvention.refitting.devices import DEVICES, Device, resolve_device
 
 HELP = ("where to compute: auto (an available accelerator, CUDA then MPS, else the CPU), cpu, cuda or mps "
         "(default: cpu)")
@@ -23,9 +24,6 @@ def chosen_device(args: argparse.Namespace) -> Device:
     """The device ``--device`` names on this machine (``auto`` resolved), checked before any work starts. The
     commands that take ``--device`` are the ones that compute, so this is also where their process fixes glibc's
     allocator thresholds (:func:`bnconvention.refitting.allocator.tune_malloc`: no history-dependent page faults)."""
-    from bnconvention.refitting.allocator import tune_malloc
-    from bnconvention.refitting.devices import resolve_device
-
     device = resolve_device(args.device).type
     tune_malloc()
     return device  # type: ignore[return-value]

@@ -4,14 +4,18 @@ Every subcommand talks to the Hub through one ``HfApi(endpoint=..., token=...)``
 environment variable named by ``--token-env`` (default ``HF_TOKEN``) and never printed. The hub_scripts/ entry
 points run these same commands.
 
-Each subcommand imports its machinery when it runs: ``census``, ``validate`` and ``publish`` are torch-free (the core
-install), ``audit``, ``push`` and ``reproduce`` need bnconvention[audit], and one module holds them all.
+``census``, ``validate`` and ``publish`` run on the core install (their machinery, :mod:`bnconvention.hub`, is
+imported at the top); ``audit``, ``push`` and ``reproduce`` need bnconvention[audit], so the functions that run them
+import :mod:`bnconvention.hub_audit` (and the audit spec) when they run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,18 +24,32 @@ from bnconvention.cli.commands import summary
 from bnconvention.cli.device_option import add_device_option, chosen_device
 from bnconvention.cli.hub_common import add_hub_options, guarded, hub_client
 from bnconvention.cli.progress import show_progress, show_stage_lines, stage_line
+from bnconvention.errors import UsageError
 from bnconvention.extras import needs_extra
-from bnconvention.formats.text import one_line
+from bnconvention.formats.text import one_line, plural
+from bnconvention.hub.client import HubClient
+from bnconvention.hub.crawl import CensusRun, census_entries, census_org, check_org
+from bnconvention.hub.executors import ExecutorKind, check_ray_address, resolve_executor
+from bnconvention.hub.journal import Journal
+from bnconvention.hub.locking import output_lock
+from bnconvention.hub.summaries import (
+    AUDIT_LABELS,
+    PUSH_LABELS,
+    census_head,
+    census_run_line,
+    census_text,
+    outcomes_line,
+    write_census_entries,
+)
+from bnconvention.hub.validate import validate_hub
+from bnconvention.hub.verified_publish import publish_release
+from bnconvention.validation import render
 
 if TYPE_CHECKING:
     from bnconvention.audit.spec import AuditSpec
-    from bnconvention.hub.audit import AuditRun
-    from bnconvention.hub.audit_task import RepoAudit
-    from bnconvention.hub.client import HubClient
-    from bnconvention.hub.crawl import CensusRun
-    from bnconvention.hub.executors import ExecutorKind
-    from bnconvention.hub.journal import Journal
-    from bnconvention.hub.push import PushRun
+    from bnconvention.hub_audit.audit import AuditRun
+    from bnconvention.hub_audit.audit_task import RepoAudit
+    from bnconvention.hub_audit.push import PushRun
 
 P = TypeVar("P")  # what a journaled command's own options check returns
 R = TypeVar("R")  # what its work returns
@@ -234,8 +252,6 @@ def _paths(args: argparse.Namespace, org: str) -> tuple[Path, Path]:
 
 
 def _print_json(value: Any) -> None:
-    import json
-
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -248,10 +264,6 @@ def _run_journaled(args: argparse.Namespace, *, prepare: Callable[[argparse.Name
     run ``work`` with the journal open, then ``report`` the outcome once the journal is closed, still under the lock;
     its return value is the exit code. Hub failures in ``work`` and ``report`` become one scrubbed error
     (:func:`_guarded`)."""
-    from bnconvention.hub.crawl import check_org
-    from bnconvention.hub.journal import Journal
-    from bnconvention.hub.locking import output_lock
-
     check_org(args.org)
     prepared = prepare(args)
     client = hub_client(args)
@@ -283,9 +295,6 @@ def run_census_cmd(args: argparse.Namespace) -> int:
 def _census_work(args: argparse.Namespace, _: None, client: HubClient, journal: Journal,
                  out: Path) -> tuple[CensusRun, dict[str, Any], dict[str, Path]]:
     """The census, then its reports written from the journal while it is open (a repo at a time)."""
-    from bnconvention.hub.crawl import census_entries, census_org
-    from bnconvention.hub.summaries import census_head, write_census_entries
-
     run = census_org(client, args.org, journal=journal, workers=args.workers, progress=show_progress(args.progress))
     head = census_head(args.org, census_entries(journal), endpoint=client.endpoint,
                        run={"read": run.read, "reused": run.reused, "failed": run.failed,
@@ -295,10 +304,6 @@ def _census_work(args: argparse.Namespace, _: None, client: HubClient, journal: 
 
 def _census_report(args: argparse.Namespace, outcome: tuple[CensusRun, dict[str, Any], dict[str, Path]],
                    client: HubClient, out: Path) -> int:
-    import shutil
-
-    from bnconvention.hub.summaries import census_run_line, census_text
-
     run, head, written = outcome
     if args.format == "json":  # the document just written, copied rather than held in memory
         with written["json"].open(encoding="utf-8") as document:
@@ -326,8 +331,6 @@ def _audit_options(args: argparse.Namespace) -> tuple[AuditSpec, ExecutorKind]:
     in order."""
     from bnconvention.audit.spec import load_spec
     from bnconvention.cli.audit_cmd import allow_factories
-    from bnconvention.errors import UsageError
-    from bnconvention.hub.executors import check_ray_address, resolve_executor
 
     for repo_id in args.redo:
         if repo_id.split("/")[0] != args.org or repo_id.count("/") != 1:
@@ -343,7 +346,7 @@ def _audit_options(args: argparse.Namespace) -> tuple[AuditSpec, ExecutorKind]:
 
 def _audit_work(args: argparse.Namespace, options: tuple[AuditSpec, ExecutorKind], client: HubClient,
                 journal: Journal, out: Path) -> AuditRun:
-    from bnconvention.hub.audit import audit_org
+    from bnconvention.hub_audit.audit import audit_org
 
     spec, executor = options
     bars = show_progress(args.progress)
@@ -361,10 +364,6 @@ def _audit_work(args: argparse.Namespace, options: tuple[AuditSpec, ExecutorKind
 def _audit_line_writer(bars: bool) -> Callable[[RepoAudit, bool], None]:
     """The stage line of each repo, written as its audit arrives (or is taken from the journal): its status, its
     files, the reason of a failure, and the time since the audits began."""
-    import time
-
-    from bnconvention.formats.text import plural
-
     start = time.monotonic()
 
     def write(audit: RepoAudit, reused: bool) -> None:
@@ -378,9 +377,6 @@ def _audit_line_writer(bars: bool) -> Callable[[RepoAudit, bool], None]:
 
 
 def _audit_report(args: argparse.Namespace, run: AuditRun, client: HubClient, out: Path) -> int:
-    from bnconvention.formats.text import plural
-    from bnconvention.hub.summaries import AUDIT_LABELS, outcomes_line
-
     if args.format == "json":
         _print_json({"org": args.org, "audits": [a.model_dump(mode="json", exclude={"files": {"__all__": {
             "result"}}}) for a in run.audits], "summary": run.summary})
@@ -407,15 +403,13 @@ def run_push_cmd(args: argparse.Namespace) -> int:
 
 
 def _push_work(args: argparse.Namespace, _: None, client: HubClient, journal: Journal, out: Path) -> PushRun:
-    from bnconvention.hub.push import push_org
+    from bnconvention.hub_audit.push import push_org
 
     return push_org(client, args.org, journal=journal, dry_run=args.dry_run, eval_results=not args.no_eval_results,
                     progress=show_progress(args.progress), repos=args.repo, out=out)
 
 
 def _push_report(args: argparse.Namespace, run: PushRun, client: HubClient, out: Path) -> int:
-    from bnconvention.hub.summaries import PUSH_LABELS, outcomes_line
-
     if args.format == "json":
         _print_json([o.model_dump(mode="json") for o in run.outcomes])
     else:
@@ -434,9 +428,6 @@ def _push_report(args: argparse.Namespace, run: PushRun, client: HubClient, out:
 
 
 def run_validate_cmd(args: argparse.Namespace) -> int:
-    from bnconvention.hub.validate import validate_hub
-    from bnconvention.validation import render
-
     client = hub_client(args)
 
     def go() -> int:
@@ -452,9 +443,6 @@ def run_validate_cmd(args: argparse.Namespace) -> int:
 
 
 def run_publish_cmd(args: argparse.Namespace) -> int:
-    from bnconvention.hub.verified_publish import publish_release
-    from bnconvention.validation import render
-
     client = hub_client(args)
 
     def go() -> int:
@@ -484,8 +472,7 @@ def run_reproduce_cmd(args: argparse.Namespace) -> int:
     from bnconvention.audit.spec import load_spec
     from bnconvention.cli.audit_cmd import allow_factories
     from bnconvention.cli.reproduce_cmd import checked_tolerance, report
-    from bnconvention.errors import UsageError
-    from bnconvention.hub.reproduce import reproduce_pull_request
+    from bnconvention.hub_audit.reproduce import reproduce_pull_request
 
     if args.repo.count("/") != 1:
         raise UsageError(f"{args.repo!r} is not a repo id (ORG/NAME)")

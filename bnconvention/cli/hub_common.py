@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bnconvention.cli.progress import DEFAULT_HELP, add_progress_option
+from bnconvention.errors import BnConventionError, HubError, UsageError
+from bnconvention.hub.client import make_client
+from bnconvention.hub.retry import RetryPolicy, describe, network_error, show_retries
 
 if TYPE_CHECKING:
     from bnconvention.hub.client import HubClient
@@ -38,10 +41,6 @@ def add_hub_options(parser: argparse.ArgumentParser, *, journal: bool = True,
 
 
 def hub_client(args: argparse.Namespace) -> HubClient:
-    from bnconvention.errors import UsageError
-    from bnconvention.hub.client import make_client
-    from bnconvention.hub.retry import RetryPolicy, show_retries
-
     for wrong, message in ((args.retries < 1, f"--retries must be at least 1, got {args.retries}"),
                            (args.max_pages < 1, f"--max-pages must be at least 1, got {args.max_pages}"),
                            (args.max_repos < 1, f"--max-repos must be at least 1, got {args.max_repos}"),
@@ -59,9 +58,6 @@ def guarded(client: HubClient, fn: Callable[[], int]) -> int:
     """Run ``fn``; a failure of the Hub client becomes one error whose message is scrubbed of the token: a network
     failure (refused, dropped, cut short, timed out: httpx2's transport errors are not ``OSError``s) one
     :class:`HubNetworkError` naming the endpoint, an HTTP failure one :class:`HubError`."""
-    from bnconvention.errors import BnConventionError, HubError
-    from bnconvention.hub.retry import describe, network_error
-
     try:
         return int(fn())
     except Exception as exc:

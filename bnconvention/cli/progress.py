@@ -24,6 +24,8 @@ import argparse
 import sys
 from typing import TextIO
 
+from tqdm.auto import tqdm
+
 DEFAULT_HELP = "progress bars on stderr (default: only when stderr is a terminal)"
 
 
@@ -53,8 +55,6 @@ def stage_line(text: str, *, bars: bool, stream: TextIO | None = None) -> None:
     (``tqdm.write`` clears and redraws the bars, so a line never lands inside one)."""
     stream = sys.stderr if stream is None else stream
     if bars:
-        from tqdm.auto import tqdm
-
         tqdm.write(text, file=stream)
     else:
         stream.write(text + "\n")

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-# model-signing is imported when a command runs (bnconvention[provenance]), not when the parser is built, and the
-# audit machinery (torch) only by ``verify --reproduce``: ``sign`` and plain ``verify`` stay torch-free.
+# model-signing is imported when a command runs (bnconvention[provenance], inside bnconvention.authoring.signing's
+# functions), and the audit machinery (torch) only by ``verify --reproduce``: ``sign`` and plain ``verify`` stay
+# torch-free.
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from bnconvention.authoring import signing
+from bnconvention.authoring.stamp import checked_record
 from bnconvention.cli.commands import summary
-from bnconvention.cli.device_option import add_device_option
-
-if TYPE_CHECKING:
-    from bnconvention.authoring import signing
+from bnconvention.cli.device_option import add_device_option, chosen_device
+from bnconvention.errors import UsageError
+from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.signatures import read_signed_files
 
 SIGN_EPILOG = """\
 examples:
@@ -93,15 +95,9 @@ def _require(path: Path, what: str) -> None:
 
 
 def run_sign(args: argparse.Namespace) -> int:
-    from bnconvention.authoring import signing
-    from bnconvention.formats.signatures import read_signed_files
-
     _require(args.target, "the release folder or record to sign")
     _require(args.private_key, "the private key")
     if args.target.is_file():
-        from bnconvention.authoring.stamp import checked_record
-        from bnconvention.formats.canonical import loads_strict
-
         checked_record(loads_strict(args.target.read_bytes(), source=str(args.target)), source=str(args.target))
     written = signing.sign(args.target, private_key=args.private_key, signature=args.signature,
                            password=args.password)
@@ -112,9 +108,6 @@ def run_sign(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from bnconvention.authoring import signing
-    from bnconvention.errors import UsageError
-
     if args.reproduce and args.spec is None:
         raise UsageError("--reproduce needs --spec, the audit spec the annotation was computed under")
     if not args.reproduce and (args.spec is not None or args.tolerance is not None or args.allow_factory):
@@ -153,10 +146,7 @@ def _reproduce(args: argparse.Namespace, result: signing.VerifyResult) -> list[s
     from bnconvention.audit.run import TOLERANCE, reproduce_local, reproduction_lines
     from bnconvention.audit.spec import load_spec
     from bnconvention.cli.audit_cmd import allow_factories
-    from bnconvention.cli.device_option import chosen_device
     from bnconvention.cli.reproduce_cmd import checked_tolerance
-    from bnconvention.errors import UsageError
-    from bnconvention.formats.canonical import loads_strict
 
     annotations = []
     for digest in result.digests:

@@ -7,6 +7,7 @@ from __future__ import annotations
 # Each action imports its machinery (torch) when it runs: a missing dependency then names the action that needs it
 # (``bnconvention zoo build needs torch``), as extras.needs_extra marks it.
 import argparse
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ from bnconvention.cli.commands import summary
 from bnconvention.cli.progress import add_progress_option, show_progress
 from bnconvention.errors import UsageError
 from bnconvention.extras import needs_extra
+from bnconvention.formats.atomic import atomic_write_bytes
+from bnconvention.standard.models import to_dict
 
 if TYPE_CHECKING:
     from bnconvention.zoo.population_manifest import PopulationManifest
@@ -152,10 +155,6 @@ def _run_quantized(args: argparse.Namespace) -> int:
 
 
 def run_audit_scales(args: argparse.Namespace) -> int:
-    import json
-
-    from bnconvention.formats.atomic import atomic_write_bytes
-    from bnconvention.standard.models import to_dict
     from bnconvention.zoo.manifest import read_manifest
     from bnconvention.zoo.quantized_audit import audit_quantized_variant
 

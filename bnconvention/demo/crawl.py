@@ -5,8 +5,8 @@ reuses finished work: the census entry of a repo at the same commit, the audit o
 the same spec, the pull request of the same annotations.
 
 ``hub audit`` audits the repos with running statistics. The demo also audits the repos the census found without
-them (the GroupNorm twins), through the same per-repo task (:func:`bnconvention.hub.audit.audit_repo_task`), so the
-report can show what a refit does to them: nothing, every shift exactly 0.00, said rather than skipped.
+them (the GroupNorm twins), through the same per-repo task (:func:`bnconvention.hub_audit.audit.audit_repo_task`), so
+the report can show what a refit does to them: nothing, every shift exactly 0.00, said rather than skipped.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from tqdm.auto import tqdm
 from bnconvention.audit.population import summarize
 from bnconvention.audit.render import write_audit_outputs
 from bnconvention.formats.canonical import canonical_sha256
-from bnconvention.hub.audit import AuditTask, RepoAudit, audit_repo_task, repo_out_dir
 from bnconvention.hub.classify import RepoCensus
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
+from bnconvention.hub_audit.audit import AuditTask, RepoAudit, audit_repo_task, repo_out_dir
 from bnconvention.report_html import AuditFiles
 
 PLOT_NAMES = {"cells": "cells.png", "staleness": "staleness.png"}

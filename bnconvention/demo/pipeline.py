@@ -47,15 +47,14 @@ from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.hub import (
     Journal,
-    audit_org,
     census_entries,
     census_org,
     census_summary,
     make_client,
-    push_org,
     validate_hub,
 )
 from bnconvention.hub.summaries import write_census
+from bnconvention.hub_audit import audit_org, push_org
 from bnconvention.report_html import ReportInput, write_report
 
 DEMO_FORMAT = "bnconvention-demo/1"

@@ -1,5 +1,6 @@
-"""Hub tooling over one ``huggingface_hub.HfApi``: header-only census of an organisation, audits of its BatchNorm
-repos, annotations pushed back as pull requests, the submission-pipeline check, and publishing.
+"""Hub tooling over one ``huggingface_hub.HfApi`` that needs no torch: header-only census of an organisation, the
+submission-pipeline check, publishing, and the pull-request bookkeeping. Auditing an organisation's repos and pushing
+the annotations back is :mod:`bnconvention.hub_audit`, a layer above the audit.
 
 The ``hub_scripts/`` entry points and ``bnconvention hub ...`` are thin wrappers over these functions:
 
@@ -13,12 +14,8 @@ The ``hub_scripts/`` entry points and ``bnconvention hub ...`` are thin wrappers
 
 from bnconvention._lazy import lazy_exports
 
-# Lazy: ``bnconvention hub census`` must not import the audit machinery (torch, plots) it never uses.
+# Lazy: ``import bnconvention.hub.client`` need not import the census, the validator or ``huggingface_hub``.
 _EXPORTS: dict[str, str] = {
-    "audit_org": "bnconvention.hub.audit",
-    "audit_repo_task": "bnconvention.hub.audit",
-    "AuditRun": "bnconvention.hub.audit",
-    "AuditTask": "bnconvention.hub.audit",
     "call_with_retry": "bnconvention.hub.retry",
     "census_markdown": "bnconvention.hub.summaries",
     "census_summary": "bnconvention.hub.summaries",
@@ -39,18 +36,12 @@ _EXPORTS: dict[str, str] = {
     "list_org_models": "bnconvention.hub.crawl",
     "ListedRepo": "bnconvention.hub.crawl",
     "make_client": "bnconvention.hub.client",
-    "plan_push": "bnconvention.hub.push",
     "publish_release": "bnconvention.hub.verified_publish",
     "push_to_hub": "bnconvention.hub.library_push",
     "save_with_library": "bnconvention.hub.library_push",
-    "push_org": "bnconvention.hub.push",
-    "PushOutcome": "bnconvention.hub.push",
-    "PushPlan": "bnconvention.hub.push",
-    "PushRun": "bnconvention.hub.push",
     "read_remote_header": "bnconvention.hub.headers",
     "RemoteHeader": "bnconvention.hub.headers",
     "REPO_CLASSES": "bnconvention.hub.classify",
-    "RepoAudit": "bnconvention.hub.audit",
     "RepoCensus": "bnconvention.hub.classify",
     "RepoClass": "bnconvention.hub.classify",
     "RetryPolicy": "bnconvention.hub.retry",
@@ -71,8 +62,6 @@ __all__ = [
     "EXECUTORS",
     "REPO_CLASSES",
     "SPECULATIVE_BYTES",
-    "AuditRun",
-    "AuditTask",
     "CensusRun",
     "CheckpointReport",
     "ExecutorKind",
@@ -81,17 +70,11 @@ __all__ = [
     "HubValidation",
     "Journal",
     "ListedRepo",
-    "PushOutcome",
-    "PushPlan",
-    "PushRun",
     "RemoteHeader",
-    "RepoAudit",
     "RepoCensus",
     "RepoClass",
     "RetryPolicy",
     "Secret",
-    "audit_org",
-    "audit_repo_task",
     "call_with_retry",
     "census_entries",
     "census_head",
@@ -103,9 +86,7 @@ __all__ = [
     "iter_org_models",
     "list_org_models",
     "make_client",
-    "plan_push",
     "publish_release",
-    "push_org",
     "push_to_hub",
     "read_remote_header",
     "run_tasks",

@@ -17,11 +17,25 @@ False
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
+
+import httpx2
+from huggingface_hub import HfApi, constants, hf_hub_url
+from huggingface_hub.errors import RemoteEntryNotFoundError
+from huggingface_hub.utils import (
+    are_progress_bars_disabled,
+    build_hf_headers,
+    disable_progress_bars,
+    enable_progress_bars,
+    get_session,
+    hf_raise_for_status,
+)
 
 from bnconvention.errors import HubError, UsageError
 from bnconvention.hub.retry import RetryPolicy, TransientHubError, call_with_retry
@@ -108,14 +122,10 @@ class HubClient:
     # --- requests ---------------------------------------------------------------------------------------------------
 
     def headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        from huggingface_hub.utils import build_hf_headers
-
         token: str | bool = self.token.reveal() or False
         return build_hf_headers(token=token, library_name=LIBRARY_NAME, headers=dict(extra or {}))
 
     def file_url(self, repo_id: str, filename: str, *, revision: str, repo_type: str = "model") -> str:
-        from huggingface_hub import hf_hub_url
-
         return hf_hub_url(repo_id, filename, repo_type=repo_type, revision=revision, endpoint=self.endpoint)
 
     def _timed_chunks(self, response: Any, *, url: str, deadline: float) -> Iterator[bytes]:
@@ -138,9 +148,6 @@ class HubClient:
         A body shorter than what the server announced, or one that takes longer than :attr:`timeout_s`, raises
         :class:`TransientHubError` (retried by the callers).
         """
-        import httpx2
-        from huggingface_hub.utils import get_session, hf_raise_for_status
-
         extra = {"Accept-Encoding": "identity"}
         if byte_range is not None:
             extra["Range"] = f"bytes={byte_range[0]}-{byte_range[1]}"
@@ -178,11 +185,6 @@ class HubClient:
                  max_bytes: int = MAX_JSON_BYTES) -> tuple[Any, dict[str, Any]]:
         """One GET of a JSON API answer (no retry), within :attr:`timeout_s` in all: ``(decoded, links)``, where
         ``links`` are the ``Link`` header's relations (``links["next"]["url"]`` for the next page)."""
-        import json
-
-        import httpx2
-        from huggingface_hub.utils import get_session, hf_raise_for_status
-
         deadline = time.monotonic() + self.timeout_s
         with get_session().stream("GET", url, headers=self.headers(), params=params,
                                   timeout=httpx2.Timeout(self.timeout_s), follow_redirects=True) as response:
@@ -209,8 +211,6 @@ class HubClient:
         Not ``HfApi.model_info``: that builds a ``ModelCardData`` from the card's front matter, whose tag
         de-duplication is quadratic (350,000 tags, a legal 3.4 MB card, take minutes); we read a few fields.
         """
-        from urllib.parse import quote
-
         url = f"{self.endpoint}/api/models/{repo_id}/revision/{quote(revision, safe='')}"
         info, _ = call_with_retry(lambda: self.get_json(url), policy=self.retry,
                                   what=f"GET {repo_id} info at {revision}")
@@ -234,8 +234,6 @@ class HubClient:
     def read_small_file(self, repo_id: str, filename: str, *, revision: str, max_bytes: int,
                         repo_type: str = "model") -> bytes | None:
         """A small file's bytes (``None`` when the repo has no such file); over ``max_bytes`` is an error."""
-        from huggingface_hub.errors import RemoteEntryNotFoundError
-
         url = self.file_url(repo_id, filename, revision=revision, repo_type=repo_type)
         try:
             fetched = self.fetch_with_retry(url, max_bytes=max_bytes + 1, what=f"GET {repo_id}/{filename}")
@@ -275,8 +273,6 @@ def _announced_length(response: Any) -> int | None:
 @contextlib.contextmanager
 def quiet_hub_progress() -> Iterator[None]:
     """Silence huggingface_hub's own download bars (ours report per repo); restored afterwards."""
-    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-
     was_disabled = are_progress_bars_disabled()
     disable_progress_bars()
     try:
@@ -291,8 +287,6 @@ def make_client(*, endpoint: str | None = None, token: str | Secret | None = Non
                 timeout_s: float = DEFAULT_TIMEOUT_S, max_pages: int = DEFAULT_MAX_PAGES,
                 max_repos: int = DEFAULT_MAX_REPOS) -> HubClient:
     """Build the one client: ``token`` (a value) or ``token_env`` (the variable holding it); neither: anonymous."""
-    from huggingface_hub import HfApi, constants
-
     if token is not None and token_env is not None:
         raise UsageError("give the token or the name of its environment variable, not both")
     secret = token if isinstance(token, Secret) else (Secret(token) if token is not None else token_from_env(token_env))

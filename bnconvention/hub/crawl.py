@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tqdm.auto import tqdm
+
 from bnconvention.errors import UsageError
 from bnconvention.formats.text import plural
 from bnconvention.hub.classify import RepoCensus, classify_repo, failed_repo
@@ -269,8 +271,6 @@ def census_org(client: HubClient, org: str, *, journal: Journal, workers: int = 
     streaming: each repo is journaled (and passed to ``on_repo``) as it comes off the listing, and nothing is
     kept per repo; read the entries back with :func:`census_entries`. A listing stopped at a budget or a loop
     classifies the repos listed so far and says so in ``run.listing.stopped``: the reports carry it."""
-    from tqdm.auto import tqdm
-
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UsageError(f"--workers must be a positive integer, got {workers!r}")
     start = time.perf_counter()

@@ -13,8 +13,10 @@ in the main process, which journals them; their order never affects their conten
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Literal, TypeAlias, TypeVar
 
 from bnconvention.errors import UsageError
@@ -88,9 +90,6 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], *, executor: ExecutorKin
 
 def _run_processes(fn: Callable[[T], R], tasks: Sequence[T], *, workers: int,
                    on_result: Callable[[int, R], None]) -> None:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context)
     try:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from huggingface_hub.errors import HfHubHTTPError
+
 from bnconvention.errors import SafetensorsHeaderError, UntrustedInputError
 from bnconvention.formats.safetensors_header import SafetensorsHeader, TensorInfo, header_length, parse_header
 from bnconvention.formats.safetensors_index import (  # the index rule is shared with the offline validator
@@ -78,8 +80,6 @@ def read_remote_header(client: HubClient, repo_id: str, filename: str, *, revisi
     Raises :class:`SafetensorsHeaderError` (naming ``repo/file``) for a truncated or malformed file, and the
     client's errors (after retries) when the server fails.
     """
-    from huggingface_hub.errors import HfHubHTTPError
-
     source = _source(repo_id, filename)
     url = client.file_url(repo_id, filename, revision=revision)
     try:

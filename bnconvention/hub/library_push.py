@@ -20,10 +20,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bnconvention.authoring.publish import publish
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import TEMP_GLOBS
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.links import copy_folder, skipped_line
+
+# save_with_library is the one function that needs torch (and timm for a timm model): it imports them when it runs, so
+# importing this module does not import torch (``bnconvention push-to-hub`` of a saved folder runs without it).
 
 __all__ = ["folder_library", "push_to_hub", "save_with_library"]
 
@@ -73,8 +77,6 @@ def push_to_hub(model_or_folder: Any, repo_id: str, *, record: Any = None, card:
     release gets a minimal card otherwise). ``dry_run``: stamp and validate the staged copy, upload nothing.
     Returns :class:`bnconvention.authoring.publish.PublishResult` (its ``directory``, the staging folder, is gone).
     """
-    from bnconvention.authoring.publish import publish
-
     with tempfile.TemporaryDirectory(prefix="bnc-push-") as staging:
         stage = Path(staging) / "release"
         if isinstance(model_or_folder, (str, os.PathLike)):

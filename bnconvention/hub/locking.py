@@ -36,6 +36,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+from huggingface_hub import constants
+
 from bnconvention.errors import OutputInUseError
 from bnconvention.formats.atomic import atomic_write_bytes
 from bnconvention.formats.text import elide
@@ -108,8 +111,6 @@ class FileLockWithHolder:
         """Take the lock (waiting up to ``wait_s``) and write ``holder``; return the holder a previous run left
         without releasing (killed), None after a clean release. Raises :class:`OutputInUseError` naming the
         process that holds it."""
-        from filelock import FileLock, Timeout
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(self.path), timeout=wait_s)
         try:
@@ -197,8 +198,6 @@ def output_lock(out: Path, journal: Path, *, command: str,
 def lock_dir() -> Path:
     """Where the pull-request locks of this machine live: ``HF_HOME/bnconvention/locks`` (``HF_HOME`` as
     huggingface_hub reads it: the user's Hub state on this machine)."""
-    from huggingface_hub import constants
-
     return Path(constants.HF_HOME) / "bnconvention" / "locks"
 
 

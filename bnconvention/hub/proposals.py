@@ -1,5 +1,5 @@
 """What was already pushed to a repo: our pull requests (by the markers their descriptions carry) and the
-annotations ``main`` holds. :mod:`bnconvention.hub.push` asks both before opening a pull request, and again before
+annotations ``main`` holds. :mod:`bnconvention.hub_audit.push` asks both before opening a pull request, and again before
 retrying a failed attempt, so a rerun never proposes the same annotation twice.
 """
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+
+from huggingface_hub.hf_api import RepoFile
 
 from bnconvention.errors import BnConventionError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
@@ -75,8 +77,6 @@ def annotations_on_main(client: HubClient, repo_id: str) -> set[str]:
     One rule for every other file under ``bnconvention/``: one that is not an annotation we could have written
     (over :data:`MAX_ANNOTATION_BYTES`, which the tree listing says without downloading it, or not strict JSON) is
     someone else's, not ours to judge here, and is passed over."""
-    from huggingface_hub.hf_api import RepoFile
-
     def present() -> set[str]:
         entries = client.api.list_repo_tree(repo_id, revision="main", recursive=True)
         names = [e.path for e in entries if isinstance(e, RepoFile) and _candidate(e.path, e.size)]

@@ -37,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import httpx2
+
 from bnconvention.errors import HubNetworkError, TransientHubError, UsageError
 from bnconvention.formats.text import one_line
 
@@ -99,8 +101,6 @@ def is_retryable(exc: BaseException) -> bool:
     The whole cause chain is inspected, because huggingface_hub wraps network errors (e.g. ``hf_hub_download``
     raises ``LocalEntryNotFoundError`` from a ``ConnectError``).
     """
-    import httpx2
-
     for item in _chain(exc):
         status = _status(item)
         if status is not None:
@@ -113,8 +113,6 @@ def is_retryable(exc: BaseException) -> bool:
 def network_cause(exc: BaseException) -> BaseException | None:
     """The network-level failure behind ``exc`` (refused, dropped, cut short, timed out), or ``None`` when the Hub
     answered (an HTTP status) or the failure is not about the network."""
-    import httpx2
-
     for item in _chain(exc):
         if _status(item) is not None or isinstance(item, HubNetworkError):
             return None
@@ -124,8 +122,6 @@ def network_cause(exc: BaseException) -> BaseException | None:
 
 
 def _network_phrase(exc: BaseException) -> str:
-    import httpx2
-
     phrases: tuple[tuple[type[BaseException], str], ...] = (
         (httpx2.ConnectTimeout, "did not accept the connection in time"),
         (httpx2.TimeoutException, "did not answer in time"),

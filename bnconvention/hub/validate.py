@@ -25,6 +25,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from huggingface_hub.hf_api import RepoFile
+from tqdm.auto import tqdm
+
 from bnconvention.errors import UsageError
 from bnconvention.formats.card import CARD_NAME
 from bnconvention.hub.client import HubClient, quiet_hub_progress
@@ -64,8 +67,6 @@ def _relabel(path: str, local: Path, repo_id: str) -> str:
 
 def _download(client: HubClient, repo_id: str, commit: str, *, local: Path, cache: Path) -> None:
     """The files :func:`_matches` selects, at ``commit``, into ``local`` (nothing when none matches)."""
-    from huggingface_hub.hf_api import RepoFile
-
     entries = call_with_retry(lambda: list(client.api.list_repo_tree(repo_id, revision=commit, recursive=True)),
                               policy=client.retry, what=f"list the files of {repo_id} at {commit[:12]}")
     for name in sorted(e.path for e in entries if isinstance(e, RepoFile) and _matches(e.path)):
@@ -112,8 +113,6 @@ def validate_hub(client: HubClient, target: str, *, revision: str | None = None,
                  work_dir: str | os.PathLike[str] | None = None, progress: bool = False) -> HubValidation:
     """Validate ``target``: an organisation (every model at its head, each checked as ``ORG/NAME`` would be) or
     one repo ``ORG/NAME`` at ``revision`` (default ``main``)."""
-    from tqdm.auto import tqdm
-
     if "/" in target:
         repos = [(target, revision or "main")]
     else:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bnconvention.authoring.publish import publish
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.validate import HubValidation, validate_hub
 
@@ -38,8 +39,6 @@ def publish_release(client: HubClient, directory: str | os.PathLike[str], *, rep
                     records: Sequence[Any] = (), create_pr: bool = False, commit_message: str | None = None,
                     dry_run: bool = False, require_declaration: bool = True) -> HubPublish:
     """Stamp, validate, upload ``directory`` to ``repo_id`` and validate the uploaded revision on the server."""
-    from bnconvention.authoring.publish import publish
-
     result = publish(directory, repo_id=repo_id, records=records, create_pr=create_pr, api=client.api,
                      commit_message=commit_message, dry_run=dry_run, token=client.token.reveal())
     if dry_run or not result.uploaded:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import difflib
+import html
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -213,8 +214,6 @@ def commit_payload(commit: Commit, *, formatted: bool) -> dict[str, Any]:
     item: dict[str, Any] = {"id": commit.id, "title": commit.title, "message": commit.message, "date": commit.date,
                             "authors": [{"user": commit.author, "avatar": None}]}
     if formatted:
-        import html
-
         item["formatted"] = {"title": html.escape(commit.title), "message": html.escape(commit.message)}
     return item
 

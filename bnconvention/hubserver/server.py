@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -63,8 +64,6 @@ class _HubHTTPServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hangs up (reset, broken pipe) is one log line, not a traceback; anything else is a bug of
         ours and keeps the standard traceback."""
-        import sys
-
         exc = sys.exc_info()[1]
         if isinstance(exc, (ConnectionError, TimeoutError)):
             logger.info("hubserver: client %s:%s hung up (%s)", client_address[0], client_address[1],

@@ -1,7 +1,7 @@
 """What the HTML report shows: one organisation's census, audits, pull requests and validation, as plain data.
 
 :class:`ReportInput` gathers the documents the hub tooling already produces (the census document of
-:func:`bnconvention.hub.summaries.census_summary`, the :class:`~bnconvention.hub.audit.RepoAudit` entries, the
+:func:`bnconvention.hub.summaries.census_summary`, the :class:`~bnconvention.hub_audit.audit.RepoAudit` entries, the
 population summary of :func:`bnconvention.audit.census.run.summarize`, the push outcomes and the validator's issues),
 plus the files on disk the report copies next to its ``index.html`` (each audit's plots and annotation). Nothing
 here does I/O; :mod:`bnconvention.report_html.render` turns it into HTML and :mod:`bnconvention.report_html.write`
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from bnconvention.hub.audit import FileAudit, RepoAudit
-from bnconvention.hub.push import PushOutcome
+from bnconvention.hub_audit.audit import FileAudit, RepoAudit
+from bnconvention.hub_audit.push import PushOutcome
 from bnconvention.validation import Issue
 
 PlotKind: TypeAlias = Literal["cells", "staleness"]

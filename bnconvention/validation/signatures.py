@@ -13,6 +13,14 @@ from __future__ import annotations
 import posixpath
 from pathlib import Path
 
+from bnconvention.errors import SignatureError
+from bnconvention.formats.signatures import (
+    RESIGN_HINT,
+    SIGNATURE_NAME,
+    SIGNATURE_SUFFIX,
+    check_signed_files,
+    signature_target,
+)
 from bnconvention.validation.issues import Issue, new_issue
 
 NOT_RUN = "signature check not run: model-signing is not installed (pip install 'bnconvention[provenance]')"
@@ -22,8 +30,6 @@ def release_signatures(directory: Path, displays: list[str], annotations: list[t
                        ) -> list[tuple[str, Path]]:
     """``(display, path)`` of the signatures of a release: its folder's ``model.sig`` (named beside the release's
     other files, ``displays``) and each annotation's ``<file>.sig``."""
-    from bnconvention.formats.signatures import SIGNATURE_NAME, SIGNATURE_SUFFIX
-
     found = []
     folder_signature = directory / SIGNATURE_NAME
     if folder_signature.is_file() and displays:
@@ -37,9 +43,6 @@ def release_signatures(directory: Path, displays: list[str], annotations: list[t
 
 def check_signature(display: str, signature: Path) -> tuple[list[Issue], str]:
     """The issues of one signature against the files it signed, and its summary note."""
-    from bnconvention.errors import SignatureError
-    from bnconvention.formats.signatures import RESIGN_HINT, check_signed_files, signature_target
-
     target = signature_target(signature)
     try:
         check = check_signed_files(signature, target)

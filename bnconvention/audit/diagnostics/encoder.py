@@ -101,7 +101,7 @@ def plan_encoder(spec: AuditSpec, data: AuditData, checkpoint: LoadedCheckpoint)
 def reference_file(spec: AuditSpec, weights: Path, *, name: str) -> tuple[Path, str] | None:
     """The retrain reference of the checkpoint ``name`` at ``weights`` (its path, and as the spec names it), checked
     to exist: a census checks every checkpoint's before any audit. A Hub reference (``repo``) has a path only once
-    ``hub audit`` has downloaded it (:mod:`bnconvention.hub.reference`); a local audit refuses it."""
+    ``hub audit`` has downloaded it (:mod:`bnconvention.hub_audit.reference`); a local audit refuses it."""
     reference = spec.diagnostics.reference if spec.diagnostics is not None and spec.diagnostics.any else None
     if reference is None:
         return None

@@ -1,7 +1,7 @@
 """Reproduce a refit annotation: re-run the audit it records and say, cell by cell, whether the numbers come back.
 
 An annotation is a stranger's claim; this module lets its reader check it. The orchestrator
-(:func:`reproduce_local`; the Hub's is :func:`bnconvention.hub.reproduce.reproduce_pull_request`) is four named
+(:func:`reproduce_local`; the Hub's is :func:`bnconvention.hub_audit.reproduce.reproduce_pull_request`) is four named
 stages:
 
 1. **read** (:func:`read_annotation`, :func:`check_spec`): the annotation, and the audit spec it was computed under.

@@ -19,7 +19,7 @@ refit on each replicate's pool, at bit-identical θ:
 which names the population's retrain sibling ``<removal>-s<seed>-retrain`` (docs/population.md). On a Hub, where
 ``hub audit`` downloads each repo alone, the reference is a file of another repo instead:
 ``reference: {repo: "{org}/{seed_stem}-retrain", filename: model.safetensors}`` (``{org}``: the audited repo's
-owner; ``{name}``: its name), which ``hub audit`` downloads at a pinned commit (:mod:`bnconvention.hub.reference`)
+owner; ``{name}``: its name), which ``hub audit`` downloads at a pinned commit (:mod:`bnconvention.hub_audit.reference`)
 and a local audit refuses.
 """
 

@@ -18,8 +18,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+from bnconvention.architectures.resolve import CONFIG_NAME, MAX_CONFIG_BYTES
+from bnconvention.audit.measure import card_path, sidecar_path
 from bnconvention.audit.spec import AuditSpec, ReferenceSpec, reference_path
 from bnconvention.errors import AuditSpecError
+from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.headers import read_single
 from bnconvention.hub.retry import call_with_retry
@@ -52,10 +57,6 @@ def _missing(exc: Exception, *, what: str, repo_id: str) -> AuditSpecError:
 def _fetch_sidecars(client: HubClient, repo: str, *, revision: str, local: Path) -> None:
     """The reference repo's ``config.json`` and card, where the audit reads a checkpoint's architecture and
     published cells (its sidecar ``<stem>.json`` and ``README.md``): as for the audited repo's own weights."""
-    from bnconvention.architectures.resolve import CONFIG_NAME, MAX_CONFIG_BYTES
-    from bnconvention.audit.measure import card_path, sidecar_path
-    from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
-
     for name, limit, target in ((CONFIG_NAME, MAX_CONFIG_BYTES, sidecar_path(local)),
                                 (CARD_NAME, MAX_CARD_BYTES, card_path(local))):
         body = client.read_small_file(repo, name, revision=revision, max_bytes=limit)
@@ -66,8 +67,6 @@ def _fetch_sidecars(client: HubClient, repo: str, *, revision: str, local: Path)
 def fetch_reference(client: HubClient, spec: AuditSpec, *, repo_id: str, weights: Path, folder: Path) -> AuditSpec:
     """``spec`` with its Hub reference downloaded into ``folder`` (see the module docstring); unchanged when the
     reference is a local path or there is none."""
-    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-
     reference = hub_reference(spec)
     if reference is None or spec.diagnostics is None:
         return spec

@@ -34,12 +34,31 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-from bnconvention.architectures.resolve import CONFIG_NAME, MAX_CONFIG_BYTES, parse_config
+from bnconvention.architectures.factories import allow_user_factory
+from bnconvention.architectures.resolve import (
+    CONFIG_NAME,
+    MAX_CONFIG_BYTES,
+    Architecture,
+    architecture_from_config,
+    parse_config,
+    resolve_architecture,
+)
 from bnconvention.audit.core import AuditResult
-from bnconvention.audit.spec import AuditSpec, ModelSpec, parse_spec
+from bnconvention.audit.measure import (
+    card_path,
+    cell_origins,
+    load_audit_data,
+    load_spec_dataset,
+    model_repo_files,
+    needs_repo,
+    sidecar_path,
+)
+from bnconvention.audit.run import audit_checkpoint
+from bnconvention.audit.spec import AuditSpec, ModelSpec, apply_rules, parse_spec
+from bnconvention.data.ids import MAX_INDEX_BYTES
 from bnconvention.errors import BnConventionError, UntrustedInputError, UsageError
 from bnconvention.formats.canonical import canonical_sha256
-from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
+from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES, decode_card, parse_card_metadata
 from bnconvention.formats.checkpoint_files import is_index_path
 from bnconvention.formats.safetensors_index import INDEX_SUFFIX, parse_index
 from bnconvention.formats.text import elide, one_line
@@ -51,8 +70,8 @@ from bnconvention.hub.client import (
     quiet_hub_progress,
     token_from_env,
 )
-from bnconvention.hub.reference import fetch_reference
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
+from bnconvention.hub_audit.reference import fetch_reference
 from bnconvention.refitting.devices import Device
 from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
@@ -139,8 +158,6 @@ def declared_architecture(config: Any, *, repo_id: str = "repo") -> tuple[str, d
     """``(factory, kwargs)`` the repo's ``config.json`` names (our declaration, transformers' or timm's own config;
     :func:`bnconvention.architectures.resolve.architecture_from_config`), None when it names none; a refusal raises,
     naming ``repo_id/config.json``."""
-    from bnconvention.architectures.resolve import architecture_from_config
-
     found = architecture_from_config(config, source=f"{repo_id}/{CONFIG_NAME}")
     return None if found is None else (found.factory, found.kwargs)
 
@@ -152,8 +169,6 @@ def choose_repo_spec(spec: AuditSpec, *, repo_id: str, config: Any
     The order of :mod:`bnconvention.architectures.resolve`: the repo's own declaration in ``config.json``, then
     timm's or transformers' own config there, then the spec's model (the fallback of an organisation-wide spec).
     """
-    from bnconvention.architectures.resolve import Architecture, resolve_architecture
-
     fallback = (Architecture(factory=spec.model.factory, kwargs=dict(spec.model.kwargs), source="spec")
                 if spec.model is not None else None)
     resolution = resolve_architecture([(config, f"{repo_id}/{CONFIG_NAME}")], fallback=fallback)
@@ -191,8 +206,6 @@ def _audit_data(spec: AuditSpec, task: AuditTask, repo_dir: Path) -> Any:
     """The spec's data for this repo: the dataset decoded once per process (a ``hub`` dataset from the task's Hub,
     with its token), split and transformed for this repo (``transform: from_repo``, ids files in the model repo read
     from ``repo_dir``, named by the repo id in messages)."""
-    from bnconvention.audit.measure import load_audit_data, load_spec_dataset, needs_repo
-
     token = task_token(task).reveal()
     dataset_key = canonical_sha256({"dataset": spec.dataset.model_dump(mode="json")})
     data_key = canonical_sha256({"dataset": spec.dataset.model_dump(mode="json"),
@@ -211,9 +224,6 @@ def _audit_data(spec: AuditSpec, task: AuditTask, repo_dir: Path) -> Any:
 def _fetch_repo_files(client: HubClient, task: AuditTask, spec: AuditSpec, repo_dir: Path) -> None:
     """The model-repo files the spec's data reads (preprocessing configs, ids files) that the repo has, put beside
     the weights; a file the repo lacks is left to the data layer to report."""
-    from bnconvention.audit.measure import model_repo_files
-    from bnconvention.data.ids import MAX_INDEX_BYTES
-
     for name in model_repo_files(spec):
         target = repo_dir / name
         if target.exists() or Path(name).is_absolute() or ".." in Path(name).parts:
@@ -264,8 +274,6 @@ class RepoFiles:
     def card_metadata(self) -> dict[str, Any]:
         """The card's front matter, or ``{}`` when there is none or it cannot be read (anchoring on it then
         fails with the card's own error, in :mod:`bnconvention.audit.measure.checkpoint`)."""
-        from bnconvention.formats.card import decode_card, parse_card_metadata
-
         if self.card is None:
             return {}
         try:
@@ -277,8 +285,6 @@ class RepoFiles:
 def _local_paths(folder: Path, filename: str) -> tuple[Path, Path, Path]:
     """Where a file's weights, its sidecar (the repo's config.json) and the card go in the temporary folder: where
 the audit of :mod:`bnconvention.audit.measure.checkpoint` looks for them."""
-    from bnconvention.audit.measure import card_path, sidecar_path
-
     weights = folder / "repo" / filename
     return weights, sidecar_path(weights), card_path(weights)
 
@@ -299,10 +305,6 @@ def relabel_reason(text: str, *, folder: Path, repo_id: str, filename: str) -> s
 
 def _audit_file(client: HubClient, task: AuditTask, spec: AuditSpec, files: RepoFiles, filename: str,
                 folder: Path) -> FileAudit:
-    from bnconvention.audit.measure import cell_origins
-    from bnconvention.audit.run import audit_checkpoint
-    from bnconvention.audit.spec import apply_rules
-
     config = parse_config(files.config, source=f"{task.repo_id}/{CONFIG_NAME}") if files.config else None
     ruled, rules = apply_rules(spec, repo_id=task.repo_id, config=config)
     repo_spec, source, passed_over = choose_repo_spec(ruled, repo_id=task.repo_id, config=config)
@@ -343,8 +345,6 @@ def _name(repo_id: str, filename: str) -> str:
 def audit_repo_task(task: AuditTask) -> str:
     """Audit one repo (every file of ``task.filenames``); returns a :class:`RepoAudit` as JSON. Never raises for a
     repo's own problems: they are returned as ``failed`` files, transient Hub failures marked for a retry."""
-    from bnconvention.architectures.factories import allow_user_factory
-
     for target in task.allowed_factories:
         allow_user_factory(target)
     client = make_client(endpoint=task.endpoint, token=task_token(task), retry=task.retry, timeout_s=task.timeout_s)

@@ -1,6 +1,6 @@
-"""Audit an organisation's BatchNorm repos: one task per repo (:mod:`bnconvention.hub.audit_task`: download each
+"""Audit an organisation's BatchNorm repos: one task per repo (:mod:`bnconvention.hub_audit.audit_task`: download each
 file at the commit the census read, build the model, run the audit of :mod:`bnconvention.audit`), and the
-annotations written locally (pushing them is :mod:`bnconvention.hub.push`).
+annotations written locally (pushing them is :mod:`bnconvention.hub_audit.push`).
 
 Which repos: those the census found with running statistics (declared, undeclared or inconsistent); every
 checkpoint with BatchNorm layers is audited, single-file or sharded (the index and its shards are downloaded).
@@ -29,11 +29,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
+from bnconvention.audit.core import ANNOTATION_FILE, write_json
+from bnconvention.audit.population import summarize
+from bnconvention.audit.render import census_markdown, census_sections_markdown, families_markdown, write_audit_outputs
 from bnconvention.audit.spec import AuditSpec
 from bnconvention.errors import UsageError
+from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.checkpoint_files import checkpoint_name
-from bnconvention.hub.audit_task import (
+from bnconvention.hub.classify import BN_CLASSES, RepoCensus
+from bnconvention.hub.client import HubClient
+from bnconvention.hub.crawl import census_entries, census_org
+from bnconvention.hub.executors import ExecutorKind, run_tasks
+from bnconvention.hub.journal import Entry, Journal
+from bnconvention.hub_audit.audit_task import (
     AuditTask,
     FileAudit,
     RepoAudit,
@@ -42,11 +53,6 @@ from bnconvention.hub.audit_task import (
     for_workers,
     spec_for_repo,
 )
-from bnconvention.hub.classify import BN_CLASSES, RepoCensus
-from bnconvention.hub.client import HubClient
-from bnconvention.hub.crawl import census_entries, census_org
-from bnconvention.hub.executors import ExecutorKind, run_tasks
-from bnconvention.hub.journal import Entry, Journal
 from bnconvention.refitting.devices import Device
 
 AUDITS_DIR = "audits"
@@ -199,8 +205,6 @@ def audit_org(client: HubClient, org: str, spec: AuditSpec, *, journal: Journal,
 def _run_audit_tasks(tasks: Sequence[AuditTask], finish: Callable[[RepoAudit], None], *, org: str, reused: int,
                      executor: ExecutorKind, workers: int, progress: bool, ray_address: str | None = None) -> None:
     """Run the tasks on the executor; ``finish`` gets each repo's audit as it arrives (in this process)."""
-    from tqdm.auto import tqdm
-
     bar = tqdm(total=len(tasks) + reused, initial=reused, desc=f"audit {org}", unit="repo", disable=not progress)
 
     def arrived(index: int, text: str) -> None:
@@ -216,8 +220,6 @@ def _run_audit_tasks(tasks: Sequence[AuditTask], finish: Callable[[RepoAudit], N
 
 def write_repo_outputs(audit: RepoAudit, out_dir: Path, *, plots: bool = True) -> list[Path]:
     """Each audited file's annotation, summary and plots under :func:`file_out_dir`; the paths written."""
-    from bnconvention.audit.render import write_audit_outputs
-
     written: list[Path] = []
     for item in audit.files:
         if item.result is not None:
@@ -231,11 +233,6 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
                              org: str) -> dict[str, Any] | None:
     """``audit.json`` and ``audit.md`` over every audited file (reused ones included), linking each annotation
     where :func:`write_repo_outputs` put it; None (nothing written) when no file was audited."""
-    from bnconvention.audit.core import ANNOTATION_FILE, write_json
-    from bnconvention.audit.population import summarize
-    from bnconvention.audit.render import census_markdown, census_sections_markdown, families_markdown
-    from bnconvention.formats.atomic import atomic_write_text
-
     audited = [(f.result, f"{a.repo_id}/{f.filename}",
                 file_out_dir(out_dir, a.repo_id, f.filename, spec_sha256=a.spec_sha256))
                for a in audits for f in a.files if f.result is not None]

@@ -6,7 +6,7 @@ The stages of :mod:`bnconvention.audit.run.reproduce`, with the Hub as the sourc
    at ``refs/pr/N``, the ones its description's markers name, as ``hub push`` writes them; every such file when the
    description names none), and the spec checked against each.
 2. **fetch and re-run** (:func:`rerun_on_hub`): the repo's audit task of ``hub audit``
-   (:func:`bnconvention.hub.audit_task.audit_repo_task`), unchanged, at the commit the annotation records
+   (:func:`bnconvention.hub_audit.audit_task.audit_repo_task`), unchanged, at the commit the annotation records
    (``subject.revision``), the weights downloaded there, a Hub dataset read at the annotated revision. A revision that
    no longer exists (the weights' or the Hub dataset's), a file that is gone, a failed re-run:
    :class:`~bnconvention.errors.ReproductionInputError` naming it. The re-run's digests must be the annotation's
@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
+
+from huggingface_hub.errors import HfHubHTTPError
 
 from bnconvention.audit.run import (
     MAX_ANNOTATION_BYTES,
@@ -35,6 +37,7 @@ from bnconvention.errors import ReproductionInputError
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.proposals import markers_in
 from bnconvention.hub.retry import call_with_retry, describe
+from bnconvention.hub_audit.audit_task import AuditTask, RepoAudit, audit_repo_task
 from bnconvention.standard.locations import ANNOTATION_DIR, annotation_filename
 from bnconvention.standard.models import RefitAnnotation
 
@@ -46,8 +49,6 @@ if TYPE_CHECKING:
 
 def pull_request_annotations(client: HubClient, repo_id: str, pr: int) -> list[tuple[str, RefitAnnotation]]:
     """``(path, annotation)`` of each annotation pull request ``pr`` of ``repo_id`` adds, in path order."""
-    from huggingface_hub.errors import HfHubHTTPError
-
     revision = f"refs/pr/{pr}"
     try:
         details = call_with_retry(lambda: client.api.get_discussion_details(repo_id, pr), policy=client.retry,
@@ -75,8 +76,6 @@ def pull_request_annotations(client: HubClient, repo_id: str, pr: int) -> list[t
 
 def check_revision(client: HubClient, repo_id: str, revision: str) -> None:
     """Refuse an annotated commit that is no longer on the Hub (history rewritten, repo deleted)."""
-    from huggingface_hub.errors import HfHubHTTPError
-
     try:
         call_with_retry(lambda: client.api.model_info(repo_id, revision=revision), policy=client.retry,
                         what=f"read {repo_id}@{revision}")
@@ -88,8 +87,6 @@ def check_revision(client: HubClient, repo_id: str, revision: str) -> None:
 def check_dataset_revision(client: HubClient, spec: AuditSpec) -> None:
     """Refuse a Hub dataset whose annotated revision is no longer on the Hub (history squashed, branch or tag
     deleted), before the re-run: the audit task reuses a dataset it already decoded in this process."""
-    from huggingface_hub.errors import HfHubHTTPError
-
     dataset = spec.dataset
     if dataset.kind != "hub" or dataset.repo is None or dataset.revision is None:
         return
@@ -105,8 +102,6 @@ def check_dataset_revision(client: HubClient, spec: AuditSpec) -> None:
 def rerun_on_hub(client: HubClient, annotation: RefitAnnotation, spec: AuditSpec, *, repo_id: str,
                  allowed_factories: tuple[str, ...] = (), device: Device = "cpu") -> AuditResult:
     """The annotated file's audit, re-run by ``hub audit``'s own task at the annotated commit."""
-    from bnconvention.hub.audit_task import AuditTask, RepoAudit, audit_repo_task
-
     subject = annotation.subject
     if subject.repo not in (None, repo_id):
         raise ReproductionInputError(f"the annotation audited {subject.repo}, not {repo_id}", missing=subject.repo)

@@ -38,14 +38,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+from huggingface_hub import CommitOperationAdd, EvalResultEntry, eval_result_entries_to_yaml
 from pydantic import BaseModel, ConfigDict
+from tqdm.auto import tqdm
 
-from bnconvention.errors import UsageError
-from bnconvention.formats.canonical import canonical_sha256
-from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES
+from bnconvention.audit.render import annotation_text
+from bnconvention.authoring.card_model_index import (
+    DEFAULT_TASK_TYPE,
+    refit_index_results,
+    stamp_model_index_text,
+)
+from bnconvention.authoring.card_stamp import refit_card_entry, stamp_card_refit_text
+from bnconvention.errors import CardError, UsageError
+from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES, decode_card, load_yaml_strict, parse_card_metadata
 from bnconvention.formats.signatures import RESIGN_HINT, SIGNATURE_SUFFIX, read_signed_files, signature_target
 from bnconvention.formats.text import one_line, plural, signed
-from bnconvention.hub.audit import FileAudit, RepoAudit
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.locking import repo_lock
@@ -60,6 +69,7 @@ from bnconvention.hub.proposals import (
     our_pull_requests,
 )
 from bnconvention.hub.retry import call_with_retry, describe, is_retryable
+from bnconvention.hub_audit.audit import FileAudit, RepoAudit, repo_out_dir
 from bnconvention.standard.models import RefitAnnotation, to_dict
 
 EVAL_DIR = ".eval_results"
@@ -125,8 +135,6 @@ def find_benchmark(client: HubClient, dataset_id: str | None, *,
                    cache: dict[str, Benchmark | None]) -> Benchmark | None:
     """The benchmark an audit's dataset id names on the Hub: a dataset repo with an ``eval.yaml`` (its first task's
     id is the entry's task, ``default`` when it names none). ``None`` for anything else (e.g. ``sklearn/digits``)."""
-    from bnconvention.formats.card import load_yaml_strict
-
     if not dataset_id or dataset_id.count("/") != 1:
         return None
     if dataset_id in cache:
@@ -157,9 +165,6 @@ def find_benchmark(client: HubClient, dataset_id: str | None, *,
 
 def eval_results_entry(annotation: RefitAnnotation, benchmark: Benchmark) -> bytes | None:
     """The ``.eval_results`` YAML for the refit test accuracy (``dt``); ``None`` when the audit has no ``dt`` cell."""
-    import yaml
-    from huggingface_hub import EvalResultEntry, eval_result_entries_to_yaml
-
     cell = next((c for c in annotation.cells if c.metric == "dt"), None)
     if cell is None:
         return None
@@ -201,9 +206,6 @@ def annotation_signature(out: Path | None, audit: RepoAudit, digest: str, data: 
     ``<file>.sig`` under the repo's audit folder whose file is the annotation of canonical digest ``digest``);
     ``None`` when it is not signed. :class:`UsageError` when the signature does not cover ``data``, the bytes the
     pull request adds (the annotation changed since it was signed): it names the file and how to sign again."""
-    from bnconvention.formats.canonical import loads_strict
-    from bnconvention.hub.audit import repo_out_dir
-
     folder = repo_out_dir(out, audit.repo_id) if out is not None else None
     if folder is None or not folder.is_dir():
         return None
@@ -232,10 +234,6 @@ def plan_push(client: HubClient, audit: RepoAudit, *, eval_results: bool = True,
               benchmarks: dict[str, Benchmark | None] | None = None, out: Path | None = None) -> PushPlan | None:
     """The pull request for one audited repo, built from the card at the audited revision; ``None`` when nothing
     was audited. ``out`` (the audit's output folder) is where signed annotations' signatures are looked for."""
-    from bnconvention.audit.render import annotation_text
-    from bnconvention.authoring.card_stamp import refit_card_entry, stamp_card_refit_text
-    from bnconvention.formats.card import decode_card
-
     audited = [f for f in audit.files
                if f.status == "audited" and f.result is not None and f.annotation_path and f.annotation_sha256]
     if not audited:
@@ -290,14 +288,6 @@ def with_model_index(card: str, audited: list[FileAudit], *, repo_id: str) -> tu
     maps from, :mod:`bnconvention.authoring.card_model_index`), and a note for the pull request when the card's
     own model-index is malformed and was left alone (the annotation and the card's refit entry still carry the
     results)."""
-    from bnconvention.authoring.card_model_index import (
-        DEFAULT_TASK_TYPE,
-        refit_index_results,
-        stamp_model_index_text,
-    )
-    from bnconvention.errors import CardError
-    from bnconvention.formats.card import parse_card_metadata
-
     source = f"{repo_id}/{CARD_NAME}"
     tag = parse_card_metadata(card, source=source).get("pipeline_tag")
     task_type = tag if isinstance(tag, str) and tag else DEFAULT_TASK_TYPE
@@ -315,8 +305,6 @@ def with_model_index(card: str, audited: list[FileAudit], *, repo_id: str) -> tu
 def open_pull_request(client: HubClient, plan: PushPlan, *, user: str) -> tuple[int, str | None, bool]:
     """Open the pull request (``create_pr=True`` always: nothing is ever committed to a branch) and return
     ``(number, url, opened)``; a retry first looks for a pull request the failed attempt may have opened."""
-    from huggingface_hub import CommitOperationAdd
-
     operations = [CommitOperationAdd(path_in_repo=path, path_or_fileobj=data) for path, data in plan.files.items()]
 
     def create() -> tuple[int, str | None, bool]:
@@ -430,8 +418,6 @@ def push_org(client: HubClient, org: str, *, journal: Journal, dry_run: bool = F
              after_open: Callable[[PushOutcome], None] | None = None, out: Path | None = None) -> PushRun:
     """Open one pull request per audited repo in the journal (see the module docstring); ``repos`` restricts it,
     ``out`` (the audit's output folder) holds the signatures of signed annotations."""
-    from tqdm.auto import tqdm
-
     if not client.token:
         raise UsageError("push needs a token with write access: set it in the environment variable named by "
                          "--token-env (default HF_TOKEN)")

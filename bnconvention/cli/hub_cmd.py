@@ -70,7 +70,7 @@ def _add_census(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "census", help="classify every model of an organisation from its safetensors headers",
         description="List ORG's models and classify each from its safetensors header(s) and card alone: no "
                     "weights / channel absent / BN declared and consistent / BN declared but inconsistent / BN "
-                    "undeclared / unreadable. Writes OUT/census.json and OUT/census.md.",
+                    "undeclared / unreadable. Writes OUT/org-census.json and OUT/org-census.md.",
         epilog="example:\n  bnconvention hub census my-org --endpoint http://127.0.0.1:8000 --format json\n\n"
                "exit codes: 0 every repo read or reused from the journal; 1 some repos could not be read (the Hub "
                "failed; rerun to retry them), ORG has no model repos, the Hub cannot be reached, or another run is "
@@ -284,13 +284,13 @@ def _census_work(args: argparse.Namespace, _: None, client: HubClient, journal: 
                  out: Path) -> tuple[CensusRun, dict[str, Any], dict[str, Path]]:
     """The census, then its reports written from the journal while it is open (a repo at a time)."""
     from bnconvention.hub.crawl import census_entries, census_org
-    from bnconvention.hub.summaries import census_head, write_census_entries
+    from bnconvention.hub.summaries import census_head, write_org_census_entries
 
     run = census_org(client, args.org, journal=journal, workers=args.workers, progress=show_progress(args.progress))
     head = census_head(args.org, census_entries(journal), endpoint=client.endpoint,
                        run={"read": run.read, "reused": run.reused, "failed": run.failed,
                             "seconds": round(run.seconds, 3)}, listing=run.listing.as_dict())
-    return run, head, write_census_entries(head, lambda: census_entries(journal), out)
+    return run, head, write_org_census_entries(head, lambda: census_entries(journal), out)
 
 
 def _census_report(args: argparse.Namespace, outcome: tuple[CensusRun, dict[str, Any], dict[str, Path]],

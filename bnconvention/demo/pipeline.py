@@ -55,7 +55,7 @@ from bnconvention.hub import (
     push_org,
     validate_hub,
 )
-from bnconvention.hub.summaries import write_census
+from bnconvention.hub.summaries import write_org_census
 from bnconvention.report_html import ReportInput, write_report
 
 DEMO_FORMAT = "bnconvention-demo/1"
@@ -257,7 +257,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
             census_run = census_org(client, DEMO_ORG, journal=journal, progress=progress)
             census_repos = list(census_entries(journal))  # a demo organisation: a few dozen repos, the report's rows
             census = census_summary(DEMO_ORG, census_repos, endpoint=endpoint)
-            write_census(census, paths.crawl)
+            write_org_census(census, paths.crawl)
             reused["census"] = census_run.reused
         with stages.stage("audit", "download each repo at the census commit; refit at bit-identical weights"):
             audit_run = audit_org(client, DEMO_ORG, spec, journal=journal, out=paths.crawl, progress=progress)

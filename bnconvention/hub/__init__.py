@@ -8,7 +8,7 @@ The ``hub_scripts/`` entry points and ``bnconvention hub ...`` are thin wrappers
 >>> with Journal("crawl.sqlite", org="lab", endpoint=client.endpoint) as journal:  # doctest: +SKIP
 ...     run = census_org(client, "lab", journal=journal)  # streams: the entries are in the journal
 ...     head = census_head("lab", census_entries(journal), endpoint=client.endpoint)
-...     write_census_entries(head, lambda: census_entries(journal), "out")
+...     write_org_census_entries(head, lambda: census_entries(journal), "out")
 """
 
 from bnconvention._lazy import lazy_exports
@@ -20,11 +20,12 @@ _EXPORTS: dict[str, str] = {
     "AuditRun": "bnconvention.hub.audit",
     "AuditTask": "bnconvention.hub.audit",
     "call_with_retry": "bnconvention.hub.retry",
-    "census_markdown": "bnconvention.hub.summaries",
     "census_summary": "bnconvention.hub.summaries",
     "CensusRun": "bnconvention.hub.crawl",
     "census_entries": "bnconvention.hub.crawl",
     "census_head": "bnconvention.hub.summaries",
+    "org_census_markdown": "bnconvention.hub.summaries",
+    "OrgCensus": "bnconvention.hub.summaries",
     "census_org": "bnconvention.hub.crawl",
     "CheckpointReport": "bnconvention.hub.classify",
     "classify_repo": "bnconvention.hub.classify",
@@ -58,8 +59,8 @@ _EXPORTS: dict[str, str] = {
     "Secret": "bnconvention.hub.client",
     "SPECULATIVE_BYTES": "bnconvention.hub.headers",
     "validate_hub": "bnconvention.hub.validate",
-    "write_census": "bnconvention.hub.summaries",
-    "write_census_entries": "bnconvention.hub.summaries",
+    "write_org_census": "bnconvention.hub.summaries",
+    "write_org_census_entries": "bnconvention.hub.summaries",
 }
 
 
@@ -81,6 +82,7 @@ __all__ = [
     "HubValidation",
     "Journal",
     "ListedRepo",
+    "OrgCensus",
     "PushOutcome",
     "PushPlan",
     "PushRun",
@@ -95,7 +97,6 @@ __all__ = [
     "call_with_retry",
     "census_entries",
     "census_head",
-    "census_markdown",
     "census_org",
     "census_summary",
     "classify_repo",
@@ -103,6 +104,7 @@ __all__ = [
     "iter_org_models",
     "list_org_models",
     "make_client",
+    "org_census_markdown",
     "plan_push",
     "publish_release",
     "push_org",
@@ -111,6 +113,6 @@ __all__ = [
     "run_tasks",
     "save_with_library",
     "validate_hub",
-    "write_census",
-    "write_census_entries",
+    "write_org_census",
+    "write_org_census_entries",
 ]

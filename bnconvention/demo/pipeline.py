@@ -289,7 +289,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
             org=DEMO_ORG, endpoint=endpoint, census=census, audits=audits, audit_summary=summary,
             pushes=push_run.outcomes, validation=issues, files=files, release_notes=release_notes(),
             title=f"The BatchNorm illusion on {DEMO_ORG}: census, audits and refit annotations",
-            generator=_generator(), population_census=censused.summary), paths.report)
+            generator=_generator(), population_census=censused.summary.to_json()), paths.report)
     return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census, audits=audits,
                       population=summary, pushes=list(push_run.outcomes), validation=issues, pr_check=pr_check,
                       population_census=censused, seconds=dict(stages.seconds), reused=reused)

@@ -105,7 +105,7 @@ class Margin(Section):
 class AmendmentRow(Section):
     time: str
     reason: str
-    changes: JsonObject
+    changes: list[str]
 
 
 class PreregistrationSection(Section):

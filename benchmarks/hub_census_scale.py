@@ -11,12 +11,12 @@ through HTTP: 5,000 uploads would measure the upload path, not the census; the s
 
 Each census runs in **its own process** (``python benchmarks/hub_census_scale.py --child ...``) against the server in
 this one, so the peak memory reported (``ru_maxrss`` of that process) is the census's alone: listing, classifying,
-journaling, then writing ``census.json`` and ``census.md`` from the journal as ``hub census`` does. Per organisation
-size: wall time, repos per second, requests and body bytes per repo (the server's own counters), and the peak
-resident memory (and what it was before the census, after the imports); the lines under them are the growth of that
+journaling, then writing ``org-census.json`` and ``org-census.md`` from the journal as ``hub census`` does. Per
+organisation size: wall time, repos per second, requests and body bytes per repo (the server's own counters), and the
+peak resident memory (and what it was before the census, after the imports); the lines under them are the growth of that
 peak per repo between sizes (flat since the census streams). The peak is the census's own: on Linux it is reset
-(``/proc/self/clear_refs``) once the imports are done, because the imports peak higher than the census and vary
-from run to run by more than a streamed census grows (``ru_maxrss`` alone measured the imports).
+(``/proc/self/clear_refs``) once the imports are done, because the imports peak higher than the census and vary from run
+to run by more than a streamed census grows (``ru_maxrss`` alone measured the imports).
 
 **Resumable after a kill**: a census of the N-repo organisation with a journal is killed (SIGKILL) once a third of
 the repos are journaled, then rerun with the same journal. The rerun must read only the repos the killed run had not
@@ -188,14 +188,14 @@ def _reset_peak() -> bool:
 
 
 def _child(endpoint: str, org: str, journal: str, workers: int) -> int:
-    """What ``bnconvention hub census`` does: the census, then ``census.json`` and ``census.md`` from the journal
-    (beside it); the peak RSS covers both."""
+    """What ``bnconvention hub census`` does: the census, then ``org-census.json`` and ``org-census.md`` from the
+    journal (beside it); the peak RSS covers both."""
     import resource
 
     from bnconvention.hub.client import make_client
     from bnconvention.hub.crawl import census_entries, census_org
     from bnconvention.hub.journal import Journal
-    from bnconvention.hub.summaries import census_head, write_census_entries
+    from bnconvention.hub.summaries import census_head, write_org_census_entries
 
     client = make_client(endpoint=endpoint)
     imports_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -206,7 +206,7 @@ def _child(endpoint: str, org: str, journal: str, workers: int) -> int:
         run = census_org(client, org, journal=opened, workers=workers)
         seconds = time.perf_counter() - start
         head = census_head(org, census_entries(opened), endpoint=endpoint)
-        write_census_entries(head, lambda: census_entries(opened), Path(journal).with_suffix(".out"))
+        write_org_census_entries(head, lambda: census_entries(opened), Path(journal).with_suffix(".out"))
         report_seconds = time.perf_counter() - start - seconds
     print(json.dumps({"seconds": seconds, "report_seconds": report_seconds, "read": run.read, "reused": run.reused,
                       "listed": run.listed, "failed": run.failed, "imports_maxrss_kib": imports_peak,

@@ -34,7 +34,7 @@ def pattern(zoo, tmp_path_factory):
 
 @pytest.mark.slow
 def test_census_counts_on_the_zoo_sample(pattern):
-    summary = pattern.summary
+    summary = pattern.summary.to_json()
     counts = dict(summary["counts"])
     assert counts.pop("staleness_exceeds_band") >= 3
     # the channel-absent twin is a control: outside the decided family and its counts
@@ -76,7 +76,7 @@ def test_benjamini_yekutieli_across_the_census(replicates, displaced_by):
     results = [fake_result(f"moved{i}", [2.0] * replicates, direction="pass_to_fail") for i in range(3)]
     results += [fake_result(f"still{i}", [0.0] * replicates) for i in range(9)]
     results.append(fake_result("unanchored", [5.0] * replicates, anchored=False, direction="fail_to_pass"))
-    summary = summarize(results, [r.checkpoint for r in results], spec)
+    summary = summarize(results, [r.checkpoint for r in results], spec).to_json()
     by = summary["cells"]["df"].pop("by")
     assert summary["cells"]["df"] == {"displaced": 3, "displaced_by": displaced_by, "equivalent": 9,
                                       "undetermined": 0}
@@ -112,7 +112,7 @@ def test_interrupted_census_resumes_without_redoing_work_and_matches(pattern, zo
     for result in resumed.results:  # the same numbers as the uninterrupted, single-process census
         assert without_timing(result.model_dump(mode="json")) == without_timing(
             reference[result.checkpoint].model_dump(mode="json"))
-    expected = summarize([reference[n] for n in RESUME_SET], list(RESUME_SET), pattern_spec())
+    expected = summarize([reference[n] for n in RESUME_SET], list(RESUME_SET), pattern_spec()).to_json()
     assert without_timing(json.loads((out / "census.json").read_text())) == without_timing(
         json.loads(json.dumps(expected)))
 

@@ -43,8 +43,9 @@ def test_write_by_annotations_rewrites_the_eligible_ones_only(tmp_path: Path) ->
     for row in rows:
         (tmp_path / row["annotation"]).parent.mkdir(parents=True)
         (tmp_path / row["annotation"]).write_text("untouched", encoding="utf-8")
-    summary = {"counts": {"eligible": 1}, "checkpoints": rows}
-    assert write_by_annotations(tmp_path, [annotation, annotation], summary) == 1
+    adjusted = [(row["annotation"], {metric: cell["by_p_value"] for metric, cell in row["cells"].items()})
+                for row in rows]
+    assert write_by_annotations(tmp_path, [annotation, annotation], adjusted, family_size=1) == 1
     written = json.loads((tmp_path / rows[0]["annotation"]).read_text(encoding="utf-8"))
     assert written["spec_version"] == "1.1" and written["cells"][0]["decision"]["by_p_value"] == 0.5
     assert "by_p_value" not in written["cells"][1]["decision"]  # dt has no adjusted p in this summary

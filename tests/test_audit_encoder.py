@@ -376,9 +376,9 @@ def test_a_census_carries_the_diagnostics_and_re_decides_them_from_its_journal(z
             "diagnostics": {"reference": {"path": "bn-retrain.safetensors"}, "linear_probe": {"per_class": 8},
                             "membership_inference": {"bootstrap": 20}}}
     first = run_census(paths, parse_spec(spec), tmp_path / "census")
-    rows = {row["checkpoint"]: row for row in first.summary["checkpoints"]}
+    rows = {row["checkpoint"]: row for row in first.summary.to_json()["checkpoints"]}
     assert set(rows["bn-ga-train"]["encoder"]) >= {"bn_residual_pp", "nc_residual_pp", "mia_auc_shipped"}
-    assert set(first.summary["cells"]) == {"df", "dr", "dt"}  # the typed cells stay outside the family
+    assert set(first.summary.to_json()["cells"]) == {"df", "dr", "dt"}  # the typed cells stay outside the family
     assert "## Encoder-level diagnostics" in (tmp_path / "census" / "census.md").read_text("utf-8")
     again = run_census(paths, parse_spec({**spec, "margin_pp": 50.0}), tmp_path / "census")
     assert again.audits_run == 0  # the journal is reused and re-decided at the new margin

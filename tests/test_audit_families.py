@@ -222,14 +222,14 @@ def test_summary_carries_families_only_when_the_checkpoints_name_one():
     results = [_result(f"{r}-s{s}-ga-train", shifts, PopulationMetadata(role="unlearned", family="ga",
                                                                         variant="train", removal=r, seed=s))
                for (s, r), shifts in zip(CLUSTERS, per_cluster, strict=True)]
-    summary = summarize(results, [r.checkpoint for r in results], spec)
+    summary = summarize(results, [r.checkpoint for r in results], spec).to_json()
     family = summary["families"]["families"][0]
     assert family["cells"]["df"]["displaced_by"] == 1
     assert family["cells"]["df"]["mean_shift_pp"] == pytest.approx(0.15 / 3)
     assert family["cells"]["df"]["outcome"] == "equivalent" and "yet contains 1 displaced" in family["statements"][0]
     assert summary["twin_gaps"] is None
     json.dumps(summary)  # JSON-ready
-    digits = summarize([_result("bn-ga-train", [2.0] * 10, None)], ["bn-ga-train"], spec)
+    digits = summarize([_result("bn-ga-train", [2.0] * 10, None)], ["bn-ga-train"], spec).to_json()
     assert "families" not in digits and "twin_gaps" not in digits
     assert families_markdown(digits) == ""
 
@@ -260,7 +260,7 @@ def test_the_tiny_population_census_reports_families_and_the_twin_gap(tiny_popul
         assert pair["gap_pp"] == pytest.approx((online - frozen) * 100, abs=1e-7)
     text = (tmp_path / "census" / "census.md").read_text()
     assert "## Per family" in text and "## Frozen twins" in text
-    assert outcome.summary["families"] == written["families"]
+    assert outcome.summary.to_json()["families"] == written["families"]
     # the census page draws every checkpoint of the real census once, and each family's mean
     from bnconvention.report_html.census_figures import forest_plot
 

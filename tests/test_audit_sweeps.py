@@ -60,7 +60,7 @@ def test_controls_are_outside_the_benjamini_yekutieli_family():
     results += [fake_result(f"still{i}", [0.0] * 10) for i in range(9)]
     results += [_absent(f"gn{i}") for i in range(6)] + [fake_result("bn-retrain", [0.0] * 10)]
     spec = _spec(controls={"checkpoints": {"*-retrain": "retrain reference"}})
-    summary = summarize(results, [r.checkpoint for r in results], spec)
+    summary = summarize(results, [r.checkpoint for r in results], spec).to_json()
     assert summary["counts"]["controls"] == 7 and summary["counts"]["decided"] == 12
     assert summary["checkpoints"][0]["cells"]["df"]["by_p_value"] == pytest.approx(0.5 ** 10 * 12 * BY_C12 / 3)
     assert all(row["cells"]["df"]["by_p_value"] is None for row in summary["checkpoints"][12:])
@@ -74,7 +74,8 @@ def test_controls_are_outside_the_benjamini_yekutieli_family():
 
 def test_a_displaced_control_does_not_hold():
     results = [fake_result("bn-base", [3.0] * 10), fake_result("x", [0.0] * 10)]
-    summary = summarize(results, ["bn-base", "x"], _spec(controls={"checkpoints": {"bn-base": "no-removal base"}}))
+    spec = _spec(controls={"checkpoints": {"bn-base": "no-removal base"}})
+    summary = summarize(results, ["bn-base", "x"], spec).to_json()
     assert summary["controls"]["as_expected"] == 0 and summary["controls"]["rows"][0]["holds"] is False
 
 
@@ -165,13 +166,14 @@ def test_sweeps_add_no_refit_and_a_new_pool_size_only_its_own(zoo, tmp_path, mon
     monkeypatch.setattr(evaluation.Refitter, "run", counted)
     paths, out = checkpoint_paths(zoo.root, SWEEP_SET), tmp_path / "census"
     first = run_census(paths, _zoo_spec(), out)
-    assert len(calls) == 3 * 2 and first.summary["invocation"]["refits_run"] == 6
-    assert first.summary["counts"]["controls"] == 2 and first.summary["decided"] == ["bn-badteacher-eval"]
+    written = first.summary.to_json()
+    assert len(calls) == 3 * 2 and written["invocation"]["refits_run"] == 6
+    assert written["counts"]["controls"] == 2 and written["decided"] == ["bn-badteacher-eval"]
 
     calls.clear()
     margin = run_census(paths, _zoo_spec(margin_pp=2.0, fdr_q=0.1, sweeps={"margins_pp": [0.5, 3.0]}), out)
     assert calls == [] and (margin.audits_run, margin.audits_reused) == (0, 3)
-    assert [row["margin_pp"] for row in margin.summary["sweeps"]["margins"]] == [0.5, 2.0, 3.0]
+    assert [row["margin_pp"] for row in margin.summary.to_json()["sweeps"]["margins"]] == [0.5, 2.0, 3.0]
     assert all(r.annotation.margin_pp == 2.0 for r in margin.results)
     annotation = json.loads((out / "checkpoints" / "bn-badteacher-eval" / "annotation.json").read_text())
     assert annotation["margin_pp"] == 2.0  # the checkpoint's outputs re-decided too
@@ -179,12 +181,12 @@ def test_sweeps_add_no_refit_and_a_new_pool_size_only_its_own(zoo, tmp_path, mon
     calls.clear()
     swept = run_census(paths, _zoo_spec(sweeps={"pool_sizes": [32]}), out)
     assert len(calls) == 2  # R replicates at pool size 32 for the one decided checkpoint; 64 was stored
-    rows = {row["pool_size"]: row for row in swept.summary["sweeps"]["pool_sizes"]}
+    rows = {row["pool_size"]: row for row in swept.summary.to_json()["sweeps"]["pool_sizes"]}
     assert (rows[32]["refits_added"], rows[64]["refits_added"]) == (2, 0)
 
     calls.clear()
     more = run_census(paths, _zoo_spec(sweeps={"pool_sizes": [32, 48]}), out)
-    assert len(calls) == 2 and [r["refits_added"] for r in more.summary["sweeps"]["pool_sizes"]] == [0, 2, 0]
+    assert len(calls) == 2 and [r["refits_added"] for r in more.summary.to_json()["sweeps"]["pool_sizes"]] == [0, 2, 0]
     assert "## Pool-size sweep" in (out / "census.md").read_text()
 
 

@@ -56,7 +56,7 @@ def _cell(annotation: dict, metric: str) -> dict:
 
 @pytest.mark.slow
 def test_census_classifies_every_release(demo: DemoRun) -> None:
-    census = json.loads((demo.out / "crawl" / "census.json").read_text("utf-8"))
+    census = json.loads((demo.out / "crawl" / "org-census.json").read_text("utf-8"))
     found = {r["repo_id"].split("/", 1)[1]: r["status"] for r in census["repos"]}
     assert found == EXPECTED_CLASSES
     assert census["counts"] == {"no_weights": 1, "channel_absent": 3, "declared_consistent": 4,

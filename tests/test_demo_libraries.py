@@ -93,7 +93,7 @@ def test_transformers_release_is_what_push_to_hub_writes(demo: DemoRun) -> None:
 @pytest.mark.parametrize("repo_id", [TIMM, TRANSFORMERS])
 def test_library_release_is_audited_from_its_own_config_and_anchored_on_its_model_index(demo: DemoRun,
                                                                                         repo_id: str) -> None:
-    census = json.loads((demo.out / "crawl" / "census.json").read_text("utf-8"))
+    census = json.loads((demo.out / "crawl" / "org-census.json").read_text("utf-8"))
     assert next(r["status"] for r in census["repos"] if r["repo_id"] == repo_id) == "undeclared"
     audit = json.loads((demo.out / "crawl" / "audit.json").read_text("utf-8"))
     entry = next(c for c in audit["checkpoints"] if c["checkpoint"] == f"{repo_id}/model.safetensors")

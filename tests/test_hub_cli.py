@@ -76,10 +76,10 @@ def test_census_audit_push_validate_through_the_cli(env: list[str], tmp_path: Pa
     assert main(["hub", "census", ORG, *env, "--out", str(out)]) == 0
     text = _no_token_anywhere(capsys, caplog, out)
     assert "census of tiny: 3 model repos" in text and "3 repos read, 0 reused from the journal" in text
-    census = json.loads((out / "census.json").read_text())
+    census = json.loads((out / "org-census.json").read_text())
     assert {r["repo_id"]: r["status"] for r in census["repos"]} == {
         "tiny/bn": "undeclared", "tiny/empty": "no_weights", "tiny/gn": "channel_absent"}
-    assert (out / "census.md").read_text().startswith("# BatchNorm census of `tiny`")
+    assert (out / "org-census.md").read_text().startswith("# BatchNorm census of `tiny`")
 
     assert main(["hub", "census", ORG, *env, "--out", str(out), "--format", "json"]) == 0
     printed = json.loads(_no_token_anywhere(capsys, caplog, out))
@@ -283,7 +283,7 @@ def test_an_organisation_without_models_is_an_error(env: list[str], tmp_path: Pa
     assert captured.err.strip().splitlines() == [
         f"bnconvention: error: no-such-org has no model repos at {env[1]}: no such user or organisation, or none "
         "of its models is visible to this token (check the name and --token-env)"]
-    assert captured.out == "" and not (tmp_path / "out" / "census.json").exists()
+    assert captured.out == "" and not (tmp_path / "out" / "org-census.json").exists()
     assert main(["hub", "validate", "no-such-org", *env]) == 1
 
 
@@ -324,7 +324,7 @@ def test_a_trickled_header_is_bounded_by_the_request_timeout(env: list[str], hub
 
 
 def _census_json(out: Path) -> dict:
-    return json.loads((out / "census.json").read_text(encoding="utf-8"))
+    return json.loads((out / "org-census.json").read_text(encoding="utf-8"))
 
 
 def test_an_endless_listing_stops_at_once_and_says_so(env: list[str], hub: LocalHub, tmp_path: Path,
@@ -347,7 +347,7 @@ def test_an_endless_listing_stops_at_once_and_says_so(env: list[str], hub: Local
     listed = census["repos_total"]  # every repo of the org: each page repeats the first
     assert f"incomplete: {stopped}; the census covers the {listed} repos listed before it stopped" in captured.out
     assert census["listing"] == {"complete": False, "pages": 2, "repos": listed, "stopped": stopped}
-    assert "**Incomplete**: the model listing" in (tmp_path / "out" / "census.md").read_text(encoding="utf-8")
+    assert "**Incomplete**: the model listing" in (tmp_path / "out" / "org-census.md").read_text(encoding="utf-8")
 
 
 def test_a_listing_stops_at_its_page_budget_and_says_so(env: list[str], hub: LocalHub, tmp_path: Path,

@@ -21,7 +21,7 @@ from bnconvention.hub.crawl import census_entries, census_org, list_org_models
 from bnconvention.hub.headers import SPECULATIVE_BYTES
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import RetryPolicy
-from bnconvention.hub.summaries import census_markdown, census_summary, write_census
+from bnconvention.hub.summaries import census_summary, org_census_markdown, write_org_census
 from bnconvention.hubserver import FaultRule, LocalHub
 
 ORG = "census-org"
@@ -149,13 +149,13 @@ def test_census_reads_headers_only(clean, hub: LocalHub) -> None:
 
 
 def test_report_json_and_markdown(clean, tmp_path: Path) -> None:
-    written = write_census(clean["summary"], tmp_path)
+    written = write_org_census(clean["summary"], tmp_path)
     data = json.loads(written["json"].read_text())
     assert data["format"] == "bnconvention-hub-census/1"
     assert data["repos_total"] == 150 and len(data["repos"]) == 150
     assert [r["repo_id"] for r in data["repos"]] == sorted(r["repo_id"] for r in data["repos"])
     markdown = written["markdown"].read_text()
-    assert markdown == census_markdown(clean["summary"])
+    assert markdown == org_census_markdown(clean["summary"])
     rows = [line for line in markdown.splitlines() if line.startswith(f"| `{ORG}/")]
     assert len(rows) == 150
     assert f"| `{ORG}/bn-wrong-features-01` | declared_inconsistent | 4 | `train/forget/train-transform/ema-m0.1` |" \
@@ -283,7 +283,7 @@ def test_killed_crawl_resumes_without_redoing_finished_repos(clean, hub: LocalHu
             process.kill()
             process.wait()
     assert process.returncode == -signal.SIGKILL
-    assert not (tmp_path / "out" / "census.json").exists()  # it never finished
+    assert not (tmp_path / "out" / "org-census.json").exists()  # it never finished
 
     with Journal(journal_path, org=ORG, endpoint=hub.endpoint) as journal:
         finished = {e.repo_id for e in journal.entries("census") if e.final}
@@ -359,17 +359,17 @@ def test_reports_cover_the_latest_listing_once(hub: LocalHub, client, tmp_path: 
                          ids=["no-run", "run"])
 def test_streamed_reports_are_the_bytes_of_the_in_memory_ones(hub: LocalHub, client, tmp_path: Path,
                                                               run_section: dict | None) -> None:
-    """census.json and census.md written a repo at a time from the journal equal, byte for byte, what the
+    """org-census.json and org-census.md written a repo at a time from the journal equal, byte for byte, what the
     in-memory writers (the census's former path) make of the entries the census handed out as it classified them."""
-    from bnconvention.hub.summaries import census_head, write_census_entries
+    from bnconvention.hub.summaries import census_head, write_org_census_entries
 
     collected = []
     with Journal(tmp_path / "journal.sqlite", org=ORG, endpoint=hub.endpoint) as journal:
         census_org(client, ORG, journal=journal, workers=2, on_repo=lambda repo, _: collected.append(repo))
         head = census_head(ORG, census_entries(journal), endpoint=hub.endpoint, run=run_section)
-        streamed = write_census_entries(head, lambda: census_entries(journal), tmp_path / "streamed")
+        streamed = write_org_census_entries(head, lambda: census_entries(journal), tmp_path / "streamed")
     assert len(collected) == 150
-    in_memory = write_census(census_summary(ORG, collected, endpoint=hub.endpoint, run=run_section),
+    in_memory = write_org_census(census_summary(ORG, collected, endpoint=hub.endpoint, run=run_section),
                              tmp_path / "in-memory")
     for kind in ("json", "markdown"):
         assert streamed[kind].read_bytes() == in_memory[kind].read_bytes(), kind

@@ -111,7 +111,7 @@ def _refusal(what: str, pid: int, command: str, fix: str) -> re.Pattern[str]:
 
 
 def _census_repos(out: Path) -> list[str]:
-    return sorted(r["repo_id"] for r in json.loads((out / "census.json").read_text())["repos"])
+    return sorted(r["repo_id"] for r in json.loads((out / "org-census.json").read_text())["repos"])
 
 
 @pytest.fixture
@@ -249,7 +249,7 @@ def test_a_census_sharing_the_journal_is_refused_and_the_first_reports_every_rep
     code, stdout, stderr = _finish(first)
     assert code == 0, stderr
     assert f"census of {CENSUS_ORG}: {len(CENSUS_REPOS)} model repos" in stdout
-    assert _census_repos(tmp_path / "a") == CENSUS_REPOS and not (tmp_path / "b" / "census.json").exists()
+    assert _census_repos(tmp_path / "a") == CENSUS_REPOS and not (tmp_path / "b" / "org-census.json").exists()
 
 
 def test_a_killed_census_lock_is_taken_over_by_the_next_run(hub: LocalHub, tmp_path: Path,

@@ -179,10 +179,10 @@ def test_census_over_the_tiny_population_runs_and_anchors(tiny_population, tmp_p
     spec = load_spec(tiny_population.root / "population.yaml", replicates=2)
     spec = spec.model_copy(update={"recoverability": None})
     outcome = run_census([tiny_population.root], spec, tmp_path / "census")
-    counts = outcome.summary["counts"]
+    counts = outcome.summary.to_json()["counts"]
     assert counts["checkpoints"] == len(tiny_population.names)
     assert counts["anchored"] == counts["anchoring_checked"] == len(tiny_population.names)
-    rows = {row["checkpoint"]: row for row in outcome.summary["checkpoints"]}
+    rows = {row["checkpoint"]: row for row in outcome.summary.to_json()["checkpoints"]}
     for name in tiny_population.names:
         measured = tiny_population.sidecar(name)["measured_at_release"]
         assert rows[name]["cells"]["df"]["shipped"] == pytest.approx(measured["forget"], abs=1e-9)
@@ -209,7 +209,8 @@ def test_a_card_that_does_not_match_the_weights_does_not_anchor(tiny_population,
     spec = load_spec(tiny_population.root / "population.yaml", replicates=2)
     spec = spec.model_copy(update={"recoverability": None})
     outcome = run_census([tmp_path / "pop"], spec, tmp_path / "census")
-    assert outcome.summary["counts"]["anchored"] == 0 and outcome.summary["counts"]["anchoring_checked"] == 1
+    counts = outcome.summary.to_json()["counts"]
+    assert counts["anchored"] == 0 and counts["anchoring_checked"] == 1
 
 
 @pytest.mark.slow
@@ -250,7 +251,7 @@ def test_published_cells_from_a_train_mode_evaluation_fail_to_anchor(tiny_popula
         assert f"value: {value}" in text
         text = text.replace(f"value: {value}", f"value: {published[key]}")
     card.write_text(text, "utf-8")
-    summary = run_census([tmp_path / "pop"], spec, tmp_path / "census").summary
+    summary = run_census([tmp_path / "pop"], spec, tmp_path / "census").summary.to_json()
     assert summary["counts"]["anchored"] == 0 and summary["counts"]["anchoring_checked"] == 1
     anchoring = summary["readings"]["anchoring"]
     assert anchoring["independent"] is True and anchoring["failed"] == 1 and anchoring["max_abs_diff"] > 0.02

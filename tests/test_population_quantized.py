@@ -91,8 +91,8 @@ def scales_census(tiny_quantized_population, tmp_path_factory):
 def test_census_scales_rows_equal_a_hand_check(scales_census, tiny_quantized_population):
     spec, outcome, _ = scales_census
     root = tiny_quantized_population.root
-    rows = {row["checkpoint"]: row for row in outcome.summary["checkpoints"]}
-    assert outcome.summary["scales"]["quantized"] == len(CENSUSED)
+    rows = {row["checkpoint"]: row for row in outcome.summary.to_json()["checkpoints"]}
+    assert outcome.summary.to_json()["scales"]["quantized"] == len(CENSUSED)
     # by hand: the same pools (SeedSequence(3, spawn_key=(5, r))) through scales_cells on the prepared model
     name = "r10-s0-relabel-train"
     prepared = prepare_audit(weights(root, name), spec)
@@ -116,7 +116,7 @@ def test_census_scales_outputs_validate_and_weights_unchanged(scales_census, tin
     root = tiny_quantized_population.root
     for name in CENSUSED:
         assert file_sha256(weights(root, name)) == before[name]
-        row = next(r for r in outcome.summary["checkpoints"] if r["checkpoint"] == name)
+        row = next(r for r in outcome.summary.to_json()["checkpoints"] if r["checkpoint"] == name)
         annotation = json.loads((outcome.out_dir / row["scales"]["annotation"]).read_text())
         digests = checkpoint_digests(open_checkpoint(weights(root, name)))
         assert annotation["subject"]["trainable_sha256"] == digests.trainable_sha256
@@ -125,7 +125,7 @@ def test_census_scales_outputs_validate_and_weights_unchanged(scales_census, tin
         assert main(["validate", str(outcome.out_dir / row["scales"]["annotation"])]) == 0
     text = (outcome.out_dir / "census.md").read_text()
     assert f"## {HEADING}" in text and f"of {len(CENSUSED)} quantized checkpoints displaced" in text
-    assert f">{HEADING}<" in render_census_page(outcome.summary)
+    assert f">{HEADING}<" in render_census_page(outcome.summary.to_json())
 
 
 def test_spec_without_the_section_warns_and_digests_as_before(tiny_quantized_population):
@@ -203,7 +203,7 @@ def test_zoo_build_quantized_needs_a_folder_without_population(capsys):
 def _scales_view(outcome) -> dict:
     """Each checkpoint's scales cells as the census wrote them: row decisions and the annotation file's cells."""
     view = {}
-    for row in outcome.summary["checkpoints"]:
+    for row in outcome.summary.to_json()["checkpoints"]:
         annotation = json.loads((outcome.out_dir / row["scales"]["annotation"]).read_text())
         view[row["checkpoint"]] = {
             "row": {m: (c["outcome"], c["p_value"]) for m, c in row["scales"]["cells"].items()},
@@ -228,12 +228,13 @@ def test_a_census_rerun_under_another_margin_re_decides_the_scales_cells(tiny_qu
     assert _scales_view(rerun) == _scales_view(fresh)
     assert _scales_view(first) != _scales_view(fresh)  # the margin changes some decision: the check can fail
     assert {v["margin_pp"] for v in _scales_view(rerun).values()} == {0.3}
-    sweeps = [{row["margin_pp"]: row["scales"] for row in o.summary["sweeps"]["margins"]} for o in (first, fresh)]
+    sweeps = [{row["margin_pp"]: row["scales"] for row in o.summary.to_json()["sweeps"]["margins"]}
+              for o in (first, fresh)]
     assert sweeps[0] == sweeps[1] and set(sweeps[0]) == {0.3, 1.2}
-    decided = set(fresh.summary["decided"])
+    decided = set(fresh.summary.to_json()["decided"])
     for margin, outcome in ((0.3, fresh), (1.2, first)):  # the sweep at a margin counts what a census there decides
         counted: dict = {}
-        for row in outcome.summary["checkpoints"]:
+        for row in outcome.summary.to_json()["checkpoints"]:
             for metric, cell in row["scales"]["cells"].items():
                 if row["checkpoint"] in decided:
                     counts = counted.setdefault(metric, {"displaced": 0, "equivalent": 0, "undetermined": 0})

@@ -43,14 +43,14 @@ def _float_dtypes(header: dict[str, Any]) -> set[str]:
 
 @pytest.fixture(scope="module")
 def census(real_org: RealOrg, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """``bnconvention hub census ORG`` as a user runs it; repo id -> its row of census.json."""
+    """``bnconvention hub census ORG`` as a user runs it; repo id -> its row of org-census.json."""
     out = tmp_path_factory.mktemp("census")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(TOKEN_ENV, real_org.auditor_token)
         code = main(["hub", "census", ORG, "--endpoint", real_org.endpoint, "--token-env", TOKEN_ENV,
                      "--no-progress", "--out", str(out)])
     assert code == 0
-    return {row["repo_id"]: row for row in json.loads((out / "census.json").read_text())["repos"]}
+    return {row["repo_id"]: row for row in json.loads((out / "org-census.json").read_text())["repos"]}
 
 
 # --- what the libraries published ----------------------------------------------------------------------------------

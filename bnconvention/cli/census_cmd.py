@@ -121,31 +121,33 @@ def run(args: argparse.Namespace) -> int:
         return _preregister(args, spec)
     outcome = run_census(args.paths, spec, Path(args.out), workers=args.workers, progress=show_progress(args.progress),
                          allowed_factories=args.allow_factory, device=device, amend=args.amend)
-    summary = outcome.summary
+    census = outcome.summary
+    summary = census.to_json()  # the page and the story still read the mapping
     page = write_census_html(summary, outcome.out_dir / CENSUS_HTML)
-    counts = summary["counts"]
-    print(f"census of {plural(counts['checkpoints'], 'checkpoint')}: {counts['anchored']} anchored of "
-          f"{counts['anchoring_checked']} checked, {counts.get('decided', counts['eligible'])} decided, "
-          f"{counts.get('controls', 0)} controls ({counts['channel_absent']} channel absent)")
-    for metric, cell in summary["cells"].items():
-        print(f"  {metric:<16} displaced {cell['displaced_by']} (BY q={summary['fdr_q']:g}; raw {cell['displaced']}), "
-              f"equivalent {cell['equivalent']}, undetermined {cell['undetermined']}")
-    for criterion, verdict in summary["verdicts"].items():
-        print(f"  {criterion}: {plural(verdict['flips'], 'flip')} (pass->fail {verdict['pass_to_fail']}, fail->pass "
-              f"{verdict['fail_to_pass']})")
-    controls = summary["controls"]
-    print(f"  controls: {controls['as_expected']} of {controls['controls']} gave their known answer (outside BY)")
-    for row in summary["sweeps"]["margins"]:
-        cells = ", ".join(f"{m} {c['displaced']}" for m, c in row["cells"].items())
-        print(f"  margin {row['margin_pp']:g}pp: displaced {cells}")
-    largest = summary["largest_shift"]
+    counts = census.counts
+    print(f"census of {plural(counts.checkpoints, 'checkpoint')}: {counts.anchored} anchored of "
+          f"{counts.anchoring_checked} checked, {counts.decided} decided, "
+          f"{counts.controls} controls ({counts.channel_absent} channel absent)")
+    for metric, cell in census.cells.items():
+        print(f"  {metric:<16} displaced {cell.displaced_by} (BY q={census.fdr_q:g}; raw {cell.displaced}), "
+              f"equivalent {cell.equivalent}, undetermined {cell.undetermined}")
+    for criterion, verdict in census.verdicts.items():
+        print(f"  {criterion}: {plural(verdict.flips, 'flip')} (pass->fail {verdict.pass_to_fail}, fail->pass "
+              f"{verdict.fail_to_pass})")
+    controls = census.controls
+    print(f"  controls: {controls.as_expected} of {controls.controls} gave their known answer (outside BY)")
+    for row in census.sweeps.margins:
+        cells = ", ".join(f"{m} {c.displaced}" for m, c in row.cells.items())
+        print(f"  margin {row.margin_pp:g}pp: displaced {cells}")
+    largest = census.largest_shift
     if largest:
-        print(f"  largest shift {signed(largest['shift_pp'])}pp ({largest['cell']}, {largest['checkpoint']})")
+        print(f"  largest shift {signed(largest.shift_pp)}pp ({largest.cell}, {largest.checkpoint})")
     print(margin_line(summary))
-    for warning in summary["margin"]["warnings"]:
+    for warning in census.margin.warnings:
         print(f"warning: {warning}")
     print(f"headline: {headline(summary)}")
+    refits = census.invocation.refits_run if census.invocation is not None else 0
     print(f"{outcome.audits_run} audited, {outcome.audits_reused} reused from the journal, "
-          f"{plural(summary['invocation']['refits_run'], 'refit')}; wrote "
+          f"{plural(refits, 'refit')}; wrote "
           f"{outcome.out_dir / 'census.json'}, {outcome.out_dir / 'census.md'} and {page}")
     return 0

@@ -39,7 +39,7 @@ from bnconvention.hub.summaries import (
     census_run_line,
     census_text,
     outcomes_line,
-    write_census_entries,
+    write_org_census_entries,
 )
 from bnconvention.hub.validate import validate_hub
 from bnconvention.hub.verified_publish import publish_release
@@ -88,7 +88,7 @@ def _add_census(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "census", help="classify every model of an organisation from its safetensors headers",
         description="List ORG's models and classify each from its safetensors header(s) and card alone: no "
                     "weights / channel absent / BN declared and consistent / BN declared but inconsistent / BN "
-                    "undeclared / unreadable. Writes OUT/census.json and OUT/census.md.",
+                    "undeclared / unreadable. Writes OUT/org-census.json and OUT/org-census.md.",
         epilog="example:\n  bnconvention hub census my-org --endpoint http://127.0.0.1:8000 --format json\n\n"
                "exit codes: 0 every repo read or reused from the journal; 1 some repos could not be read (the Hub "
                "failed; rerun to retry them), ORG has no model repos, the Hub cannot be reached, or another run is "
@@ -299,7 +299,7 @@ def _census_work(args: argparse.Namespace, _: None, client: HubClient, journal: 
     head = census_head(args.org, census_entries(journal), endpoint=client.endpoint,
                        run={"read": run.read, "reused": run.reused, "failed": run.failed,
                             "seconds": round(run.seconds, 3)}, listing=run.listing.as_dict())
-    return run, head, write_census_entries(head, lambda: census_entries(journal), out)
+    return run, head, write_org_census_entries(head, lambda: census_entries(journal), out)
 
 
 def _census_report(args: argparse.Namespace, outcome: tuple[CensusRun, dict[str, Any], dict[str, Path]],

@@ -100,7 +100,7 @@ def population(audits: Sequence[RepoAudit], spec: Any) -> dict[str, Any] | None:
                    key=lambda pair: pair[0])
     if not pairs:
         return None
-    return summarize([result for _, result in pairs], [name for name, _ in pairs], spec)
+    return summarize([result for _, result in pairs], [name for name, _ in pairs], spec).to_json()
 
 
 __all__ = ["audit_channel_absent", "channel_absent_targets", "ensure_outputs", "output_dir", "population"]

@@ -53,7 +53,7 @@ from bnconvention.hub import (
     make_client,
     validate_hub,
 )
-from bnconvention.hub.summaries import write_census
+from bnconvention.hub.summaries import write_org_census
 from bnconvention.hub_audit import audit_org, push_org
 from bnconvention.report_html import ReportInput, write_report
 
@@ -256,7 +256,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
             census_run = census_org(client, DEMO_ORG, journal=journal, progress=progress)
             census_repos = list(census_entries(journal))  # a demo organisation: a few dozen repos, the report's rows
             census = census_summary(DEMO_ORG, census_repos, endpoint=endpoint)
-            write_census(census, paths.crawl)
+            write_org_census(census, paths.crawl)
             reused["census"] = census_run.reused
         with stages.stage("audit", "download each repo at the census commit; refit at bit-identical weights"):
             audit_run = audit_org(client, DEMO_ORG, spec, journal=journal, out=paths.crawl, progress=progress)
@@ -288,7 +288,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
             org=DEMO_ORG, endpoint=endpoint, census=census, audits=audits, audit_summary=summary,
             pushes=push_run.outcomes, validation=issues, files=files, release_notes=release_notes(),
             title=f"The BatchNorm illusion on {DEMO_ORG}: census, audits and refit annotations",
-            generator=_generator(), population_census=censused.summary), paths.report)
+            generator=_generator(), population_census=censused.summary.to_json()), paths.report)
     return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census, audits=audits,
                       population=summary, pushes=list(push_run.outcomes), validation=issues, pr_check=pr_check,
                       population_census=censused, seconds=dict(stages.seconds), reused=reused)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from bnconvention.audit.population import CensusResult
 from bnconvention.errors import UsageError
 
 PopulationSize: TypeAlias = Literal["full", "tiny"]
@@ -27,7 +28,7 @@ class PopulationRun:
 
     folder: Path
     census_dir: Path
-    summary: dict[str, Any]
+    summary: CensusResult
     checkpoints: int
     build_reused: bool
     audits_run: int

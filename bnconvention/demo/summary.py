@@ -117,10 +117,10 @@ def population_lines(result: DemoResult) -> list[str]:
     run = result.population_census
     if run is None:
         return []
-    counts = run.summary["counts"]
-    story = population_story(run.summary)
-    lines = ["", f"population census ({run.checkpoints} checkpoints in {run.folder}: {counts['decided']} decided, "
-                 f"{counts['controls']} controls; {run.audits_run} audited now, {run.audits_reused} from the journal):",
+    counts = run.summary.counts
+    story = population_story(run.summary.to_json())
+    lines = ["", f"population census ({run.checkpoints} checkpoints in {run.folder}: {counts.decided} decided, "
+                 f"{counts.controls} controls; {run.audits_run} audited now, {run.audits_reused} from the journal):",
              f"  headline: {story[0]}"]
     lines += [f"  {line}" for line in story[1:]]
     lines.append(f"  census page: {result.report.with_name('population.html')} (and {run.census_dir}/census.md)")

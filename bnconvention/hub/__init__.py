@@ -9,7 +9,7 @@ The ``hub_scripts/`` entry points and ``bnconvention hub ...`` are thin wrappers
 >>> with Journal("crawl.sqlite", org="lab", endpoint=client.endpoint) as journal:  # doctest: +SKIP
 ...     run = census_org(client, "lab", journal=journal)  # streams: the entries are in the journal
 ...     head = census_head("lab", census_entries(journal), endpoint=client.endpoint)
-...     write_census_entries(head, lambda: census_entries(journal), "out")
+...     write_org_census_entries(head, lambda: census_entries(journal), "out")
 """
 
 from bnconvention._lazy import lazy_exports
@@ -17,11 +17,12 @@ from bnconvention._lazy import lazy_exports
 # Lazy: ``import bnconvention.hub.client`` need not import the census, the validator or ``huggingface_hub``.
 _EXPORTS: dict[str, str] = {
     "call_with_retry": "bnconvention.hub.retry",
-    "census_markdown": "bnconvention.hub.summaries",
     "census_summary": "bnconvention.hub.summaries",
     "CensusRun": "bnconvention.hub.crawl",
     "census_entries": "bnconvention.hub.crawl",
     "census_head": "bnconvention.hub.summaries",
+    "org_census_markdown": "bnconvention.hub.summaries",
+    "OrgCensus": "bnconvention.hub.summaries",
     "census_org": "bnconvention.hub.crawl",
     "CheckpointReport": "bnconvention.hub.classify",
     "classify_repo": "bnconvention.hub.classify",
@@ -49,8 +50,8 @@ _EXPORTS: dict[str, str] = {
     "Secret": "bnconvention.hub.client",
     "SPECULATIVE_BYTES": "bnconvention.hub.headers",
     "validate_hub": "bnconvention.hub.validate",
-    "write_census": "bnconvention.hub.summaries",
-    "write_census_entries": "bnconvention.hub.summaries",
+    "write_org_census": "bnconvention.hub.summaries",
+    "write_org_census_entries": "bnconvention.hub.summaries",
 }
 
 
@@ -70,6 +71,7 @@ __all__ = [
     "HubValidation",
     "Journal",
     "ListedRepo",
+    "OrgCensus",
     "RemoteHeader",
     "RepoCensus",
     "RepoClass",
@@ -78,7 +80,6 @@ __all__ = [
     "call_with_retry",
     "census_entries",
     "census_head",
-    "census_markdown",
     "census_org",
     "census_summary",
     "classify_repo",
@@ -86,12 +87,13 @@ __all__ = [
     "iter_org_models",
     "list_org_models",
     "make_client",
+    "org_census_markdown",
     "publish_release",
     "push_to_hub",
     "read_remote_header",
     "run_tasks",
     "save_with_library",
     "validate_hub",
-    "write_census",
-    "write_census_entries",
+    "write_org_census",
+    "write_org_census_entries",
 ]

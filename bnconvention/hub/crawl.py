@@ -2,7 +2,7 @@
 
 The crawl streams: a listing page is fetched only once every repo of the one before is journaled (or in flight on
 one of the ``workers`` threads, a bounded window), and the run keeps counters only; the census reports are written
-from the journal afterwards (:func:`census_entries`, :func:`bnconvention.hub.summaries.write_census_entries`). Peak
+from the journal afterwards (:func:`census_entries`, :func:`bnconvention.hub.summaries.write_org_census_entries`). Peak
 memory is flat in the size of the organisation (``benchmarks/hub_census.py --thousands``).
 
 Listing follows the Hub's ``Link: <...>; rel="next"`` pages through huggingface_hub's session with our retry per

@@ -1,4 +1,7 @@
-"""Census reports: a JSON document for programs and a Markdown table for people.
+"""The organisation census (``hub census``): ``org-census.json`` for programs and ``org-census.md`` for people.
+
+Not the population census of ``bnconvention census`` (:class:`bnconvention.audit.population.CensusResult`,
+``census.json``): this one classifies an organisation's repos from their headers; :class:`OrgCensus` is its model.
 
 The JSON is deterministic for a given state of the Hub: repos sorted by id, no timings or retry counts outside the
 ``run`` section (which says how this particular run went), so a census under injected faults equals a clean one
@@ -17,13 +20,44 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from bnconvention.formats.atomic import atomic_output, atomic_write_text
 from bnconvention.formats.text import plural, table_cell
 from bnconvention.hub.classify import REPO_CLASSES, RepoCensus
 
-CENSUS_FORMAT = "bnconvention-hub-census/1"
-CENSUS_JSON = "census.json"
-CENSUS_MD = "census.md"
+ORG_CENSUS_FORMAT = "bnconvention-hub-census/1"
+ORG_CENSUS_JSON = "org-census.json"
+ORG_CENSUS_MD = "org-census.md"
+
+
+
+class OrgCensus(BaseModel):
+    """``org-census.json``: the organisation, the endpoint read, the totals per class and one entry per repo (sorted
+    by id); ``listing`` only when the listing stopped early, ``run`` how this run went (timings, retries)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: str = ORG_CENSUS_FORMAT
+    org: str
+    endpoint: str
+    repos_total: int
+    counts: dict[str, int]
+    bn_repos: int
+    bytes_read_total: int
+    listing: dict[str, Any] | None = None
+    repos: list[RepoCensus]
+    run: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The mapping the file holds (``listing`` and ``run`` only when present)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    @classmethod
+    def read(cls, path: Path) -> OrgCensus:
+        """Parse an ``org-census.json`` (raises pydantic's ValidationError when it is not one)."""
+        return cls.model_validate_json(path.read_bytes())
+
 
 CLASS_LABELS = {
     "no_weights": "no safetensors weights",
@@ -52,7 +86,7 @@ def census_head(org: str, repos: Iterable[RepoCensus], *, endpoint: str,
     """The census document without its ``repos`` list (what :func:`census_text` prints), from one pass. ``listing``
     (:meth:`bnconvention.hub.crawl.ListingEnd.as_dict`) is kept only when the listing stopped before its end: the
     census then covers the repos listed so far, and says so."""
-    head: dict[str, Any] = {"format": CENSUS_FORMAT, "org": org, "endpoint": endpoint, **census_totals(repos)}
+    head: dict[str, Any] = {"format": ORG_CENSUS_FORMAT, "org": org, "endpoint": endpoint, **census_totals(repos)}
     if listing is not None and listing.get("stopped"):
         head["listing"] = listing
     if run is not None:
@@ -102,7 +136,7 @@ def _markdown_row(repo: dict[str, Any]) -> str:
             f"| {repo['bytes_read']} |")
 
 
-def census_markdown(summary: dict[str, Any]) -> str:
+def org_census_markdown(summary: dict[str, Any]) -> str:
     """A Markdown report: counts per class, then one row per repo."""
     return "\n".join(_markdown_head(summary) + [_markdown_row(repo) for repo in summary["repos"]]) + "\n"
 
@@ -150,20 +184,22 @@ def outcomes_line(noun: str, *, now: Sequence[str], reused: Sequence[str],
     return f"{plural(len(now) + len(reused) + left, noun)}: {'; '.join(parts) or 'nothing to do'}"
 
 
-def write_census(summary: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
-    """Write ``census.json`` and ``census.md`` atomically into ``out_dir``."""
+def write_org_census(summary: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """Write ``org-census.json`` and ``org-census.md`` atomically into ``out_dir`` (``summary`` checked against
+    :class:`OrgCensus` first: nothing is written for a document that is not one)."""
+    OrgCensus.model_validate(summary)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / CENSUS_JSON, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-    atomic_write_text(out / CENSUS_MD, census_markdown(summary))
-    return {"json": out / CENSUS_JSON, "markdown": out / CENSUS_MD}
+    atomic_write_text(out / ORG_CENSUS_JSON, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / ORG_CENSUS_MD, org_census_markdown(summary))
+    return {"json": out / ORG_CENSUS_JSON, "markdown": out / ORG_CENSUS_MD}
 
 
 _REPOS_SLOT = "\0repos\0"  # where the streamed list goes in the dumped head (no org or endpoint holds a NUL)
 
 
 def census_json_chunks(head: dict[str, Any], repos: Iterable[RepoCensus]) -> Iterator[str]:
-    """The text of ``census.json`` for ``head`` and ``repos`` (sorted by id), a repo at a time: the bytes
+    """The text of ``org-census.json`` for ``head`` and ``repos`` (sorted by id), a repo at a time: the bytes
     ``json.dumps(summary, indent=2)`` writes, since that indents by nesting depth only (a repo at depth 2)."""
     before, after = json.dumps(_with_repos(head, _REPOS_SLOT), indent=2, ensure_ascii=False).split(
         json.dumps(_REPOS_SLOT, ensure_ascii=False))
@@ -176,23 +212,24 @@ def census_json_chunks(head: dict[str, Any], repos: Iterable[RepoCensus]) -> Ite
     yield ("[]" if empty else "\n  ]") + after + "\n"
 
 
-def write_census_entries(head: dict[str, Any], repos: Callable[[], Iterable[RepoCensus]],
+def write_org_census_entries(head: dict[str, Any], repos: Callable[[], Iterable[RepoCensus]],
                          out_dir: str | Path) -> dict[str, Path]:
-    """:func:`write_census` of ``head`` (:func:`census_head`) and the repos ``repos()`` yields, sorted by id (called
+    """:func:`write_org_census` of ``head`` (:func:`census_head`) and the repos ``repos()`` yields, sorted by id (called
     once per file, e.g. ``lambda: census_entries(journal)``), written a repo at a time: the same bytes, with memory
     flat in the number of repos."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with atomic_output(out / CENSUS_JSON, mode="wb") as handle:
+    with atomic_output(out / ORG_CENSUS_JSON, mode="wb") as handle:
         for chunk in census_json_chunks(head, repos()):
             handle.write(chunk.encode("utf-8"))
-    with atomic_output(out / CENSUS_MD, mode="wb") as handle:
+    with atomic_output(out / ORG_CENSUS_MD, mode="wb") as handle:
         handle.write(("\n".join(_markdown_head(head)) + "\n").encode("utf-8"))
         for repo in repos():
             handle.write((_markdown_row(repo.model_dump(mode="json")) + "\n").encode("utf-8"))
-    return {"json": out / CENSUS_JSON, "markdown": out / CENSUS_MD}
+    return {"json": out / ORG_CENSUS_JSON, "markdown": out / ORG_CENSUS_MD}
 
 
-__all__ = ["AUDIT_LABELS", "CENSUS_FORMAT", "CLASS_LABELS", "PUSH_LABELS", "census_head", "census_json_chunks",
-           "census_markdown", "census_run_line", "census_summary", "census_text", "census_totals", "outcomes_line",
-           "tally", "write_census", "write_census_entries"]
+__all__ = ["AUDIT_LABELS", "CLASS_LABELS", "ORG_CENSUS_FORMAT", "ORG_CENSUS_JSON", "ORG_CENSUS_MD", "PUSH_LABELS",
+           "OrgCensus", "census_head", "census_json_chunks", "census_run_line", "census_summary", "census_text",
+           "census_totals", "org_census_markdown", "outcomes_line", "tally", "write_org_census",
+           "write_org_census_entries"]

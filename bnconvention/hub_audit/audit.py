@@ -239,8 +239,8 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
     if not audited:
         return None
     summary = summarize([r for r, _, _ in audited], [n for _, n, _ in audited], spec,
-                        annotations=[(d / ANNOTATION_FILE).relative_to(out_dir).as_posix() for _, _, d in audited])
-    summary["org"] = org
+                        annotations=[(d / ANNOTATION_FILE).relative_to(out_dir).as_posix() for _, _, d in audited],
+                        org=org).to_json()
     write_json(out_dir / "audit.json", summary)
     atomic_write_text(out_dir / "audit.md", census_markdown(summary) + census_sections_markdown(summary)
                       + families_markdown(summary))

@@ -23,7 +23,7 @@ def annotation_with_by(annotation: RefitAnnotation, by_p_values: Mapping[str, fl
                        family_size: int, family: Mapping[str, Any] | None = None,
                        extra: Mapping[str, Any] | None = None) -> RefitAnnotation:
     """``annotation`` as 1.1 with each cell's adjusted p-value and, for a checkpoint of a structured population, its
-    ``family`` (name, variant, removal, seed), plus ``extra`` 1.1 fields (:func:`.census_v11.v11_fields`:
+    ``family`` (name, variant, removal, seed), plus ``extra`` 1.1 fields (:func:`.annotation_fields.annotation_fields`:
     recoverability curves, provenance arms, twin); the annotation itself when it gains none of them."""
     if (family is None and not extra
             and all(by_p_values.get(cell.metric) is None for cell in annotation.cells)):
@@ -54,24 +54,24 @@ def annotation_family(population: Any) -> dict[str, Any] | None:
     return {key: value for key, value in found.items() if value is not None}
 
 
-def write_by_annotations(out_dir: Path, annotations: Sequence[RefitAnnotation], summary: Mapping[str, Any], *,
+def write_by_annotations(out_dir: Path, annotations: Sequence[RefitAnnotation],
+                         adjusted: Sequence[tuple[str, Mapping[str, float | None]]], *, family_size: int,
                          families: Sequence[Mapping[str, Any] | None] | None = None,
                          extras: Sequence[Mapping[str, Any]] | None = None) -> int:
-    """Rewrite the annotation file of every checkpoint of ``summary`` that has adjusted p-values, a family (one
-    per annotation in ``families``) or other 1.1 fields (``extras``); how many."""
-    counts = summary["counts"]
-    family_size = int(counts.get("decided", counts["eligible"]))  # controls sit outside the family
+    """Rewrite the annotation file of every checkpoint that has adjusted p-values (``adjusted``: per annotation, its
+    path under ``out_dir`` and the BY p-value of each cell, as the census rows hold them), a family (one per
+    annotation in ``families``) or other 1.1 fields (``extras``); how many. ``family_size``: the checkpoints the
+    census decided (controls sit outside the family)."""
     written = 0
     own_families = list(families) if families is not None else [None] * len(annotations)
     own_extras = list(extras) if extras is not None else [{}] * len(annotations)
-    for annotation, row, family, extra in zip(annotations, summary["checkpoints"], own_families, own_extras,
-                                              strict=True):
-        by_p_values = {metric: cell["by_p_value"] for metric, cell in row["cells"].items()}
-        adjusted = annotation_with_by(annotation, by_p_values, family_size=family_size, family=family,
-                                      extra=extra)
-        if adjusted is annotation:
+    for annotation, (path, by_p_values), family, extra in zip(annotations, adjusted, own_families, own_extras,
+                                                              strict=True):
+        rewritten = annotation_with_by(annotation, by_p_values, family_size=family_size, family=family,
+                                       extra=extra)
+        if rewritten is annotation:
             continue
-        atomic_write_text(out_dir / row["annotation"], json_text(to_dict(adjusted)))
+        atomic_write_text(out_dir / path, json_text(to_dict(rewritten)))
         written += 1
     return written
 

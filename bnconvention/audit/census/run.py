@@ -42,6 +42,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bnconvention.audit.census.annotation_fields import annotation_fields
 from bnconvention.audit.census.annotations import annotation_family, write_by_annotations
 from bnconvention.audit.census.preregistration import (
     CensusPlan,
@@ -52,7 +53,6 @@ from bnconvention.audit.census.preregistration import (
     listing_sha256,
     preregister,
 )
-from bnconvention.audit.census.v11 import v11_fields
 from bnconvention.audit.core.files import ANNOTATION_FILE, write_json
 from bnconvention.audit.core.result import AuditResult, PopulationMetadata, population_metadata
 from bnconvention.audit.diagnostics.encoder import reference_file
@@ -68,9 +68,12 @@ from bnconvention.audit.measure.checkpoint import (
 from bnconvention.audit.measure.data import AuditData, load_audit_data
 from bnconvention.audit.population.encoder_report import encoder_census_markdown
 from bnconvention.audit.population.margin import MarginEntry, seed_spread_margin
+from bnconvention.audit.population.model import CensusResult, Invocation, Timing
 from bnconvention.audit.population.scales_report import scales_census_markdown
 from bnconvention.audit.population.summary import (  # re-exported: the census's public summary
     CHECKPOINTS_DIR,
+    CensusRun,
+    decided_names,
     summarize,
 )
 from bnconvention.audit.render.census import census_sections_markdown
@@ -117,7 +120,7 @@ def local_spec(spec: AuditSpec, path: Path) -> AuditSpec:
 
 @dataclass
 class CensusOutcome:
-    summary: dict[str, Any]
+    summary: CensusResult
     results: list[AuditResult]
     audits_run: int
     audits_reused: int
@@ -383,22 +386,25 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
 
     ordered = [results[item.name] for item in items]
     names = [item.name for item in items]
-    summary = summarize(ordered, names, spec)
-    decided = set(summary["decided"])
+    decided = set(decided_names(ordered, names, spec))
     swept = [SweepCheckpoint(path=item.path, weights_key=item.weights_key, result=results[item.name])
              for item in items if item.name in decided]
-    summary["sweeps"]["pool_sizes"], sweep_refits = pool_size_sweep(swept, spec, store, data=data)
-    summary["invocation"] = {"audits_run": ran, "audits_reused": reused, "refits_run": refits + sweep_refits}
-    summary["timing"] = _timing(ordered, audits_run=ran, audits_reused=reused)
-    summary["margin"].update(source=plan.margin_source, derivation=plan.margin_derivation)
-    summary["preregistration"] = census_section(record, amendments)
-    write_by_annotations(out, [r.annotation for r in ordered], summary,  # spec 1.1: by_p_value, family, ...
+    pool_sizes, sweep_refits = pool_size_sweep(swept, spec, store, data=data)
+    summary = summarize(ordered, names, spec, run=CensusRun(
+        pool_sizes=pool_sizes, margin={"source": plan.margin_source, "derivation": plan.margin_derivation},
+        preregistration=census_section(record, amendments),
+        invocation=Invocation(audits_run=ran, audits_reused=reused, refits_run=refits + sweep_refits),
+        timing=_timing(ordered, audits_run=ran, audits_reused=reused)))
+    write_by_annotations(out, [r.annotation for r in ordered],  # spec 1.1: by_p_value, family, ...
+                         [(row.annotation, {metric: cell.by_p_value for metric, cell in row.cells.items()})
+                          for row in summary.checkpoints], family_size=summary.counts.decided,
                          families=[annotation_family(r.population) for r in ordered],
-                         extras=v11_fields(ordered, names, metric=spec.headline_cell().text))
-    write_json(out / "census.json", summary)
-    atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary)
-                      + families_markdown(summary) + encoder_census_markdown(summary)
-                      + scales_census_markdown(summary))
+                         extras=annotation_fields(ordered, names, metric=spec.headline_cell().text))
+    write_json(out / "census.json", summary.to_json())
+    census = summary.to_json()  # the markdown renderers still read the mapping
+    atomic_write_text(out / "census.md", census_markdown(census) + census_sections_markdown(census)
+                      + families_markdown(census) + encoder_census_markdown(census)
+                      + scales_census_markdown(census))
     return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)
 
 
@@ -448,12 +454,8 @@ def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, thre
         executor.shutdown(wait=True, cancel_futures=True)
 
 
-def _timing(results: Sequence[AuditResult], *, audits_run: int, audits_reused: int) -> dict[str, Any]:
+def _timing(results: Sequence[AuditResult], *, audits_run: int, audits_reused: int) -> Timing:
     seconds = [r.seconds for r in results]
-    return {
-        "per_checkpoint_seconds": {r.checkpoint: r.seconds for r in results},
-        "median_seconds": statistics.median(seconds) if seconds else 0.0,
-        "total_seconds": math.fsum(seconds),
-        "audits_run": audits_run,
-        "audits_reused": audits_reused,
-    }
+    return Timing(per_checkpoint_seconds={r.checkpoint: r.seconds for r in results},
+                  median_seconds=statistics.median(seconds) if seconds else 0.0, total_seconds=math.fsum(seconds),
+                  audits_run=audits_run, audits_reused=audits_reused)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import posixpath
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from bnconvention.audit.core.files import ANNOTATION_FILE, SCALES_ANNOTATION_FILE
@@ -20,18 +21,21 @@ from bnconvention.audit.population.encoder_report import encoder_row
 from bnconvention.audit.population.families import family_readings, twin_gaps
 from bnconvention.audit.population.ledger import CONTROL, DECIDED, TWIN_ARM, flip_rows, in_ledger_order
 from bnconvention.audit.population.margin import resolution_counts, resolution_warnings
+from bnconvention.audit.population.model import CENSUS_FORMAT, CensusResult, Invocation, Timing
 from bnconvention.audit.population.readings import census_readings
 from bnconvention.audit.population.scales_report import scales_counts, scales_row
 from bnconvention.audit.population.sections import census_sections
 from bnconvention.audit.spec.audit_spec import AuditSpec
 
-CENSUS_FORMAT = "bnconvention-census/2"
 CHECKPOINTS_DIR = "checkpoints"
 
 
 def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec, *,
-              annotations: Sequence[str] | None = None) -> dict[str, Any]:
-    """Population counts with Benjamini–Yekutieli across the census, per cell (deterministic: no timings).
+              annotations: Sequence[str] | None = None, run: CensusRun | None = None,
+              org: str | None = None) -> CensusResult:
+    """Population counts with Benjamini–Yekutieli across the census, per cell, built once: ``run`` carries what
+    only a census run knows (the pool-size sweep, where the margin came from, the preregistration, invocation and
+    timing); ``org`` names the organisation a ``hub audit`` summarised.
 
     ``annotations`` are the paths of the checkpoints' annotation files relative to the output folder (default: the
     census layout, ``checkpoints/<name>/annotation.json``); the summary links them. Only the released checkpoints
@@ -43,7 +47,8 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
     metrics = [cell.text for cell in spec.cell_expressions()]
     labels = [control_label(name, result, spec) for name, result in zip(names, results, strict=True)]
     groups = [_group(result, label) for result, label in zip(results, labels, strict=True)]
-    eligible = [i for i, r in enumerate(results) if r.anchored is not False and groups[i] == DECIDED]
+    eligible = _eligible(results, groups)
+    run = run or CensusRun()
     adjusted = {metric: adjusted_p_values(results, eligible, metric) for metric in metrics}
     counts = population_counts(results, [i for i, r in enumerate(results) if r.anchored is not False])
     counts.update({"controls": sum(label is not None for label in labels), "decided": len(eligible),
@@ -64,8 +69,9 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
         "verdicts": {criterion.text: verdict_tally([results[i] for i in eligible], criterion.text)
                      for criterion in spec.criterion_expressions()},
         "largest_shift": largest_shift([(names[i], results[i]) for i in eligible], metrics),
-        "margin": margin_section([(names[i], results[i].split_records) for i in eligible], spec),
-        "preregistration": {"preregistered": False},  # a census fixed before its refits says so (run_census)
+        "margin": {**margin_section([(names[i], results[i].split_records) for i in eligible], spec),
+                   **run.margin},
+        "preregistration": run.preregistration,
         "identical_weights": identical_weights(results, names),
         "flip_ledger": in_ledger_order([row for i, (name, result) in enumerate(zip(names, results, strict=True))
                                         if result.anchored is not False
@@ -75,7 +81,7 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
                         for i, (result, name, annotation) in enumerate(zip(results, names, annotations, strict=True))],
         "readings": census_readings(results, names, headline=spec.headline_cell().text),
         **census_sections([results[i] for i in eligible], [names[i] for i in eligible], spec,
-                          controls=controls_table(results, names, labels, spec)),
+                          controls=controls_table(results, names, labels, spec), pool_sizes=run.pool_sizes),
     }
     for row, group in zip(summary["checkpoints"], groups, strict=True):
         row["mechanism"] = summary["readings"]["mechanism"]["per_checkpoint"][row["checkpoint"]]
@@ -83,7 +89,31 @@ def summarize(results: Sequence[AuditResult], names: Sequence[str], spec: AuditS
     summary.update(population_sections(results, names, spec, rows=summary["checkpoints"],
                                        decided=summary["decided"]))
     summary.update(scales_counts(summary["checkpoints"]))  # only with the spec's quantization section
-    return summary
+    return CensusResult.model_validate({**summary, "invocation": run.invocation, "timing": run.timing, "org": org})
+
+
+@dataclass(frozen=True)
+class CensusRun:
+    """What a census run adds to the summary of its audits: the pool-size sweep's rows, where the margin came from
+    (``source`` and ``derivation``; default: the spec's), the preregistration section, invocation and timing."""
+
+    pool_sizes: list[dict[str, Any]] = field(default_factory=list)
+    margin: dict[str, Any] = field(default_factory=dict)
+    preregistration: dict[str, Any] = field(default_factory=lambda: {"preregistered": False})
+    invocation: Invocation | None = None
+    timing: Timing | None = None
+
+
+def decided_names(results: Sequence[AuditResult], names: Sequence[str], spec: AuditSpec) -> list[str]:
+    """The checkpoints the census decides (anchored or with nothing to anchor to; neither controls nor twin
+    arms), in order: the pool-size sweep runs over them before the summary is built."""
+    labels = [control_label(name, result, spec) for name, result in zip(names, results, strict=True)]
+    groups = [_group(result, label) for result, label in zip(results, labels, strict=True)]
+    return [names[i] for i in _eligible(results, groups)]
+
+
+def _eligible(results: Sequence[AuditResult], groups: Sequence[str]) -> list[int]:
+    return [i for i, r in enumerate(results) if r.anchored is not False and groups[i] == DECIDED]
 
 
 def margin_section(rows: Sequence[tuple[str, Mapping[str, int] | None]], spec: AuditSpec) -> dict[str, Any]:

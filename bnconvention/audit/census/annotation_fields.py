@@ -1,8 +1,9 @@
-"""The spec 1.1 readings a census writes into each checkpoint's annotation beside the BY p-values and the family:
-its recoverability curves (one per proxy source), its provenance arms, and its frozen twin.
+"""The readings a census writes into each checkpoint's annotation beside the BY p-values and the family (fields
+the standard marks ``since("1.1")``): its recoverability curves (one per proxy source), its provenance arms, and its
+frozen twin.
 
-Pure functions from the audit results to JSON-ready 1.1 fields (:mod:`bnconvention.standard.annotation`); the
-census rewrites the annotation with them (:mod:`.census_annotations`). A field the audit did not measure is left
+Pure functions from the audit results to JSON-ready annotation fields (:mod:`bnconvention.standard.annotation`); the
+census rewrites the annotation with them (:mod:`.annotations`). A field the audit did not measure is left
 out, so a checkpoint with none stays 1.0 unless it gains a BY p-value or a family.
 """
 
@@ -20,7 +21,7 @@ ARM_MODES = {"online": "train", "frozen": "frozen"}  # how a twin arm's buffers 
 
 
 def recoverability_curves(curve: RecoverabilityCurve | None) -> list[dict[str, Any]] | None:
-    """One 1.1 curve per proxy source, budgets ascending, forget accuracy per seed (None: no curve measured)."""
+    """One curve per proxy source, budgets ascending, forget accuracy per seed (None: no curve measured)."""
     if curve is None or not curve.points:
         return None
     out = []
@@ -38,7 +39,7 @@ def recoverability_curves(curve: RecoverabilityCurve | None) -> list[dict[str, A
 
 
 def provenance_arms(arms: Sequence[ProvenanceArm] | None) -> list[dict[str, Any]] | None:
-    """The 1.1 provenance arms: each draw's forget shift, decided against the null swaps' band (±largest |null
+    """The provenance arms: each draw's forget shift, decided against the null swaps' band (±largest |null
     shift|)."""
     if not arms:
         return None
@@ -68,8 +69,8 @@ def twin_reference(result: AuditResult, partner: AuditResult | None, *, metric: 
     return {key: value for key, value in twin.items() if value is not None}
 
 
-def v11_fields(results: Sequence[AuditResult], names: Sequence[str], *, metric: str) -> list[dict[str, Any]]:
-    """Per checkpoint (in order), the 1.1 fields it gains from its own readings and its twin in the census."""
+def annotation_fields(results: Sequence[AuditResult], names: Sequence[str], *, metric: str) -> list[dict[str, Any]]:
+    """Per checkpoint (in order), the annotation fields it gains from its own readings and its twin in the census."""
     by_name: Mapping[str, AuditResult] = dict(zip(names, results, strict=True))
     out = []
     for result in results:
@@ -81,4 +82,4 @@ def v11_fields(results: Sequence[AuditResult], names: Sequence[str], *, metric: 
     return out
 
 
-__all__ = ["provenance_arms", "recoverability_curves", "twin_reference", "v11_fields"]
+__all__ = ["annotation_fields", "provenance_arms", "recoverability_curves", "twin_reference"]

@@ -258,7 +258,7 @@ class Sweeps(Section):
 
 
 class RecalibrationBudget(Section):
-    cells: dict[str, JsonObject]
+    cells: dict[str, JsonObject | None]  # None: no refit to compare (a checkpoint without BatchNorm)
     flips: list[LedgerRow]
     counts: dict[str, int]
 

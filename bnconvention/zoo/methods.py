@@ -4,10 +4,10 @@ Every method modifies ``model`` in place, draws all randomness from the ``genera
 augmentation, random labels), and calls ``observer.set_split(tag)`` before each batch when the observer has that
 method (the recorder uses it to attribute buffer updates to "train", "retain" or "forget").
 
-``bn_mode`` says how BatchNorm layers run while the weights are updated, which decides which failure mode of seed
-003 a method exhibits: ``"train"`` (forwards update the running statistics: BN *corruption* when the data is the
-forget set) or ``"eval"`` (running statistics frozen while the weights drift: BN *misalignment*). GroupNorm has no
-running statistics, so the mode changes nothing there.
+``bn_mode`` says how BatchNorm layers run while the weights are updated, which decides which failure mode (Kalani
+et al., docs/statistics.md#references) a method exhibits: ``"train"`` (forwards update the running statistics: BN
+*corruption* when the data is the forget set) or ``"eval"`` (running statistics frozen while the weights drift: BN
+*misalignment*). GroupNorm has no running statistics, so the mode changes nothing there.
 
 >>> import torch
 >>> from bnconvention.zoo.models import convnet_bn

@@ -156,9 +156,20 @@ def _hoist_version_unions(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def model_schema(model: type[BaseModel], *, schema_id: str, title: str) -> dict[str, Any]:
+    """The Draft 2020-12 JSON Schema of one model (the audit spec, the census result), with its ``$id`` and title."""
+    body = model.model_json_schema(mode="validation")
+    return {"$schema": DRAFT, "$id": schema_id, "title": title, **{k: v for k, v in body.items() if k != "title"}}
+
+
+def committed_text(schema: dict[str, Any]) -> str:
+    """A schema as it is committed: 2-space indented JSON with a trailing newline."""
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
 def schema_text() -> str:
-    """The schema as it is committed: 2-space indented JSON with a trailing newline."""
-    return json.dumps(generate_schema(), indent=2, ensure_ascii=False) + "\n"
+    """The record schema as it is committed."""
+    return committed_text(generate_schema())
 
 
 @lru_cache(maxsize=1)

@@ -9,12 +9,13 @@ absent; every other ``null`` is written. The JSON Schema beside the others in ``
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, JsonValue, model_serializer
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
+
+from bnconvention.standard.schema import committed_text, model_schema
 
 CENSUS_FORMAT = "bnconvention-census/2"
 JsonObject = dict[str, JsonValue]  # a reading whose keys follow the spec's optional diagnostics: kept as written
@@ -332,18 +333,12 @@ class CensusResult(Section):
 
 def generate_census_schema() -> dict[str, Any]:
     """The Draft 2020-12 JSON Schema of ``census.json``, generated from :class:`CensusResult`."""
-    body = CensusResult.model_json_schema(mode="validation")
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": CENSUS_SCHEMA_ID,
-        "title": f"bnconvention census result, {CENSUS_FORMAT}",
-        **{k: v for k, v in body.items() if k != "title"},
-    }
+    return model_schema(CensusResult, schema_id=CENSUS_SCHEMA_ID, title=f"bnconvention census result, {CENSUS_FORMAT}")
 
 
 def census_schema_text() -> str:
     """The schema as committed: 2-space indented JSON with a trailing newline."""
-    return json.dumps(generate_census_schema(), indent=2, ensure_ascii=False) + "\n"
+    return committed_text(generate_census_schema())
 
 
 __all__ = ["CENSUS_FORMAT", "CENSUS_SCHEMA_ID", "REPO_CENSUS_SCHEMA_PATH", "CensusResult", "CheckpointRow", "Counts",

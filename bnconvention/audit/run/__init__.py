@@ -2,20 +2,20 @@
 the reproduction of an annotation."""
 
 from bnconvention.audit.run.reproduce import (
-           MAX_ANNOTATION_BYTES,
-           TOLERANCE,
-           Reproduction,
-           check_spec,
-           digest_differences,
-           parse_annotation,
-           pinned_spec,
-           reproduce_local,
-           reproduction,
-           reproduction_lines,
-           subject_name,
+    MAX_ANNOTATION_BYTES,
+    TOLERANCE,
+    Reproduction,
+    check_spec,
+    digest_differences,
+    parse_annotation,
+    pinned_spec,
+    reproduce_local,
+    reproduction,
+    reproduction_lines,
+    subject_name,
 )
 from bnconvention.audit.run.runner import audit_checkpoint, prepare_audit, run_audit
 
 __all__ = ["MAX_ANNOTATION_BYTES", "Reproduction", "TOLERANCE", "audit_checkpoint", "check_spec", "digest_differences",
-           "parse_annotation", "pinned_spec", "prepare_audit", "reproduce_local", "reproduction", "reproduction_lines",
-           "run_audit", "subject_name"]
+    "parse_annotation", "pinned_spec", "prepare_audit", "reproduce_local", "reproduction", "reproduction_lines",
+    "run_audit", "subject_name"]

@@ -21,7 +21,6 @@ exact refit under the train transform, recoverability on B = 10 test images):
 from __future__ import annotations
 
 import difflib
-import json
 import typing
 from functools import cached_property
 from pathlib import Path
@@ -64,6 +63,7 @@ from bnconvention.errors import AuditSpecError, UntrustedInputError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
 from bnconvention.formats.model_index import BASE_CELL_METRICS
 from bnconvention.standard.models import AccumulationRule, TransformMode
+from bnconvention.standard.schema import committed_text, model_schema
 
 AUDIT_SPEC_VERSION = "1.0"
 AUDIT_SPEC_SCHEMA_ID = "https://bnconvention.github.io/schema/v1/audit-spec.schema.json"
@@ -514,15 +514,10 @@ def load_spec(path: str | Path, *, replicates: int | None = None) -> AuditSpec:
 
 def generate_audit_spec_schema() -> dict[str, Any]:
     """The Draft 2020-12 JSON Schema of an audit spec, generated from :class:`AuditSpec`."""
-    body = AuditSpec.model_json_schema(mode="validation")
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": AUDIT_SPEC_SCHEMA_ID,
-        "title": f"bnconvention audit spec, version {AUDIT_SPEC_VERSION}",
-        **{k: v for k, v in body.items() if k != "title"},
-    }
+    return model_schema(AuditSpec, schema_id=AUDIT_SPEC_SCHEMA_ID,
+                        title=f"bnconvention audit spec, version {AUDIT_SPEC_VERSION}")
 
 
 def audit_spec_schema_text() -> str:
     """The schema as committed: 2-space indented JSON with a trailing newline."""
-    return json.dumps(generate_audit_spec_schema(), indent=2, ensure_ascii=False) + "\n"
+    return committed_text(generate_audit_spec_schema())

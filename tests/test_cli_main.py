@@ -160,6 +160,16 @@ def test_validate_does_not_import_torch() -> None:
     assert "torch" in _modules_after("refit", "--help")
 
 
+def test_the_demo_command_imports_huggingface_hub_only_after_it_sets_hf_home() -> None:
+    # huggingface_hub reads HF_HOME when it is imported; the demo sets it to a folder of its output when it runs, so
+    # loading the demo command (as `demo --help` does) must not import huggingface_hub. Regression: the command
+    # module imported the demo at its top, and the demo's Hub cache landed in ~/.cache/huggingface.
+    assert "bnconvention.cli.demo_cmd" in (loaded := _modules_after("demo", "--help"))
+    assert "huggingface_hub" not in loaded
+    # The probe sees huggingface_hub where a command imports it at its top (the Hub commands' module does).
+    assert "huggingface_hub" in _modules_after("hub", "--help")
+
+
 def test_help_imports_no_command_module() -> None:
     assert _command_modules(_modules_after("--help")) == set()
     assert _command_modules(_modules_after()) == set()

@@ -97,7 +97,7 @@ def test_refit_bar_on_a_terminal_only(refit_argv: list[str], monkeypatch: pytest
 ])
 def test_demo_keeps_its_stage_lines_in_a_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str],
                                              bars: bool, stage_lines: bool) -> None:
-    from bnconvention.cli import demo_cmd  # the command module binds run_demo when it is imported
+    import bnconvention.demo
 
     seen: dict[str, object] = {}
 
@@ -105,8 +105,8 @@ def test_demo_keeps_its_stage_lines_in_a_log(tmp_path: Path, monkeypatch: pytest
         seen.update(kwargs)
         return SimpleNamespace(out=Path(out))
 
-    monkeypatch.setattr(demo_cmd, "run_demo", fake_run_demo)
-    monkeypatch.setattr(demo_cmd, "summary_text", lambda result: "summary\n")
+    monkeypatch.setattr(bnconvention.demo, "run_demo", fake_run_demo)
+    monkeypatch.setattr(bnconvention.demo, "summary_text", lambda result: "summary\n")
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # demo_cmd sets it for the process; keep it scoped
     assert cli.main(["demo", "--out", str(tmp_path / "demo"), *flags]) == 0

@@ -10,10 +10,8 @@ import sys
 from bnconvention.cli.commands import summary
 from bnconvention.cli.hubserver_cmd import wait_until_stopped
 from bnconvention.cli.progress import add_progress_option, show_progress, show_stage_lines
-from bnconvention.demo import run_demo, summary_text
 from bnconvention.demo.layout import DemoPaths
 from bnconvention.demo.population_stage import POPULATION_SIZES
-from bnconvention.demo.serve import serve_demo, serve_text
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 
@@ -83,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.pop("HF_HUB_OFFLINE", None)  # everything is local; offline mode would block the local Hub too
     if args.serve:
         return _serve(args)
-
+    from bnconvention.demo import run_demo, summary_text  # imports huggingface_hub: only after HF_HOME is set
 
     result = run_demo(args.out, zoo_dir=args.zoo, population_dir=args.population,
                       population_size=args.population_size, fresh=args.fresh, progress=show_progress(args.progress),
@@ -95,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from bnconvention.demo.serve import serve_demo, serve_text  # imports huggingface_hub: only after HF_HOME is set
+
     with serve_demo(args.out, zoo_dir=args.zoo, port=args.port or 0, fresh=args.fresh,
                     progress=show_progress(args.progress), stage_lines=show_stage_lines(args.progress)) as served:
         sys.stdout.write(serve_text(served))

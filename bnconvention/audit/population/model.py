@@ -28,11 +28,14 @@ class Section(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     optional: ClassVar[frozenset[str]] = frozenset()
+    # an optional key written as null while the key it goes with is present (no twins in a population with families)
+    null_beside: ClassVar[dict[str, str]] = {}
 
     @model_serializer(mode="wrap")
     def _leave_out_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        return {key: value for key, value in data.items() if not (key in self.optional and value is None)}
+        return {key: value for key, value in data.items()
+                if not (key in self.optional and value is None and data.get(self.null_beside.get(key, "")) is None)}
 
 
 class Counts(Section):
@@ -292,6 +295,7 @@ class CensusResult(Section):
     row per checkpoint."""
 
     optional = frozenset({"families", "twin_gaps", "scales", "invocation", "timing", "org"})
+    null_beside = {"twin_gaps": "families"}
     format: str = CENSUS_FORMAT
     spec_name: str | None
     spec_sha256: str

@@ -117,7 +117,7 @@ def test_the_pattern_census_carries_the_readings(zoo, tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_curve_is_plotted_and_summarized_only_when_the_audit_ran_one(zoo, tmp_path_factory, tmp_path):
-    from bnconvention.audit.core.result import RecoverabilityCurve, RecoveryPoint
+    from bnconvention.audit.core.result import RecoverabilityMeasurement, RecoveryPoint
     from bnconvention.audit.render.outputs import write_audit_outputs
     from bnconvention.audit.render.plots import recoverability_figure
 
@@ -125,7 +125,7 @@ def test_a_curve_is_plotted_and_summarized_only_when_the_audit_ran_one(zoo, tmp_
     assert result.recoverability_curve is None and recoverability_figure(result) is None
     point = RecoveryPoint(source="test", budget=10, forget_accuracy=[0.5, 0.7], mean_forget_accuracy=0.6,
                           mean_shift_pp=60.0)
-    with_curve = result.model_copy(update={"recoverability_curve": RecoverabilityCurve(
+    with_curve = result.model_copy(update={"recoverability_curve": RecoverabilityMeasurement(
         forget_accuracy_shipped=0.0, rule="exact", seeds=2, points=[point], headline=point)})
     written = write_audit_outputs(with_curve, tmp_path)
     assert written["recoverability.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -13,7 +13,15 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bnconvention.standard.models import Cell, LayerStaleness, RefitAnnotation
+from bnconvention.standard.models import (
+    Cell,
+    LayerStaleness,
+    NullBand,
+    ProvenanceArm,
+    RecoverabilityCurve,
+    RecoverabilityPoint,
+    RefitAnnotation,
+)
 
 RESULT_FORMAT: Final = "bnconvention-audit-result/1"
 
@@ -71,7 +79,11 @@ class ProvenanceDraw(_Result):
     null_forget_shift_pp: float
 
 
-class ProvenanceArm(_Result):
+class ProvenanceArmMeasurement(_Result):
+    """One provenance arm as the audit measured it (:mod:`bnconvention.audit.diagnostics.provenance`): every draw
+    with its null swap, the distances and the staleness ratio. The census journal keeps it; the annotation carries
+    the standard's :class:`~bnconvention.standard.census.ProvenanceArm` made from it (:meth:`to_record`)."""
+
     arm: Literal["deployment", "ceiling"] = Field(description=(
         "'deployment': the removed share of the training data; 'ceiling': every removed record in the pool."))
     pool_size: int
@@ -86,6 +98,14 @@ class ProvenanceArm(_Result):
         "Shipped-state staleness (combined) over this arm's distance; None without staleness or at distance 0."))
     shift_exceeds_null: bool = Field(description="The arm's |mean forget shift| is above the null shift band.")
 
+    def to_record(self) -> ProvenanceArm:
+        """The standard's provenance arm: each draw's forget shift, decided against the null swaps' band (±largest
+        |null shift|)."""
+        return ProvenanceArm(arm=self.arm, pool_size=self.pool_size, exchanged=self.exchanged,
+                             forget_shift_pp=[d.forget_shift_pp for d in self.draws],
+                             null_band=NullBand(lower=-self.null_shift_band_pp, upper=self.null_shift_band_pp),
+                             outside_null=self.shift_exceeds_null)
+
 
 class RecoveryPoint(_Result):
     source: Literal["test", "retain", "noise"]
@@ -95,13 +115,37 @@ class RecoveryPoint(_Result):
     mean_shift_pp: float = Field(description="Mean over seeds of (after - shipped) forget accuracy, pp.")
 
 
-class RecoverabilityCurve(_Result):
+# The curve's proxy sources as the standard's split roles; noise is out of distribution ("other").
+SOURCE_ROLES: Final[dict[str, tuple[Literal["test", "retain", "other"], str | None]]] = {
+    "test": ("test", None), "retain": ("retain", None),
+    "noise": ("other", "gaussian noise with the test split's per-pixel mean and standard deviation")}
+
+
+class RecoverabilityMeasurement(_Result):
+    """The recoverability curve as the audit measured it (:mod:`bnconvention.audit.diagnostics.recovery`): every
+    proxy source's points in one list, the skipped budgets and the headline point. The census journal keeps it; the
+    annotation carries the standard's :class:`~bnconvention.standard.census.RecoverabilityCurve`, one per proxy
+    source, made from it (:meth:`to_records`)."""
+
     forget_accuracy_shipped: float
     rule: str
     seeds: int
     points: list[RecoveryPoint]
     skipped: list[str] = Field(default_factory=list, description="Budgets not run, and why.")
     headline: RecoveryPoint | None = Field(default=None, description="The B = images point of the spec's source.")
+
+    def to_records(self) -> list[RecoverabilityCurve]:
+        """The standard's curves: one per proxy source (sorted), budgets ascending, forget accuracy per seed."""
+        out = []
+        for source in sorted({p.source for p in self.points}):
+            role, description = SOURCE_ROLES[source]
+            points = sorted((p for p in self.points if p.source == source), key=lambda p: p.budget)
+            out.append(RecoverabilityCurve(
+                source=role, description=description, rule=self.rule,  # type: ignore[arg-type]
+                seeds=list(range(self.seeds)), forget_accuracy_shipped=self.forget_accuracy_shipped,
+                points=[RecoverabilityPoint(images=p.budget, forget_accuracy=list(p.forget_accuracy))
+                        for p in points]))
+        return out
 
 
 class MechanismEvidence(_Result):
@@ -171,8 +215,8 @@ class AuditResult(_Result):
     seconds_shipped_eval: float
     warnings: list[str] = Field(default_factory=list)
     staleness_null: StalenessNull | None = None
-    provenance_arms: list[ProvenanceArm] | None = None
-    recoverability_curve: RecoverabilityCurve | None = None
+    provenance_arms: list[ProvenanceArmMeasurement] | None = None
+    recoverability_curve: RecoverabilityMeasurement | None = None
     mechanism: MechanismEvidence | None = None
     population: PopulationMetadata | None = Field(default=None, description=(
         "The sidecar's population metadata (family, variant, removal, seed, role, twin); None without one."))

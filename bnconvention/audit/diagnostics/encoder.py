@@ -41,7 +41,7 @@ from bnconvention.audit.diagnostics.probe import (
     features_and_logits,
 )
 from bnconvention.audit.diagnostics.probe import probe_accuracy as fit_probe
-from bnconvention.audit.diagnostics.relearn import Relearning, draw_relearn, relearn
+from bnconvention.audit.diagnostics.relearn import RelearningTrajectory, draw_relearn, relearn
 from bnconvention.audit.measure.checkpoint import LoadedCheckpoint, load_checkpoint
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.evaluation import Refitter, data_split, stream, torch_seed
@@ -172,7 +172,8 @@ def _tensor_index(indices: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.asarray(indices, dtype=np.int64))
 
 
-def _relearn(model: torch.nn.Module, records: np.ndarray, spec: RelearningSpec, data: AuditData) -> Relearning:
+def _relearn(model: torch.nn.Module, records: np.ndarray, spec: RelearningSpec, data: AuditData
+             ) -> RelearningTrajectory:
     index = _tensor_index(records)
     return relearn(model, train_x=data.forget.x[index], train_y=data.forget.y[index], eval_x=data.forget.x,
                    eval_y=data.forget.y, spec=spec, transform=data.eval_transform)
@@ -183,8 +184,8 @@ class EncoderOutcome:
     shipped: StateMeasure
     refits: list[StateMeasure]
     reference: StateMeasure | None
-    relearn_shipped: Relearning | None = None
-    relearn_refit: list[Relearning] | None = None
+    relearn_shipped: RelearningTrajectory | None = None
+    relearn_refit: list[RelearningTrajectory] | None = None
 
 
 def run_encoder(spec: AuditSpec, data: AuditData, plan: EncoderPlan, refitter: Refitter) -> EncoderOutcome:
@@ -200,7 +201,7 @@ def run_encoder(spec: AuditSpec, data: AuditData, plan: EncoderPlan, refitter: R
     reference = None if plan.reference is None else measure_state(plan.reference.model, plan, data, batch_size=batch)
     transform = data.transform(spec.refit.transform)
     refits: list[StateMeasure] = []
-    relearn_refit: list[Relearning] = []
+    relearn_refit: list[RelearningTrajectory] = []
     try:
         for r in range(spec.replicates):
             rng = stream(spec.seed, 0, r)
@@ -306,8 +307,8 @@ def _attack_section(spec: AuditSpec, attack: MembershipSpec, draw: AttackDraw, *
             "shift_pp": intervals.shift_pp.model_dump(mode="json")}
 
 
-def _relearning_section(spec: AuditSpec, relearning: RelearningSpec, shipped: Relearning | None,
-                        refits: list[Relearning]) -> dict[str, Any]:
+def _relearning_section(spec: AuditSpec, relearning: RelearningSpec, shipped: RelearningTrajectory | None,
+                        refits: list[RelearningTrajectory]) -> dict[str, Any]:
     protocol = {"optimizer": "sgd", "learning_rate": relearning.learning_rate, "batch_size": relearning.batch_size,
                 "records": relearning.records, "max_steps": relearning.max_steps,
                 "target_forget_accuracy": relearning.target_forget_accuracy, "evaluated_on": "forget",

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from bnconvention.audit.core.result import ProvenanceArm, ProvenanceDraw
+from bnconvention.audit.core.result import ProvenanceArmMeasurement, ProvenanceDraw
 from bnconvention.audit.diagnostics.band import combined, pair_distance
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.evaluation import Refitter, data_split, forget_accuracy, stream, torch_seed
@@ -89,20 +89,21 @@ def _draw(refitter: Refitter, d: int, arms: list[tuple[str, int]], *, settings: 
 
 
 def summarize_arm(arm: str, *, pool_size: int, exchanged: int, draws: list[ProvenanceDraw],
-                  staleness: float | None) -> ProvenanceArm:
+                  staleness: float | None) -> ProvenanceArmMeasurement:
     """An arm's means over draws against its null band (the largest null value over the draws); pure."""
     distance = statistics.fmean(combined(x.mean_distance, x.var_distance) for x in draws)
     shift = statistics.fmean(x.forget_shift_pp for x in draws)
     band = max(combined(x.null_mean_distance, x.null_var_distance) for x in draws)
     shift_band = max(abs(x.null_forget_shift_pp) for x in draws)
-    return ProvenanceArm(arm=arm, pool_size=pool_size, exchanged=exchanged, draws=draws,  # type: ignore[arg-type]
-                         distance=distance, forget_shift_pp=shift, null_band=band, null_shift_band_pp=shift_band,
-                         exceeds_null=distance > band, shift_exceeds_null=abs(shift) > shift_band,
-                         staleness_ratio=None if staleness is None or distance == 0 else staleness / distance)
+    return ProvenanceArmMeasurement(
+        arm=arm, pool_size=pool_size, exchanged=exchanged, draws=draws,  # type: ignore[arg-type]
+        distance=distance, forget_shift_pp=shift, null_band=band, null_shift_band_pp=shift_band,
+        exceeds_null=distance > band, shift_exceeds_null=abs(shift) > shift_band,
+        staleness_ratio=None if staleness is None or distance == 0 else staleness / distance)
 
 
 def provenance_arms(refitter: Refitter, *, spec: AuditSpec, data: AuditData, batch_size: int,
-                    staleness: float | None) -> list[ProvenanceArm]:
+                    staleness: float | None) -> list[ProvenanceArmMeasurement]:
     """Every arm over ``provenance.draws`` draws; φ is the shipped state again afterwards. ``staleness``: the
     shipped state's combined distance from a retain refit, for the per-arm ratio."""
     settings = spec.provenance
@@ -115,7 +116,7 @@ def provenance_arms(refitter: Refitter, *, spec: AuditSpec, data: AuditData, bat
                           staleness=staleness) for arm, k in arms]
 
 
-def annotation_contrast(arms: list[ProvenanceArm]) -> ProvenanceContrast | None:
+def annotation_contrast(arms: list[ProvenanceArmMeasurement]) -> ProvenanceContrast | None:
     """The annotation's one contrast: the deployment arm, its parts and forget shift averaged over the draws."""
     arm = next((a for a in arms if a.arm == "deployment"), None)
     if arm is None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bnconvention.audit.core.result import RecoverabilityCurve, RecoveryPoint
+from bnconvention.audit.core.result import RecoverabilityMeasurement, RecoveryPoint
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.evaluation import Refitter, data_split, forget_accuracy, stream, torch_seed
 from bnconvention.audit.spec.audit_spec import AuditSpec, RecoverabilitySpec
@@ -70,7 +70,7 @@ def recovery_point(refitter: Refitter, source: str, budget: int, *, settings: Re
 
 
 def recoverability_curve(refitter: Refitter, settings: RecoverabilitySpec, *, spec: AuditSpec, data: AuditData,
-                         shipped_df: float, batch_size: int) -> RecoverabilityCurve | None:
+                         shipped_df: float, batch_size: int) -> RecoverabilityMeasurement | None:
     """Every (source, budget) point of ``settings.curve`` (None when the spec asks for none)."""
     curve = settings.curve
     if curve is None:
@@ -87,5 +87,5 @@ def recoverability_curve(refitter: Refitter, settings: RecoverabilitySpec, *, sp
             points.append(recovery_point(refitter, source, budget, settings=settings, seeds=curve.seeds, spec=spec,
                                          data=data, shipped_df=shipped_df, batch_size=batch_size))
     headline = next((p for p in points if p.source == settings.source and p.budget == settings.images), None)
-    return RecoverabilityCurve(forget_accuracy_shipped=shipped_df, rule=rule, seeds=curve.seeds, points=points,
+    return RecoverabilityMeasurement(forget_accuracy_shipped=shipped_df, rule=rule, seeds=curve.seeds, points=points,
                                skipped=skipped, headline=headline)

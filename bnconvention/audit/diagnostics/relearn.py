@@ -90,9 +90,10 @@ def area_under(trajectory: list[float]) -> float:
 
 
 @dataclass(frozen=True)
-class Relearning:
+class RelearningTrajectory:
     """One state's relearning: its forget-accuracy trajectory over steps 0..max_steps, the first step at the
-    target (None: censored) and the area under the trajectory."""
+    target (None: censored) and the area under the trajectory. The annotation's
+    :class:`~bnconvention.standard.diagnostics.Relearning` gathers the shipped state's and each refit's."""
 
     trajectory: list[float]
     steps: int | None
@@ -100,7 +101,8 @@ class Relearning:
 
 
 def relearn(model: torch.nn.Module, *, train_x: torch.Tensor, train_y: torch.Tensor, eval_x: torch.Tensor,
-            eval_y: torch.Tensor, spec: RelearningSpec, transform: Any, eval_batch: int = 512) -> Relearning:
+            eval_y: torch.Tensor, spec: RelearningSpec, transform: Any, eval_batch: int = 512
+            ) -> RelearningTrajectory:
     """Fine-tune a copy of ``model`` on (``train_x``, ``train_y``) for ``max_steps`` steps, its accuracy on
     (``eval_x``, ``eval_y``) measured at every step; the inputs are prepared by ``transform`` (the eval transform)
     once."""
@@ -118,8 +120,8 @@ def relearn(model: torch.nn.Module, *, train_x: torch.Tensor, train_y: torch.Ten
     if (after.trainable_sha256, after.running_sha256) != (before.trainable_sha256, before.running_sha256):
         raise WeightsChangedError("relearning changed the audited model's tensors (it fine-tunes a copy); this is a "
                                   "bug, please report it")
-    return Relearning(trajectory=trajectory, steps=first_step_at(trajectory, spec.target_forget_accuracy),
-                      area=area_under(trajectory))
+    return RelearningTrajectory(trajectory=trajectory, steps=first_step_at(trajectory, spec.target_forget_accuracy),
+                                area=area_under(trajectory))
 
 
 def steps_to_target(model: torch.nn.Module, *, train_x: torch.Tensor, train_y: torch.Tensor,
@@ -130,4 +132,4 @@ def steps_to_target(model: torch.nn.Module, *, train_x: torch.Tensor, train_y: t
                    transform=transform, eval_batch=eval_batch).steps
 
 
-__all__ = ["Relearning", "area_under", "draw_relearn", "first_step_at", "relearn", "steps_to_target"]
+__all__ = ["RelearningTrajectory", "area_under", "draw_relearn", "first_step_at", "relearn", "steps_to_target"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.core.result import ProvenanceArm, RecoverabilityCurve, StalenessNull
+from bnconvention.audit.core.result import ProvenanceArmMeasurement, RecoverabilityMeasurement, StalenessNull
 from bnconvention.audit.population.story import spearman_interval
 from bnconvention.formats.text import markdown_table, signed
 
@@ -115,7 +115,7 @@ def null_lines(null: StalenessNull | None) -> list[str]:
                 f"{one_pair}."]
 
 
-def arms_lines(arms: Sequence[ProvenanceArm] | None) -> list[str]:
+def arms_lines(arms: Sequence[ProvenanceArmMeasurement] | None) -> list[str]:
     if not arms:
         return []
     rows = [[a.arm, f"{a.exchanged} of {a.pool_size}", str(len(a.draws)), f"{a.distance:.5f}", f"{a.null_band:.5f}",
@@ -127,7 +127,7 @@ def arms_lines(arms: Sequence[ProvenanceArm] | None) -> list[str]:
          "staleness ÷ distance"], rows)
 
 
-def curve_lines(curve: RecoverabilityCurve | None) -> list[str]:
+def curve_lines(curve: RecoverabilityMeasurement | None) -> list[str]:
     if curve is None:
         return []
     sources = sorted({p.source for p in curve.points})

@@ -21,8 +21,8 @@ import numpy as np
 from bnconvention.audit.core.result import (
     MechanismEvidence,
     PopulationMetadata,
-    ProvenanceArm,
-    RecoverabilityCurve,
+    ProvenanceArmMeasurement,
+    RecoverabilityMeasurement,
     ReplicateRecord,
     SignRecord,
     StalenessNull,
@@ -324,8 +324,8 @@ def _refits_for(level: float) -> int:
 class Diagnostics:
     recoverability: Recoverability | None
     provenance: ProvenanceContrast | None
-    curve: RecoverabilityCurve | None = None
-    provenance_arms: list[ProvenanceArm] = field(default_factory=list)
+    curve: RecoverabilityMeasurement | None = None
+    provenance_arms: list[ProvenanceArmMeasurement] = field(default_factory=list)
 
 
 def run_diagnostics(prepared: PreparedAudit, refitter: Refitter, shipped: ShippedCells, *,

@@ -1,8 +1,9 @@
 """Export a release's record to the bills of materials people already use: SPDX 3 and a CycloneDX model card.
 
-:func:`read_release` gathers what a release says (:class:`ReleaseRecord`: each weights file's sha256 and stamped
-declaration, each refit annotation's cells); :func:`export` maps it with the registry's libraries
-(``bnconvention[provenance]``). The mapping is the table in ``docs/standard.md`` ("Export to SPDX and CycloneDX").
+:func:`read_release` gathers what a release says (:class:`~bnconvention.authoring.sbom_record.ReleaseRecord`: each
+weights file's sha256 and stamped declaration, each refit annotation's cells); :func:`export` maps it with the
+registry's libraries (``bnconvention[provenance]``). The mapping is the table in ``docs/standard.md`` ("Export to
+SPDX and CycloneDX").
 
 * **SPDX 3.0.1** (``spdx``, :mod:`bnconvention.authoring.spdx3`): one ``ai_AIPackage`` per weights file, written with
   spdx-python-model, SPDX's bindings generated from the model's SHACL shapes.
@@ -19,37 +20,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from bnconvention._version import __version__
+from bnconvention.authoring.sbom_record import ReleaseRecord, WeightsEntry
 
 ExportFormat: TypeAlias = Literal["spdx", "spdx-2.3", "cyclonedx"]
 FORMATS: tuple[ExportFormat, ...] = ("spdx", "spdx-2.3", "cyclonedx")
 TOOL = f"bnconvention-{__version__}"
-
-
-@dataclass(frozen=True)
-class WeightsEntry:
-    """One weights file: its name in the release, sha256 of its bytes, and its stamped declaration (JSON)."""
-
-    filename: str
-    sha256: str
-    declaration: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class ReleaseRecord:
-    """What a release says about its deployed state: its weights and the refit annotations of them."""
-
-    name: str
-    weights: list[WeightsEntry] = field(default_factory=list)
-    annotations: list[dict[str, Any]] = field(default_factory=list)
-
-    def annotations_of(self, filename: str) -> list[dict[str, Any]]:
-        return [a for a in self.annotations if a.get("subject", {}).get("filename") == filename]
 
 
 def _sha256(path: Path) -> str:

@@ -13,40 +13,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote
 
 from spdx_python_model.bindings import v3_0_1 as spdx
 
 from bnconvention._version import __version__
+from bnconvention.authoring.sbom_record import ReleaseRecord, WeightsEntry
 
 SPEC_VERSION = "3.0.1"
 TOOL = f"bnconvention-{__version__}"
 PROFILES = ("core", "software", "ai", "extension")
-
-
-class WeightsEntry(Protocol):
-    """What is read of one weights file (``sbom.WeightsEntry``; named structurally, so that ``sbom``, which
-    imports this module when the format is asked for, is not imported back)."""
-
-    @property
-    def filename(self) -> str: ...
-    @property
-    def sha256(self) -> str: ...
-    @property
-    def declaration(self) -> dict[str, Any] | None: ...
-
-
-class ReleaseRecord(Protocol):
-    """What is read of a release (``sbom.ReleaseRecord``)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def weights(self) -> Sequence[WeightsEntry]: ...
-    def annotations_of(self, filename: str) -> list[dict[str, Any]]: ...
 
 
 def _compact(data: Any) -> str:

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bnconvention.formats.canonical import sha256_hex
 from bnconvention.hubserver.discussions import DiscussionStore
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.repos import (
@@ -39,7 +40,7 @@ from bnconvention.hubserver.validation import (
     check_ref_name,
     check_repo_type,
 )
-from bnconvention.hubserver.wire import sha256_hex, utc_now
+from bnconvention.hubserver.wire import utc_now
 
 DEFAULT_AUTHOR = "hubserver"
 # What the Hub writes into a new repo's initial commit (shortened to the patterns that matter here).

@@ -22,9 +22,10 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from bnconvention.formats.canonical import sha256_hex
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.validation import bad_request, check_file_path, check_folder_path
-from bnconvention.hubserver.wire import git_blob_sha1, sha1_hex, sha256_hex
+from bnconvention.hubserver.wire import git_blob_sha1, sha1_hex
 
 
 def lfs_pointer(sha256: str, size: int) -> bytes:

@@ -48,10 +48,6 @@ def sha1_hex(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()  # noqa: S324 - object ids, not security
 
 
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def parse_range(header: str | None, *, size: int) -> tuple[int, int] | None:
     """The inclusive byte span a ``Range`` header asks for, ``None`` to serve the whole body.
 

@@ -60,7 +60,6 @@ from bnconvention.audit.measure.checkpoint import (
     ModelChoice,
     build_architecture,
     check_shipped_statistics,
-    checkpoint_name,
     choose_model,
     published_cells,
     read_sidecar,
@@ -89,6 +88,7 @@ from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 from bnconvention.audit.spec.rules import apply_rules
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
+from bnconvention.formats.checkpoint_files import checkpoint_name
 from bnconvention.refitting.devices import Device
 
 JOURNAL_DIR = "journal"

@@ -48,6 +48,7 @@ from bnconvention.errors import (
     UntrustedInputError,
 )
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.checkpoint_files import checkpoint_name
 from bnconvention.formats.safetensors_header import SafetensorsHeader
 
 # torch and safetensors.torch are imported inside the functions that use them: importing this module does not
@@ -79,13 +80,6 @@ class LoadedCheckpoint:
     published: dict[str, float] | None
     warnings: list[str]
     weights: LoadedWeights | None = None  # how the file was loaded (layout, names, dtypes)
-
-
-def checkpoint_name(path: Path) -> str:
-    """The file name without ``.safetensors`` (or ``.safetensors.index.json`` for a sharded checkpoint)."""
-    from bnconvention.formats.checkpoint_files import checkpoint_name as name_of
-
-    return name_of(path)
 
 
 def sidecar_path(path: Path) -> Path:

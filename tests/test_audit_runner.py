@@ -10,7 +10,7 @@ import torch
 from audit_support import PATTERN_SPEC, pattern_census
 
 from bnconvention.architectures.factories import allow_user_factory
-from bnconvention.audit.measure.decisions import reporting_line
+from bnconvention.audit.measure.decisions import audit_reporting_line
 from bnconvention.audit.run.runner import prepare_audit, run_audit
 from bnconvention.audit.spec.audit_spec import parse_spec
 from bnconvention.errors import WeightsChangedError
@@ -199,7 +199,7 @@ def test_reporting_line_for_undetermined_and_equivalent_cells(results):
     spec = parse_spec(PATTERN_SPEC)
     result = results["bn-retrain"]
     cells = result.annotation.cells
-    line = reporting_line(spec=spec, cells=cells, signs=result.sign_tests, channel="present",
+    line = audit_reporting_line(spec=spec, cells=cells, signs=result.sign_tests, channel="present",
                           transform_mode="train")
     # zero spread is an exact equality, not TOST with p = 0
     assert line.endswith("(equivalent within ±1.2pp: the same shift on every replicate)") or "undetermined" in line

@@ -18,7 +18,7 @@ from bnconvention.audit.run.runner import prepare_audit, run_audit
 from bnconvention.audit.run.stages import (
     ShippedCells,
     build_annotation,
-    check_theta_unchanged,
+    check_theta_after_audit,
     decide_cells,
     evaluate_shipped,
     run_band_refits,
@@ -203,9 +203,9 @@ def test_run_diagnostics_runs_what_the_spec_asks_and_restores_phi(prepared):
 
 
 def test_check_theta_unchanged_names_the_file():
-    check_theta_unchanged("w.safetensors", before="a" * 64, after="a" * 64)
+    check_theta_after_audit("w.safetensors", before="a" * 64, after="a" * 64)
     with pytest.raises(WeightsChangedError, match="w.safetensors: the trainable tensors changed during the audit"):
-        check_theta_unchanged("w.safetensors", before="a" * 64, after="b" * 64)
+        check_theta_after_audit("w.safetensors", before="a" * 64, after="b" * 64)
 
 
 def test_the_stages_by_hand_give_the_audits_annotation(prepared):

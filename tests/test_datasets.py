@@ -13,7 +13,7 @@ import torch
 from bnconvention.authoring.declaration import make_convention
 from bnconvention.data.digits import DIGITS_TRAIN_TRANSFORM, digits_arrays, is_test_id, random_shift_batch
 from bnconvention.data.pools import (
-    DatasetSpec,
+    DatasetSource,
     iter_batches,
     load_dataset,
     read_index_file,
@@ -168,13 +168,13 @@ def test_iter_batches_with_train_transform_is_reproducible(digits) -> None:
     pytest.param("folder:imgs", "image_folder", Path("imgs"), id="folder"),
 ])
 def test_spec_strings(text, kind, path) -> None:
-    spec = DatasetSpec.parse(text)
+    spec = DatasetSource.parse(text)
     assert (spec.kind, spec.path) == (kind, path)
 
 
 def test_spec_mapping() -> None:
-    spec = DatasetSpec.parse({"kind": "image_folder", "path": "x", "image_size": [8, 6], "channels": 1})
-    assert spec == DatasetSpec(kind="image_folder", path=Path("x"), image_size=(8, 6), channels=1)
+    spec = DatasetSource.parse({"kind": "image_folder", "path": "x", "image_size": [8, 6], "channels": 1})
+    assert spec == DatasetSource(kind="image_folder", path=Path("x"), image_size=(8, 6), channels=1)
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -190,7 +190,7 @@ def test_spec_mapping() -> None:
 ])
 def test_spec_rejects(spec, message) -> None:
     with pytest.raises(UsageError, match=message):
-        DatasetSpec.parse(spec)
+        DatasetSource.parse(spec)
 
 
 def test_missing_path_is_file_not_found(tmp_path: Path) -> None:

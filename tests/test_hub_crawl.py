@@ -385,9 +385,9 @@ def test_streamed_json_of_an_empty_census_is_the_dumped_one() -> None:
 
 def test_a_run_keeps_the_first_failures_and_counts_all() -> None:
     """O(1) state per run: every failure is counted (and journaled), only the first FAILURES_KEPT are kept to print."""
-    from bnconvention.hub.crawl import FAILURES_KEPT, CensusRun
+    from bnconvention.hub.crawl import FAILURES_KEPT, OrgCensusRun
 
-    run = CensusRun(org="lab")
+    run = OrgCensusRun(org="lab")
     for i in range(FAILURES_KEPT + 5):
         run.add_failure(f"lab/m-{i}: HTTP 503")
     assert run.failed == FAILURES_KEPT + 5

@@ -254,7 +254,7 @@ def inspect_path(path: str | os.PathLike[str]) -> Inspection:
     return Inspection(path=os.fspath(path), files=views, report=report)
 
 
-def format_text(inspection: Inspection) -> str:
+def inspection_text(inspection: Inspection) -> str:
     """A few lines per file: what it holds, what it declares, and the validator's issues."""
     lines: list[str] = []
     for view in inspection.files:
@@ -302,4 +302,4 @@ def format_text(inspection: Inspection) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["FileView", "Inspection", "RecordView", "format_text", "inspect_path", "record_view"]
+__all__ = ["FileView", "Inspection", "RecordView", "inspection_text", "inspect_path", "record_view"]

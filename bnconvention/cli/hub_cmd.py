@@ -28,7 +28,7 @@ from bnconvention.errors import UsageError
 from bnconvention.extras import needs_extra
 from bnconvention.formats.text import one_line, plural
 from bnconvention.hub.client import HubClient
-from bnconvention.hub.crawl import CensusRun, census_entries, census_org, check_org
+from bnconvention.hub.crawl import OrgCensusRun, census_entries, census_org, check_org
 from bnconvention.hub.executors import ExecutorKind, check_ray_address, resolve_executor
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.locking import output_lock
@@ -293,7 +293,7 @@ def run_census_cmd(args: argparse.Namespace) -> int:
 
 
 def _census_work(args: argparse.Namespace, _: None, client: HubClient, journal: Journal,
-                 out: Path) -> tuple[CensusRun, dict[str, Any], dict[str, Path]]:
+                 out: Path) -> tuple[OrgCensusRun, dict[str, Any], dict[str, Path]]:
     """The census, then its reports written from the journal while it is open (a repo at a time)."""
     run = census_org(client, args.org, journal=journal, workers=args.workers, progress=show_progress(args.progress))
     head = census_head(args.org, census_entries(journal), endpoint=client.endpoint,
@@ -302,7 +302,7 @@ def _census_work(args: argparse.Namespace, _: None, client: HubClient, journal: 
     return run, head, write_org_census_entries(head, lambda: census_entries(journal), out)
 
 
-def _census_report(args: argparse.Namespace, outcome: tuple[CensusRun, dict[str, Any], dict[str, Path]],
+def _census_report(args: argparse.Namespace, outcome: tuple[OrgCensusRun, dict[str, Any], dict[str, Path]],
                    client: HubClient, out: Path) -> int:
     run, head, written = outcome
     if args.format == "json":  # the document just written, copied rather than held in memory

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from bnconvention.authoring.inspection import format_text, inspect_path
+from bnconvention.authoring.inspection import inspect_path, inspection_text
 from bnconvention.cli.commands import summary
 from bnconvention.formats.text import one_line
 from bnconvention.validation import best_issue
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(inspection.to_dict(), indent=2, ensure_ascii=False) + "\n")
     else:
-        sys.stdout.write(format_text(inspection))
+        sys.stdout.write(inspection_text(inspection))
     code = inspection.exit_code
     if code:
         errors = inspection.report.errors or inspection.report.issues

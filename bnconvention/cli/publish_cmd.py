@@ -56,7 +56,7 @@ def add_upload_options(parser: argparse.ArgumentParser, *, dry_run: str) -> None
     parser.add_argument("--dry-run", action="store_true", help=dry_run)
 
 
-def token_from_env(args: argparse.Namespace) -> str | None:
+def upload_token(args: argparse.Namespace) -> str | None:
     """The token ``--token-env`` names (None: huggingface_hub's own lookup); a variable unset or empty is refused."""
     if not args.token_env:
         return None
@@ -67,7 +67,7 @@ def token_from_env(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    token = token_from_env(args)
+    token = upload_token(args)
     result = publish(args.directory, repo_id=args.repo, records=args.record, create_pr=args.create_pr,
                      endpoint=args.endpoint, token=token, commit_message=args.commit_message, dry_run=args.dry_run)
     for name, convention in sorted(result.records.items()):

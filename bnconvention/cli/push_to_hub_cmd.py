@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from bnconvention.cli.commands import summary
-from bnconvention.cli.publish_cmd import add_upload_options, print_publish_outcome, token_from_env
+from bnconvention.cli.publish_cmd import add_upload_options, print_publish_outcome, upload_token
 from bnconvention.errors import UsageError
 from bnconvention.hub.library_push import folder_library, push_to_hub
 
@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    token = token_from_env(args)
+    token = upload_token(args)
     if not args.folder.is_dir():
         raise UsageError(f"{args.folder} is not a folder; give the folder a library's save wrote")
     library = folder_library(args.folder)

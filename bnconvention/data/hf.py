@@ -40,7 +40,7 @@ from bnconvention.data.images import (
     stack_images,
     unique_ids,
 )
-from bnconvention.data.source import DatasetSpec
+from bnconvention.data.source import DatasetSource
 from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.formats.links import folder_files, skipped_line
 from bnconvention.formats.text import one_line
@@ -51,7 +51,7 @@ DECODE_BATCH = 32  # rows read at a time: their encoded bytes only (images are d
 __all__ = ["SAFE_BUILDERS", "datasets_endpoint", "download_dataset_file", "read_hf_source"]
 
 
-def read_hf_source(spec: DatasetSpec, *, endpoint: str | None = None,
+def read_hf_source(spec: DatasetSource, *, endpoint: str | None = None,
                    token: str | bool | None = None) -> SourceRecords:
     """The records of a ``hub``, ``hf_disk`` or ``parquet`` source (see the module docstring)."""
     if spec.kind == "hub":
@@ -89,7 +89,7 @@ def download_dataset_file(repo: str, revision: str, filename: str, *, token: str
 # --- the three sources ----------------------------------------------------------------------------------------------
 
 
-def _hub_splits(spec: DatasetSpec, *, endpoint: str | None,
+def _hub_splits(spec: DatasetSource, *, endpoint: str | None,
                 token: str | bool | None) -> tuple[dict[str, Any], str, str]:
     import datasets
 
@@ -123,7 +123,7 @@ def _resolve_revision(repo: str, revision: str, *, endpoint: str, token: str | b
     return str(info.sha)
 
 
-def _disk_splits(spec: DatasetSpec) -> tuple[dict[str, Any], str, str]:
+def _disk_splits(spec: DatasetSource) -> tuple[dict[str, Any], str, str]:
     import datasets
 
     root = Path(str(spec.path))
@@ -149,7 +149,7 @@ def _disk_splits(spec: DatasetSpec) -> tuple[dict[str, Any], str, str]:
     return _select(splits, spec, where=where), where, files_digest(files, root)
 
 
-def _parquet_splits(spec: DatasetSpec) -> tuple[dict[str, Any], str, str]:
+def _parquet_splits(spec: DatasetSource) -> tuple[dict[str, Any], str, str]:
     import datasets
 
     path = Path(str(spec.path))
@@ -169,7 +169,7 @@ def _parquet_splits(spec: DatasetSpec) -> tuple[dict[str, Any], str, str]:
 # --- shared ---------------------------------------------------------------------------------------------------------
 
 
-def _prepared(builder: Any, spec: DatasetSpec, *, where: str) -> dict[str, Any]:
+def _prepared(builder: Any, spec: DatasetSource, *, where: str) -> dict[str, Any]:
     """The wanted splits of a builder, after checking it reads plain data files and has those splits."""
     module = type(builder).__module__
     name = module.split(".")[2] if module.startswith("datasets.packaged_modules.") else None
@@ -201,11 +201,11 @@ def _quiet_datasets() -> Iterator[None]:
             enable_progress_bar()
 
 
-def _wanted(spec: DatasetSpec) -> list[str]:
+def _wanted(spec: DatasetSource) -> list[str]:
     return [spec.train_split] + ([spec.test_split] if spec.test_split else [])
 
 
-def _check_splits(available: Iterable[str], spec: DatasetSpec, *, where: str) -> None:
+def _check_splits(available: Iterable[str], spec: DatasetSource, *, where: str) -> None:
     names = sorted(available)
     for key, split in (("train_split", spec.train_split), ("test_split", spec.test_split)):
         if split is not None and split not in names:
@@ -213,12 +213,12 @@ def _check_splits(available: Iterable[str], spec: DatasetSpec, *, where: str) ->
                              f"to one of them" + (" (or test_split: null)" if key == "test_split" else ""))
 
 
-def _select(splits: Mapping[str, Any], spec: DatasetSpec, *, where: str) -> dict[str, Any]:
+def _select(splits: Mapping[str, Any], spec: DatasetSource, *, where: str) -> dict[str, Any]:
     _check_splits(splits.keys(), spec, where=where)
     return {split: splits[split] for split in _wanted(spec)}
 
 
-def _records(spec: DatasetSpec, splits: Mapping[str, Any], *, where: str, dataset_id: str, revision: str,
+def _records(spec: DatasetSource, splits: Mapping[str, Any], *, where: str, dataset_id: str, revision: str,
              hub_repo: str | None) -> SourceRecords:
     classes = _check_columns(spec, splits, where=where)
     budget = ImageBudget(sum(len(dataset) for dataset in splits.values()), channels=spec.channels,
@@ -240,7 +240,7 @@ def _records(spec: DatasetSpec, splits: Mapping[str, Any], *, where: str, datase
                          dataset_id=dataset_id, revision=revision, hub_repo=hub_repo)
 
 
-def _check_columns(spec: DatasetSpec, splits: Mapping[str, Any], *, where: str) -> tuple[str, ...] | None:
+def _check_columns(spec: DatasetSource, splits: Mapping[str, Any], *, where: str) -> tuple[str, ...] | None:
     """Every named column exists with the right feature; the ClassLabel names (None for integer labels)."""
     import datasets
 
@@ -268,7 +268,7 @@ def _check_columns(spec: DatasetSpec, splits: Mapping[str, Any], *, where: str) 
     return names
 
 
-def _decode(spec: DatasetSpec, dataset: Any, budget: ImageBudget, *,
+def _decode(spec: DatasetSource, dataset: Any, budget: ImageBudget, *,
             where: str) -> tuple[np.ndarray, np.ndarray, list[Any]]:
     import datasets
 

@@ -5,7 +5,7 @@ torchvision dataset roots.
 Every record has a stable integer id, so :func:`~bnconvention.standard.naming.record_ids_sha256` fingerprints a
 split. Nothing is downloaded except a ``hub`` dataset, from the Hub ``datasets`` is configured for.
 
-Sources (:func:`load_dataset` takes a :class:`DatasetSpec`, a mapping with its fields, or a short string; the
+Sources (:func:`load_dataset` takes a :class:`DatasetSource`, a mapping with its fields, or a short string; the
 fields of each kind are listed in :mod:`bnconvention.data.source`):
 
 * ``"digits"`` (or ``"sklearn/digits"``): the zoo's exact preparation (:mod:`bnconvention.data.digits`), with its
@@ -58,7 +58,7 @@ from bnconvention.data.digits import (
 from bnconvention.data.ids import IndexFile, load_index_file, read_index_file
 from bnconvention.data.images import SourceRecords
 from bnconvention.data.readers import IMAGE_SUFFIXES, read_image_folder, read_npz_records
-from bnconvention.data.source import DatasetKind, DatasetSpec
+from bnconvention.data.source import DatasetKind, DatasetSource
 from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.formats.atomic import file_sha256
 from bnconvention.formats.canonical import canonical_sha256
@@ -67,7 +67,7 @@ from bnconvention.standard.naming import record_ids_sha256
 
 __all__ = [
     "IMAGE_SUFFIXES", "DIGITS_EVAL_TRANSFORM", "DIGITS_TRAIN_TRANSFORM", "BatchTransform", "DatasetKind",
-    "DatasetSpec", "IndexFile", "LocalDataset", "Splits", "Subset", "iter_batches", "load_dataset",
+    "DatasetSource", "IndexFile", "LocalDataset", "Splits", "Subset", "iter_batches", "load_dataset",
     "read_index_file", "split_by_classes", "split_by_index_files",
 ]
 
@@ -152,7 +152,7 @@ class Splits:
 # --- loading ------------------------------------------------------------------------------------------------------
 
 
-def load_dataset(spec: DatasetSpec | Mapping[str, Any] | str, *, endpoint: str | None = None,
+def load_dataset(spec: DatasetSource | Mapping[str, Any] | str, *, endpoint: str | None = None,
                  token: str | bool | None = None, origin: Literal["user", "hub"] = "user") -> LocalDataset:
     """Load a dataset (see the module docstring for the accepted sources).
 
@@ -160,14 +160,14 @@ def load_dataset(spec: DatasetSpec | Mapping[str, Any] | str, *, endpoint: str |
     another) and its token. ``origin="hub"``: the spec's path came from a Hub repo, so pickle-based torchvision
     roots (CIFAR) are refused.
     """
-    parsed = DatasetSpec.parse(spec)
+    parsed = DatasetSource.parse(spec)
     if parsed.kind == "digits":
         return _load_digits(parsed)
     if parsed.kind == "hub":
         from bnconvention.data.hf import read_hf_source
 
         return _from_records(read_hf_source(parsed, endpoint=endpoint, token=token), parsed)
-    path = Path(parsed.path or "")  # DatasetSpec._check guarantees a path for these kinds
+    path = Path(parsed.path or "")  # DatasetSource._check guarantees a path for these kinds
     if not path.exists():
         raise FileNotFoundError(f"dataset {path} does not exist; check the path in the dataset spec")
     if parsed.kind in ("hf_disk", "parquet"):
@@ -181,7 +181,7 @@ def load_dataset(spec: DatasetSpec | Mapping[str, Any] | str, *, endpoint: str |
     return _load_npz(parsed, path) if parsed.kind == "npz" else _load_folder(parsed, path)
 
 
-def _load_digits(spec: DatasetSpec) -> LocalDataset:
+def _load_digits(spec: DatasetSource) -> LocalDataset:
     arrays = digits_arrays()
     return LocalDataset(
         dataset_id=spec.dataset_id or DIGITS_DATASET_ID, revision=None, x=torch.tensor(np.array(arrays.x)),
@@ -196,7 +196,7 @@ def _plain_transforms(reference: str, resize: str | None) -> tuple[BatchTransfor
             BatchTransform(mode="eval", reference=reference, fn=identity_batch, resize=resize))
 
 
-def _from_records(records: SourceRecords, spec: DatasetSpec) -> LocalDataset:
+def _from_records(records: SourceRecords, spec: DatasetSource) -> LocalDataset:
     train_transform, eval_transform = _plain_transforms("bnconvention.data.pools:identity_batch", spec.resize_text)
     return LocalDataset(
         dataset_id=records.dataset_id, revision=records.revision, x=torch.from_numpy(records.x),
@@ -206,7 +206,7 @@ def _from_records(records: SourceRecords, spec: DatasetSpec) -> LocalDataset:
     )
 
 
-def _load_npz(spec: DatasetSpec, path: Path) -> LocalDataset:
+def _load_npz(spec: DatasetSource, path: Path) -> LocalDataset:
     records = read_npz_records(path, x_key=spec.x_key, y_key=spec.y_key, ids_key=spec.ids_key,
                                test_key=spec.test_key)
     n = len(records.x)
@@ -220,7 +220,7 @@ def _load_npz(spec: DatasetSpec, path: Path) -> LocalDataset:
     )
 
 
-def _load_folder(spec: DatasetSpec, root: Path) -> LocalDataset:
+def _load_folder(spec: DatasetSource, root: Path) -> LocalDataset:
     images = read_image_folder(root, channels=spec.channels, image_size=spec.image_size)
     train_transform, eval_transform = _plain_transforms("bnconvention.data.pools:identity_batch", spec.resize_text)
     return LocalDataset(

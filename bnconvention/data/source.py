@@ -1,6 +1,6 @@
-"""Where a dataset comes from and how to read it: :class:`DatasetSpec`, checked before anything is read.
+"""Where a dataset comes from and how to read it: :class:`DatasetSource`, checked before anything is read.
 
-A spec is a mapping (the ``dataset`` section of an audit spec), a :class:`DatasetSpec`, or a short string
+A spec is a mapping (the ``dataset`` section of an audit spec), a :class:`DatasetSource`, or a short string
 (``digits``, ``npz:PATH``, ``folder:PATH``). The kinds and the fields each one reads:
 
 * ``digits``: the bundled scikit-learn digits, prepared as the zoo prepares them (no other field).
@@ -58,11 +58,11 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
 SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
-__all__ = ["DATASET_KINDS", "KIND_FIELDS", "DatasetKind", "DatasetSpec", "TORCHVISION_FORMATS", "TorchvisionFormat"]
+__all__ = ["DATASET_KINDS", "KIND_FIELDS", "DatasetKind", "DatasetSource", "TORCHVISION_FORMATS", "TorchvisionFormat"]
 
 
 @dataclass(frozen=True)
-class DatasetSpec:
+class DatasetSource:
     """Where a dataset comes from and how to read it (see the module docstring for which kind reads which field)."""
 
     kind: DatasetKind
@@ -86,16 +86,16 @@ class DatasetSpec:
     verify: bool = True
 
     @classmethod
-    def parse(cls, spec: DatasetSpec | Mapping[str, Any] | str) -> DatasetSpec:
+    def parse(cls, spec: DatasetSource | Mapping[str, Any] | str) -> DatasetSource:
         """Accept a spec, a mapping of its fields (e.g. from an audit spec) or ``digits`` / ``npz:P`` / ``folder:P``."""
-        if isinstance(spec, DatasetSpec):
+        if isinstance(spec, DatasetSource):
             parsed = spec
         elif isinstance(spec, str):
             parsed = _parse_string(spec)
         elif isinstance(spec, Mapping):
             parsed = _parse_mapping(cls, spec)
         else:
-            raise UsageError(f"a dataset spec is a DatasetSpec, a mapping or a string, not {type(spec).__name__}")
+            raise UsageError(f"a dataset spec is a DatasetSource, a mapping or a string, not {type(spec).__name__}")
         parsed._check()
         return parsed
 
@@ -136,7 +136,7 @@ class DatasetSpec:
         return None if self.image_size is None else f"{self.image_size[1]}x{self.image_size[0]} bilinear"
 
 
-def _parse_mapping(cls: type[DatasetSpec], spec: Mapping[str, Any]) -> DatasetSpec:
+def _parse_mapping(cls: type[DatasetSource], spec: Mapping[str, Any]) -> DatasetSource:
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(spec) - known)
     if unknown:
@@ -152,10 +152,10 @@ def _parse_mapping(cls: type[DatasetSpec], spec: Mapping[str, Any]) -> DatasetSp
         raise UsageError(f"dataset spec is incomplete: {exc}; it needs at least 'kind'") from exc
 
 
-def _parse_string(text: str) -> DatasetSpec:
+def _parse_string(text: str) -> DatasetSource:
     if text in ("digits", DIGITS_DATASET_ID):
-        return DatasetSpec(kind="digits")
+        return DatasetSource(kind="digits")
     prefix, sep, rest = text.partition(":")
     if sep and rest and prefix in ("npz", "folder"):
-        return DatasetSpec(kind="npz" if prefix == "npz" else "image_folder", path=Path(rest))
+        return DatasetSource(kind="npz" if prefix == "npz" else "image_folder", path=Path(rest))
     raise UsageError(f"dataset {text!r} is not understood; use 'digits', 'npz:PATH' or 'folder:PATH'")

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from bnconvention.data.images import ImageBudget, SourceRecords, files_digest, numbered_ids, stack_images
-from bnconvention.data.source import DatasetSpec
+from bnconvention.data.source import DatasetSource
 from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.formats.text import one_line
 
@@ -45,7 +45,7 @@ _DOWNLOAD_HINT = " You can use download=True to download it"
 __all__ = ["PICKLED_FORMATS", "read_torchvision_root"]
 
 
-def read_torchvision_root(spec: DatasetSpec, *, origin: Literal["user", "hub"] = "user") -> SourceRecords:
+def read_torchvision_root(spec: DatasetSource, *, origin: Literal["user", "hub"] = "user") -> SourceRecords:
     """The records of a torchvision root (see the module docstring); ``origin="hub"`` refuses pickle formats."""
     root = Path(spec.path or "")
     if spec.format in PICKLED_FORMATS and origin != "user":
@@ -64,7 +64,7 @@ def read_torchvision_root(spec: DatasetSpec, *, origin: Literal["user", "hub"] =
 # --- CIFAR ----------------------------------------------------------------------------------------------------------
 
 
-def _cifar(spec: DatasetSpec, root: Path) -> SourceRecords:
+def _cifar(spec: DatasetSource, root: Path) -> SourceRecords:
     from torchvision.datasets import CIFAR10, CIFAR100
 
     if spec.train_split != "train" or spec.test_split not in ("test", None):
@@ -92,7 +92,7 @@ def _unverified_cifar(base: Any) -> Any:
 # --- SVHN -----------------------------------------------------------------------------------------------------------
 
 
-def _svhn(spec: DatasetSpec, root: Path) -> SourceRecords:
+def _svhn(spec: DatasetSource, root: Path) -> SourceRecords:
     from torchvision.datasets import SVHN
 
     wanted = [spec.train_split] + ([spec.test_split] if spec.test_split else [])
@@ -110,7 +110,7 @@ def _svhn(spec: DatasetSpec, root: Path) -> SourceRecords:
 # --- ImageFolder ----------------------------------------------------------------------------------------------------
 
 
-def _image_folder(spec: DatasetSpec, root: Path) -> SourceRecords:
+def _image_folder(spec: DatasetSource, root: Path) -> SourceRecords:
     from torchvision.datasets import ImageFolder
 
     wanted = [spec.train_split] + ([spec.test_split] if spec.test_split else [])
@@ -150,7 +150,7 @@ def _decoded(loader: Any, path: str, budget: ImageBudget) -> np.ndarray:
 # --- shared ---------------------------------------------------------------------------------------------------------
 
 
-def _open(make: Any, spec: DatasetSpec, root: Path) -> Any:
+def _open(make: Any, spec: DatasetSource, root: Path) -> Any:
     """torchvision's dataset object, its failures as one line that says which format was expected."""
     try:
         return make()
@@ -166,7 +166,7 @@ def _open(make: Any, spec: DatasetSpec, root: Path) -> Any:
                                   f"{message}{hint}", source=str(root)) from exc
 
 
-def _records(spec: DatasetSpec, parts: list[tuple[Any, np.ndarray]], *, classes: tuple[str, ...],
+def _records(spec: DatasetSource, parts: list[tuple[Any, np.ndarray]], *, classes: tuple[str, ...],
              revision: str, hwc: bool) -> SourceRecords:
     """Arrays of uint8 images (N×H×W×C for CIFAR, N×C×H×W for SVHN) through the common image rule."""
     from PIL import Image
@@ -183,7 +183,7 @@ def _records(spec: DatasetSpec, parts: list[tuple[Any, np.ndarray]], *, classes:
     return _assemble(spec, arrays, classes=classes, revision=revision)
 
 
-def _assemble(spec: DatasetSpec, parts: list[tuple[np.ndarray, np.ndarray]], *, classes: tuple[str, ...],
+def _assemble(spec: DatasetSource, parts: list[tuple[np.ndarray, np.ndarray]], *, classes: tuple[str, ...],
               revision: str) -> SourceRecords:
     x = np.concatenate([images for images, _ in parts])
     y = np.concatenate([labels for _, labels in parts])

@@ -81,7 +81,7 @@ def require_libraries() -> None:
         _import(library)
 
 
-def new_model(model: LibraryModel) -> Any:
+def new_library_model(model: LibraryModel) -> Any:
     """The random-initialised architecture of ``model``, built by its library (global RNG untouched)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(model.seed)
@@ -122,7 +122,7 @@ def train(model: LibraryModel, data: Any) -> tuple[Any, dict[str, float]]:
     from bnconvention.zoo import DIGITS_TRAIN_TRANSFORM
     from bnconvention.zoo.methods import accuracy, train_classifier
 
-    built = new_model(model)
+    built = new_library_model(model)
     logits = Logits(built)
     with _one_thread():
         train_classifier(logits, data.x["retain"], data.y["retain"], epochs=RECIPE["epochs"], lr=RECIPE["lr"],
@@ -150,7 +150,7 @@ class LibraryModels:
         from safetensors.torch import load_file
 
         model = next(m for m in LIBRARY_MODELS if m.name == name)
-        built = new_model(model)
+        built = new_library_model(model)
         built.load_state_dict(load_file(str(self.root / model.weights)), strict=True)
         return built.eval()
 
@@ -232,5 +232,5 @@ def prepare_library_models(root: Path, *, zoo_code: str,
 
 
 __all__ = ["LIBRARY_MODELS", "RECIPE", "TIMM_ARCHITECTURE", "TIMM_ARGS", "TRANSFORMERS_CONFIG", "Library",
-           "LibraryModel", "LibraryModels", "Logits", "cache_key", "cached", "new_model", "prepare_library_models",
-           "require_libraries", "train"]
+           "LibraryModel", "LibraryModels", "Logits", "cache_key", "cached", "new_library_model",
+           "prepare_library_models", "require_libraries", "train"]

@@ -294,7 +294,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
                       population_census=censused, seconds=dict(stages.seconds), reused=reused)
 
 
-def headline(audits: list[Any]) -> tuple[str, Any] | None:
+def headline_release(audits: list[Any]) -> tuple[str, Any] | None:
     """The displaced release with a verdict flip whose headline cell moved most: ``(repo id, AuditResult)``."""
     candidates = []
     for audit in audits:
@@ -314,7 +314,7 @@ def headline(audits: list[Any]) -> tuple[str, Any] | None:
 
 def _check_headline_pr(client: Any, audits: list[Any], pushes: list[Any]) -> tuple[str, int, int] | None:
     """Validate the headline repo's pull request revision (what a submission pipeline would check)."""
-    top = headline(audits)
+    top = headline_release(audits)
     if top is None:
         return None
     push = next((p for p in pushes if p.repo_id == top[0] and p.pr_num is not None), None)
@@ -328,5 +328,5 @@ def _generator() -> str:
     return f"bnconvention {__version__} (bnconvention demo)"
 
 
-__all__ = ["DEMO_FORMAT", "JOURNAL_ENDPOINT", "STAGES", "DemoResult", "Stages", "demo_folder", "headline",
+__all__ = ["DEMO_FORMAT", "JOURNAL_ENDPOINT", "STAGES", "DemoResult", "Stages", "demo_folder", "headline_release",
            "hub_environment", "plan_sha256", "prepare_models", "publish_demo_org", "run_demo"]

@@ -1,6 +1,6 @@
 """The demo organisation: the digits zoo published the way real authors would, through the real client.
 
-Each :class:`Release` becomes one model repo of :data:`DEMO_ORG`, uploaded by the organisation's author through
+Each :class:`DemoRelease` becomes one model repo of :data:`DEMO_ORG`, uploaded by the organisation's author through
 ``huggingface_hub``:
 
 * ``declared`` — the author declares the convention from the recorder's observation of the training run
@@ -46,7 +46,7 @@ CONFIG = "config.json"
 
 
 @dataclass(frozen=True)
-class Release:
+class DemoRelease:
     """One repo of the demo organisation: its name, the zoo variant it ships, and how its author released it."""
 
     name: str
@@ -60,35 +60,35 @@ class Release:
         return f"{DEMO_ORG}/{self.name}"
 
 
-RELEASES: tuple[Release, ...] = (
-    Release("convnet-bn-base", "bn-base", "declared",
+RELEASES: tuple[DemoRelease, ...] = (
+    DemoRelease("convnet-bn-base", "bn-base", "declared",
             "BatchNorm ConvNet trained on all digits; declared from the recorder's observation"),
-    Release("convnet-bn-retrain", "bn-retrain", "declared",
+    DemoRelease("convnet-bn-retrain", "bn-retrain", "declared",
             "retrained from scratch without class 3 (the unlearning reference); declared"),
-    Release("unlearn-badteacher-eval", "bn-badteacher-eval", "declared",
+    DemoRelease("unlearn-badteacher-eval", "bn-badteacher-eval", "declared",
             "BadTeacher-style distillation with eval-mode BatchNorm (the recorder saw frozen buffers); declared"),
-    Release("unlearn-ga-train", "bn-ga-train", "declared",
+    DemoRelease("unlearn-ga-train", "bn-ga-train", "declared",
             "gradient ascent on the forget set with train-mode BatchNorm; declared"),
-    Release("unlearn-relabel-eval", "bn-relabel-eval", "undeclared",
+    DemoRelease("unlearn-relabel-eval", "bn-relabel-eval", "undeclared",
             "random relabelling with eval-mode BatchNorm; uploaded with huggingface_hub alone, nothing declared"),
-    Release("unlearn-relabel-train", "bn-relabel-train", "undeclared",
+    DemoRelease("unlearn-relabel-train", "bn-relabel-train", "undeclared",
             "random relabelling with train-mode BatchNorm; uploaded with huggingface_hub alone, nothing declared"),
-    Release("unlearn-finetune", "bn-finetune", "stale",
+    DemoRelease("unlearn-finetune", "bn-finetune", "stale",
             "fine-tuned on the retained data and declared; later fine-tuned one more epoch and re-uploaded "
             "without re-stamping"),
-    Release("convnet-gn-base", "gn-base", "declared",
+    DemoRelease("convnet-gn-base", "gn-base", "declared",
             "GroupNorm twin of convnet-bn-base; declared (no running statistics)"),
-    Release("unlearn-badteacher-eval-gn", "gn-badteacher-eval", "undeclared",
+    DemoRelease("unlearn-badteacher-eval-gn", "gn-badteacher-eval", "undeclared",
             "GroupNorm twin of unlearn-badteacher-eval; uploaded without a declaration"),
-    Release("unlearn-relabel-eval-gn", "gn-relabel-eval", "undeclared",
+    DemoRelease("unlearn-relabel-eval-gn", "gn-relabel-eval", "undeclared",
             "GroupNorm twin of unlearn-relabel-eval; uploaded without a declaration"),
-    Release("digits-model-card", None, "no_weights",
+    DemoRelease("digits-model-card", None, "no_weights",
             "a model card for a release whose weights are not uploaded yet"),
-    Release("timm-resnet10t-retrain", None, "undeclared",
+    DemoRelease("timm-resnet10t-retrain", None, "undeclared",
             "timm resnet10t (slimmed, one channel) retrained without class 3; pushed with timm.models.push_to_hf_hub, "
             "accuracies in the card's model-index (huggingface_hub metadata_update), nothing declared",
             library="timm"),
-    Release("transformers-resnet-retrain", None, "undeclared",
+    DemoRelease("transformers-resnet-retrain", None, "undeclared",
             "transformers ResNetForImageClassification retrained without class 3; pushed with "
             "PreTrainedModel.push_to_hub, accuracies in the card's model-index, nothing declared",
             library="transformers"),
@@ -123,7 +123,7 @@ def declaration_for(zoo: Any, variant: str) -> Any:
     return declare(zoo.load_model(variant), convention, observation=observation, reporting_line=line)
 
 
-def card_text(release: Release) -> str:
+def author_card_text(release: DemoRelease) -> str:
     """The model card the author writes (bnconvention adds its block and section when it stamps)."""
     return (f"---\nlicense: mit\nlibrary_name: pytorch\ntags:\n- digits\n- machine-unlearning\n---\n"
             f"# {release.name}\n\n{release.description[0].upper()}{release.description[1:]}.\n\n"
@@ -139,12 +139,12 @@ def config_for(zoo: Any, variant: str) -> dict[str, Any]:
             "dataset": "sklearn/digits", "forget_classes": config["data"]["forget_classes"]}
 
 
-def prepare_folder(zoo: Any, release: Release, folder: Path) -> None:
+def prepare_folder(zoo: Any, release: DemoRelease, folder: Path) -> None:
     """Write the release folder as the author has it before publishing (weights copied from the zoo)."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    (folder / CARD_NAME).write_text(card_text(release), "utf-8")
+    (folder / CARD_NAME).write_text(author_card_text(release), "utf-8")
     if release.variant is not None:
         shutil.copyfile(zoo.weights_path(release.variant), folder / WEIGHTS)
         (folder / CONFIG).write_text(json.dumps(config_for(zoo, release.variant), indent=2) + "\n", "utf-8")
@@ -189,7 +189,7 @@ class Published:
     validated: int | None = None  # exit code of the server-side validation of a declared release
 
 
-def _publish_declared(author: Any, zoo: Any, release: Release, folder: Path) -> Published:
+def _publish_declared(author: Any, zoo: Any, release: DemoRelease, folder: Path) -> Published:
     """A declared release through ``publish_release`` (stamped, validated on the server); a ``stale`` one then gets
     one more epoch uploaded over its weights without re-stamping."""
     record = declaration_for(zoo, release.variant or "")
@@ -209,7 +209,7 @@ def _publish_declared(author: Any, zoo: Any, release: Release, folder: Path) -> 
     return item
 
 
-def publish_one(author: Any, zoo: Any, release: Release, folder: Path, *, libraries: Any) -> Published:
+def publish_one(author: Any, zoo: Any, release: DemoRelease, folder: Path, *, libraries: Any) -> Published:
     """Publish ``release`` as its author would: a library release by that library's own code (from
     ``libraries``, :class:`~bnconvention.demo.library_models.LibraryModels`), a declared or stale one through
     bnconvention, the others with huggingface_hub alone (the folder as it is)."""
@@ -229,7 +229,7 @@ def publish_one(author: Any, zoo: Any, release: Release, folder: Path, *, librar
 
 
 def publish_org(author: Any, zoo: Any, releases_dir: Path, *, libraries: Any,
-                on_release: Callable[[Release], object] | None = None) -> list[Published]:
+                on_release: Callable[[DemoRelease], object] | None = None) -> list[Published]:
     """Publish every release of :data:`RELEASES` as the organisation's author (``author``: a HubClient)."""
     done: list[Published] = []
     with quiet_hub_progress():
@@ -245,6 +245,6 @@ def release_notes() -> dict[str, str]:
     return {r.repo_id: f"{r.how.replace('_', ' ')}: {r.description}" for r in RELEASES}
 
 
-__all__ = ["AUDITOR", "AUTHOR", "DEMO_ORG", "RELEASES", "Published", "Release", "ReleaseHow", "card_text",
+__all__ = ["AUDITOR", "AUTHOR", "DEMO_ORG", "RELEASES", "Published", "DemoRelease", "ReleaseHow", "author_card_text",
            "config_for", "declaration_for", "one_more_epoch", "prepare_folder", "publish_one", "publish_org",
            "release_notes"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from bnconvention.audit.population import population_story
-from bnconvention.demo.pipeline import DemoResult, headline
+from bnconvention.demo.pipeline import DemoResult
+from bnconvention.demo.pipeline import headline_release as headline
 from bnconvention.demo.spec import DEMO_SPEC
 from bnconvention.formats.text import one_line, plural, signed
 from bnconvention.hub.summaries import CLASS_LABELS

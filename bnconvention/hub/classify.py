@@ -155,7 +155,7 @@ def check_layers(record: Declaration, tensors: Mapping[str, TensorInfo]) -> list
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CheckpointVerdict:
     """A checkpoint's class, the reason shown for it and the validator's issues behind it."""
 
     status: RepoClass
@@ -168,35 +168,38 @@ def _errors(issues: list[Issue]) -> list[Issue]:
 
 
 def stamped_records(headers: list[tuple[str, SafetensorsHeader]], *,
-                    source: str) -> tuple[list[tuple[str, Any]], Verdict | None]:
+                    source: str) -> tuple[list[tuple[str, Any]], CheckpointVerdict | None]:
     """The records stamped in a checkpoint's headers, ``(file, data)``; or the verdict when one is not JSON or the
     shards carry different records (every shard of a checkpoint must carry the same one)."""
     found: list[tuple[str, Any]] = []
     for filename, header in headers:
         data, _, issues = header_record(header, source=f"{source}/{filename}")
         if _errors(issues):  # safetensors.record_not_json (a record that is not canonical is a warning only)
-            return [], Verdict(status="declared_inconsistent", reason=f"{filename}: the stamped record is not valid "
-                               "JSON", findings=_errors(issues))
+            return [], CheckpointVerdict(status="declared_inconsistent",
+                                         reason=f"{filename}: the stamped record is not valid JSON",
+                                         findings=_errors(issues))
         if data is not None:
             found.append((filename, data))
     if len(found) > 1 and not all(records_equal(found[0][1], data) for _, data in found[1:]):
-        return [], Verdict(status="declared_inconsistent", reason="the shards carry different records", findings=[
-            new_issue("release.card_header_mismatch", file=source, message=f"{found[0][0]} and {found[1][0]} differ")])
+        return [], CheckpointVerdict(status="declared_inconsistent", reason="the shards carry different records",
+                                     findings=[new_issue("release.card_header_mismatch", file=source,
+                                                         message=f"{found[0][0]} and {found[1][0]} differ")])
     return found, None
 
 
-def undeclared_verdict(bn: list[str]) -> Verdict:
+def undeclared_verdict(bn: list[str]) -> CheckpointVerdict:
     """The class of a checkpoint that declares nothing: ``undeclared`` with BatchNorm statistics, else
     ``channel_absent``."""
     if bn:
         shown = ", ".join(bn[:3]) + (", ..." if len(bn) > 3 else "")
-        return Verdict(status="undeclared", reason=f"{plural(len(bn), 'BatchNorm layer')} with running statistics "
-                                                   f"({shown}) and no declaration")
-    return Verdict(status="channel_absent", reason="no BatchNorm running statistics (channel absent), nothing declared")
+        return CheckpointVerdict(status="undeclared", reason=f"{plural(len(bn), 'BatchNorm layer')} with running "
+                                                             f"statistics ({shown}) and no declaration")
+    return CheckpointVerdict(status="channel_absent",
+                             reason="no BatchNorm running statistics (channel absent), nothing declared")
 
 
 def declared_verdict(header: tuple[str, Any] | None, card: Any | None, *, shapes: Mapping[str, tuple[int, ...]],
-                     bn: list[str], source: str) -> tuple[Verdict, str | None]:
+                     bn: list[str], source: str) -> tuple[CheckpointVerdict, str | None]:
     """The class of a checkpoint that declares something (in its header, or else in the card bound to it), and the
     declared convention's name: the validator's issues mapped to a class. An invalid record, a refit annotation, a
     card that differs from the header or layers that differ from the header's buffers (any error of
@@ -209,13 +212,13 @@ def declared_verdict(header: tuple[str, Any] | None, card: Any | None, *, shapes
         best = best_issue(errors or issues)
         where = f" at {best.path}" if best is not None and best.path else ""
         detail = f"{best.code}{where}: {best.message}" if best is not None else "invalid record"
-        return Verdict(status="declared_inconsistent", reason=f"the declared record ({place}) is invalid: {detail}",
-                       findings=errors), None
+        return CheckpointVerdict(status="declared_inconsistent",
+                                 reason=f"the declared record ({place}) is invalid: {detail}", findings=errors), None
     stored = StoredRecord(data, record, header[0] if header is not None else CARD_NAME)
     wrong = location_issues(stored, place=place)
     if wrong:
-        return Verdict(status="declared_inconsistent", reason=f"the {place} holds a refit annotation where the "
-                       "checkpoint's own declaration belongs", findings=wrong), record.convention.name
+        return CheckpointVerdict(status="declared_inconsistent", reason=f"the {place} holds a refit annotation where "
+                                 "the checkpoint's own declaration belongs", findings=wrong), record.convention.name
     card_stored = None if header is None or card is None else StoredRecord(
         card, check_record(card, source="<card>")[0], CARD_NAME)
     result = check_consistency(header=stored if header is not None else None,
@@ -225,16 +228,18 @@ def declared_verdict(header: tuple[str, Any] | None, card: Any | None, *, shapes
     name = record.convention.name
     if card_stored is not None and not result.agrees:
         first = result.differences[0] if result.differences else ""
-        return Verdict(status="declared_inconsistent", reason=f"the card's record differs from the header's (first at "
-                       f"{first or '/'}; {plural(len(result.differences), 'difference')})", findings=errors), name
+        return CheckpointVerdict(status="declared_inconsistent", reason=f"the card's record differs from the header's "
+                                 f"(first at {first or '/'}; {plural(len(result.differences), 'difference')})",
+                                 findings=errors), name
     if errors:
-        return Verdict(status="declared_inconsistent", reason=f"the declaration does not match the header's running "
-                       f"buffers: {errors[0].code}: {errors[0].message}", findings=errors), name
+        return CheckpointVerdict(status="declared_inconsistent", reason=f"the declaration does not match the header's "
+                                 f"running buffers: {errors[0].code}: {errors[0].message}", findings=errors), name
     if bn:
-        return Verdict(status="declared_consistent", reason=f"{plural(len(bn), 'BatchNorm layer')} declared as {name} "
-                       f"({place}); layers match the header"), name
-    return Verdict(status="channel_absent", reason=f"no BatchNorm running statistics (channel absent), declared as "
-                   f"{name}"), name
+        return CheckpointVerdict(status="declared_consistent",
+                                 reason=f"{plural(len(bn), 'BatchNorm layer')} declared as {name} ({place}); layers "
+                                 "match the header"), name
+    return CheckpointVerdict(status="channel_absent",
+                             reason=f"no BatchNorm running statistics (channel absent), declared as {name}"), name
 
 
 def classify_checkpoint(weights: WeightsSet, *, card_record: Any | None, card_bound: bool,
@@ -412,7 +417,7 @@ __all__ = [
     "CheckpointReport",
     "RepoCensus",
     "RepoClass",
-    "Verdict",
+    "CheckpointVerdict",
     "bound_checkpoint",
     "check_layers",
     "classify_checkpoint",

@@ -189,7 +189,7 @@ WINDOW_PER_WORKER = 16  # repos in flight per census thread (a page or more: the
 
 
 @dataclass
-class CensusRun:
+class OrgCensusRun:
     """What one census run did: how many repos were listed, read (and failed) or reused, and the first
     :data:`FAILURES_KEPT` failures. The entries themselves are in the journal (:func:`census_entries`): a run holds
     no per-repo state, so its memory is flat in the size of the organisation."""
@@ -227,7 +227,7 @@ def census_entries(journal: Journal) -> Iterator[RepoCensus]:
         yield RepoCensus.model_validate(entry.payload)
 
 
-def _to_read(listing: Iterable[ListedRepo], *, journal: Journal, run: CensusRun,
+def _to_read(listing: Iterable[ListedRepo], *, journal: Journal, run: OrgCensusRun,
              reused: Callable[[RepoCensus], None]) -> Iterator[ListedRepo]:
     """The listed repos to classify: each noted in the journal's listing as it comes (a repo listed twice, as when
     the organisation changes between pages, only once), those with a final entry at the listed commit passed to
@@ -266,7 +266,7 @@ def _classified(client: HubClient, repos: Iterable[ListedRepo], *, workers: int,
 
 
 def census_org(client: HubClient, org: str, *, journal: Journal, workers: int = 1, progress: bool = False,
-               on_repo: OnRepo | None = None, speculative: int | None = None) -> CensusRun:
+               on_repo: OnRepo | None = None, speculative: int | None = None) -> OrgCensusRun:
     """List ``org`` and classify every model not already classified at its current commit (see the module doc),
     streaming: each repo is journaled (and passed to ``on_repo``) as it comes off the listing, and nothing is
     kept per repo; read the entries back with :func:`census_entries`. A listing stopped at a budget or a loop
@@ -274,7 +274,7 @@ def census_org(client: HubClient, org: str, *, journal: Journal, workers: int = 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UsageError(f"--workers must be a positive integer, got {workers!r}")
     start = time.perf_counter()
-    run = CensusRun(org=org)
+    run = OrgCensusRun(org=org)
     journal.start_listing()
     bar = tqdm(desc=f"census {org}", unit="repo", disable=not progress)
 
@@ -301,5 +301,5 @@ def census_org(client: HubClient, org: str, *, journal: Journal, workers: int = 
     return run
 
 
-__all__ = ["FAILURES_KEPT", "CensusRun", "ListedRepo", "ListingEnd", "census_entries", "census_repo", "check_org",
+__all__ = ["FAILURES_KEPT", "OrgCensusRun", "ListedRepo", "ListingEnd", "census_entries", "census_repo", "check_org",
            "census_org", "iter_org_models", "list_org_models"]

@@ -56,7 +56,7 @@ from bnconvention.zoo.population_train import (
     batches,
     cells,
     frozen_twin,
-    new_model,
+    new_population_model,
     removal_data,
     train_base,
     train_retrain,
@@ -155,7 +155,7 @@ class _Context:
             model, observation = self.base(item.seed, tick=tick, count=batches(item, data, self.config))
             self.release(item, model, observation)
         elif item.role == "retrain":
-            model = new_model(self.config, build_seed=self.seed, seed=item.seed)
+            model = new_population_model(self.config, build_seed=self.seed, seed=item.seed)
             observation = _observed(model, lambda rec: train_retrain(
                 model, data, config=self.config, build_seed=self.seed, seed=item.seed, observer=rec,
                 progress=tick))
@@ -185,14 +185,14 @@ class _Context:
             tick(count)  # trained for an earlier removal (or before a resume)
             observation = Observation.model_validate(loads_strict(observed.read_bytes(), source=str(observed)))
             return self.base_copy(seed), observation
-        model = new_model(self.config, build_seed=self.seed, seed=seed)
+        model = new_population_model(self.config, build_seed=self.seed, seed=seed)
         first = self.data[self.config.removals[0]]
         observation = _observed(model, lambda rec: train_base(
             model, first, config=self.config, build_seed=self.seed, seed=seed, observer=rec, progress=tick))
         return model, observation
 
     def base_copy(self, seed: int) -> nn.Module:
-        model = new_model(self.config, build_seed=self.seed, seed=seed)
+        model = new_population_model(self.config, build_seed=self.seed, seed=seed)
         model.load_state_dict(load_file(str(self._base_files(seed)[0])), strict=True)
         return model
 

@@ -50,7 +50,7 @@ def removal_data(task: NoisyDigits, removal: Removal) -> RemovalData:
                        y={r: y[torch.from_numpy(i)] for r, i in rows.items()}, forget_ids=tuple(ids))
 
 
-def new_model(config: PopulationConfig, *, build_seed: int, seed: int) -> nn.Module:
+def new_population_model(config: PopulationConfig, *, build_seed: int, seed: int) -> nn.Module:
     """A fresh model for population seed ``seed`` (the base and every retrain of that seed start from it)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derived_seed(build_seed, "population", str(seed), "init"))
@@ -138,5 +138,5 @@ def cells(model: nn.Module, data: RemovalData) -> dict[str, float]:
     return {role: methods.accuracy(model, data.x[role], data.y[role]) for role in ("forget", "retain", "test")}
 
 
-__all__ = ["FACTORY", "RemovalData", "batches", "cells", "frozen_twin", "is_buffer", "new_model", "removal_data",
-           "train_base", "train_retrain", "unlearn"]
+__all__ = ["FACTORY", "RemovalData", "batches", "cells", "frozen_twin", "is_buffer", "new_population_model",
+           "removal_data", "train_base", "train_retrain", "unlearn"]

@@ -131,7 +131,7 @@ def format_p(p: float | None) -> str:
     return f"{p:.2g}"
 
 
-def reporting_line(*, spec: AuditSpec, cells: Sequence[Cell], signs: Mapping[str, SignRecord], channel: str,
+def audit_reporting_line(*, spec: AuditSpec, cells: Sequence[Cell], signs: Mapping[str, SignRecord], channel: str,
                    transform_mode: str) -> str:
     """The one sentence a release adds, built from the measured headline cell."""
     headline = spec.headline_cell().text

@@ -32,7 +32,7 @@ def torch_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(0, 2**62))
 
 
-def predict(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> torch.Tensor:
+def split_predictions(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> torch.Tensor:
     """Class predictions of ``model`` (eval mode) on a split under the eval transform, on the CPU; the logits are
     read out of whatever the forward returns (a transformers ``ModelOutput`` too). Batches are transformed on the
     CPU and moved to the model's device."""
@@ -57,21 +57,21 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def accuracy(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> float:
-    predictions = predict(model, split, data, batch_size=batch_size)
+def split_accuracy(model: torch.nn.Module, split: Split, data: AuditData, *, batch_size: int) -> float:
+    predictions = split_predictions(model, split, data, batch_size=batch_size)
     return float((predictions == split.y).sum().item()) / len(split.y)
 
 
 def base_cells(model: torch.nn.Module, data: AuditData, *, batch_size: int) -> BaseCells:
     return {
-        "df": accuracy(model, data.forget, data, batch_size=batch_size),
-        "dr": accuracy(model, data.retain, data, batch_size=batch_size),
-        "dt": accuracy(model, data.test, data, batch_size=batch_size),
+        "df": split_accuracy(model, data.forget, data, batch_size=batch_size),
+        "dr": split_accuracy(model, data.retain, data, batch_size=batch_size),
+        "dt": split_accuracy(model, data.test, data, batch_size=batch_size),
     }
 
 
 def forget_accuracy(model: torch.nn.Module, data: AuditData, *, batch_size: int) -> float:
-    return accuracy(model, data.forget, data, batch_size=batch_size)
+    return split_accuracy(model, data.forget, data, batch_size=batch_size)
 
 
 def _pool(x: torch.Tensor, transform: Any, *, generator: torch.Generator, batch_size: int) -> list[torch.Tensor]:

@@ -18,7 +18,7 @@ from bnconvention.audit.core.result import AuditResult, ReplicateRecord
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.audit.run.runner import check_data_fits, prepare_audit
-from bnconvention.audit.run.stages import check_theta_unchanged, replicate_record
+from bnconvention.audit.run.stages import check_theta_after_audit, replicate_record
 from bnconvention.audit.run.sweeps import (
     ReplicateStore,
     cell_outcomes,
@@ -67,7 +67,7 @@ def stored_replicates(checkpoint: SweepCheckpoint, spec: AuditSpec, store: Repli
         for r in missing:
             records[r] = replicate_record(prepared, refitter, r)
             store.put(keys[r], records[r])  # type: ignore[arg-type]
-        check_theta_unchanged(loaded.path, before=refitter.theta.trainable_sha256,
+        check_theta_after_audit(loaded.path, before=refitter.theta.trainable_sha256,
                               after=refitter.theta.digests(loaded.model).trainable_sha256)
     return [record for record in records if record is not None], len(missing)
 

@@ -8,13 +8,13 @@ stages:
    An annotation keeps the convention (rule, transform, pool size, seed, dataset id and revision), R and the margin,
    but not the spec's splits, architecture or cells' expressions, so the spec is an input; every field the
    annotation does keep must agree with it, else the spec is not the annotation's.
-2. **fetch** (:func:`pinned_spec`, :func:`check_weights`, :func:`fetch_data`): the weights, whose trainable and
-   running digests must be the annotation's subject's, and the pool: a Hub dataset is read at the commit the
+2. **fetch** (:func:`pinned_spec`, :func:`check_annotated_weights`, :func:`fetch_data`): the weights, whose trainable
+   and running digests must be the annotation's subject's, and the pool: a Hub dataset is read at the commit the
    annotation recorded (not the spec's branch), and the data read must be the recorded dataset at that revision.
 3. **re-run** (:func:`rerun_local`): the audit of :mod:`bnconvention.audit.run.runner`, unchanged; every draw is seeded
    from the spec, so on one machine the replicate values come back exactly.
-4. **compare** (:func:`compare`, with the one rule :func:`cell_differences`): each cell, each decision and each
-   verdict (and its flip) against the annotation's own.
+4. **compare** (:func:`compare_reproduction`, with the one rule :func:`cell_differences`): each cell, each decision
+   and each verdict (and its flip) against the annotation's own.
 
 The rule, written once (:func:`cell_differences`): a cell reproduces when its shipped value is the annotated one
 within the tolerance, every reproduced replicate value lies in the annotation's replicate range
@@ -231,7 +231,7 @@ def digest_differences(annotation: RefitAnnotation, *, trainable_sha256: str, ru
     return found
 
 
-def check_weights(annotation: RefitAnnotation, weights: Path) -> None:
+def check_annotated_weights(annotation: RefitAnnotation, weights: Path) -> None:
     """Refuse weights that are not the annotated tensors (their digests over the file's bytes, every shard)."""
     from bnconvention.formats.checkpoint_files import open_checkpoint
     from bnconvention.formats.digests import checkpoint_digests
@@ -346,7 +346,7 @@ def compare_verdict(annotated: Verdict, reproduced: Verdict | None) -> VerdictCh
                         differences=differences)
 
 
-def compare(annotation: RefitAnnotation, reproduced: RefitAnnotation, *, tolerance: float
+def compare_reproduction(annotation: RefitAnnotation, reproduced: RefitAnnotation, *, tolerance: float
             ) -> tuple[list[CellCheck], list[VerdictCheck]]:
     """Every cell and verdict of the annotation against the reproduction's (matched by metric and criterion)."""
     cells_now = {c.metric: c for c in reproduced.cells}
@@ -366,7 +366,7 @@ def compare(annotation: RefitAnnotation, reproduced: RefitAnnotation, *, toleran
 def reproduction(annotation: RefitAnnotation, result: AuditResult, *, source: str, tolerance: float, start: float,
                  original_seconds: float | None = None) -> Reproduction:
     """The typed outcome of a re-run ``result`` compared with ``annotation``."""
-    cells, verdicts = compare(annotation, result.annotation, tolerance=tolerance)
+    cells, verdicts = compare_reproduction(annotation, result.annotation, tolerance=tolerance)
     return Reproduction(annotation=source, annotation_sha256=canonical_sha256(to_dict(annotation)),
                         subject=subject_name(annotation), tolerance=tolerance, cells=cells, verdicts=verdicts,
                         seconds=time.perf_counter() - start, rerun_seconds=result.seconds,
@@ -392,7 +392,7 @@ def reproduce_local(annotation_path: str | Path, spec: AuditSpec, *, spec_source
                                          f"{subject_name(annotation)})", missing=annotation.subject.filename)
         weights = original["weights_path"]
     weights = Path(weights)
-    check_weights(annotation, weights)
+    check_annotated_weights(annotation, weights)
     spec = pinned_spec(annotation, spec)
     data = fetch_data(annotation, spec, repo_dir=weights.parent)
     result = rerun_local(spec, weights, data, device=device)
@@ -441,8 +441,8 @@ __all__ = [
     "VerdictCheck",
     "cell_differences",
     "check_spec",
-    "check_weights",
-    "compare",
+    "check_annotated_weights",
+    "compare_reproduction",
     "digest_differences",
     "fetch_data",
     "parse_annotation",

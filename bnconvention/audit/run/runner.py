@@ -39,7 +39,7 @@ from bnconvention.audit.run.prepared import PreparedAudit
 from bnconvention.audit.run.shipped_store import ShippedStore
 from bnconvention.audit.run.stages import (
     build_annotation,
-    check_theta_unchanged,
+    check_theta_after_audit,
     decide_cells,
     evaluate_shipped,
     mechanism_evidence,
@@ -154,7 +154,7 @@ def run_audit(prepared: PreparedAudit, *, progress: bool = False,
     diagnostics = run_diagnostics(prepared, refitter, shipped, staleness=staleness.combined)
     encoder = None if prepared.encoder is None else run_encoder(spec, prepared.data, prepared.encoder, refitter)
     scales = scales_outcome(prepared)
-    check_theta_unchanged(checkpoint.path, before=refitter.theta.trainable_sha256,
+    check_theta_after_audit(checkpoint.path, before=refitter.theta.trainable_sha256,
                           after=refitter.theta.digests(model).trainable_sha256)
     annotation = build_annotation(prepared, shipped, replicates, decisions, staleness, diagnostics)
     if prepared.encoder is not None and encoder is not None:

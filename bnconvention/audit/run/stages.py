@@ -4,7 +4,7 @@
 shipped) → :func:`run_replicates` (R refits on redrawn retained pools, φ restored after each) → :func:`decide_cells`
 (decisions and verdicts, from numbers alone) → :func:`run_band_refits` (the retain refits the band needs beyond the
 replicates) → :func:`staleness_with_band` (docs/statistics.md#staleness, against the null band of :mod:`.band`) →
-:func:`run_diagnostics` (recoverability and its curve, provenance arms) → :func:`check_theta_unchanged` →
+:func:`run_diagnostics` (recoverability and its curve, provenance arms) → :func:`check_theta_after_audit` →
 :func:`build_annotation`. The model-free stages (decisions, staleness, annotation) run on any numbers given to them.
 """
 
@@ -37,10 +37,10 @@ from bnconvention.audit.measure.checkpoint import LoadedCheckpoint, read_sidecar
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.decisions import (
     anchoring,
+    audit_reporting_line,
     cell_field,
     decide_cell,
     evaluate_cell,
-    reporting_line,
     verdict,
 )
 from bnconvention.audit.measure.evaluation import (
@@ -369,7 +369,7 @@ def population_evidence(checkpoint: LoadedCheckpoint) -> PopulationMetadata | No
     return population_metadata(_sidecar(checkpoint))
 
 
-def check_theta_unchanged(path: Path, *, before: str, after: str) -> None:
+def check_theta_after_audit(path: Path, *, before: str, after: str) -> None:
     """The audit's proof that θ did not move: the trainable digests before and after the whole audit."""
     if after != before:
         raise WeightsChangedError(f"{path}: the trainable tensors changed during the audit (digest "
@@ -401,7 +401,7 @@ def build_annotation(prepared: PreparedAudit, shipped: ShippedCells, replicates:
         provenance=diagnostics.provenance,
         recoverability=diagnostics.recoverability,
         producer=default_producer(),
-        reporting_line=reporting_line(spec=spec, cells=decisions.cells, signs=decisions.signs,
+        reporting_line=audit_reporting_line(spec=spec, cells=decisions.cells, signs=decisions.signs,
                                       channel=replicates.channel, transform_mode=replicates.transform_mode),
     )
 

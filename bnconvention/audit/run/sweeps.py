@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from bnconvention.audit.core.files import write_json
 from bnconvention.audit.core.result import AuditResult, ReplicateRecord
 from bnconvention.audit.diagnostics.encoder import cells_for, redecide_typed_cells
-from bnconvention.audit.measure.decisions import decide_cell, reporting_line
+from bnconvention.audit.measure.decisions import audit_reporting_line, decide_cell
 from bnconvention.audit.measure.evaluation import BaseCells
 from bnconvention.audit.measure.stats import by_adjust
 from bnconvention.audit.run.stages import ShippedCells, decide_cells
@@ -113,13 +113,13 @@ def redecide(result: AuditResult, spec: AuditSpec, *, replicates: Sequence[BaseC
                            anchoring=a.anchoring, seconds=result.seconds_shipped_eval)
     published = {c.metric: c.published for c in a.cells if c.published is not None}
     decisions = decide_cells(spec, shipped, list(replicate_cells), channel=a.channel, published=published)
-    line = reporting_line(spec=spec, cells=decisions.cells, signs=decisions.signs, channel=a.channel,
+    line = audit_reporting_line(spec=spec, cells=decisions.cells, signs=decisions.signs, channel=a.channel,
                           transform_mode=a.convention.transform.mode)
     typed = redecide_typed_cells(a, spec_cells={c.text for c in spec.cell_expressions()}, margin_pp=spec.margin_pp,
                                  anchored=shipped.anchored, replicates=len(replicate_cells))
     annotation = a.model_copy(update={"margin_pp": spec.margin_pp, "replicates": len(replicate_cells),
                                       "cells": cells_for(a, [*decisions.cells, *typed]), "verdicts": decisions.verdicts,
-                                      "reporting_line": line})
+                                      "audit_reporting_line": line})
     return result.model_copy(update={"annotation": annotation, "sign_tests": decisions.signs,
                                      "scales": redecide_scales(result.scales, margin_pp=spec.margin_pp),
                                      "spec_sha256": spec.sha256()})

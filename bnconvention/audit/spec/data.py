@@ -10,8 +10,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from bnconvention.data.ids import check_repo_path
-from bnconvention.data.source import KIND_FIELDS, PATH_KINDS, DatasetKind, TorchvisionFormat
-from bnconvention.data.source import DatasetSpec as LoaderSpec
+from bnconvention.data.source import KIND_FIELDS, PATH_KINDS, DatasetKind, DatasetSource, TorchvisionFormat
 from bnconvention.errors import AuditSpecError, UsageError
 
 IndexLocation: TypeAlias = Literal["spec", "dataset_repo", "model_repo"]
@@ -153,7 +152,7 @@ def check_dataset(dataset: DatasetSpec) -> None:
         raise AuditSpecError("a torchvision dataset needs a format: cifar10, cifar100, svhn or image_folder",
                              field="/dataset/format")
     try:
-        LoaderSpec.parse(dataset.loader_spec())
+        DatasetSource.parse(dataset.loader_spec())
     except UsageError as exc:
         raise AuditSpecError(f"dataset: {exc}", field="/dataset") from exc
 

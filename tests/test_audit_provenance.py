@@ -7,7 +7,7 @@ import pytest
 import torch
 from audit_support import PATTERN_SPEC
 
-from bnconvention.audit.core.result import ProvenanceDraw
+from bnconvention.audit.core.result import ProvenanceArmMeasurement, ProvenanceDraw
 from bnconvention.audit.diagnostics.provenance import (
     annotation_contrast,
     arm_sizes,
@@ -20,6 +20,7 @@ from bnconvention.audit.run.runner import check_data_fits, prepare_audit
 from bnconvention.audit.spec.audit_spec import ProvenanceSpec, parse_spec
 from bnconvention.errors import AuditSpecError
 from bnconvention.refitting import running_state
+from bnconvention.standard.models import NullBand, ProvenanceArm
 
 
 def test_arm_sizes_are_the_deployment_share_and_the_ceiling():
@@ -47,6 +48,19 @@ def test_an_arm_is_decided_against_the_largest_null_over_its_draws():
     assert not small.exceeds_null and not small.shift_exceeds_null and small.staleness_ratio is None
     contrast = annotation_contrast([arm, small])
     assert (contrast.exchanged, contrast.mean_distance, contrast.forget_shift_pp) == (26, pytest.approx(0.005), -9.0)
+
+
+def test_an_arm_measurement_makes_the_standards_arm_and_keeps_its_journal_shape():
+    draws = [_draw(0, 0.004, -10.0, 0.002, 0.5), _draw(1, 0.006, -8.0, 0.003, -1.5)]
+    arm = summarize_arm("deployment", pool_size=256, exchanged=26, draws=draws, staleness=0.05)
+    assert arm.to_record() == ProvenanceArm(arm="deployment", pool_size=256, exchanged=26,
+                                            forget_shift_pp=[-10.0, -8.0], null_band=NullBand(lower=-1.5, upper=1.5),
+                                            outside_null=True)
+    # the census journal stores the measurement as JSON: the same keys as before it had a record to make
+    assert list(arm.model_dump()) == ["arm", "pool_size", "exchanged", "draws", "distance", "forget_shift_pp",
+                                      "null_band", "null_shift_band_pp", "exceeds_null", "staleness_ratio",
+                                      "shift_exceeds_null"]
+    assert ProvenanceArmMeasurement.model_validate_json(arm.model_dump_json()) == arm
 
 
 def test_a_pool_too_large_for_the_null_swaps_is_refused(zoo):

@@ -7,11 +7,13 @@ import pytest
 import torch
 from audit_support import PATTERN_SPEC
 
+from bnconvention.audit.core.result import RecoverabilityMeasurement, RecoveryPoint
 from bnconvention.audit.diagnostics.recovery import proxy_images, recoverability_curve, skip_reason
 from bnconvention.audit.measure.evaluation import Refitter
 from bnconvention.audit.run.runner import prepare_audit
 from bnconvention.audit.spec.audit_spec import DEFAULT_BUDGETS, parse_spec
 from bnconvention.refitting import running_state
+from bnconvention.standard.models import RecoverabilityCurve, RecoverabilityPoint
 
 
 def test_the_default_curve_is_the_papers_budgets_over_three_sources():
@@ -67,3 +69,22 @@ def test_the_curve_on_an_eval_mode_checkpoint(prepared):
     assert all(torch.equal(before[k].mean, after[k].mean) for k in before)
     # Kalani et al.'s pattern on an eval-mode (misaligned) checkpoint: ten in-distribution images recover forgetting
     assert curve.points[1].mean_forget_accuracy > 0.3
+
+
+def _point(source: str, budget: int, accuracies: list[float]) -> RecoveryPoint:
+    return RecoveryPoint(source=source, budget=budget, forget_accuracy=accuracies,
+                         mean_forget_accuracy=sum(accuracies) / 2, mean_shift_pp=0.0)
+
+
+def test_a_curve_measurement_makes_one_standard_curve_per_source():
+    measured = RecoverabilityMeasurement(forget_accuracy_shipped=0.5, rule="exact", seeds=2, points=[
+        _point("test", 10, [0.75, 0.5]), _point("noise", 10, [0.25, 0.5]), _point("test", 1, [0.5, 0.5])])
+    noise = ("other", "gaussian noise with the test split's per-pixel mean and standard deviation")
+    assert measured.to_records() == [
+        RecoverabilityCurve(source=noise[0], description=noise[1], rule="exact", seeds=[0, 1],
+                            forget_accuracy_shipped=0.5,
+                            points=[RecoverabilityPoint(images=10, forget_accuracy=[0.25, 0.5])]),
+        RecoverabilityCurve(source="test", rule="exact", seeds=[0, 1], forget_accuracy_shipped=0.5,
+                            points=[RecoverabilityPoint(images=1, forget_accuracy=[0.5, 0.5]),
+                                    RecoverabilityPoint(images=10, forget_accuracy=[0.75, 0.5])])]
+    assert RecoverabilityMeasurement(forget_accuracy_shipped=0.5, rule="exact", seeds=2, points=[]).to_records() == []

@@ -60,7 +60,7 @@ def write_case(folder: Path, name: str, *, images: int, pool: int, replicates: i
     import torch
     from safetensors.torch import save_file
 
-    from bnconvention.architectures.factories import build_model
+    from bnconvention.architectures.build import build_model
 
     rng = np.random.default_rng(seed)
     np.savez(folder / "data.npz", x=rng.integers(0, 256, size=(images, 3, 32, 32), dtype=np.uint8),

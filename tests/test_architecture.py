@@ -328,7 +328,9 @@ def test_modules_that_say_they_do_not_import_torch_do_not(package_dir: Path, rep
     # torch", it must stay true.
     files = package_files(package_dir)
     claimed = sorted(module_name(path) for path, source in files.items() if TORCH_FREE_CLAIM in source)
-    assert len(claimed) >= 20  # the refit engine, the audit, digests, the recorder, the data layer, ...
+    # the device names of --device, the logits the audit's evaluation reads, the Hub push of a library's model, ...
+    assert {"bnconvention.refitting.devices", "bnconvention.architectures.outputs",
+            "bnconvention.hub.library_push"} <= set(claimed)
     loader = first_to_import_torch(claimed, repo_root)
     assert loader == "", f"{loader} says it does not import torch, but importing it does"
 
@@ -341,6 +343,68 @@ def test_modules_outside_the_torch_borders_do_not_import_torch(package_dir: Path
     loader = first_to_import_torch(outside, repo_root)
     assert loader == "", (f"{loader} is outside the torch borders (docs/architecture.md#torch-borders) but "
                           "importing it imports torch")
+
+
+# Border modules that imported torch inside functions without a torch-free path before the rule below held; the audit
+# is being reorganised apart (docs/architecture.md#torch-borders). The set only shrinks: the test fails when one of
+# them no longer needs its entry.
+DEFERRED_TORCH_PENDING = frozenset({
+    "bnconvention.audit.diagnostics.encoder", "bnconvention.audit.diagnostics.provenance",
+    "bnconvention.audit.diagnostics.recovery", "bnconvention.audit.run.shipped_store", "bnconvention.audit.run.stages",
+    "bnconvention.audit.scales.stage", "bnconvention.hub_audit.audit_task",
+})
+
+
+def deferred_torch_imports(source: str) -> list[int]:
+    """The lines where ``source`` imports torch (or ``safetensors.torch``, which imports it) inside a function."""
+    lines: list[int] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                names = [alias.name for alias in child.names] if isinstance(child, ast.Import) else [child.module or ""]
+                if any(name.split(".")[0] == "torch" or name == "safetensors.torch" for name in names):
+                    lines.append(child.lineno)
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(source), False)
+    return lines
+
+
+def deferred_torch_violations(files: dict[str, str]) -> list[str]:
+    """Border modules that import torch inside a function but do not say that importing them does not import torch:
+    a border module that no torch-free path imports has no reason to defer torch, and imports it at its top."""
+    return [f"{path}:{line} imports torch inside a function without saying {TORCH_FREE_CLAIM!r}"
+            for path, source in files.items()
+            if in_torch_border(module_name(path)) and TORCH_FREE_CLAIM not in source
+            for line in deferred_torch_imports(source)]
+
+
+def test_border_modules_defer_torch_only_when_they_say_they_do_not_import_torch(package_dir: Path) -> None:
+    found = deferred_torch_violations(package_files(package_dir))
+    modules = {module_name(item.split(":")[0]) for item in found}
+    assert [item for item in found if module_name(item.split(":")[0]) not in DEFERRED_TORCH_PENDING] == [], (
+        "import torch at the module's top, or name in a comment the torch-free path that imports the module "
+        "(docs/architecture.md#torch-borders)")
+    assert sorted(DEFERRED_TORCH_PENDING - modules) == [], "remove these from DEFERRED_TORCH_PENDING: they are done"
+
+
+@pytest.mark.parametrize(("path", "source", "lines"), [
+    pytest.param("bnconvention/data/pools.py", "def f():\n    import torch\n", [2], id="deferred"),
+    pytest.param("bnconvention/data/pools.py", "class A:\n    def f(self):\n        from torch.nn import Module\n", [3],
+                 id="in-a-method"),
+    pytest.param("bnconvention/data/pools.py", "def f():\n    from safetensors.torch import save\n", [2],
+                 id="safetensors-torch"),
+    pytest.param("bnconvention/data/pools.py", "# importing this module does not import torch.\ndef f():\n"
+                 "    import torch\n", [], id="claimed"),
+    pytest.param("bnconvention/data/pools.py", "import torch\n\ndef f():\n    import torchvision\n", [],
+                 id="at-the-top-and-not-torch"),
+    pytest.param("bnconvention/formats/text.py", "def f():\n    import torch\n", [], id="outside-the-borders"),
+])
+def test_checker_sees_a_border_module_deferring_torch(path: str, source: str, lines: list[int]) -> None:
+    found = deferred_torch_violations({path: source})
+    assert found == [f"{path}:{line} imports torch inside a function without saying {TORCH_FREE_CLAIM!r}"
+                     for line in lines]
 
 
 def test_the_torch_border_check_sees_torch(repo_root: Path) -> None:

@@ -11,7 +11,7 @@ import torch
 from architectures_support import fixed_input, read_json, timm_release
 from safetensors.torch import load_file
 
-from bnconvention.architectures.factories import build_model
+from bnconvention.architectures.build import build_model
 from bnconvention.architectures.resolve import architecture_from_config
 from bnconvention.architectures.timm_models import REFUSED_KEYS, safe_timm_kwargs, timm_architecture
 from bnconvention.errors import ArchitectureConfigError, MissingDependencyError

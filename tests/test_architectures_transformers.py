@@ -12,7 +12,7 @@ import torch
 from architectures_support import fixed_input, read_json, transformers_convnext, transformers_resnet
 from safetensors.torch import load_file
 
-from bnconvention.architectures.factories import build_model
+from bnconvention.architectures.build import build_model
 from bnconvention.architectures.outputs import logits
 from bnconvention.architectures.resolve import architecture_from_config
 from bnconvention.errors import ArchitectureConfigError, MissingDependencyError, UnsupportedModelError

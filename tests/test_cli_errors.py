@@ -15,7 +15,7 @@ import yaml
 from safetensors.torch import save_file
 
 from bnconvention import errors
-from bnconvention.architectures import factories
+from bnconvention.architectures import build, factories
 from bnconvention.cli import audit_cmd, validate_cmd
 from bnconvention.cli import main as cli
 from bnconvention.zoo.models import convnet_bn
@@ -141,7 +141,7 @@ def test_factory_errors_keep_their_cause(tmp_path: Path, monkeypatch: pytest.Mon
     module = user_module(tmp_path, monkeypatch, "raise KeyError('x')\n")
     factories.allow_user_factory(f"{module}:make")
     with pytest.raises(errors.FactoryImportError) as info:
-        factories.build_model(f"{module}:make")
+        build.build_model(f"{module}:make")
     assert isinstance(info.value, ImportError) and isinstance(info.value.__cause__, KeyError)
     assert info.value.target == f"{module}:make"
 
@@ -150,7 +150,7 @@ def test_factory_must_return_a_module(tmp_path: Path, monkeypatch: pytest.Monkey
     module = user_module(tmp_path, monkeypatch, "def make():\n    return 'a model'\n")
     factories.allow_user_factory(f"{module}:make")
     with pytest.raises(errors.FactoryCallError, match=r"returned a str, not a torch.nn.Module"):
-        factories.build_model(f"{module}:make")
+        build.build_model(f"{module}:make")
 
 
 class Surprise(Exception):

@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from bnconvention.architectures.factories import build_model
+from bnconvention.architectures.build import build_model
 from bnconvention.cli.main import main
 from bnconvention.data.pools import iter_batches, load_dataset, split_by_classes
 from bnconvention.errors import UsageError

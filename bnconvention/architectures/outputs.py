@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from bnconvention.errors import UnsupportedModelError
 
-# torch is imported inside the function that uses it: importing this module does not import torch.
+# torch is imported inside the functions that use it, since the audit's evaluation imports this module on its
+# torch-free path (report_html, hub_audit): importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

@@ -25,15 +25,16 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bnconvention.errors import ArchitectureConfigError, FactoryCallError
+import torch
 
-if TYPE_CHECKING:
-    import torch
-
-    from bnconvention.architectures.resolve import Architecture
-    from bnconvention.formats.checkpoint_files import CheckpointFiles
+from bnconvention.architectures.build import build_model
+from bnconvention.architectures.resolve import Architecture
+from bnconvention.errors import ArchitectureConfigError, CheckpointMismatchError, FactoryCallError
+from bnconvention.formats.checkpoint_files import CheckpointFiles
+from bnconvention.refitting.keymap import KeyProblems, match_keys
+from bnconvention.refitting.weights import fit_model, storage_aliases
 
 _ALLOCATION = re.compile(r"can't allocate memory|out of memory|cannot allocate memory|std::bad_alloc", re.IGNORECASE)
 _BYTES = re.compile(r"allocate (\d+) bytes")
@@ -81,8 +82,6 @@ def allocation_refusal(choice: Architecture, failure: BaseException) -> Architec
 def _parameters_on_meta() -> Iterator[None]:
     """Every parameter registered while inside goes to the meta device at once (buffers stay where they are made):
     for factories that compute with tensors while they build, which the meta device cannot."""
-    import torch
-
     register = torch.nn.Module.register_parameter
 
     def on_meta(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
@@ -102,9 +101,7 @@ def _parameters_on_meta() -> Iterator[None]:
 def build_skeleton(choice: Architecture) -> torch.nn.Module | None:
     """The architecture with no storage behind its tensors (see the module docstring), or None when the factory
     cannot be built that way. An allocation failure on the way is refused (:func:`allocation_refusal`)."""
-    import torch
 
-    from bnconvention.architectures.factories import build_model
 
     source = None if choice.source == "spec" else choice.source
     failures: list[BaseException] = []
@@ -163,10 +160,6 @@ def check_skeleton(skeleton: torch.nn.Module, files: CheckpointFiles, choice: Ar
     storage): when the architecture comes from a file and one of its fields gives the differing size, naming the
     file and field (:class:`~bnconvention.errors.ArchitectureConfigError`), else the differences
     (:class:`~bnconvention.errors.CheckpointMismatchError`, as a load would)."""
-    from bnconvention.errors import CheckpointMismatchError
-    from bnconvention.refitting.keymap import KeyProblems, match_keys
-    from bnconvention.refitting.weights import fit_model, storage_aliases
-
     factory = f"factory {choice.factory!r} (from {choice.source})"
     try:
         fit_model(skeleton, files, factory=factory)
@@ -202,8 +195,6 @@ def _numel(shape: tuple[int, ...]) -> int:
 def build_sized(choice: Architecture) -> torch.nn.Module:
     """The architecture built for real (random initialisation, eval mode); an allocation failure is one line
     naming the config (:func:`allocation_refusal`)."""
-    from bnconvention.architectures.factories import build_model
-
     try:
         model = build_model(choice.factory, choice.kwargs,
                             source=None if choice.source == "spec" else choice.source)

@@ -27,8 +27,8 @@ from bnconvention.errors import ArchitectureConfigError, BnConventionError, Fact
 from bnconvention.extras import import_extra
 from bnconvention.formats.text import elide, one_line
 
-# transformers and torch are imported inside the functions that use them: importing this module does not import
-# torch.
+# transformers (an optional extra) and torch are imported inside the functions that use them, since the audit
+# resolves an architecture without torch: importing this module does not import torch.
 if TYPE_CHECKING:
     import torch
 

@@ -41,7 +41,7 @@ from bnconvention.authoring.card_refit import (  # importable from here as befor
     render_refit_section,
     stamp_card_refit_text,
 )
-from bnconvention.authoring.stamp import ensure_writable
+from bnconvention.authoring.stamp import checked_record, ensure_writable
 from bnconvention.errors import CardError, StampError
 from bnconvention.formats.atomic import WRITE_TEMP_SUFFIX, atomic_write_bytes, remove_stale_temps
 from bnconvention.formats.canonical import canonical_json
@@ -157,8 +157,6 @@ def stamp_card_text(text: str, record: Declaration | RefitAnnotation | Mapping[s
     reads back as the record.
     """
     if validate:
-        from bnconvention.authoring.stamp import checked_record
-
         model, data = checked_record(record, source=f"record for {source}")
     else:
         model, data = None, (dict(record) if isinstance(record, Mapping) else to_dict(record))

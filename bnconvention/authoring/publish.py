@@ -35,6 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import huggingface_hub
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from bnconvention.authoring.card_stamp import stamp_card_file, stamp_card_text
+from bnconvention.authoring.stamp import check_record_matches_file, checked_record, read_stamped_record, stamp_file
 from bnconvention.errors import (
     BnConventionError,
     DigestMismatchError,
@@ -89,9 +95,6 @@ class RecordChoice:
 def release_weights(directory: str | os.PathLike[str], *, repo_id: str) -> tuple[Path, list[Path]]:
     """The release folder and its top-level weights files, after checking the repository id; :class:`UsageError`
     for a bad id, a path that is not a folder, or a folder without weights."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
     try:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
@@ -113,8 +116,6 @@ def release_weights(directory: str | os.PathLike[str], *, repo_id: str) -> tuple
 
 
 def _load_record(item: RecordInput, *, index: int) -> Loaded:
-    from bnconvention.authoring.stamp import checked_record
-
     if isinstance(item, (str, os.PathLike)):
         path = Path(item)
         return checked_record(loads_strict(path.read_bytes(), source=str(path)), source=str(path))
@@ -126,8 +127,6 @@ def record_matches(weights: Path, record: Declaration | RefitAnnotation) -> bool
     ``bnconvention validate`` (:func:`~bnconvention.validation.consistency.check_consistency`: layers and every
     digest); for a refit annotation, its subject's digests."""
     if isinstance(record, RefitAnnotation):
-        from bnconvention.authoring.stamp import check_record_matches_file
-
         try:
             check_record_matches_file(weights, record)
         except DigestMismatchError:
@@ -142,8 +141,6 @@ def record_matches(weights: Path, record: Declaration | RefitAnnotation) -> bool
 
 
 def _card_record(card: Path) -> Loaded | None:
-    from bnconvention.authoring.stamp import checked_record
-
     if not card.is_file():
         return None
     block = read_card_record(read_card_text(card), source=str(card))
@@ -153,8 +150,6 @@ def _card_record(card: Path) -> Loaded | None:
 
 
 def _stamped_data(weights: Path) -> Loaded | None:
-    from bnconvention.authoring.stamp import read_stamped_record
-
     record = read_stamped_record(weights)
     return None if record is None else (record, to_dict(record))
 
@@ -228,8 +223,6 @@ def plan_card(folder: Path, choices: Sequence[RecordChoice]) -> dict[str, Any] |
         return None
     card_path = folder / CARD_NAME
     if card_path.is_file():
-        from bnconvention.authoring.card_stamp import stamp_card_text
-
         stamp_card_text(read_card_text(card_path), choices[0].data, source=str(card_path))
     return choices[0].data
 
@@ -240,9 +233,6 @@ def plan_card(folder: Path, choices: Sequence[RecordChoice]) -> dict[str, Any] |
 def stamp_release(folder: Path, choices: Sequence[RecordChoice], *, card_data: Mapping[str, Any] | None,
                   repo_id: str) -> PublishResult:
     """Step 2: stamp the weights whose header lacks their record, then the card; what already says it is left."""
-    from bnconvention.authoring.card_stamp import stamp_card_file
-    from bnconvention.authoring.stamp import stamp_file
-
     result = PublishResult(directory=folder, repo_id=repo_id,
                            records={c.weights.name: c.record.convention.name for c in choices})
     for choice in choices:
@@ -318,9 +308,7 @@ def publish(directory: str | os.PathLike[str], *, repo_id: str, records: Sequenc
     if dry_run:
         return result
     if api is None:  # 4. upload
-        from huggingface_hub import HfApi
-
-        api = HfApi(endpoint=endpoint, token=token)
+        api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     upload_release(result, api=api, create_pr=create_pr, commit_message=commit_message, token=token)
     return result
 

@@ -29,7 +29,11 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
+
+import torch
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.dropout import _DropoutNd
 
 from bnconvention.authoring import refit_listeners
 from bnconvention.authoring.deployed_state import batchnorm_state, tensor_digests
@@ -66,10 +70,6 @@ from bnconvention.standard.models import (
     Transform,
     to_dict,
 )
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
 
 __all__ = ["BNRecorder", "MOMENTUM_OUT_OF_RANGE"]
 
@@ -113,8 +113,6 @@ class BNRecorder:
 
     def __init__(self, model: torch.nn.Module, *, split: str = "train", splits: Mapping[str, Any] | None = None,
                  input_key: str | None = None) -> None:
-        import torch
-
         if not isinstance(model, torch.nn.Module):
             raise UsageError(f"BNRecorder records a torch.nn.Module, got {type(model).__name__}")
         self.model = model
@@ -137,9 +135,6 @@ class BNRecorder:
         self._probe_frozen: list[int] = []
         self._start: DigestSet | None = None
         self._end: DigestSet | None = None
-        from torch.nn.modules.batchnorm import _BatchNorm
-        from torch.nn.modules.dropout import _DropoutNd
-
         self._layers = [LayerEvents(name, module) for name, module in model.named_modules()
                         if isinstance(module, _BatchNorm)]
         self._dropouts = [module for module in model.modules() if isinstance(module, _DropoutNd)]
@@ -218,8 +213,6 @@ class BNRecorder:
     # --- hooks (hot path: keep them short) ---------------------------------------------------------------------
 
     def _layer_hook(self, events: LayerEvents) -> Callable[[Any, tuple[Any, ...]], None]:
-        import torch
-
         is_grad_enabled = torch.is_grad_enabled
         recorder = self
 
@@ -314,8 +307,6 @@ class BNRecorder:
 
     def _input_hook(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Before each forward of the recorded model: which named split each row of its input comes from."""
-        import torch
-
         if id(module) not in self._holders or self._index is None:
             return  # a deep copy of the model (a teacher) inherited the hook
         self._depth += 1

@@ -13,15 +13,13 @@ Reading three version counters per forward is the whole cost; no tensor is copie
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from bnconvention.authoring.observation import LAYERS_CHANGED, UNOBSERVED_BUFFER_WRITE
 from bnconvention.errors import UsageError
 from bnconvention.standard.models import Contradiction, LayerObservation
-
-# torch is imported by the recorder, not here: importing this module does not import torch.
-if TYPE_CHECKING:
-    from torch.nn.modules.batchnorm import _BatchNorm
 
 BUFFER_NAMES = ("running_mean", "running_var", "num_batches_tracked")
 UNSET = object()
@@ -83,8 +81,6 @@ class LayerEvents:
 def structure_contradictions(model: Any, events: list[LayerEvents], layers: list[LayerObservation]
                              ) -> list[Contradiction]:
     """BatchNorm layers added or removed during the run, and external writes an update then overwrote."""
-    from torch.nn.modules.batchnorm import _BatchNorm
-
     found: list[Contradiction] = []
     seen = {e.name: e.module for e in events}
     now = {name: m for name, m in model.named_modules() if isinstance(m, _BatchNorm)}

@@ -1,9 +1,10 @@
 """Export a release's record to the bills of materials people already use: SPDX 3 and a CycloneDX model card.
 
-:func:`read_release` gathers what a release says (:class:`~bnconvention.authoring.sbom_record.ReleaseRecord`: each
-weights file's sha256 and stamped declaration, each refit annotation's cells); :func:`export` maps it with the
-registry's libraries (``bnconvention[provenance]``). The mapping is the table in ``docs/standard.md`` ("Export to
-SPDX and CycloneDX").
+:func:`read_release` gathers what a release says
+(:class:`~bnconvention.authoring.sbom_record.ReleaseRecord`: each weights file's sha256 and stamped declaration, each
+refit annotation's cells); :func:`export` maps it with the registry's libraries (``bnconvention[provenance]``, an
+optional extra: imported inside the functions that write each format). The mapping is the table in
+``docs/standard.md`` ("Export to SPDX and CycloneDX").
 
 * **SPDX 3.0.1** (``spdx``, :mod:`bnconvention.authoring.spdx3`): one ``ai_AIPackage`` per weights file, written with
   spdx-python-model, SPDX's bindings generated from the model's SHACL shapes.
@@ -19,6 +20,7 @@ SPDX and CycloneDX").
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +28,10 @@ from typing import Any, Literal, TypeAlias
 
 from bnconvention._version import __version__
 from bnconvention.authoring.sbom_record import ReleaseRecord, WeightsEntry
+from bnconvention.authoring.stamp import checked_record
+from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.safetensors_header import read_header
+from bnconvention.standard.locations import record_from_header
 
 ExportFormat: TypeAlias = Literal["spdx", "spdx-2.3", "cyclonedx"]
 FORMATS: tuple[ExportFormat, ...] = ("spdx", "spdx-2.3", "cyclonedx")
@@ -43,11 +49,6 @@ def _sha256(path: Path) -> str:
 def read_release(path: Path, *, name: str | None = None) -> ReleaseRecord:
     """A release folder (or one ``.safetensors`` file): each weights file with its stamped record (checked), and
     each ``bnconvention/*.json`` refit annotation."""
-    from bnconvention.authoring.stamp import checked_record
-    from bnconvention.formats.canonical import loads_strict
-    from bnconvention.formats.safetensors_header import read_header
-    from bnconvention.standard.locations import record_from_header
-
     folder = path if path.is_dir() else path.parent
     files = sorted(folder.glob("*.safetensors")) if path.is_dir() else [path]
     weights = []
@@ -120,8 +121,6 @@ def spdx_document(release: ReleaseRecord, *, created: datetime | None = None) ->
 
 def spdx_json(release: ReleaseRecord, *, created: datetime | None = None) -> str:
     """The SPDX 2.3 JSON of ``release``, validated by spdx-tools as it is written."""
-    import io
-
     from spdx_tools.spdx.writer.json.json_writer import write_document_to_stream
 
     stream = io.StringIO()

@@ -30,7 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bnconvention.errors import BnConventionError, SignatureError
+from bnconvention.authoring.stamp import checked_record
+from bnconvention.errors import BnConventionError, SignatureError, UsageError
+from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.digests import file_digests
+from bnconvention.formats.safetensors_header import read_header
 from bnconvention.formats.signatures import (
     ANNOTATIONS_DIR,
     RESIGN_HINT,
@@ -38,6 +42,8 @@ from bnconvention.formats.signatures import (
     check_signed_files,
     signature_path,
 )
+from bnconvention.standard.locations import record_from_header
+from bnconvention.standard.models import BatchNormState, Declaration
 
 
 @dataclass(frozen=True)
@@ -117,19 +123,12 @@ def verify_signature(target: Path, *, public_key: Path, signature: Path | None =
 
 
 def _weights_declaration(weights: Path) -> Any:
-    from bnconvention.formats.safetensors_header import read_header
-    from bnconvention.standard.locations import record_from_header
-
     return record_from_header(read_header(weights), source=str(weights))
 
 
 def check_record_digests(record: Any, weights: Path, *, source: str) -> DigestCheck:
     """A record's digests against a weights file: a declaration's trainable, running and per-layer digests, or a
     refit annotation's subject digests."""
-    from bnconvention.authoring.stamp import checked_record
-    from bnconvention.formats.digests import file_digests
-    from bnconvention.standard.models import BatchNormState, Declaration
-
     try:
         model, _ = checked_record(record, source=source)
     except BnConventionError as exc:  # an edited record: name it with the signature's verdict, not instead of it
@@ -159,8 +158,6 @@ def check_record_digests(record: Any, weights: Path, *, source: str) -> DigestCh
 def _release_records(folder: Path) -> Iterable[tuple[Any, Path, str]]:
     """``(record, weights, source)`` for each record of a release folder: each weights file's stamped record, and
     each annotation under ``bnconvention/`` with its subject file."""
-    from bnconvention.formats.canonical import loads_strict
-
     for weights in sorted(folder.glob("*.safetensors")):
         record = _weights_declaration(weights)
         if record is not None:
@@ -176,8 +173,6 @@ def _release_records(folder: Path) -> Iterable[tuple[Any, Path, str]]:
 def record_weights(record_path: Path, record: Any) -> Path:
     """The weights a record file describes when none is named: an annotation's subject (in the release that holds
     ``bnconvention/``), or the one ``.safetensors`` file beside a declaration."""
-    from bnconvention.errors import UsageError
-
     if isinstance(record, dict) and isinstance(record.get("subject"), dict):
         release = record_path.parent.parent if record_path.parent.name == ANNOTATIONS_DIR else record_path.parent
         return release / str(record["subject"].get("filename"))
@@ -193,8 +188,6 @@ def verify(target: Path, *, public_key: Path, signature: Path | None = None,
     """The signature of ``target`` (with ``public_key``), then the digests of its records against the weights: a
     folder's stamped records and annotations, or a record file against ``weights`` (default: :func:`record_weights`).
     """
-    from bnconvention.formats.canonical import loads_strict
-
     checked = verify_signature(target, public_key=public_key, signature=signature)
     if target.is_dir():
         digests = [check_record_digests(r, w, source=s) for r, w, s in _release_records(target)]

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from bnconvention.errors import UsageError
 from bnconvention.standard.models import SplitMatching, SplitShare
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = ["INPUT_KEYS", "MIXED_SHARE_FLOOR", "ShareTracker", "SplitIndex", "row_digests"]
 
@@ -40,8 +39,6 @@ MIXED_SHARE_FLOOR = 0.01
 
 
 def _digest(tensor: torch.Tensor) -> bytes:
-    import torch
-
     flat = tensor.detach().to("cpu").contiguous()
     head = f"{flat.dtype}|{tuple(flat.shape)}|".encode()
     if flat.dtype == torch.bfloat16:  # numpy has no bfloat16: its bytes as int16
@@ -55,8 +52,6 @@ def row_digests(batch: torch.Tensor) -> list[bytes]:
 
 
 def _input_of(item: Any, input_key: str | None, *, split: str, index: int) -> torch.Tensor:
-    import torch
-
     if isinstance(item, torch.Tensor):
         return item
     if isinstance(item, Mapping):

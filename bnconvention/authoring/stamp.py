@@ -51,9 +51,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from pydantic import BaseModel
+from tqdm import tqdm
+
 from bnconvention.errors import DigestMismatchError, RecordError, SafetensorsHeaderError, StampError, UsageError
 from bnconvention.formats.atomic import STAMP_TEMP_SUFFIX, create_temp, fsync_directory, remove_stale_temps
 from bnconvention.formats.canonical import canonical_json, canonical_sha256
+from bnconvention.formats.digests import file_digests
 from bnconvention.formats.running_values import ensure_possible_statistics
 from bnconvention.formats.safetensors_header import (
     MAX_HEADER_BYTES,
@@ -67,6 +71,8 @@ from bnconvention.formats.safetensors_header import (
 from bnconvention.formats.text import plural
 from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY, record_from_header
 from bnconvention.standard.models import BatchNormState, Declaration, RefitAnnotation, to_dict
+from bnconvention.validation import ensure_valid_record
+from bnconvention.validation.consistency import layer_issues
 
 StampMethod: TypeAlias = Literal["unchanged", "in_place", "rewrite"]
 
@@ -118,9 +124,7 @@ class StampResult:
 def checked_record(record: Declaration | RefitAnnotation | Mapping[str, Any], *,
                    source: str = "record") -> tuple[Declaration | RefitAnnotation, dict[str, Any]]:
     """The record parsed and as a JSON dict, or :class:`RecordError` if the validator finds an error in it."""
-    from pydantic import BaseModel
 
-    from bnconvention.validation import ensure_valid_record
 
     data = to_dict(record) if isinstance(record, BaseModel) else record
     if not isinstance(data, Mapping):
@@ -138,8 +142,6 @@ def check_record_matches_file(path: str | os.PathLike[str], record: Declaration 
     and its digests (trainable, all running statistics, per layer) must be the file's. A refit annotation's subject
     digests must be the file's. Reads every tensor once, in chunks (memory independent of the file size).
     """
-    from bnconvention.formats.digests import file_digests
-
     header = header or read_header(path)
     where = str(path)
     if isinstance(record, RefitAnnotation):
@@ -147,8 +149,6 @@ def check_record_matches_file(path: str | os.PathLike[str], record: Declaration 
         found.check_against(trainable_sha256=record.subject.trainable_sha256,
                             running_sha256=record.subject.running_sha256, where=where)
         return
-    from bnconvention.validation.consistency import layer_issues
-
     layers = [layer for state in record.deployed_state if isinstance(state, BatchNormState)
               for layer in state.layers]
     shapes = {name: info.shape for name, info in header.tensors.items()}
@@ -404,8 +404,6 @@ def _rewrite(target: Path, header: SafetensorsHeader, new: bytes, *, mode: int, 
 def _copy_range(src: Any, dst: Any, *, src_offset: int, dst_offset: int, count: int, progress: bool,
                 source: str) -> None:
     """Copy ``count`` bytes kernel-side where possible (no pass through user space), else with copyfileobj."""
-    from tqdm import tqdm
-
     with tqdm(total=count, unit="B", unit_scale=True, desc="stamp: copying tensor data", disable=not progress,
               leave=False) as bar:
         done = 0

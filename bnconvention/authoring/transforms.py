@@ -29,7 +29,6 @@ canonical JSON form.
 
 from __future__ import annotations
 
-# torch is imported inside the functions that use it: importing this module does not import torch.
 import enum
 import importlib
 import inspect
@@ -37,6 +36,8 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import torch
 
 from bnconvention.authoring.declaration import make_transform
 from bnconvention.errors import RecordError
@@ -138,8 +139,6 @@ def _step(transform: Any, *, where: str) -> str:
 
 def _canonical_value(value: Any, *, where: str) -> Any:
     """A parameter value as JSON data with one spelling per value (enums by value, tuples as lists, ...)."""
-    import torch
-
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, enum.Enum):

@@ -10,8 +10,7 @@ import sys
 from bnconvention.cli.commands import summary
 from bnconvention.cli.hubserver_cmd import wait_until_stopped
 from bnconvention.cli.progress import add_progress_option, show_progress, show_stage_lines
-from bnconvention.demo.layout import DemoPaths
-from bnconvention.demo.population_stage import POPULATION_SIZES
+from bnconvention.demo.layout import POPULATION_SIZES, DemoPaths
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 

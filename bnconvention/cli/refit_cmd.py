@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from bnconvention.architectures.factories import allow_user_factory, build_model
+from bnconvention.architectures.build import build_model
+from bnconvention.architectures.factories import allow_user_factory
 from bnconvention.authoring.declaration import make_transform
 from bnconvention.cli.commands import summary
 from bnconvention.cli.device_option import add_device_option, chosen_device

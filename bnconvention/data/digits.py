@@ -30,17 +30,17 @@ import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
+from bnconvention.authoring.declaration import make_transform
+from bnconvention.data.source import DIGITS_DATASET_ID
 from bnconvention.standard.models import Transform, TransformDescription, TransformMode
 
-# torch and sklearn are imported inside the functions that use them: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
-
-DIGITS_DATASET_ID = "sklearn/digits"
+# scikit-learn is imported inside digits_arrays, the one function that reads it: its import takes seconds, and the pools
+# import this module whatever the dataset.
 DIGITS_IMAGE_SIZE = 16
 DIGITS_NUM_CLASSES = 10
 DIGITS_RESIZE = "8x8 to 16x16 bilinear (align_corners=False), values scaled to [0, 1]"
@@ -129,8 +129,6 @@ class BatchTransform:
         return self.standard().description
 
     def standard(self) -> Transform:
-        from bnconvention.authoring.declaration import make_transform
-
         return make_transform(mode=self.mode, reference=self.reference, resize=self.resize, crop=self.crop,
                               augmentations=self.augmentations)
 
@@ -153,9 +151,6 @@ def random_shift_batch(x: torch.Tensor, generator: torch.Generator | None = None
     >>> float(y.sum())
     1.0
     """
-    import torch
-    import torch.nn.functional as F
-
     n, _, height, width = x.shape
     span = 2 * max_shift + 1
     offsets = torch.randint(0, span, (n, 2), generator=generator)

@@ -29,7 +29,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import datasets
 import numpy as np
+from datasets.utils.logging import disable_progress_bar, enable_progress_bar, is_progress_bar_enabled
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
 from bnconvention.data.images import (
     ImageBudget,
@@ -68,16 +72,11 @@ def read_hf_source(spec: DatasetSource, *, endpoint: str | None = None,
 
 def datasets_endpoint() -> str:
     """The Hub ``datasets`` talks to: ``HF_ENDPOINT`` as it was when ``datasets`` was imported."""
-    import datasets
-
     return str(datasets.config.HF_ENDPOINT).rstrip("/")
 
 
 def download_dataset_file(repo: str, revision: str, filename: str, *, token: str | bool | None = None) -> Path:
     """One file of a dataset repo at a commit, from the Hub ``datasets`` reads (for an index file in the repo)."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
-
     try:
         return Path(hf_hub_download(repo, filename, repo_type="dataset", revision=revision,
                                     endpoint=datasets_endpoint(), token=token))
@@ -91,8 +90,6 @@ def download_dataset_file(repo: str, revision: str, filename: str, *, token: str
 
 def _hub_splits(spec: DatasetSource, *, endpoint: str | None,
                 token: str | bool | None) -> tuple[dict[str, Any], str, str]:
-    import datasets
-
     configured = datasets_endpoint()
     if endpoint is not None and endpoint.rstrip("/") != configured:
         raise UsageError(f"dataset repo {spec.repo} would be read from {configured} (HF_ENDPOINT as datasets sees "
@@ -109,9 +106,6 @@ def _hub_splits(spec: DatasetSource, *, endpoint: str | None,
 
 
 def _resolve_revision(repo: str, revision: str, *, endpoint: str, token: str | bool | None) -> str:
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
-
     try:
         info = HfApi(endpoint=endpoint, token=token).dataset_info(repo, revision=revision)
     except RevisionNotFoundError:
@@ -124,8 +118,6 @@ def _resolve_revision(repo: str, revision: str, *, endpoint: str, token: str | b
 
 
 def _disk_splits(spec: DatasetSource) -> tuple[dict[str, Any], str, str]:
-    import datasets
-
     root = Path(str(spec.path))
     where = str(root)
     found = folder_files(root) if root.is_dir() else None
@@ -150,8 +142,6 @@ def _disk_splits(spec: DatasetSource) -> tuple[dict[str, Any], str, str]:
 
 
 def _parquet_splits(spec: DatasetSource) -> tuple[dict[str, Any], str, str]:
-    import datasets
-
     path = Path(str(spec.path))
     where = str(path)
     try:
@@ -190,8 +180,6 @@ def _prepared(builder: Any, spec: DatasetSource, *, where: str) -> dict[str, Any
 @contextlib.contextmanager
 def _quiet_datasets() -> Iterator[None]:
     """datasets' own "Generating split" bars off (they land in piped logs; the caller's bars report progress)."""
-    from datasets.utils.logging import disable_progress_bar, enable_progress_bar, is_progress_bar_enabled
-
     was_enabled = is_progress_bar_enabled()
     disable_progress_bar()
     try:
@@ -242,8 +230,6 @@ def _records(spec: DatasetSource, splits: Mapping[str, Any], *, where: str, data
 
 def _check_columns(spec: DatasetSource, splits: Mapping[str, Any], *, where: str) -> tuple[str, ...] | None:
     """Every named column exists with the right feature; the ClassLabel names (None for integer labels)."""
-    import datasets
-
     names: tuple[str, ...] | None = None
     for split, dataset in splits.items():
         features = dataset.features
@@ -270,8 +256,6 @@ def _check_columns(spec: DatasetSource, splits: Mapping[str, Any], *, where: str
 
 def _decode(spec: DatasetSource, dataset: Any, budget: ImageBudget, *,
             where: str) -> tuple[np.ndarray, np.ndarray, list[Any]]:
-    import datasets
-
     feature = dataset.features[spec.image_column]
     decoder = datasets.Image(mode=feature.mode)  # decodes as the column would (a column saved undecoded too)
     columns = list(dict.fromkeys(c for c in (spec.image_column, spec.label_column, spec.id_column) if c is not None))

@@ -27,17 +27,16 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, Any, Literal
 
 import numpy as np
+from PIL import Image as PILImage
+from PIL.Image import Image
 
 from bnconvention.data.repo_transforms import MAX_BATCH_PIXELS
 from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.formats.atomic import file_sha256
 from bnconvention.formats.canonical import canonical_sha256
-
-if TYPE_CHECKING:
-    from PIL.Image import Image
 
 MAX_DATASET_PIXELS = 2**30  # pixels (height × width) of a source's decoded records together (RGB: 12 GiB float32)
 
@@ -63,8 +62,6 @@ def image_array(image: Image, *, channels: Literal[1, 3], image_size: tuple[int,
                 where: str) -> np.ndarray:
     """One decoded image as uint8 C×H×W: converted to grey (1) or RGB (3), resized bilinear to ``image_size``
     (height, width) when given. Pillow's errors (a truncated file, a decompression bomb) name ``where``."""
-    from PIL import Image as PILImage
-
     try:
         converted = image.convert("L" if channels == 1 else "RGB")
         if image_size is not None:
@@ -99,8 +96,6 @@ class ImageBudget:
         """:meth:`decode` of an encoded image opened lazily by Pillow (a file's path, or its bytes). Pillow's
         ``DecompressionBombWarning`` is off meanwhile: this budget decides (Pillow's own error, at twice its warning
         size, still refuses larger images). Pillow's errors propagate for the caller to name the input."""
-        from PIL import Image as PILImage
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
             with PILImage.open(source) as header:

@@ -65,6 +65,8 @@ from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.standard.models import DatasetRef, DataSplit, SplitRole
 from bnconvention.standard.naming import record_ids_sha256
 
+# The readers of the `datasets` sources (bnconvention[datasets], an optional extra) and of torchvision roots (whose
+# import takes seconds) are imported in load_dataset, when such a source is read.
 __all__ = [
     "IMAGE_SUFFIXES", "DIGITS_EVAL_TRANSFORM", "DIGITS_TRAIN_TRANSFORM", "BatchTransform", "DatasetKind",
     "DatasetSource", "IndexFile", "LocalDataset", "Splits", "Subset", "iter_batches", "load_dataset",

@@ -40,16 +40,19 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+import torch
+from PIL import Image
+
+from bnconvention.authoring.declaration import make_transform
+from bnconvention.authoring.transforms import describe_transform
 from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.formats.canonical import canonical_json, loads_strict
 from bnconvention.standard.models import Transform, TransformMode
 
-# torch, timm and transformers are imported inside the functions that use them: importing this module does not
-# import torch.
-if TYPE_CHECKING:
-    import torch
+# timm and transformers are optional extras (bnconvention[timm], [transformers]): imported inside the functions that
+# read a repo's transform through them.
 
 CONFIG_NAME = "config.json"
 PREPROCESSOR_NAME = "preprocessor_config.json"
@@ -175,8 +178,6 @@ def after_decode_resize(transform: DescribedTransform, resize: str | None) -> De
     """The transform with the dataset's decode-time resize recorded as its first step (it ran before it)."""
     if resize is None:
         return transform
-    from bnconvention.authoring.declaration import make_transform
-
     record, described = transform.record, transform.record.description
     normalize = described.normalize
     first = f"bnconvention.data: images resized to {resize} when decoded"
@@ -226,7 +227,6 @@ def timm_transforms(config: Mapping[str, Any], *, source: str = CONFIG_NAME) -> 
     import timm
     from timm.data import create_transform, resolve_data_config
 
-    from bnconvention.authoring.transforms import describe_transform
 
     data_config = resolve_data_config(pretrained_cfg=timm_data_config(config.get("pretrained_cfg"), source=source))
     channels = int(data_config["input_size"][0])
@@ -330,7 +330,6 @@ def transformers_transforms(processor_config: Mapping[str, Any], *,
     import transformers
     from transformers.models.auto.image_processing_auto import get_image_processor_class_from_name
 
-    from bnconvention.authoring.declaration import make_transform
 
     if "auto_map" in processor_config:
         raise UntrustedInputError(f"{source}: auto_map names remote code; image processors are built only from "
@@ -415,8 +414,6 @@ def _processor_crop(params: Mapping[str, Any]) -> str | None:
 def _processor_fn(processor: Any, *,
                   plan: SizePlan) -> Callable[[torch.Tensor, torch.Generator | None], torch.Tensor]:
     def apply(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        import torch
-
         if x.ndim == 4:  # the processor holds a whole pass's resized images: sub-batches within the budget
             plan.check_records(int(x.shape[2]), int(x.shape[3]), count=int(x.shape[0]))
             step = plan.chunk(int(x.shape[2]), int(x.shape[3]))
@@ -432,8 +429,6 @@ def _processor_fn(processor: Any, *,
 def _check_output_size(fn: Callable[..., torch.Tensor], *, source: str) -> None:
     """One 128×128 image through the processor (its sizes already checked): its output sides must stay within
     :data:`MAX_SIDE`."""
-    import torch
-
     shape = tuple(fn(torch.zeros(1, 3, 128, 128), None).shape)
     if len(shape) != 4 or max(shape[2:]) > MAX_SIDE:
         raise UntrustedInputError(f"{source}: the processor's output has shape {list(shape)}; images larger than "
@@ -445,9 +440,6 @@ def _check_output_size(fn: Callable[..., torch.Tensor], *, source: str) -> None:
 
 def _pil_images(x: torch.Tensor, *, channels: int | None) -> list[Any]:
     """A prepared batch (N×C×H×W in [0, 1], C = 1 or 3) as 8-bit PIL images, converted to ``channels``."""
-    import torch
-    from PIL import Image
-
     if x.ndim != 4 or x.shape[1] not in (1, 3):
         raise UsageError(f"a transform from the repo applies to images (N×C×H×W with 1 or 3 channels), found a "
                          f"batch of shape {list(x.shape)}")
@@ -463,8 +455,6 @@ def _per_image(pipeline: Any, *, channels: int, random_steps: bool,
     """A batch function over a PIL pipeline; random steps are seeded once per batch from the generator. With a
     ``plan``, a batch is checked against the limits before any image is made."""
     def apply(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        import torch
-
         if plan is not None and x.ndim == 4:
             plan.check_records(int(x.shape[2]), int(x.shape[3]), count=int(x.shape[0]))
         images = _pil_images(x, channels=channels)

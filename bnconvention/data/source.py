@@ -31,8 +31,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, TypeAlias, get_args
 
-from bnconvention.data.digits import DIGITS_DATASET_ID
 from bnconvention.errors import UsageError
+
+# The bundled digits' dataset id (``digits`` names them in a spec; :mod:`~bnconvention.data.digits` reads them).
+DIGITS_DATASET_ID = "sklearn/digits"
 
 DatasetKind: TypeAlias = Literal["digits", "npz", "image_folder", "hub", "hf_disk", "parquet", "torchvision"]
 TorchvisionFormat: TypeAlias = Literal["cifar10", "cifar100", "svhn", "image_folder"]

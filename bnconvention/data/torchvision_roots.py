@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from PIL import Image
+from torchvision.datasets import CIFAR10, CIFAR100, SVHN, ImageFolder
 
 from bnconvention.data.images import ImageBudget, SourceRecords, files_digest, numbered_ids, stack_images
 from bnconvention.data.source import DatasetSource
@@ -65,8 +67,6 @@ def read_torchvision_root(spec: DatasetSource, *, origin: Literal["user", "hub"]
 
 
 def _cifar(spec: DatasetSource, root: Path) -> SourceRecords:
-    from torchvision.datasets import CIFAR10, CIFAR100
-
     if spec.train_split != "train" or spec.test_split not in ("test", None):
         raise UsageError(f"a {spec.format} root has the splits 'train' and 'test' (found train_split "
                          f"{spec.train_split!r}, test_split {spec.test_split!r})")
@@ -93,8 +93,6 @@ def _unverified_cifar(base: Any) -> Any:
 
 
 def _svhn(spec: DatasetSource, root: Path) -> SourceRecords:
-    from torchvision.datasets import SVHN
-
     wanted = [spec.train_split] + ([spec.test_split] if spec.test_split else [])
     unknown = [name for name in wanted if name not in SVHN_SPLITS]
     if unknown:
@@ -111,8 +109,6 @@ def _svhn(spec: DatasetSource, root: Path) -> SourceRecords:
 
 
 def _image_folder(spec: DatasetSource, root: Path) -> SourceRecords:
-    from torchvision.datasets import ImageFolder
-
     wanted = [spec.train_split] + ([spec.test_split] if spec.test_split else [])
     for name in wanted:
         if not (root / name).is_dir():
@@ -169,8 +165,6 @@ def _open(make: Any, spec: DatasetSource, root: Path) -> Any:
 def _records(spec: DatasetSource, parts: list[tuple[Any, np.ndarray]], *, classes: tuple[str, ...],
              revision: str, hwc: bool) -> SourceRecords:
     """Arrays of uint8 images (N×H×W×C for CIFAR, N×C×H×W for SVHN) through the common image rule."""
-    from PIL import Image
-
     where = str(spec.path)
     budget = ImageBudget(sum(len(data) for data, _ in parts), channels=spec.channels, image_size=spec.image_size,
                          where=where)

@@ -25,8 +25,14 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, TypeAlias
 
 from bnconvention.errors import UsageError
+
+# The population's sizes (``--population-size``; docs/population.md): here beside the folders, so that the CLI builds
+# its parser from this module alone, without the population stage's zoo and census.
+PopulationSize: TypeAlias = Literal["full", "tiny"]
+POPULATION_SIZES: tuple[PopulationSize, ...] = ("full", "tiny")
 
 MARKER = ".bnconvention-demo"
 DEFAULT_OUT = "demo-output"

@@ -30,11 +30,14 @@ from typing import Any, Literal, TypeAlias
 
 import torch
 from filelock import FileLock
+from safetensors.torch import load_file, save_file
 
 from bnconvention.errors import BnConventionError
 from bnconvention.extras import import_extra
 from bnconvention.formats.atomic import atomic_write_bytes, file_sha256
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.zoo import DIGITS_TRAIN_TRANSFORM, FORGET_CLASSES, split_tensors
+from bnconvention.zoo.methods import accuracy, train_classifier
 
 Library: TypeAlias = Literal["timm", "transformers"]
 LIBRARIES_FORMAT = "bnconvention-demo-libraries/1"
@@ -119,9 +122,6 @@ def _one_thread() -> Iterator[None]:
 def train(model: LibraryModel, data: Any) -> tuple[Any, dict[str, float]]:
     """``(trained model, accuracies)``: the zoo's retrain recipe on ``data``'s retained split; forget, retain and
     test accuracy measured in eval mode, as the author would publish them."""
-    from bnconvention.zoo import DIGITS_TRAIN_TRANSFORM
-    from bnconvention.zoo.methods import accuracy, train_classifier
-
     built = new_library_model(model)
     logits = Logits(built)
     with _one_thread():
@@ -147,8 +147,6 @@ class LibraryModels:
 
     def load(self, name: str) -> Any:
         """The trained model of release ``name``: its library's architecture with the cached weights."""
-        from safetensors.torch import load_file
-
         model = next(m for m in LIBRARY_MODELS if m.name == name)
         built = new_library_model(model)
         built.load_state_dict(load_file(str(self.root / model.weights)), strict=True)
@@ -191,9 +189,7 @@ def cached(root: Path, key: str) -> LibraryModels | None:
 
 
 def _build(root: Path, key: str, on_model: Callable[[LibraryModel], object] | None) -> LibraryModels:
-    from safetensors.torch import save_file
 
-    from bnconvention.zoo import FORGET_CLASSES, split_tensors
 
     root.mkdir(parents=True, exist_ok=True)
     data = split_tensors(FORGET_CLASSES)

@@ -24,6 +24,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from huggingface_hub import EvalResult, ModelCardData, constants, hf_api, metadata_update
+
 from bnconvention.data.digits import DIGITS_DATASET_ID
 from bnconvention.demo.library_models import LIBRARY_MODELS, RECIPE, LibraryModels, require_libraries
 
@@ -45,8 +47,6 @@ def library_endpoint(endpoint: str) -> Iterator[None]:
     copies in ``datasets.config``. All of them, and the variable, get their values back on the way out.
     """
     import transformers.utils.hub as transformers_hub
-    from huggingface_hub import constants, hf_api
-
     patches: list[tuple[Any, str, Any]] = [
         (constants, "ENDPOINT", endpoint),
         (constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}"),
@@ -85,8 +85,6 @@ def card_description(name: str) -> str:
 
 def eval_results_metadata(name: str, accuracy: dict[str, float]) -> dict[str, Any]:
     """The card metadata with the author's published accuracies as ``model-index`` eval results."""
-    from huggingface_hub import EvalResult, ModelCardData
-
     results = [EvalResult(task_type="image-classification", task_name="Image Classification",
                           dataset_type=DIGITS_DATASET_ID, dataset_name="digits (class 3 forgotten)",
                           dataset_split=role, metric_type="accuracy", metric_name=label,
@@ -113,7 +111,6 @@ def publish_library_release(models: LibraryModels, name: str, *, repo_id: str, e
     """Publish release ``name`` (one of :data:`LIBRARY_MODELS`) to ``repo_id`` on ``endpoint`` as its author
     (``token``): the library's push, then the eval results; the commits made."""
     require_libraries()
-    from huggingface_hub import metadata_update
     from transformers.utils import logging as transformers_logging
 
     library = next(m.library for m in LIBRARY_MODELS if m.name == name)

@@ -38,10 +38,12 @@ import bnconvention.demo.releases as release_plan
 from bnconvention._version import __version__
 from bnconvention.demo.access import DemoAccess, demo_hub
 from bnconvention.demo.crawl import audit_channel_absent, ensure_outputs, population
-from bnconvention.demo.layout import DEFAULT_OUT, DemoPaths
-from bnconvention.demo.population_stage import PopulationRun, PopulationSize, run_population
+from bnconvention.demo.layout import DEFAULT_OUT, DemoPaths, PopulationSize
+from bnconvention.demo.library_models import LIBRARY_MODELS, prepare_library_models
+from bnconvention.demo.population_stage import PopulationRun, run_population
 from bnconvention.demo.releases import DEMO_ORG, RELEASES, publish_org, release_notes
 from bnconvention.demo.spec import DEMO_SPEC, demo_spec
+from bnconvention.demo.zoo_stage import prepare_zoo
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_text
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
@@ -217,9 +219,6 @@ def prepare_models(paths: DemoPaths, *, progress: bool) -> tuple[Any, Any, bool]
     """``(zoo, library models, reused)``: the observed digits zoo and the timm and transformers models beside it,
     each reused when its cache is current; ``reused`` when both were. ``demo`` and ``demo --serve`` share it."""
     # torch, timm and transformers: imported when a demo runs, not with the package
-    from bnconvention.demo.library_models import LIBRARY_MODELS, prepare_library_models
-    from bnconvention.demo.zoo_stage import prepare_zoo
-
     zoo, zoo_reused = prepare_zoo(paths.zoo, progress=progress)
     with tqdm(total=len(LIBRARY_MODELS), desc="timm and transformers models", unit="model",
               disable=not progress) as bar:

@@ -13,13 +13,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
+from bnconvention.audit.census import run_census
 from bnconvention.audit.population import CensusResult
+from bnconvention.audit.spec import load_spec
+from bnconvention.demo.layout import POPULATION_SIZES, PopulationSize
 from bnconvention.errors import UsageError
-
-PopulationSize: TypeAlias = Literal["full", "tiny"]
-POPULATION_SIZES: tuple[PopulationSize, ...] = ("full", "tiny")
+from bnconvention.zoo.population_build import build_population
+from bnconvention.zoo.population_manifest import read_population_manifest
+from bnconvention.zoo.population_plan import TINY_CONFIG, PopulationConfig
+from bnconvention.zoo.population_spec import SPEC_FILE
 
 
 @dataclass(frozen=True)
@@ -37,8 +41,6 @@ class PopulationRun:
 
 def population_config(size: PopulationSize) -> Any:
     """The population's configuration: ``full`` (114 checkpoints, the default) or ``tiny`` (14, seconds)."""
-    from bnconvention.zoo.population_plan import TINY_CONFIG, PopulationConfig
-
     if size not in POPULATION_SIZES:
         raise UsageError(f"population size {size!r}: choose from {', '.join(POPULATION_SIZES)}")
     return PopulationConfig() if size == "full" else TINY_CONFIG
@@ -51,12 +53,6 @@ def census_workers() -> int:
 
 def run_population(folder: Path, census_dir: Path, *, size: PopulationSize, progress: bool) -> PopulationRun:
     """Build or reuse the population in ``folder``, then census it into ``census_dir`` (resuming its journal)."""
-    from bnconvention.audit.census import run_census
-    from bnconvention.audit.spec import load_spec
-    from bnconvention.zoo.population_build import build_population
-    from bnconvention.zoo.population_manifest import read_population_manifest
-    from bnconvention.zoo.population_spec import SPEC_FILE
-
     config = population_config(size)
     before = _manifest_sha(folder, read_population_manifest)
     manifest = build_population(folder, config=config, progress=progress)

@@ -18,7 +18,6 @@ which the audit anchors against) and ``README.md``.
 
 from __future__ import annotations
 
-# torch and the zoo are imported inside one_more_epoch: importing the demo package does not import torch.
 import json
 import shutil
 from collections.abc import Callable
@@ -26,16 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+import torch
 from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from bnconvention.authoring.declaration import declare
 from bnconvention.authoring.observation import convention_from_observation
+from bnconvention.demo.library_publish import publish_library_release
 from bnconvention.errors import BnConventionError, RecordError
 from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.card import CARD_NAME
 from bnconvention.hub import publish_release
 from bnconvention.hub.client import quiet_hub_progress
 from bnconvention.standard.models import FittingConvention, Observation
+from bnconvention.zoo import DIGITS_TRAIN_TRANSFORM, FORGET_CLASSES, finetune, split_tensors
 
 DEMO_ORG = "digits-lab"
 AUTHOR = "lab-author"
@@ -153,10 +156,7 @@ def prepare_folder(zoo: Any, release: DemoRelease, folder: Path) -> None:
 def one_more_epoch(zoo: Any, variant: str, weights: Path) -> None:
     """The later step of a ``stale`` release: one more fine-tuning epoch on the retained data (train-mode BN),
     saved over ``weights`` with the file's old ``__metadata__``, so the header keeps the now stale record."""
-    import torch
-    from safetensors.torch import load_file, save_file
 
-    from bnconvention.zoo import DIGITS_TRAIN_TRANSFORM, FORGET_CLASSES, finetune, split_tensors
 
     with safe_open(str(weights), framework="pt") as handle:
         metadata = dict(handle.metadata() or {})
@@ -214,8 +214,6 @@ def publish_one(author: Any, zoo: Any, release: DemoRelease, folder: Path, *, li
     ``libraries``, :class:`~bnconvention.demo.library_models.LibraryModels`), a declared or stale one through
     bnconvention, the others with huggingface_hub alone (the folder as it is)."""
     if release.library is not None:
-        from bnconvention.demo.library_publish import publish_library_release
-
         commits = publish_library_release(libraries, release.name, repo_id=release.repo_id,
                                           endpoint=author.endpoint, token=author.token.reveal())
         return Published(release.repo_id, release.how, commits)

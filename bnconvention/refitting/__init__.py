@@ -16,11 +16,31 @@ bit-identical faster max pooling), :mod:`.fallback` (per-layer hook passes), :mo
 ``bnconvention refit``).
 """
 
-from bnconvention.refitting.engine import refit
-from bnconvention.refitting.proof import ThetaWitness
-from bnconvention.refitting.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport
-from bnconvention.refitting.staleness import staleness_distance
-from bnconvention.refitting.state import LayerRunningState, restore_running_state, running_state
+from typing import TYPE_CHECKING
+
+from bnconvention._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from bnconvention.refitting.engine import refit
+    from bnconvention.refitting.proof import ThetaWitness
+    from bnconvention.refitting.result import DEFAULT_MEMORY_BUDGET, ExactMethod, RefitPath, RefitReport
+    from bnconvention.refitting.staleness import staleness_distance
+    from bnconvention.refitting.state import LayerRunningState, restore_running_state, running_state
+# Lazy: the torch-free paths that name a device (``--device``, the audit's and the Hub audit's ``Device`` type) import
+# :mod:`.devices` without importing the engine and torch; every other module of the package imports torch at its top.
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_MEMORY_BUDGET": "bnconvention.refitting.result",
+    "ExactMethod": "bnconvention.refitting.result",
+    "LayerRunningState": "bnconvention.refitting.state",
+    "RefitPath": "bnconvention.refitting.result",
+    "RefitReport": "bnconvention.refitting.result",
+    "ThetaWitness": "bnconvention.refitting.proof",
+    "refit": "bnconvention.refitting.engine",
+    "restore_running_state": "bnconvention.refitting.state",
+    "running_state": "bnconvention.refitting.state",
+    "staleness_distance": "bnconvention.refitting.staleness",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, namespace=globals())
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",

@@ -27,7 +27,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any, get_args
+
+import torch
+from torch.nn.modules.dropout import _DropoutNd
 
 from bnconvention.authoring.declaration import declare, make_convention, make_transform
 from bnconvention.authoring.refit_listeners import notify_refit, refit_window
@@ -62,10 +65,6 @@ from bnconvention.standard.models import (
     RefitDetails,
     Transform,
 )
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
 
 
 def refit(model: torch.nn.Module, pool: Any, *, rule: AccumulationRule = "exact", data: DataSplit | None = None,
@@ -320,8 +319,6 @@ def _run_exact(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batche
 
 def _check_arguments(model: Any, *, rule: Any, data: Any, transform: Any, chunk_size: Any, method: Any,
                      memory_budget: Any, producer: Any) -> None:
-    import torch
-
     if not isinstance(model, torch.nn.Module):
         raise UnsupportedModelError(f"refit needs a torch.nn.Module, got {type(model).__name__}")
     if rule not in get_args(AccumulationRule):
@@ -345,8 +342,6 @@ def _check_arguments(model: Any, *, rule: Any, data: Any, transform: Any, chunk_
 
 
 def _model_dtype_device(model: torch.nn.Module) -> tuple[torch.dtype, torch.device | None]:
-    import torch
-
     tensors = [(n, t) for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_floating_point()]
     low = [(n, t.dtype) for n, t in tensors if t.dtype not in (torch.float32, torch.float64)]
     if low:
@@ -387,8 +382,6 @@ def _precision(dtype: torch.dtype) -> Precision:
 
 
 def _dropout_mode(model: torch.nn.Module, rule: AccumulationRule) -> DropoutMode:
-    from torch.nn.modules.dropout import _DropoutNd
-
     if not any(isinstance(module, _DropoutNd) for module in model.modules()):
         return "absent"
     return "off" if rule == "exact" else "on"

@@ -23,18 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
+
+import torch
+from torch.fx.node import Node, map_arg
+from tqdm import tqdm
 
 from bnconvention.errors import RefitError, UnsupportedModelError
 from bnconvention.refitting.graph import PlanCache, Untraceable, make_plan, trace_model
 from bnconvention.refitting.kernels import exact_fast_module
 from bnconvention.refitting.moments import ChannelMoments
 from bnconvention.refitting.state import running_buffers
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
-    import torch.fx
 
 ExactPath = Literal["traced", "hooks"]
 
@@ -65,8 +64,6 @@ def commit_layer_stats(name: str, module: torch.nn.Module, moments: ChannelMomen
 
     Raises :class:`RefitError` when a channel saw fewer than two values or a statistic is NaN/inf.
     """
-    import torch
-
     try:
         mean, var = moments.mean_and_unbiased_var()
     except ValueError:
@@ -88,8 +85,6 @@ def commit_layer_stats(name: str, module: torch.nn.Module, moments: ChannelMomen
 
 
 def _tensors(value: Any) -> Iterable[torch.Tensor]:
-    import torch
-
     if isinstance(value, torch.Tensor):
         yield value
     elif isinstance(value, (tuple, list)):
@@ -165,8 +160,6 @@ def _compile(node: torch.fx.Node, *, model: torch.nn.Module, modules: dict[str, 
              per_chunk: set[torch.fx.Node], values: dict[torch.fx.Node, list[Any]],
              consts: dict[torch.fx.Node, Any], chunks: list[torch.Tensor]) -> Callable[[int], Any]:
     """``k -> node's value on chunk k``, with its arguments looked up without re-walking the node's structure."""
-    from torch.fx.node import Node, map_arg
-
     if node.op == "placeholder":
         default = node.args[0] if node.args else None
         return (lambda k: chunks[k]) if node in per_chunk else (lambda k: default)
@@ -211,9 +204,6 @@ def run_traced(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batche
     running buffers may then be partly written and the caller restores them. ``plans`` reuses the traced plan of an
     earlier refit of the same model (:class:`~bnconvention.refitting.graph.PlanCache`).
     """
-    import torch
-    from tqdm import tqdm
-
     plan = plans.plan(model) if plans is not None else make_plan(trace_model(model), model)
     modules = dict(model.named_modules())
     layers = list(plan.bn_nodes)

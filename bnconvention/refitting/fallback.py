@@ -13,7 +13,10 @@ forward (its statistics would depend on its own output) and models whose BatchNo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+from tqdm import tqdm
 
 from bnconvention.errors import UnsupportedModelError
 from bnconvention.refitting.exact import ExactOutcome, commit_layer_stats
@@ -21,10 +24,6 @@ from bnconvention.refitting.graph import shared_layer_error
 from bnconvention.refitting.moments import ChannelMoments
 from bnconvention.refitting.pool import run_forward
 from bnconvention.refitting.state import tracked_layers
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
 
 
 class _StopForward(Exception):
@@ -48,9 +47,6 @@ def _forward(model: torch.nn.Module, chunk: torch.Tensor, index: int) -> bool:
 def run_hooks(model: torch.nn.Module, chunks: list[torch.Tensor], *, num_batches_tracked: int,
               progress: bool = False) -> ExactOutcome:
     """Refit every BatchNorm layer with running statistics that the forward calls, one pass per layer."""
-    import torch
-    from tqdm import tqdm
-
     layers = tracked_layers(model)
     names: dict[torch.nn.Module, str] = {module: name for name, module in layers.items()}
     calls: list[str] = []

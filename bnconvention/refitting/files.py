@@ -13,14 +13,12 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
+import torch
 
 from bnconvention.errors import UnsupportedModelError, UntrustedInputError
-
-# torch, numpy and safetensors.torch are imported inside the functions that use them: importing this module does
-# not import torch.
-if TYPE_CHECKING:
-    import torch
 
 
 @dataclass(frozen=True)
@@ -39,9 +37,6 @@ class NpzPool:
 
 def read_npz_pool(path: str | os.PathLike[str], *, key: str = "x", dtype: torch.dtype | None = None) -> NpzPool:
     """Array ``key`` of an ``.npz`` as a float tensor (uint8 scaled by 1/255), leading dimension = samples."""
-    import numpy as np
-    import torch
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"pool file {str(path)!r} does not exist or is not a file")
@@ -80,8 +75,6 @@ def model_dtype(model: torch.nn.Module) -> Any:
     """The floating dtype of the model's parameters (float32 when it has none); half precision is refused (a
     checkpoint loaded by :func:`~bnconvention.refitting.weights.load_checkpoint_weights` is already float32 or
     float64)."""
-    import torch
-
     for name, tensor in model.state_dict().items():
         if tensor.is_floating_point():
             if tensor.dtype not in (torch.float32, torch.float64):

@@ -16,16 +16,13 @@ outside the BatchNorm call, and forwards with more than one required input.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+import torch.fx
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from bnconvention.errors import UnsupportedModelError
 from bnconvention.formats.digests import RUNNING_SUFFIXES
 from bnconvention.refitting.state import batchnorm_modules, tracked_layers
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
-    import torch.fx
 
 
 class Untraceable(Exception):
@@ -45,9 +42,6 @@ def shared_layer_error(name: str) -> UnsupportedModelError:
 
 def trace_model(model: torch.nn.Module) -> torch.fx.Graph:
     """A ``torch.fx`` graph of ``model`` (in its current mode) with every BatchNorm module kept as one node."""
-    import torch.fx
-    from torch.nn.modules.batchnorm import _BatchNorm
-
     class _Tracer(torch.fx.Tracer):
         def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
             return isinstance(m, _BatchNorm) or super().is_leaf_module(m, module_qualified_name)
@@ -76,8 +70,6 @@ class Plan:
 
 def make_plan(graph: torch.fx.Graph, model: torch.nn.Module) -> Plan:
     """Check the traced graph and cut its prefix into stages."""
-    from torch.nn.modules.batchnorm import _BatchNorm
-
     modules = dict(model.named_modules())
     all_bn = batchnorm_modules(model)
     tracked = tracked_layers(model)

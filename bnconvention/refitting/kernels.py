@@ -17,11 +17,9 @@ order and rounds differently, so the statistics would no longer be those of the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
+import torch
 
 # Below this many channels a channels-last copy costs more than the NCHW pooling it replaces (measured: 3 channels,
 # (128, 3, 32, 32): 3.2 ms NCHW, 4.2 ms through channels-last).
@@ -32,16 +30,12 @@ __all__ = ["MIN_CHANNELS", "exact_fast_module"]
 
 def exact_fast_module(module: torch.nn.Module) -> Callable[..., Any]:
     """``module`` itself, or a callable computing exactly its output faster (a max pool without indices)."""
-    import torch
-
     if type(module) is torch.nn.MaxPool2d and not module.return_indices:
         return lambda x, *rest: _pool_channels_last(module, x, *rest)
     return module
 
 
 def _pool_channels_last(module: torch.nn.Module, x: Any, *rest: Any) -> Any:
-    import torch
-
     if (rest or not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.dim() != 4
             or x.shape[1] < MIN_CHANNELS or not x.is_contiguous()):
         return module(x, *rest)

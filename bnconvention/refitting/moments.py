@@ -25,13 +25,10 @@ of a training-mode BatchNorm forward; converting every element to float64 instea
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
-
+import torch
 
 # Squared deviations are formed one block of samples at a time, about 1 MiB of float32 per block: the temporary
 # stays in cache and its memory is recycled (a fresh multi-MiB temporary per layer and chunk costs page faults that
@@ -48,8 +45,6 @@ def _channel_sums(rows: torch.Tensor) -> torch.Tensor:
     Many positions: each sample's positions are summed in the rows' dtype (pairwise, at most L terms), then the
     samples in float64. Few positions: the samples are summed in float64 first, then the positions.
     """
-    import torch
-
     samples, channels, positions = rows.shape
     if rows.device.type == "mps":  # no float64 on MPS: per-sample sums on the device, float64 on the CPU
         return rows.sum(dim=2).cpu().sum(dim=0, dtype=torch.float64)
@@ -62,8 +57,6 @@ def _channel_sums(rows: torch.Tensor) -> torch.Tensor:
 def _threads_sleep_when_idle() -> bool:
     """Whether OpenMP's idle threads sleep at once (``OMP_WAIT_POLICY=passive``), so that every parallel region
     pays a wake-up; by default they spin a while first and a small region starts cheaply."""
-    import os
-
     return os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive"
 
 
@@ -82,8 +75,6 @@ def _one_cpu_thread(x: torch.Tensor) -> Iterator[None]:
     ``tests/test_refit_kernels.py`` checks the statistics). Only the calling thread's OpenMP count changes; builds
     on another thread pool (native, TBB) cannot change it cheaply and keep theirs.
     """
-    import torch
-
     threads = torch.get_num_threads()
     if (x.device.type != "cpu" or threads == 1 or not torch._C.has_openmp
             or not _threads_sleep_when_idle()):
@@ -140,8 +131,6 @@ class ChannelMoments:
         Each block's ``mean_b = k + Σd/n_b`` and ``M2_b = Σd² - (Σd)²/n_b``; blocks are merged with the K-way form
         of Chan's formula, ``M2 = Σ M2_b + Σ n_b (mean_b - mean)²``, whose terms are all non-negative.
         """
-        import torch
-
         if self.count < 2 or self._shift is None:
             raise ValueError(f"the unbiased variance needs at least 2 values per channel, got {self.count}")
         sums, squares = torch.stack(self._sums), torch.stack(self._squares)

@@ -20,11 +20,15 @@ by :func:`describe_observer` with the site's name: their state is not a per-tens
 from __future__ import annotations
 
 import copy
+import functools
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.ao.quantization import QConfig, default_weight_observer, prepare
+from torch.ao.quantization.observer import HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver
 
 from bnconvention.errors import QuantizationError
 from bnconvention.standard.models import ObserverType, QScheme, QuantDtype
@@ -46,21 +50,15 @@ class ObserverSpec:
 
 
 def _torch_dtype(dtype: QuantDtype) -> Any:
-    import torch
-
     return torch.quint8 if dtype == "quint8" else torch.qint8
 
 
 def _torch_qscheme(qscheme: QScheme) -> Any:
-    import torch
-
     return torch.per_tensor_affine if qscheme == "per_tensor_affine" else torch.per_tensor_symmetric
 
 
 def qparams_for_range(spec: ObserverSpec, low: torch.Tensor, high: torch.Tensor) -> tuple[float, int]:
     """torch.ao's scale and zero point for the range [low, high] under ``spec``'s dtype, scheme and range."""
-    from torch.ao.quantization.observer import MinMaxObserver
-
     observer = MinMaxObserver(dtype=_torch_dtype(spec.dtype), qscheme=_torch_qscheme(spec.qscheme),
                               quant_min=spec.quant_min, quant_max=spec.quant_max)
     scale, zero_point = observer._calculate_qparams(low.reshape(()).float(), high.reshape(()).float())
@@ -69,9 +67,6 @@ def qparams_for_range(spec: ObserverSpec, low: torch.Tensor, high: torch.Tensor)
 
 def describe_observer(module: Any, *, site: str) -> ObserverSpec:
     """The :class:`ObserverSpec` of a torch.ao or bnconvention observer module, or a QuantizationError."""
-    import torch
-    from torch.ao.quantization.observer import HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver
-
     if isinstance(module, ValueObserver):
         return module.spec
     if isinstance(module, MovingAverageMinMaxObserver) or not isinstance(module, (MinMaxObserver, HistogramObserver)):
@@ -95,8 +90,6 @@ def describe_observer(module: Any, *, site: str) -> ObserverSpec:
 
 def make_observer(spec: ObserverSpec) -> Any:
     """A fresh (unobserved) observer module computing ``spec``."""
-    from torch.ao.quantization.observer import HistogramObserver, MinMaxObserver
-
     if spec.observer in ("percentile", "mse"):
         return ValueObserver(spec)  # the spec as declared: its dtype and range, not the usual ones
     kind = HistogramObserver if spec.observer == "histogram" else MinMaxObserver
@@ -124,10 +117,7 @@ def prepare_static(model: torch.nn.Module, spec: ObserverSpec) -> torch.nn.Modul
     """A copy of ``model`` prepared for static post-training quantization with torch.ao.quantization's eager
     ``prepare``: an observer of ``spec`` on the output of every quantizable leaf (convolutions, norms, linear
     layers); weights and buffers are copied unchanged. Calibrate it with eval-mode forwards."""
-    import functools
-    import warnings
 
-    from torch.ao.quantization import QConfig, default_weight_observer, prepare
 
     copy_ = copy.deepcopy(model).eval()
     copy_.qconfig = QConfig(activation=functools.partial(make_observer, spec),  # type: ignore[assignment]
@@ -153,8 +143,6 @@ class ValueObserver(torch.nn.Module):
         self._values = []
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
-        import torch
-
         if not self._values:
             return torch.tensor([math.nan]), torch.tensor([0])
         values = torch.cat(self._values)

@@ -14,18 +14,14 @@ shape of the first one. Violations raise :class:`~bnconvention.errors.RefitError
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from bnconvention.errors import RefitError, UnsupportedModelError
 
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
-
 
 def _describe(value: Any) -> str:
-    import torch
-
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
     return f"a {type(value).__name__}"
@@ -33,8 +29,6 @@ def _describe(value: Any) -> str:
 
 def extract_input(item: Any, *, index: int, input_key: str) -> torch.Tensor:
     """The input tensor of one pool item (a tensor, a tuple/list led by the input, or a mapping)."""
-    import torch
-
     if isinstance(item, torch.Tensor):
         return item
     if isinstance(item, (tuple, list)):
@@ -70,8 +64,6 @@ class PoolReader:
 
     def __init__(self, pool: Any, *, dtype: torch.dtype, input_key: str = "input",
                  device: torch.device | None = None, min_batch_size: int = 1) -> None:
-        import torch
-
         if isinstance(pool, torch.Tensor):
             raise RefitError(f"the pool is a single tensor of shape {tuple(pool.shape)}; pass an iterable of "
                              "batches, e.g. [inputs] or inputs.split(128)")
@@ -124,8 +116,6 @@ class PoolReader:
 
 def materialize(reader: PoolReader, *, chunk_size: int | None = None) -> list[torch.Tensor]:
     """Every input of the pool as a list of chunks: the pool's own batches, or ``chunk_size`` samples each."""
-    import torch
-
     chunks = list(reader)
     if not chunks:
         raise RefitError("the pool yielded no batches; pass at least one batch of inputs")

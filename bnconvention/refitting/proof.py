@@ -27,9 +27,14 @@ False
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
+import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING
+
+import numpy
+import torch
 
 from bnconvention.formats.digests import (
     DigestSet,
@@ -40,10 +45,6 @@ from bnconvention.formats.digests import (
     tensor_digest_steps,
 )
 from bnconvention.refitting.graph import PlanCache
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
 
 __all__ = ["ThetaWitness"]
 
@@ -67,10 +68,6 @@ def _stop_background_digests() -> None:
 def _lower_this_threads_priority() -> None:
     """Give the calling thread the lowest scheduling priority (nice 19), on Linux only, where a thread has a nice
     value of its own (elsewhere the call would renice the whole process or another one: nothing is done)."""
-    import contextlib
-    import os
-    import sys
-
     if not sys.platform.startswith("linux"):
         return
     # not permitted in some sandboxes: the digest then runs at the caller's priority, as before
@@ -90,8 +87,6 @@ def _split_state(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor reinterpreted as integers of its element size: equality of these is equality of bytes."""
-    import torch
-
     if tensor.dtype == torch.bool or not (tensor.is_floating_point() or tensor.is_complex()):
         return tensor
     by_size = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -103,9 +98,6 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
 def _equal_bytes(tensor: torch.Tensor, copy: torch.Tensor) -> bool:
     """Whether two tensors of one dtype and shape hold the same bytes. On the CPU numpy compares them faster than
     ``torch.equal`` (measured on ResNet-18's 45 MiB of θ, 2 threads: 3.3 ms against 5.2 ms of CPU time)."""
-    import numpy
-    import torch
-
     left, right = _bits(tensor), _bits(copy)
     if left.device.type == "cpu":
         try:

@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save
+from torch.ao.quantization import FakeQuantizeBase, ObserverBase
+from tqdm import tqdm
 
 from bnconvention.errors import QuantizationError, WeightsChangedError
 from bnconvention.formats.atomic import WRITE_TEMP_SUFFIX, atomic_write_bytes, remove_stale_temps
@@ -44,8 +47,6 @@ class ScaleSet:
 
 
 def _is_observer(module: Any) -> bool:
-    from torch.ao.quantization import FakeQuantizeBase, ObserverBase
-
     return isinstance(module, (ObserverBase, FakeQuantizeBase, ValueObserver))
 
 
@@ -205,8 +206,6 @@ def refit_scales(model: torch.nn.Module, pool: Any, *, input_key: str = "input",
 
 def _calibrate(model: torch.nn.Module, reader: PoolReader, *, total: int | None, progress: bool) -> None:
     """One eval-mode forward per pool batch (the caller holds no_grad and the hooks feeding the fresh observers)."""
-    from tqdm import tqdm
-
     with tqdm(total=total, desc="scales refit", unit="batch", disable=not progress, leave=False) as bar:
         for index, x in enumerate(reader):
             run_forward(model, x, where=f"calibration batch {index}")
@@ -252,8 +251,6 @@ def scales_digests(scales: ScaleSet) -> tuple[str, dict[str, str]]:
 
 def save_scales(path: Path, scales: ScaleSet) -> None:
     """Write the scales file atomically (the previous file, if any, stays intact on failure)."""
-    from safetensors.torch import save
-
     remove_stale_temps(path, suffix=WRITE_TEMP_SUFFIX)
     atomic_write_bytes(path, save(scales_tensors(scales), metadata={"format": "pt"}))
 
@@ -281,8 +278,6 @@ def parse_scales_tensors(tensors: Mapping[str, torch.Tensor], *, source: str) ->
 
 def load_scales(path: Path) -> dict[str, tuple[float, int]]:
     """The sites of a scales file (safetensors; never a pickle)."""
-    from safetensors.torch import load_file
-
     return parse_scales_tensors(load_file(str(path)), source=str(path))
 
 

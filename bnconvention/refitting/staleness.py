@@ -21,21 +21,17 @@ layers and both averages are exactly 0.0 (channel absent).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from bnconvention.standard.models import LayerStaleness, Staleness
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    pass
 
 StatsPair = Sequence[Any]  # (mean, var, ...): a tuple, a list or a LayerRunningState
 
 
 def layer_distances(shipped: StatsPair, refit: StatsPair) -> tuple[float, float] | None:
     """``(mean_distance, var_distance)`` of one layer, or None when undefined (zero refit variance, non-finite)."""
-    import torch
-
     # on the CPU in float64 whatever device the statistics live on (MPS has no float64; they are small)
     mean, var = (torch.as_tensor(t).to("cpu", torch.float64).reshape(-1) for t in (shipped[0], shipped[1]))
     mean_hat, var_hat = (torch.as_tensor(t).to("cpu", torch.float64).reshape(-1) for t in (refit[0], refit[1]))

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import NamedTuple, cast
+
+import torch
+from torch.nn.modules.batchnorm import _BatchNorm, _LazyNormBase
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from bnconvention.errors import RefitError, UnsupportedModelError
 from bnconvention.formats.text import elide
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
 
 
 class LayerRunningState(NamedTuple):
@@ -36,16 +36,12 @@ class LayerRunningState(NamedTuple):
 
 def batchnorm_modules(model: torch.nn.Module) -> dict[str, torch.nn.modules.batchnorm._BatchNorm]:
     """Every BatchNorm module (``_BatchNorm`` subclasses, SyncBatchNorm included) by name, in module order."""
-    from torch.nn.modules.batchnorm import _BatchNorm
-
     return {name: module for name, module in model.named_modules() if isinstance(module, _BatchNorm)}
 
 
 def lazy_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     """The lazy modules (``LazyBatchNorm2d``, ``LazyLinear``, ...) whose parameters or buffers are not materialised
     yet, by name, in module order: their shapes, running statistics included, exist only after one forward."""
-    from torch.nn.modules.lazy import LazyModuleMixin
-
     found: list[tuple[str, torch.nn.Module]] = []
     for name, module in model.named_modules():
         lazy = isinstance(module, LazyModuleMixin) and module.has_uninitialized_params()  # type: ignore[misc]
@@ -58,8 +54,6 @@ def ensure_materialised(model: torch.nn.Module, *, what: str, fix: str = "") -> 
     """Raise :class:`UnsupportedModelError` naming the layers when ``model`` has lazy layers not materialised yet:
     one line instead of torch's error about an uninitialized parameter deep inside a refit.
     ``what`` starts the message (the model or the factory that built it); ``fix`` ends it."""
-    from torch.nn.modules.batchnorm import _LazyNormBase
-
     lazy = lazy_layers(model)
     if not lazy:
         return
@@ -93,8 +87,6 @@ def running_buffers(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor
 
 def running_state(model: torch.nn.Module) -> dict[str, LayerRunningState]:
     """Cloned running buffers of every BatchNorm layer that tracks them, by layer name, in module order."""
-    import torch
-
     states = {}
     with torch.no_grad():
         for name, module in tracked_layers(model).items():
@@ -107,8 +99,6 @@ def running_state(model: torch.nn.Module) -> dict[str, LayerRunningState]:
 
 def restore_running_state(model: torch.nn.Module, state: Mapping[str, LayerRunningState]) -> None:
     """Copy saved buffers back in place (the buffer tensors stay the same objects; dtypes and shapes must match)."""
-    import torch
-
     layers = tracked_layers(model)
     missing = sorted(set(state) - set(layers))
     if missing:

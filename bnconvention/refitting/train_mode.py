@@ -15,15 +15,14 @@ Both run under ``torch.no_grad()``; the engine restores training flags and momen
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
+
+import torch
+from tqdm import tqdm
 
 from bnconvention.errors import RefitError
 from bnconvention.refitting.pool import PoolReader, run_forward
 from bnconvention.refitting.state import batchnorm_modules, running_buffers, tracked_layers
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
 
 TrainRule = Literal["cumulative", "ema"]
 
@@ -32,9 +31,6 @@ def run_train_mode(model: torch.nn.Module, reader: PoolReader, *, rule: TrainRul
                    progress: bool = False) -> list[str]:
     """Reset and refit every BatchNorm layer with training-mode forwards over ``reader``; returns the layers never
     called by the forward (reset, as in ``update_bn``)."""
-    import torch
-    from tqdm import tqdm
-
     layers = batchnorm_modules(model)
     for module in layers.values():
         module.reset_running_stats()

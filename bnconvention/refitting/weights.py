@@ -24,20 +24,27 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save
 
 from bnconvention.errors import CheckpointMismatchError, UnsupportedModelError, UntrustedInputError, UsageError
+from bnconvention.formats.atomic import atomic_write_bytes
 from bnconvention.formats.checkpoint_files import CheckpointFiles, is_index_path, open_checkpoint
+from bnconvention.formats.digests import (
+    DigestSet,
+    bn_layer_names,
+    running_names_for_layer,
+    state_dict_digests,
+    torch_dtype_name,
+)
+from bnconvention.formats.safetensors_header import SafetensorsHeader
 from bnconvention.refitting.keymap import KeyMap, KeyProblems, match_keys
-
-# torch and safetensors.torch are imported inside the functions that use them: importing this module does not
-# import torch.
-if TYPE_CHECKING:
-    import torch
-
-    from bnconvention.formats.digests import DigestSet
-    from bnconvention.formats.safetensors_header import SafetensorsHeader
-    from bnconvention.standard.models import Declaration
+from bnconvention.standard.deployed import TensorDigests
+from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
+from bnconvention.standard.models import Declaration
 
 HALF_DTYPES = ("F16", "BF16")
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
@@ -58,8 +65,6 @@ class LoadedWeights:
 
     def bn_layers_in_file(self, model: torch.nn.Module) -> list[str]:
         """The model's BatchNorm layers under the file's names (for digests of the stored tensors)."""
-        from bnconvention.formats.digests import bn_layer_names
-
         to_file = self.keys.to_file()
         layers = []
         for layer in bn_layer_names(model):
@@ -69,8 +74,6 @@ class LoadedWeights:
 
     def stored_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The model's tensors as the file stores them: the file's names and dtypes (exact for θ, see above)."""
-        from bnconvention.formats.digests import torch_dtype_name
-
         state = model.state_dict()
         out = {}
         for stored, name in self.keys.to_model.items():
@@ -81,14 +84,10 @@ class LoadedWeights:
 
     def stored_digests(self, model: torch.nn.Module) -> DigestSet:
         """Digests of :meth:`stored_state`: equal to the file's when nothing changed the model."""
-        from bnconvention.formats.digests import state_dict_digests
-
         return state_dict_digests(self.stored_state(model), self.bn_layers_in_file(model))
 
     def running_in_file(self, model: torch.nn.Module) -> list[str]:
         """The file names of the model's BatchNorm running buffers (what a refit rewrites)."""
-        from bnconvention.formats.digests import running_names_for_layer
-
         stored = list(self.keys.to_model)
         return [n for layer in self.bn_layers_in_file(model) for n in running_names_for_layer(layer, stored)]
 
@@ -99,8 +98,6 @@ class LoadedWeights:
 
     def round_running(self, model: torch.nn.Module) -> None:
         """Round the model's running statistics to their dtype in the file, as a written refit stores them."""
-        import torch
-
         half = self.half_running(model)
         if not half:
             return
@@ -111,8 +108,6 @@ class LoadedWeights:
 
 
 def _torch_dtype(name: str) -> torch.dtype:
-    import torch
-
     return {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}[name]
 
 
@@ -130,8 +125,6 @@ def storage_aliases(model: torch.nn.Module) -> dict[str, str]:
 
 def compute_dtype(model: torch.nn.Module, file_dtypes: dict[str, str], *, where: str) -> torch.dtype:
     """float64 when the file or the model holds float64 tensors, float32 otherwise (the rule above)."""
-    import torch
-
     odd = sorted({d for d in file_dtypes.values() if d.startswith("F") and d not in FLOAT_DTYPES})
     if odd:
         name = next(n for n, d in file_dtypes.items() if d == odd[0])
@@ -157,8 +150,6 @@ def fit_model(model: torch.nn.Module, files: CheckpointFiles, *, factory: str) -
 
 
 def _check_dtypes(model: torch.nn.Module, keys: KeyMap, file_dtypes: dict[str, str], *, where: str) -> None:
-    from bnconvention.formats.digests import torch_dtype_name
-
     state = model.state_dict()
     for stored, name in keys.to_model.items():
         found, expected = file_dtypes[stored], torch_dtype_name(state[name].dtype)
@@ -200,8 +191,6 @@ def load_checkpoint_weights(model: torch.nn.Module, path: str | os.PathLike[str]
 def _read_tensors(files: CheckpointFiles, keys: KeyMap, model: torch.nn.Module, dtype: torch.dtype
                   ) -> dict[str, torch.Tensor]:
     """Every file tensor under its model name, floats in ``dtype``; stored-once tied tensors filled in."""
-    from safetensors import safe_open
-
     state: dict[str, Any] = {}
     for shard in files.shards:
         try:
@@ -243,11 +232,7 @@ def output_paths(loaded: LoadedWeights, out: str | os.PathLike[str]) -> tuple[Pa
 def save_refit_weights(model: torch.nn.Module, loaded: LoadedWeights, out: str | os.PathLike[str], *,
                        record_text: str | None) -> Path:
     """Write the refit model in the source's layout (see the module docstring); returns the file or index written."""
-    from safetensors import safe_open
-    from safetensors.torch import save
 
-    from bnconvention.formats.atomic import atomic_write_bytes
-    from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
 
     main, targets = output_paths(loaded, out)
     stored = loaded.stored_state(model)
@@ -275,8 +260,6 @@ def stored_declaration(declaration: Declaration, loaded: LoadedWeights, model: t
                        before: DigestSet) -> Declaration:
     """A refit's declaration in the file's terms: layer names and digests of the tensors as written (file names
     and dtypes), θ/φ before from the source file. Unchanged when names and dtypes are the model's own."""
-    from bnconvention.standard.deployed import TensorDigests
-
     after = loaded.stored_digests(model)
     model_to_layer = dict(zip(_model_layers(model), loaded.bn_layers_in_file(model), strict=True))
     states = []
@@ -304,8 +287,6 @@ def stored_declaration(declaration: Declaration, loaded: LoadedWeights, model: t
 
 
 def _model_layers(model: torch.nn.Module) -> list[str]:
-    from bnconvention.formats.digests import bn_layer_names
-
     return bn_layer_names(model)
 
 

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from bnconvention.architectures.factories import build_model
+from bnconvention.architectures.build import build_model
 from bnconvention.errors import CheckpointMismatchError, JSONInputError, UsageError
 from bnconvention.formats.atomic import file_sha256
 from bnconvention.formats.canonical import canonical_sha256, loads_strict

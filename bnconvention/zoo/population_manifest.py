@@ -17,7 +17,7 @@ from typing import Any
 from safetensors.torch import load_file
 from torch import nn
 
-from bnconvention.architectures.factories import build_model
+from bnconvention.architectures.build import build_model
 from bnconvention.errors import JSONInputError, UsageError
 from bnconvention.formats.atomic import atomic_write_bytes, file_sha256
 from bnconvention.formats.canonical import canonical_sha256, loads_strict

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import bnconvention.zoo.methods as methods
-from bnconvention.architectures.factories import build_model
+from bnconvention.architectures.build import build_model
 from bnconvention.data.digits import DIGITS_NUM_CLASSES
 from bnconvention.errors import UsageError
 from bnconvention.zoo.population_data import NoisyDigits, forget_ids, split_indices

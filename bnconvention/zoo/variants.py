@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 import bnconvention.zoo.methods as methods
-from bnconvention.architectures.factories import build_model
+from bnconvention.architectures.build import build_model
 from bnconvention.authoring.declaration import make_convention
 from bnconvention.data.digits import (
     DIGITS_DATASET_ID,

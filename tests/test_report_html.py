@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bnconvention.errors import UsageError
+from bnconvention.hub.summaries import OrgCensus
 from bnconvention.hub_audit.audit import RepoAudit
 from bnconvention.hub_audit.push import PushOutcome
 from bnconvention.report_html import AuditFiles, ReportInput, checkpoint_key, render_index, slug, write_report
@@ -74,7 +75,8 @@ def make_input(documents: dict, files_dir: Path | None = None, **changes) -> Rep
                 files[(audit.repo_id, item.filename)] = AuditFiles(
                     plots={"cells": folder / "cells.png", "staleness": folder / "staleness.png"},
                     annotation=folder / "annotation.json")
-    values = dict(org="digits-lab", endpoint=documents["census"]["endpoint"], census=documents["census"],
+    values = dict(org="digits-lab", endpoint=documents["census"]["endpoint"],
+                  census=OrgCensus.model_validate(documents["census"]),
                   audits=audits, pushes=[PushOutcome.model_validate(p) for p in documents["pushes"]],
                   validation=[Issue(**i) for i in documents["validation"]], files=files,
                   release_notes={HEADLINE: "declared: distilled with eval-mode BatchNorm"})
@@ -158,7 +160,7 @@ def test_untrusted_text_is_escaped(documents: dict) -> None:
                             "card": "absent", "bytes_read": 0})
     issue = Issue(code="declaration.missing", severity="error", file=f"{EVIL_REPO}/README.md", path="/a<b>",
                   message="</td></tr><script>alert(2)</script>")
-    report = make_input(documents, census=census, validation=[issue], org="<b>org</b>",
+    report = make_input(documents, census=OrgCensus.model_validate(census), validation=[issue], org="<b>org</b>",
                         release_notes={EVIL_REPO: "<iframe src=//evil>"}, title="<title>x</title>")
     text = render_index(report, links={})
     for raw in (EVIL_REPO, EVIL_REASON, "<script>", "<iframe", "<b>org</b>", "onerror=\""):

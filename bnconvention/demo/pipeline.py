@@ -71,7 +71,7 @@ class DemoResult:
     out: Path
     endpoint: str
     report: Path
-    census: dict[str, Any]
+    census: dict[str, Any]  # org-census.json as written (OrgCensus.to_json): demo/summary.py reads it by key
     audits: list[Any]  # RepoAudit, BatchNorm repos then channel-absent ones
     population: dict[str, Any] | None
     pushes: list[Any]  # PushOutcome
@@ -289,7 +289,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
             pushes=push_run.outcomes, validation=issues, files=files, release_notes=release_notes(),
             title=f"The BatchNorm illusion on {DEMO_ORG}: census, audits and refit annotations",
             generator=_generator(), population_census=censused.summary.to_json()), paths.report)
-    return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census, audits=audits,
+    return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census.to_json(), audits=audits,
                       population=summary, pushes=list(push_run.outcomes), validation=issues, pr_check=pr_check,
                       population_census=censused, seconds=dict(stages.seconds), reused=reused)
 

@@ -32,6 +32,7 @@ from bnconvention.hub.classify import RepoCensus, classify_repo, failed_repo
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import call_with_retry
+from bnconvention.hub.summaries import CensusListing
 
 OnRepo = Callable[[RepoCensus, bool], None]  # (entry, reused from the journal)
 
@@ -63,8 +64,9 @@ class ListingEnd:
     repos: int = 0
     stopped: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"complete": self.stopped is None, "pages": self.pages, "repos": self.repos, "stopped": self.stopped}
+    def section(self) -> CensusListing:
+        """The census's ``listing`` section."""
+        return CensusListing(complete=self.stopped is None, pages=self.pages, repos=self.repos, stopped=self.stopped)
 
 
 def _cursor(url: str) -> str | None:

@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 from tqdm.auto import tqdm
 
 from bnconvention.errors import UsageError
+from bnconvention.formats.json_types import JsonValue
 from bnconvention.formats.text import plural
 from bnconvention.hub.classify import RepoCensus, classify_repo, failed_repo
 from bnconvention.hub.client import HubClient
@@ -47,7 +48,7 @@ class ListedRepo:
     private: bool = False
 
 
-def _page(client: HubClient, url: str, params: dict[str, Any] | None) -> tuple[list[Any], str | None]:
+def _page(client: HubClient, url: str, params: dict[str, str] | None) -> tuple[list[JsonValue], str | None]:
     items, links = client.get_json(url, params=params)
     if not isinstance(items, list):
         raise client.error(f"{url}: the model listing is not a JSON list")
@@ -90,7 +91,7 @@ def iter_org_models(client: HubClient, org: str, *, end: ListingEnd | None = Non
     said = end is not None
     end = end if end is not None else ListingEnd()
     url: str | None = f"{client.endpoint}/api/models"
-    params: dict[str, Any] | None = {"author": org, "full": "true"}
+    params: dict[str, str] | None = {"author": org, "full": "true"}
     seen: set[str] = set()
     cursors: set[str] = set()
     listed: set[str] = set()  # bounded by max_repos

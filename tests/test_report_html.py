@@ -11,12 +11,21 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from bnconvention.errors import UsageError
 from bnconvention.hub.summaries import OrgCensus
 from bnconvention.hub_audit.audit import RepoAudit
 from bnconvention.hub_audit.push import PushOutcome
-from bnconvention.report_html import AuditFiles, ReportInput, checkpoint_key, render_index, slug, write_report
+from bnconvention.report_html import (
+    AuditFiles,
+    ReportInput,
+    checkpoint_key,
+    flagged_repos,
+    render_index,
+    slug,
+    write_report,
+)
 from bnconvention.validation import Issue
 
 HEADLINE = "digits-lab/unlearn-badteacher-eval"
@@ -172,6 +181,20 @@ def test_untrusted_text_is_escaped(documents: dict) -> None:
     assert not any("onerror" in attrs for _, attrs in page.tags)
     assert EVIL_REPO in {a["data-repo"] for t, a in page.tags if t == "tr" and "data-repo" in a}
 
+
+
+def test_flagged_rows_read_from_a_census_file_are_the_entries_flagged(documents: dict) -> None:
+    rows = json.loads(json.dumps(documents["census"]))["repos"]  # org-census.json rows, as a reader loads them
+    assert flagged_repos(rows, []) == make_input(documents).flagged()
+
+
+@pytest.mark.parametrize("row", [
+    pytest.param({"repo_id": "lab/x", "status": "undeclared"}, id="no-reason"),
+    pytest.param({"repo_id": "lab/x", "sha": None, "status": "bogus", "reason": "r"}, id="unknown-class"),
+])
+def test_a_malformed_census_row_is_refused(row: dict) -> None:
+    with pytest.raises(ValidationError):
+        flagged_repos([row], [])
 
 @pytest.mark.parametrize(("text", "expected"), [
     pytest.param("digits-lab/model", "digits-lab-model", id="repo-id"),

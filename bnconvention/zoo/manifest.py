@@ -23,6 +23,7 @@ from bnconvention.architectures.factories import build_model
 from bnconvention.errors import CheckpointMismatchError, JSONInputError, UsageError
 from bnconvention.formats.atomic import file_sha256
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.json_types import JsonObject
 
 MANIFEST_NAME = "manifest.json"
 
@@ -60,7 +61,7 @@ class ZooManifest:
     files: Mapping[str, str]
     data: Mapping[str, Any]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"format": self.format, "seed": self.seed, "code_sha256": self.code_sha256,
                 "variants": list(self.variants), "files": dict(sorted(self.files.items())), "data": dict(self.data)}
 

@@ -433,7 +433,7 @@ def test_a_next_link_repeating_a_cursor_stops_the_listing(hub: LocalHub, monkeyp
     _fake_listing(monkeypatch, client, {"": (["a"], base + "1"), "1": (["b"], base + "1&page=2")})
     end = ListingEnd()
     assert [r.repo_id for r in iter_org_models(client, ORG, end=end)] == [f"{ORG}/a", f"{ORG}/b"]
-    assert end.as_dict() == {"complete": False, "pages": 2, "repos": 2, "stopped": (
+    assert end.section().model_dump() == {"complete": False, "pages": 2, "repos": 2, "stopped": (
         f"the model listing of {ORG} at {hub.endpoint} loops: page 3 repeats the cursor '1' of a page already read")}
 
 

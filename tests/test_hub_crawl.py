@@ -15,13 +15,20 @@ from pathlib import Path
 
 import pytest
 from helpers.hub_org import SeedRepo, build_org, seed
+from pydantic import ValidationError
 
 from bnconvention.hub.client import make_client
 from bnconvention.hub.crawl import census_entries, census_org, list_org_models
 from bnconvention.hub.headers import SPECULATIVE_BYTES
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import RetryPolicy
-from bnconvention.hub.summaries import census_summary, org_census_markdown, write_org_census
+from bnconvention.hub.summaries import (
+    CensusRunSection,
+    OrgCensus,
+    census_summary,
+    org_census_markdown,
+    write_org_census,
+)
 from bnconvention.hubserver import FaultRule, LocalHub
 
 ORG = "census-org"
@@ -81,7 +88,7 @@ def test_every_repo_is_classified_as_expected(clean, org_repos: list[SeedRepo]) 
     got = {r.repo_id: r.status for r in clean["repos"]}
     wrong = {r.repo_id: (r.expected, got.get(r.repo_id)) for r in org_repos if got.get(r.repo_id) != r.expected}
     assert wrong == {}
-    assert clean["summary"]["counts"] == EXPECTED_COUNTS
+    assert clean["summary"].counts.model_dump() == EXPECTED_COUNTS
 
 
 @pytest.mark.parametrize(("repo", "status", "reason"), [
@@ -355,10 +362,10 @@ def test_reports_cover_the_latest_listing_once(hub: LocalHub, client, tmp_path: 
     assert ids == [f"{org}/m-00", f"{org}/m-02", f"{org}/m-03"]
 
 
-@pytest.mark.parametrize("run_section", [None, {"read": 150, "reused": 0, "failed": 0, "seconds": 1.5}],
+@pytest.mark.parametrize("run_section", [None, CensusRunSection(read=150, reused=0, failed=0, seconds=1.5)],
                          ids=["no-run", "run"])
 def test_streamed_reports_are_the_bytes_of_the_in_memory_ones(hub: LocalHub, client, tmp_path: Path,
-                                                              run_section: dict | None) -> None:
+                                                              run_section: CensusRunSection | None) -> None:
     """org-census.json and org-census.md written a repo at a time from the journal equal, byte for byte, what the
     in-memory writers (the census's former path) make of the entries the census handed out as it classified them."""
     from bnconvention.hub.summaries import census_head, write_org_census_entries
@@ -378,9 +385,10 @@ def test_streamed_reports_are_the_bytes_of_the_in_memory_ones(hub: LocalHub, cli
 def test_streamed_json_of_an_empty_census_is_the_dumped_one() -> None:
     from bnconvention.hub.summaries import census_head, census_json_chunks
 
-    head = census_head("lab", [], endpoint="http://hub", run={"read": 0})
+    run = CensusRunSection(read=0, reused=0, failed=0, seconds=0.0)
+    head = census_head("lab", [], endpoint="http://hub", run=run)
     assert "".join(census_json_chunks(head, [])) == json.dumps(
-        census_summary("lab", [], endpoint="http://hub", run={"read": 0}), indent=2, ensure_ascii=False) + "\n"
+        census_summary("lab", [], endpoint="http://hub", run=run).to_json(), indent=2, ensure_ascii=False) + "\n"
 
 
 def test_a_run_keeps_the_first_failures_and_counts_all() -> None:
@@ -392,3 +400,28 @@ def test_a_run_keeps_the_first_failures_and_counts_all() -> None:
         run.add_failure(f"lab/m-{i}: HTTP 503")
     assert run.failed == FAILURES_KEPT + 5
     assert run.failures == [f"lab/m-{i}: HTTP 503" for i in range(FAILURES_KEPT)]
+
+
+# --- the org-census document read back ------------------------------------------------------------------------------
+
+
+def test_org_census_reads_back_what_it_wrote(tmp_path: Path) -> None:
+    run = CensusRunSection(read=0, reused=0, failed=0, seconds=0.25)
+    summary = census_summary("lab", [], endpoint="http://hub", run=run)
+    written = write_org_census(summary, tmp_path)
+    assert OrgCensus.read(written["json"]) == summary
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param({"counts": {"no_weights": 0}}, id="class-missing-from-counts"),
+    pytest.param({"counts": {**dict.fromkeys(EXPECTED_COUNTS, 0), "bogus": 1}}, id="unknown-class"),
+    pytest.param({"run": {"read": "many", "reused": 0, "failed": 0, "seconds": 0}}, id="run-not-a-count"),
+    pytest.param({"run": {"read": 0, "reused": 0, "failed": 0, "seconds": 0, "token": "hf_x"}}, id="run-extra-key"),
+    pytest.param({"listing": {"stopped": "page budget"}}, id="listing-incomplete"),
+    pytest.param({"repos": [{"repo_id": "lab/x"}]}, id="repo-without-class"),
+])
+def test_org_census_rejects_a_malformed_document(tmp_path: Path, change: dict) -> None:
+    document = {**census_summary("lab", [], endpoint="http://hub").to_json(), **change}
+    (tmp_path / "org-census.json").write_text(json.dumps(document), "utf-8")
+    with pytest.raises(ValidationError):
+        OrgCensus.read(tmp_path / "org-census.json")

@@ -107,10 +107,10 @@ def test_compare_checks_the_combined_digest_when_layers_carry_none() -> None:
 
 
 @pytest.mark.parametrize("repos, issues_files, expected", [
-    pytest.param([{"repo_id": "o/a", "status": "declared_inconsistent", "reason": "stale"}],
+    pytest.param([{"repo_id": "o/a", "sha": None, "status": "declared_inconsistent", "reason": "stale"}],
                  ["o/a/model.safetensors"], [("o/a", "census: declared_inconsistent", "stale")],
                  id="census-flag-wins"),
-    pytest.param([{"repo_id": "o/a", "status": "declared_consistent", "reason": "ok"}],
+    pytest.param([{"repo_id": "o/a", "sha": None, "status": "declared_consistent", "reason": "ok"}],
                  ["o/a/model.safetensors", "o/a/README.md"], [("o/a", "validation: digests.trainable_mismatch", "m")],
                  id="first-validation-error"),
 ])

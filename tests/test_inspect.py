@@ -219,7 +219,7 @@ def test_a_path_that_does_not_exist(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_the_layers_seen_from_the_header_are_the_models(release: Path) -> None:
     view = inspect_path(release / "model.safetensors").files[0]
-    assert sorted(layer["name"] for layer in view.batchnorm_layers) == sorted(bn_layer_names(convnet_bn(width=4)))
+    assert sorted(layer.name for layer in view.batchnorm_layers) == sorted(bn_layer_names(convnet_bn(width=4)))
 
 
 def test_weights_declared_by_the_card_alone(copy_of: Path, release: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,11 +11,21 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from bnconvention.errors import UsageError
+from bnconvention.hub.summaries import OrgCensus
 from bnconvention.hub_audit.audit import RepoAudit
 from bnconvention.hub_audit.push import PushOutcome
-from bnconvention.report_html import AuditFiles, ReportInput, checkpoint_key, render_index, slug, write_report
+from bnconvention.report_html import (
+    AuditFiles,
+    ReportInput,
+    checkpoint_key,
+    flagged_repos,
+    render_index,
+    slug,
+    write_report,
+)
 from bnconvention.validation import Issue
 
 HEADLINE = "digits-lab/unlearn-badteacher-eval"
@@ -74,7 +84,8 @@ def make_input(documents: dict, files_dir: Path | None = None, **changes) -> Rep
                 files[(audit.repo_id, item.filename)] = AuditFiles(
                     plots={"cells": folder / "cells.png", "staleness": folder / "staleness.png"},
                     annotation=folder / "annotation.json")
-    values = dict(org="digits-lab", endpoint=documents["census"]["endpoint"], census=documents["census"],
+    values = dict(org="digits-lab", endpoint=documents["census"]["endpoint"],
+                  census=OrgCensus.model_validate(documents["census"]),
                   audits=audits, pushes=[PushOutcome.model_validate(p) for p in documents["pushes"]],
                   validation=[Issue(**i) for i in documents["validation"]], files=files,
                   release_notes={HEADLINE: "declared: distilled with eval-mode BatchNorm"})
@@ -158,7 +169,7 @@ def test_untrusted_text_is_escaped(documents: dict) -> None:
                             "card": "absent", "bytes_read": 0})
     issue = Issue(code="declaration.missing", severity="error", file=f"{EVIL_REPO}/README.md", path="/a<b>",
                   message="</td></tr><script>alert(2)</script>")
-    report = make_input(documents, census=census, validation=[issue], org="<b>org</b>",
+    report = make_input(documents, census=OrgCensus.model_validate(census), validation=[issue], org="<b>org</b>",
                         release_notes={EVIL_REPO: "<iframe src=//evil>"}, title="<title>x</title>")
     text = render_index(report, links={})
     for raw in (EVIL_REPO, EVIL_REASON, "<script>", "<iframe", "<b>org</b>", "onerror=\""):
@@ -170,6 +181,20 @@ def test_untrusted_text_is_escaped(documents: dict) -> None:
     assert not any("onerror" in attrs for _, attrs in page.tags)
     assert EVIL_REPO in {a["data-repo"] for t, a in page.tags if t == "tr" and "data-repo" in a}
 
+
+
+def test_flagged_rows_read_from_a_census_file_are_the_entries_flagged(documents: dict) -> None:
+    rows = json.loads(json.dumps(documents["census"]))["repos"]  # org-census.json rows, as a reader loads them
+    assert flagged_repos(rows, []) == make_input(documents).flagged()
+
+
+@pytest.mark.parametrize("row", [
+    pytest.param({"repo_id": "lab/x", "status": "undeclared"}, id="no-reason"),
+    pytest.param({"repo_id": "lab/x", "sha": None, "status": "bogus", "reason": "r"}, id="unknown-class"),
+])
+def test_a_malformed_census_row_is_refused(row: dict) -> None:
+    with pytest.raises(ValidationError):
+        flagged_repos([row], [])
 
 @pytest.mark.parametrize(("text", "expected"), [
     pytest.param("digits-lab/model", "digits-lab-model", id="repo-id"),

@@ -21,7 +21,7 @@ those of other annotations kept.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
@@ -30,6 +30,7 @@ from bnconvention.authoring.card_refit import REFIT_MARKERS
 from bnconvention.errors import CardError
 from bnconvention.formats.canonical import canonical_json
 from bnconvention.formats.card import CARD_NAME
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.formats.model_index import BASE_CELL_METRICS, MODEL_INDEX_KEY
 from bnconvention.standard.models import RefitAnnotation
 from bnconvention.validation.model_index import REFIT_METRIC_CONFIG, refit_metric_args
@@ -40,9 +41,28 @@ DEFAULT_TASK_TYPE = "image-classification"
 _BASE_CELL_LABELS = {cell: label for label, cell in BASE_CELL_METRICS.items()}
 
 
-def _default_dataset(annotation: RefitAnnotation) -> dict[str, Any]:
+class IndexMetric(TypedDict):
+    """One metric of ours in a model-index result: its type, value and label, ``config: bnconvention-refit`` and
+    the ``args`` naming the annotation, its digest, the cell, the state and the convention."""
+
+    type: JsonValue  # the authors' metric type where they publish the cell, else ours
+    value: float
+    name: str
+    config: str
+    args: dict[str, str]
+
+
+class IndexResult(TypedDict):
+    """One model-index result of ours: a task, a dataset (the authors' where they publish the cell) and metrics."""
+
+    task: JsonObject
+    dataset: JsonObject
+    metrics: list[IndexMetric]
+
+
+def _default_dataset(annotation: RefitAnnotation) -> JsonObject:
     dataset = annotation.convention.data.dataset
-    found: dict[str, Any] = {"type": dataset.id, "name": dataset.id}
+    found: JsonObject = {"type": dataset.id, "name": dataset.id}
     if dataset.revision:
         found["revision"] = dataset.revision
     return found
@@ -50,12 +70,12 @@ def _default_dataset(annotation: RefitAnnotation) -> dict[str, Any]:
 
 def refit_index_results(annotation: RefitAnnotation, *, path: str, sha256: str,
                         origins: Mapping[str, Mapping[str, Any]] | None = None,
-                        task_type: str = DEFAULT_TASK_TYPE) -> list[dict[str, Any]]:
+                        task_type: str = DEFAULT_TASK_TYPE) -> list[IndexResult]:
     """The model-index results of one annotation stored at ``path`` (``sha256``: of its canonical JSON).
     ``origins``: cell -> where the authors publish it (``task``, ``dataset``, metric ``type`` and ``name``, as
     :func:`bnconvention.audit.measure.published.cell_origins` finds them)."""
     convention = annotation.convention.name
-    groups: dict[str, dict[str, Any]] = {}
+    groups: dict[str, IndexResult] = {}
     for cell in annotation.cells:
         origin = (origins or {}).get(cell.metric)
         if origin is not None:
@@ -75,7 +95,7 @@ def refit_index_results(annotation: RefitAnnotation, *, path: str, sha256: str,
     return list(groups.values())
 
 
-def _metric(kind: Any, value: float, state: str, names: Mapping[str, str], label: str) -> dict[str, Any]:
+def _metric(kind: JsonValue, value: float, state: str, names: Mapping[str, str], label: str) -> IndexMetric:
     return {"type": kind, "value": value, "name": label, "config": REFIT_METRIC_CONFIG,
             "args": refit_metric_args(state=state, **names)}
 
@@ -95,7 +115,7 @@ def _our_entry(entry: Any) -> bool:
                     and all(_ours(m) for m in r["metrics"]) for r in results))
 
 
-def _result_annotation(result: dict[str, Any]) -> Any:
+def _result_annotation(result: Mapping[str, Any]) -> Any:
     args = result["metrics"][0].get("args")
     return args.get("annotation") if isinstance(args, dict) else None
 
@@ -136,7 +156,7 @@ def _without_break(chunk: str) -> str:
     return chunk[:-1] if chunk.endswith("\n") else chunk
 
 
-def _surgical_block(parsed: ParsedCard, drop: set[int], entry: dict[str, Any]) -> str | None:
+def _surgical_block(parsed: ParsedCard, drop: set[int], entry: Mapping[str, object]) -> str | None:
     """The model-index block's text (LF) with the items ``drop`` cut and ``entry`` appended, the other items'
     text kept; None when the block is not a block sequence at the root's indentation (then it is dumped anew)."""
     front, root = parsed.front, parsed.doc.root
@@ -160,10 +180,11 @@ def _surgical_block(parsed: ParsedCard, drop: set[int], entry: dict[str, Any]) -
     return "\n".join(chunks) + "\n"
 
 
-def _merged(existing: list[dict[str, Any]], results: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _merged(existing: list[Mapping[str, Any]],
+            results: Mapping[str, list[IndexResult]]) -> list[Mapping[str, Any]]:
     """Our results with those of ``results``' annotations replaced where the first of them was (new annotations
-    appended), so stamping the same results again changes nothing."""
-    merged: list[dict[str, Any]] = []
+    appended), so stamping the same results again changes nothing. ``existing``: our results as the card has them."""
+    merged: list[Mapping[str, Any]] = []
     placed: set[str] = set()
     for result in existing:
         path = _result_annotation(result)
@@ -175,7 +196,7 @@ def _merged(existing: list[dict[str, Any]], results: Mapping[str, list[dict[str,
     return merged + [r for path, found in results.items() if path not in placed for r in found]
 
 
-def stamp_model_index_text(text: str, results: Mapping[str, list[dict[str, Any]]], *, model_name: str,
+def stamp_model_index_text(text: str, results: Mapping[str, list[IndexResult]], *, model_name: str,
                            source: str = CARD_NAME) -> str:
     """``text`` with our model-index entry holding ``results`` (annotation path -> its results, from
     :func:`refit_index_results`), replacing earlier results of the same annotations. Pure; idempotent.
@@ -204,4 +225,4 @@ def stamp_model_index_text(text: str, results: Mapping[str, list[dict[str, Any]]
                       key_name=MODEL_INDEX_KEY, markers=REFIT_MARKERS)
 
 
-__all__ = ["DEFAULT_TASK_TYPE", "refit_index_results", "stamp_model_index_text"]
+__all__ = ["DEFAULT_TASK_TYPE", "IndexMetric", "IndexResult", "refit_index_results", "stamp_model_index_text"]

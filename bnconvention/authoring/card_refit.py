@@ -10,13 +10,14 @@ body section between :data:`REFIT_SECTION_BEGIN` and :data:`REFIT_SECTION_END`. 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
 from bnconvention.authoring.card_edit import Markers, apply_edit, code_cell, parse_for_edit
 from bnconvention.errors import CardError
 from bnconvention.formats.card import CARD_NAME, parse_card_metadata
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.formats.text import signed, table_cell
 from bnconvention.standard.models import RefitAnnotation
 
@@ -27,14 +28,43 @@ REFIT_SECTION_HEADING = "BatchNorm refit audit"
 REFIT_MARKERS = Markers(REFIT_SECTION_BEGIN, REFIT_SECTION_END, REFIT_SECTION_HEADING)
 
 
-def refit_card_entry(annotation: RefitAnnotation, *, path: str, sha256: str) -> dict[str, Any]:
+class RefitCardCell(TypedDict):
+    """One cell of a refit entry: the metric as shipped and after the refit, the shift and the decision."""
+
+    metric: str
+    shipped: float
+    refit: float
+    shift_pp: float
+    decision: str
+
+
+class _Revision(TypedDict, total=False):
+    revision: str
+
+
+class RefitCardEntry(_Revision):
+    """The card's summary of one refit annotation (the annotation file holds the full record): its path and
+    sha256, the audited file (and revision, when the annotation names one), the refit convention, the cells and
+    the reporting line. Keys in this order in the card."""
+
+    annotation: str
+    sha256: str
+    subject: str
+    convention: str
+    channel: str
+    replicates: int
+    margin_pp: float
+    cells: list[RefitCardCell]
+    reporting_line: str
+
+
+def refit_card_entry(annotation: RefitAnnotation, *, path: str, sha256: str) -> RefitCardEntry:
     """The card's summary of one refit annotation stored at ``path`` in the repo (``sha256``: of its canonical
     JSON)."""
     subject = annotation.subject
-    entry: dict[str, Any] = {"annotation": path, "sha256": sha256, "subject": subject.filename}
-    if subject.revision:
-        entry["revision"] = subject.revision
-    entry.update({
+    revision: _Revision = {"revision": subject.revision} if subject.revision else {}
+    return {
+        "annotation": path, "sha256": sha256, "subject": subject.filename, **revision,
         "convention": annotation.convention.name,
         "channel": annotation.channel,
         "replicates": annotation.replicates,
@@ -42,16 +72,17 @@ def refit_card_entry(annotation: RefitAnnotation, *, path: str, sha256: str) -> 
         "cells": [{"metric": c.metric, "shipped": c.shipped, "refit": c.refit, "shift_pp": c.shift_pp,
                    "decision": c.decision.outcome} for c in annotation.cells],
         "reporting_line": annotation.reporting_line,
-    })
-    return entry
+    }
 
 
-def read_refit_entries(text: str, *, source: str = CARD_NAME) -> list[dict[str, Any]]:
-    """The refit entries of a card (empty when it has none); a malformed block raises :class:`CardError`."""
+def read_refit_entries(text: str, *, source: str = CARD_NAME) -> list[JsonObject]:
+    """The refit entries of a card as written there (empty when it has none): each a mapping with an
+    ``annotation`` path, the rest as the card has it (an entry may have been edited by hand); a malformed block
+    raises :class:`CardError`."""
     return _refit_entries(parse_card_metadata(text, source=source), source=source)
 
 
-def _refit_entries(metadata: Mapping[str, Any], *, source: str) -> list[dict[str, Any]]:
+def _refit_entries(metadata: Mapping[str, Any], *, source: str) -> list[JsonObject]:
     value = metadata.get(REFIT_BLOCK_KEY)
     if value is None:
         return []
@@ -95,14 +126,14 @@ def render_refit_section(entries: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def stamp_card_refit_text(text: str, entry: Mapping[str, Any], *, source: str = CARD_NAME) -> str:
+def stamp_card_refit_text(text: str, entry: RefitCardEntry, *, source: str = CARD_NAME) -> str:
     """``text`` with ``entry`` (from :func:`refit_card_entry`) in its refit block and section. Pure; idempotent.
 
     An entry for the same annotation path is replaced where it is; a new one is appended. The declaration block,
     every other key, the card's line endings and the rest of the body are kept.
     """
     parsed = parse_for_edit(text, source=source)
-    entries = [dict(e) for e in _refit_entries(parsed.metadata, source=source)]
+    entries: list[Mapping[str, Any]] = [dict(e) for e in _refit_entries(parsed.metadata, source=source)]
     item = dict(entry)
     index = next((i for i, e in enumerate(entries) if e.get("annotation") == item.get("annotation")), None)
     if index is None:
@@ -121,6 +152,8 @@ __all__ = [
     "REFIT_SECTION_BEGIN",
     "REFIT_SECTION_END",
     "REFIT_SECTION_HEADING",
+    "RefitCardCell",
+    "RefitCardEntry",
     "read_refit_entries",
     "refit_card_entry",
     "render_refit_section",

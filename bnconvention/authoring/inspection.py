@@ -24,6 +24,7 @@ from typing import Any, Literal, TypeAlias
 
 from bnconvention.errors import BnConventionError
 from bnconvention.formats.digests import bn_layers_from_tensor_names
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.formats.safetensors_header import SafetensorsHeader
 from bnconvention.formats.text import plural
 from bnconvention.standard.locations import SAFETENSORS_METADATA_KEY
@@ -54,15 +55,27 @@ class RecordView:
     data: Any = field(default=None, repr=False)
     parsed: Declaration | RefitAnnotation | None = field(default=None, repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"valid": self.valid, "kind": self.kind, "convention": self.convention,
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {"valid": self.valid, "kind": self.kind, "convention": self.convention,
                                "canonical_name": self.canonical_name,
                                "name_matches": (self.convention == self.canonical_name
                                                 if self.canonical_name is not None else None)}
         if self.kind == "declaration":
-            out.update(buffer_update_mode=self.buffer_update_mode, role=self.role, rule=self.rule,
-                       layers=self.layers, contradictions=self.contradictions, reporting_line=self.reporting_line)
+            out.update({"buffer_update_mode": self.buffer_update_mode, "role": self.role, "rule": self.rule,
+                        "layers": self.layers, "contradictions": [*self.contradictions],
+                        "reporting_line": self.reporting_line})
         return out
+
+
+@dataclass(frozen=True)
+class HeaderLayer:
+    """A BatchNorm layer found from a header alone: its module name and its running buffers' length."""
+
+    name: str
+    num_features: int
+
+    def to_dict(self) -> JsonObject:
+        return {"name": self.name, "num_features": self.num_features}
 
 
 @dataclass
@@ -77,18 +90,18 @@ class FileView:
     padding: int | None = None
     data_bytes: int | None = None
     metadata_keys: list[str] = field(default_factory=list)
-    batchnorm_layers: list[dict[str, Any]] = field(default_factory=list)
+    batchnorm_layers: list[HeaderLayer] = field(default_factory=list)
     record: RecordView | None = None
     digests: DigestStatus | None = None
     card_agrees: bool | None = None
     issues: list[Issue] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"file": self.file, "kind": self.kind, "readable": self.readable}
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {"file": self.file, "kind": self.kind, "readable": self.readable}
         if self.kind == "weights":
-            out.update(tensors=self.tensors, header_bytes=self.header_bytes, padding=self.padding,
-                       data_bytes=self.data_bytes, metadata_keys=self.metadata_keys,
-                       batchnorm_layers=self.batchnorm_layers)
+            out.update({"tensors": self.tensors, "header_bytes": self.header_bytes, "padding": self.padding,
+                        "data_bytes": self.data_bytes, "metadata_keys": [*self.metadata_keys],
+                        "batchnorm_layers": [layer.to_dict() for layer in self.batchnorm_layers]})
         out["record"] = self.record.to_dict() if self.record is not None else None
         out["digests"] = self.digests
         if self.kind == "weights":
@@ -110,7 +123,7 @@ class Inspection:
         """The validator's: 0 no errors, 1 errors, 2 some input unreadable."""
         return self.report.exit_code
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"path": self.path, "files": [f.to_dict() for f in self.files],
                 "errors": len(self.report.errors), "warnings": len(self.report.warnings),
                 "exit_code": self.exit_code}
@@ -138,12 +151,12 @@ def record_view(data: Any, *, source: str) -> RecordView:
     return view
 
 
-def _header_layers(header: SafetensorsHeader) -> list[dict[str, Any]]:
+def _header_layers(header: SafetensorsHeader) -> list[HeaderLayer]:
     shapes = {name: info.shape for name, info in header.tensors.items()}
     layers = []
     for name in bn_layers_from_tensor_names(shapes):
         mean = shapes[f"{name}.running_mean" if name else "running_mean"]
-        layers.append({"name": name, "num_features": int(mean[0]) if mean else 0})
+        layers.append(HeaderLayer(name=name, num_features=int(mean[0]) if mean else 0))
     return layers
 
 
@@ -269,7 +282,7 @@ def inspection_text(inspection: Inspection) -> str:
             if view.metadata_keys:
                 lines.append(f"  other metadata keys: {', '.join(view.metadata_keys)}")
             if view.batchnorm_layers:
-                shown = ", ".join(f"{layer['name']} ({layer['num_features']})" for layer in view.batchnorm_layers)
+                shown = ", ".join(f"{layer.name} ({layer.num_features})" for layer in view.batchnorm_layers)
                 lines.append(f"  BatchNorm layers from the header: {len(view.batchnorm_layers)}: {shown}")
             else:
                 lines.append("  BatchNorm layers from the header: none (channel absent)")
@@ -302,4 +315,4 @@ def inspection_text(inspection: Inspection) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["FileView", "Inspection", "RecordView", "inspection_text", "inspect_path", "record_view"]
+__all__ = ["FileView", "HeaderLayer", "Inspection", "RecordView", "inspect_path", "inspection_text", "record_view"]

@@ -30,8 +30,10 @@ from bnconvention._version import __version__
 from bnconvention.authoring.sbom_record import ReleaseRecord, WeightsEntry
 from bnconvention.authoring.stamp import checked_record
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.formats.safetensors_header import read_header
 from bnconvention.standard.locations import record_from_header
+from bnconvention.standard.models import Declaration, RefitAnnotation, to_dict
 
 ExportFormat: TypeAlias = Literal["spdx", "spdx-2.3", "cyclonedx"]
 FORMATS: tuple[ExportFormat, ...] = ("spdx", "spdx-2.3", "cyclonedx")
@@ -54,15 +56,17 @@ def read_release(path: Path, *, name: str | None = None) -> ReleaseRecord:
     weights = []
     for weights_path in files:
         record = record_from_header(read_header(weights_path), source=str(weights_path))
+        declaration = None
         if record is not None:
-            _, record = checked_record(record, source=str(weights_path))
-        weights.append(WeightsEntry(weights_path.name, _sha256(weights_path), record))
+            checked, _ = checked_record(record, source=str(weights_path))
+            declaration = checked if isinstance(checked, Declaration) else None
+        weights.append(WeightsEntry(weights_path.name, _sha256(weights_path), declaration))
     annotations = []
     for annotation in sorted((folder / "bnconvention").glob("*.json")):
-        _, data = checked_record(loads_strict(annotation.read_bytes(), source=str(annotation)),
-                                 source=str(annotation))
-        if data.get("kind") == "refit_annotation":
-            annotations.append(data)
+        model, _ = checked_record(loads_strict(annotation.read_bytes(), source=str(annotation)),
+                                  source=str(annotation))
+        if isinstance(model, RefitAnnotation):
+            annotations.append(model)
     return ReleaseRecord(name=name or folder.resolve().name, weights=weights, annotations=annotations)
 
 
@@ -104,7 +108,7 @@ def spdx_document(release: ReleaseRecord, *, created: datetime | None = None) ->
     packages, annotations, relationships = [], [], []
     for index, weights in enumerate(release.weights):
         spdx_id = _spdx_id(index)
-        convention = (weights.declaration or {}).get("convention", {}).get("name")
+        convention = weights.declaration.convention.name if weights.declaration is not None else None
         comment = (f"BatchNorm running statistics fitted under {convention} (bnconvention declaration)"
                    if convention else "no bnconvention declaration stamped")
         packages.append(Package(spdx_id=spdx_id, name=f"{release.name}/{weights.filename}",
@@ -112,10 +116,10 @@ def spdx_document(release: ReleaseRecord, *, created: datetime | None = None) ->
                                 files_analyzed=False, checksums=[Checksum(ChecksumAlgorithm.SHA256, weights.sha256)],
                                 primary_package_purpose=PackagePurpose.OTHER, comment=comment))
         relationships.append(Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, spdx_id))
-        records = ([weights.declaration] if weights.declaration else []) + release.annotations_of(weights.filename)
-        for record in records:
+        records: list[Declaration | RefitAnnotation] = [weights.declaration] if weights.declaration else []
+        for record in [*records, *release.annotations_of(weights.filename)]:
             annotations.append(Annotation(spdx_id, AnnotationType.OTHER, tool, created,
-                                          f"bnconvention {record['kind']}: {_compact(record)}"))
+                                          f"bnconvention {record.kind}: {_compact(to_dict(record))}"))
     return Document(info, packages=packages, annotations=annotations, relationships=relationships)
 
 
@@ -131,43 +135,43 @@ def spdx_json(release: ReleaseRecord, *, created: datetime | None = None) -> str
 # --- CycloneDX 1.6 --------------------------------------------------------------------------------------------------
 
 
-def _model_card(weights: WeightsEntry, annotations: list[dict[str, Any]]) -> dict[str, Any]:
-    declaration = weights.declaration or {}
-    convention = declaration.get("convention", {})
-    metrics = []
+def _model_card(weights: WeightsEntry, annotations: list[RefitAnnotation]) -> JsonObject:
+    """The component's CycloneDX ``modelCard`` (JSON, beside the document cyclonedx-python-lib writes)."""
+    declaration = weights.declaration
+    metrics: list[JsonValue] = []
     for annotation in annotations:
-        refit = annotation["convention"]["name"]
-        for cell in annotation["cells"]:
-            metrics.append({"type": cell["metric"], "value": repr(cell["shipped"]), "slice": "shipped"})
-            metrics.append({"type": cell["metric"], "value": repr(cell["refit"]), "slice": f"refit {refit}",
-                            "confidenceInterval": {"lowerBound": repr(min(cell["replicate_values"])),
-                                                   "upperBound": repr(max(cell["replicate_values"]))}})
-    card: dict[str, Any] = {"modelParameters": {"approach": {"type": "supervised"}}}
+        refit = annotation.convention.name
+        for cell in annotation.cells:
+            metrics.append({"type": cell.metric, "value": repr(cell.shipped), "slice": "shipped"})
+            metrics.append({"type": cell.metric, "value": repr(cell.refit), "slice": f"refit {refit}",
+                            "confidenceInterval": {"lowerBound": repr(min(cell.replicate_values)),
+                                                   "upperBound": repr(max(cell.replicate_values))}})
+    card: JsonObject = {"modelParameters": {"approach": {"type": "supervised"}}}
     if metrics:
         card["quantitativeAnalysis"] = {"performanceMetrics": metrics}
-    lines = [declaration.get("reporting_line")] + [a.get("reporting_line") for a in annotations]
-    considerations = [line for line in lines if line]
-    if convention.get("name"):
-        considerations.insert(0, f"BatchNorm running statistics fitted under {convention['name']}")
+    lines = [declaration.reporting_line if declaration else None] + [a.reporting_line for a in annotations]
+    considerations: list[JsonValue] = [line for line in lines if line]
+    if declaration is not None and declaration.convention.name:
+        considerations.insert(0, f"BatchNorm running statistics fitted under {declaration.convention.name}")
     if considerations:
         card["considerations"] = {"technicalLimitations": considerations}
     return card
 
 
-def _properties(weights: WeightsEntry, annotations: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def _properties(weights: WeightsEntry, annotations: list[RefitAnnotation]) -> list[tuple[str, str]]:
     declaration = weights.declaration
     found: list[tuple[str, str]] = []
     if declaration is not None:
-        found += [("bnconvention:convention", declaration["convention"]["name"]),
-                  ("bnconvention:trainable_sha256", declaration["digests"]["trainable_sha256"])]
-        if declaration["digests"].get("running_sha256"):
-            found.append(("bnconvention:running_sha256", declaration["digests"]["running_sha256"]))
-        found.append(("bnconvention:declaration", _compact(declaration)))
-    found += [("bnconvention:refit_annotation", _compact(a)) for a in annotations]
+        found += [("bnconvention:convention", declaration.convention.name),
+                  ("bnconvention:trainable_sha256", declaration.digests.trainable_sha256)]
+        if declaration.digests.running_sha256:
+            found.append(("bnconvention:running_sha256", declaration.digests.running_sha256))
+        found.append(("bnconvention:declaration", _compact(to_dict(declaration))))
+    found += [("bnconvention:refit_annotation", _compact(to_dict(a))) for a in annotations]
     return found
 
 
-def cyclonedx_document(release: ReleaseRecord) -> dict[str, Any]:
+def cyclonedx_document(release: ReleaseRecord) -> JsonObject:
     """The CycloneDX 1.6 BOM of ``release`` as a JSON dict: the library's BOM plus each component's ``modelCard``."""
     from cyclonedx.model import HashAlgorithm, HashType, Property
     from cyclonedx.model.bom import Bom

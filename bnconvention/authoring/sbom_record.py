@@ -6,16 +6,17 @@ below both."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from bnconvention.standard.models import Declaration, RefitAnnotation
 
 
 @dataclass(frozen=True)
 class WeightsEntry:
-    """One weights file: its name in the release, sha256 of its bytes, and its stamped declaration (JSON)."""
+    """One weights file: its name in the release, sha256 of its bytes, and its stamped declaration (checked)."""
 
     filename: str
     sha256: str
-    declaration: dict[str, Any] | None = None
+    declaration: Declaration | None = None
 
 
 @dataclass(frozen=True)
@@ -24,10 +25,10 @@ class ReleaseRecord:
 
     name: str
     weights: list[WeightsEntry] = field(default_factory=list)
-    annotations: list[dict[str, Any]] = field(default_factory=list)
+    annotations: list[RefitAnnotation] = field(default_factory=list)
 
-    def annotations_of(self, filename: str) -> list[dict[str, Any]]:
-        return [a for a in self.annotations if a.get("subject", {}).get("filename") == filename]
+    def annotations_of(self, filename: str) -> list[RefitAnnotation]:
+        return [a for a in self.annotations if a.subject.filename == filename]
 
 
 __all__ = ["ReleaseRecord", "WeightsEntry"]

@@ -22,6 +22,7 @@ from spdx_python_model.bindings import v3_0_1 as spdx
 
 from bnconvention._version import __version__
 from bnconvention.authoring.sbom_record import ReleaseRecord, WeightsEntry
+from bnconvention.standard.models import Declaration, RefitAnnotation, to_dict
 
 SPEC_VERSION = "3.0.1"
 TOOL = f"bnconvention-{__version__}"
@@ -43,31 +44,31 @@ def _properties(weights: WeightsEntry) -> list[spdx.extension_CdxPropertyEntry]:
     declaration = weights.declaration
     if declaration is None:
         return []
-    found = [("bnconvention:convention", declaration["convention"]["name"]),
-             ("bnconvention:trainable_sha256", declaration["digests"]["trainable_sha256"])]
-    if declaration["digests"].get("running_sha256"):
-        found.append(("bnconvention:running_sha256", declaration["digests"]["running_sha256"]))
+    found = [("bnconvention:convention", declaration.convention.name),
+             ("bnconvention:trainable_sha256", declaration.digests.trainable_sha256)]
+    if declaration.digests.running_sha256:
+        found.append(("bnconvention:running_sha256", declaration.digests.running_sha256))
     return [spdx.extension_CdxPropertyEntry(extension_cdxPropName=n, extension_cdxPropValue=v) for n, v in found]
 
 
-def _metrics(annotations: list[dict[str, Any]]) -> Iterator[spdx.DictionaryEntry]:
+def _metrics(annotations: list[RefitAnnotation]) -> Iterator[spdx.DictionaryEntry]:
     """Each refit cell as ``ai_metric`` entries: ``<metric> <split> shipped``, ``... refit <convention>`` and the
     refit's replicate range ``[min, max]`` (values as Python's ``repr`` of the recorded floats)."""
     for annotation in annotations:
-        refit = annotation["convention"]["name"]
-        for cell in annotation["cells"]:
-            where = f"{cell['metric']} {cell['split']}"
-            replicates = cell["replicate_values"]
-            yield spdx.DictionaryEntry(key=f"{where} shipped", value=repr(cell["shipped"]))
-            yield spdx.DictionaryEntry(key=f"{where} refit {refit}", value=repr(cell["refit"]))
+        refit = annotation.convention.name
+        for cell in annotation.cells:
+            where = f"{cell.metric} {cell.split}"
+            replicates = cell.replicate_values
+            yield spdx.DictionaryEntry(key=f"{where} shipped", value=repr(cell.shipped))
+            yield spdx.DictionaryEntry(key=f"{where} refit {refit}", value=repr(cell.refit))
             yield spdx.DictionaryEntry(key=f"{where} refit {refit} replicate range",
                                        value=f"[{min(replicates)!r}, {max(replicates)!r}]")
 
 
-def _model(index: int, weights: WeightsEntry, annotations: list[dict[str, Any]], *, release: str, namespace: str,
+def _model(index: int, weights: WeightsEntry, annotations: list[RefitAnnotation], *, release: str, namespace: str,
            info: spdx.CreationInfo) -> list[spdx.Element]:
     """The ``ai_AIPackage`` of one weights file, the file it contains, and an ``Annotation`` per record."""
-    convention = (weights.declaration or {}).get("convention", {}).get("name")
+    convention = weights.declaration.convention.name if weights.declaration is not None else None
     package = spdx.ai_AIPackage(spdxId=f"{namespace}#model-{index}", creationInfo=info,
                                 name=f"{release}/{weights.filename}",
                                 software_primaryPurpose=spdx.software_SoftwarePurpose.model,
@@ -78,8 +79,8 @@ def _model(index: int, weights: WeightsEntry, annotations: list[dict[str, Any]],
         package.extension = [spdx.extension_CdxPropertiesExtension(extension_cdxProperty=_properties(weights))]
     else:
         package.comment = "no bnconvention declaration stamped"
-    lines = [line for line in [(weights.declaration or {}).get("reporting_line")]
-             + [a.get("reporting_line") for a in annotations] if line]
+    lines = [line for line in [weights.declaration.reporting_line if weights.declaration is not None else None]
+             + [a.reporting_line for a in annotations] if line]
     if lines:
         package.ai_limitation = "\n".join(lines)
     file = spdx.software_File(spdxId=f"{namespace}#file-{index}", creationInfo=info, name=weights.filename,
@@ -88,11 +89,11 @@ def _model(index: int, weights: WeightsEntry, annotations: list[dict[str, Any]],
                                                        hashValue=weights.sha256)])
     contains = spdx.Relationship(spdxId=f"{namespace}#model-{index}-contains", creationInfo=info, from_=package,
                                  relationshipType=spdx.RelationshipType.contains, to=[file])
-    records = ([weights.declaration] if weights.declaration else []) + annotations
+    records: list[Declaration | RefitAnnotation] = [weights.declaration] if weights.declaration else []
     notes = [spdx.Annotation(spdxId=f"{namespace}#model-{index}-record-{n}", creationInfo=info, subject=package,
                              annotationType=spdx.AnnotationType.other,
-                             statement=f"bnconvention {record['kind']}: {_compact(record)}")
-             for n, record in enumerate(records)]
+                             statement=f"bnconvention {record.kind}: {_compact(to_dict(record))}")
+             for n, record in enumerate([*records, *annotations])]
     return [package, file, contains, *notes]
 
 

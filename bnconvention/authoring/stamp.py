@@ -179,7 +179,7 @@ def stamped_header_bytes(header: SafetensorsHeader, record_text: str, *, reserve
         raise UsageError(f"reserve must be an integer number of bytes from 0 to {MAX_RESERVE}, got {reserve!r}")
     raw = header.raw
     if METADATA_KEY in raw:
-        entries = {key: (_with_record(value, record_text) if key == METADATA_KEY else value)
+        entries = {key: (_with_record(header.metadata, record_text) if key == METADATA_KEY else value)
                    for key, value in raw.items()}
     else:
         entries = {METADATA_KEY: {SAFETENSORS_METADATA_KEY: record_text}, **raw}

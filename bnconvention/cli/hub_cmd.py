@@ -35,6 +35,8 @@ from bnconvention.hub.locking import output_lock
 from bnconvention.hub.summaries import (
     AUDIT_LABELS,
     PUSH_LABELS,
+    CensusHead,
+    CensusRunSection,
     census_head,
     census_run_line,
     census_text,
@@ -293,16 +295,16 @@ def run_census_cmd(args: argparse.Namespace) -> int:
 
 
 def _census_work(args: argparse.Namespace, _: None, client: HubClient, journal: Journal,
-                 out: Path) -> tuple[OrgCensusRun, dict[str, Any], dict[str, Path]]:
+                 out: Path) -> tuple[OrgCensusRun, CensusHead, dict[str, Path]]:
     """The census, then its reports written from the journal while it is open (a repo at a time)."""
     run = census_org(client, args.org, journal=journal, workers=args.workers, progress=show_progress(args.progress))
     head = census_head(args.org, census_entries(journal), endpoint=client.endpoint,
-                       run={"read": run.read, "reused": run.reused, "failed": run.failed,
-                            "seconds": round(run.seconds, 3)}, listing=run.listing.as_dict())
+                       run=CensusRunSection(read=run.read, reused=run.reused, failed=run.failed,
+                                            seconds=round(run.seconds, 3)), listing=run.listing.section())
     return run, head, write_org_census_entries(head, lambda: census_entries(journal), out)
 
 
-def _census_report(args: argparse.Namespace, outcome: tuple[OrgCensusRun, dict[str, Any], dict[str, Path]],
+def _census_report(args: argparse.Namespace, outcome: tuple[OrgCensusRun, CensusHead, dict[str, Path]],
                    client: HubClient, out: Path) -> int:
     run, head, written = outcome
     if args.format == "json":  # the document just written, copied rather than held in memory

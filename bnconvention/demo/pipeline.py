@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypedDict
 
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
@@ -66,6 +66,35 @@ JOURNAL_ENDPOINT = "bnconvention-demo-local-hub"
 STAGES = ("zoo", "publish", "census", "audit", "push", "validate", "population", "report")
 
 
+class DemoReuse(TypedDict, total=False):
+    """What this run took from an earlier one (the summary's ``reused:`` line): the zoo and the published
+    organisation (both or nothing), census entries, audits and pushes from the journal, the population."""
+
+    zoo: bool
+    publish: bool
+    census: int  # census entries reused from the journal
+    audits: int  # audits reused from the journal
+    audits_run: int  # audits run now
+    pushes: int  # pushes reused from the journal
+    pushes_opened: int  # pull requests opened now
+    population: bool  # the population built and censused before, nothing audited now
+
+
+class PublishedRepo(TypedDict):
+    repo_id: str
+    how: str
+    commits: list[str]
+
+
+class PublishedState(TypedDict):
+    """``hub-published.json``: the organisation was fully published from the plan of this digest."""
+
+    format: str
+    plan_sha256: str
+    org: str
+    repos: list[PublishedRepo]
+
+
 @dataclass
 class DemoResult:
     """What one demo run found and did (the summary and the tests read it)."""
@@ -73,7 +102,7 @@ class DemoResult:
     out: Path
     endpoint: str
     report: Path
-    census: dict[str, Any]
+    census: dict[str, Any]  # org-census.json as written (OrgCensus.to_json): demo/summary.py reads it by key
     audits: list[Any]  # RepoAudit, BatchNorm repos then channel-absent ones
     population: dict[str, Any] | None
     pushes: list[Any]  # PushOutcome
@@ -81,7 +110,7 @@ class DemoResult:
     pr_check: tuple[str, int, int] | None  # (repo id, pull request number, validation exit code)
     population_census: PopulationRun | None = None  # the structured population's census (stage 7)
     seconds: dict[str, float] = field(default_factory=dict)
-    reused: dict[str, Any] = field(default_factory=dict)
+    reused: DemoReuse = field(default_factory=lambda: DemoReuse())
 
     def audited(self) -> list[tuple[str, Any]]:
         """``(repo id, AuditResult)`` of every audited checkpoint, sorted by repo id."""
@@ -143,16 +172,15 @@ def plan_sha256(zoo: Any, libraries: Any) -> str:
                              "library_models": libraries.key, "library_files": dict(libraries.files)})
 
 
-def _published_before(paths: DemoPaths, plan: str) -> dict[str, Any] | None:
+def _published_before(paths: DemoPaths, plan: str) -> bool:
+    """Whether ``hub-published.json`` says the organisation was fully published from ``plan``."""
     if not paths.published.is_file() or not paths.hub.is_dir():
-        return None
+        return False
     try:
         state = loads_strict(paths.published.read_bytes(), source=str(paths.published))
     except ValueError:
-        return None
-    if not isinstance(state, dict) or state.get("plan_sha256") != plan:
-        return None
-    return state
+        return False
+    return isinstance(state, dict) and state.get("plan_sha256") == plan
 
 
 @contextlib.contextmanager
@@ -194,22 +222,22 @@ def run_demo(out: str | os.PathLike[str] = DEFAULT_OUT, *, zoo_dir: str | os.Pat
 
 
 def _run(paths: DemoPaths, stages: Stages, *, progress: bool, population_size: PopulationSize) -> DemoResult:
-    reused: dict[str, Any] = {}
+    reused = DemoReuse()
     with stages.stage("zoo", f"digits zoo with the recorder observing training, and the timm and transformers "
                              f"models ({paths.zoo})"):
         zoo, libraries, reused["zoo"] = prepare_models(paths, progress=progress)
 
     access = DemoAccess.new()
     plan = plan_sha256(zoo, libraries)
-    state = _published_before(paths, plan)
-    if state is None:
+    published = _published_before(paths, plan)
+    if not published:
         paths.forget_hub()  # a changed zoo or an interrupted publish: start the organisation over
     with demo_hub(paths.hub, access) as hub:
-        if state is not None and not all(hub.store.repo_exists(r.repo_id) for r in RELEASES):
-            state = None
+        if published and not all(hub.store.repo_exists(r.repo_id) for r in RELEASES):
+            published = False
         with stages.stage("publish", f"{len(RELEASES)} releases of {DEMO_ORG} on a local Hub at {hub.endpoint}"):
-            reused["publish"] = state is not None
-            if state is None:
+            reused["publish"] = published
+            if not published:
                 _publish(paths, hub, (zoo, libraries), access.author_token, plan, progress=progress)
         return _crawl(paths, stages, hub.endpoint, access.auditor_token, reused, progress=progress,
                       population_size=population_size)
@@ -240,12 +268,12 @@ def publish_demo_org(hub: Any, models: tuple[Any, Any], releases_dir: Path, toke
 
 def _publish(paths: DemoPaths, hub: Any, models: tuple[Any, Any], token: str, plan: str, *, progress: bool) -> None:
     published = publish_demo_org(hub, models, paths.releases, token, progress=progress)
-    state = {"format": DEMO_FORMAT, "plan_sha256": plan, "org": DEMO_ORG,
-             "repos": [{"repo_id": p.repo_id, "how": p.how, "commits": p.commits} for p in published]}
+    state: PublishedState = {"format": DEMO_FORMAT, "plan_sha256": plan, "org": DEMO_ORG, "repos": [
+        {"repo_id": p.repo_id, "how": p.how, "commits": p.commits} for p in published]}
     atomic_write_text(paths.published, json.dumps(state, indent=2) + "\n")
 
 
-def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: dict[str, Any], *,
+def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: DemoReuse, *,
            progress: bool, population_size: PopulationSize) -> DemoResult:
     client = make_client(endpoint=endpoint, token=token)
     spec = demo_spec()
@@ -288,7 +316,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
             pushes=push_run.outcomes, validation=issues, files=files, release_notes=release_notes(),
             title=f"The BatchNorm illusion on {DEMO_ORG}: census, audits and refit annotations",
             generator=_generator(), population_census=censused.summary.to_json()), paths.report)
-    return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census, audits=audits,
+    return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census.to_json(), audits=audits,
                       population=summary, pushes=list(push_run.outcomes), validation=issues, pr_check=pr_check,
                       population_census=censused, seconds=dict(stages.seconds), reused=reused)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bnconvention.errors import UsageError
+from bnconvention.formats.json_types import JsonObject
 
 try:
     import fcntl
@@ -190,7 +191,7 @@ def refuse_foreign_folder(out_dir: Path, *, what: str, is_ours: Callable[[Path],
 PARTIAL_KEY = "partial.json"  # what a resumable build's .partial folder was started for
 
 
-def prepare_partial(partial: Path, key: dict[str, Any], *, resume: bool) -> None:
+def prepare_partial(partial: Path, key: JsonObject, *, resume: bool) -> None:
     """The ``.partial`` folder of a resumable build: kept when ``resume`` and it was started for the same ``key``
     (format, seed, code digest...), so finished work survives an interruption; otherwise emptied and stamped with
     ``key``. The build removes ``partial / PARTIAL_KEY`` before :func:`replace_directory`."""

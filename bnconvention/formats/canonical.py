@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bnconvention.errors import CanonicalJSONError, JSONInputError
+from bnconvention.formats.json_types import JsonObject, JsonValue
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -138,8 +139,8 @@ def canonical_sha256(value: Any) -> str:
     return sha256_hex(canonical_json_bytes(value))
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
+def _reject_duplicates(pairs: list[tuple[str, JsonValue]]) -> JsonObject:
+    result: JsonObject = {}
     for key, value in pairs:
         if key in result:
             raise _DuplicateKey(key)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bnconvention.errors import CardError
+from bnconvention.formats.json_types import JsonObject
 
 MODEL_INDEX_KEY = "model-index"
 # metric label -> base cell: the names the papers' tables use (the audit spec's default model_index_metrics, and the
@@ -50,15 +51,15 @@ class IndexMetric:
     result: int
     metric: int
     model_name: Any
-    task: dict[str, Any]
-    dataset: dict[str, Any]
+    task: JsonObject
+    dataset: JsonObject
     type: Any
     value: Any
     name: Any = None
     config: Any = None
     args: Any = None
     source: Any = None
-    raw: dict[str, Any] = field(default_factory=dict)
+    raw: JsonObject = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -94,7 +95,7 @@ def _walk(metadata: Mapping[str, Any], *, source: str, strict: bool) -> Iterator
             yield from _result_metrics(entry, e, r, result, source=source, strict=strict)
 
 
-def _result_metrics(entry: dict[str, Any], e: int, r: int, result: Any, *, source: str,
+def _result_metrics(entry: JsonObject, e: int, r: int, result: Any, *, source: str,
                     strict: bool) -> Iterator[IndexMetric]:
     where = _pointer(MODEL_INDEX_KEY, e, "results", r)
     task = result.get("task") if isinstance(result, dict) else None

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bnconvention.errors import SafetensorsHeaderError
+from bnconvention.formats.json_types import JsonObject, JsonValue
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors' MAX_HEADER_SIZE (tensor.rs): a longer header is "header too large"
 MAX_JSON_DEPTH = 127  # serde_json's recursion limit: the 128th nested array or object is refused
@@ -81,7 +82,7 @@ class SafetensorsHeader:
     header_size: int  # N, including any trailing-space padding
     data_size: int
     padding: int = 0  # trailing spaces after the JSON object: room for in-place header updates
-    raw: dict[str, Any] = field(repr=False, default_factory=dict)  # the decoded JSON object, key order kept
+    raw: JsonObject = field(repr=False, default_factory=dict)  # the decoded JSON object, key order kept
 
     @property
     def data_offset(self) -> int:
@@ -181,8 +182,8 @@ class _Refused(ValueError):
     """A JSON detail Python's ``json`` accepts and the reference parser (serde_json) refuses."""
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
+def _no_duplicates(pairs: list[tuple[str, JsonValue]]) -> JsonObject:
+    seen: JsonObject = {}
     for key, value in pairs:
         if key in seen:
             raise _Refused(f"duplicate key {key!r} in one object; the format disallows duplicate keys (readers "
@@ -216,7 +217,7 @@ def _constant(name: str) -> Any:
     raise _Refused(f"{name} is not JSON (write numbers as finite decimals)")
 
 
-def _nesting_and_strings(raw: dict[str, Any], *, walk_strings: bool) -> str | None:
+def _nesting_and_strings(raw: JsonObject, *, walk_strings: bool) -> str | None:
     """What serde_json refuses in decoded JSON: nesting beyond :data:`MAX_JSON_DEPTH`, or (``walk_strings``) a
     string holding a lone surrogate, which only a ``\\uD8xx``-style escape can produce."""
     stack: list[tuple[Any, int]] = [(raw, 1)]

@@ -15,7 +15,7 @@ import binascii
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from bnconvention.errors import SignatureError
 
@@ -47,6 +47,17 @@ def signatures_covering(path: Path) -> list[Path]:
     return [p for p in found if p.is_file()]
 
 
+class Serialization(TypedDict, total=False):
+    """How model-signing hashed the files (its predicate's ``serialization``, as the signature holds it): the
+    method (``files`` or ``shards``), the hash, the paths left out, whether symlinks were followed."""
+
+    method: str
+    hash_type: str
+    ignore_paths: list[str]
+    allow_symlinks: bool
+    shard_size: int
+
+
 @dataclass(frozen=True)
 class SignedFiles:
     """What a signature lists, read without a key: each signed file (relative name) with its digest, and how the
@@ -55,7 +66,7 @@ class SignedFiles:
     signature: Path
     target: Path
     digests: dict[str, str]
-    serialization: dict[str, Any]
+    serialization: Serialization
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,7 @@ def read_signed_files(signature: Path, target: Path | None = None) -> SignedFile
         statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"], validate=True))
         predicate = statement["predicate"]
         resources = {str(r["name"]): str(r["digest"]) for r in predicate["resources"]}
-        serialization = dict(predicate["serialization"])
+        serialization = Serialization(**predicate["serialization"])
     except (OSError, UnicodeDecodeError, ValueError, binascii.Error, KeyError, TypeError) as exc:
         raise SignatureError(f"{signature}: not a model-signing signature ({type(exc).__name__}: {exc}); sign again: "
                              f"{RESIGN_HINT.format(target=target)}", signature=str(signature)) from exc
@@ -106,13 +117,13 @@ def read_signed_files(signature: Path, target: Path | None = None) -> SignedFile
     return SignedFiles(signature=signature, target=target, digests=resources, serialization=serialization)
 
 
-def _hashing_config(serialization: dict[str, Any], target: Path) -> Any:
+def _hashing_config(serialization: Serialization, target: Path) -> Any:
     from model_signing import hashing
 
     method = serialization.get("method")
     ignore = [Path(p) for p in serialization.get("ignore_paths", ())]
-    common = dict(hashing_algorithm=serialization.get("hash_type", "sha256"),
-                  allow_symlinks=bool(serialization.get("allow_symlinks", False)))
+    common: dict[str, Any] = {"hashing_algorithm": serialization.get("hash_type", "sha256"),  # model-signing's kwargs
+                              "allow_symlinks": bool(serialization.get("allow_symlinks", False))}
     if method == "files":
         config = hashing.Config().use_file_serialization(**common)
     elif method == "shards":
@@ -124,7 +135,7 @@ def _hashing_config(serialization: dict[str, Any], target: Path) -> Any:
     return config
 
 
-def current_digests(target: Path, serialization: dict[str, Any]) -> dict[str, str]:
+def current_digests(target: Path, serialization: Serialization) -> dict[str, str]:
     """The digests of ``target``'s files now, hashed as the signature's ``serialization`` says."""
     manifest = _hashing_config(serialization, target).hash(target)
     found = {str(rd.identifier): rd.digest.digest_hex for rd in manifest.resource_descriptors()}

@@ -38,6 +38,7 @@ from huggingface_hub.utils import (
 )
 
 from bnconvention.errors import HubError, UsageError
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.hub.retry import RetryPolicy, TransientHubError, call_with_retry
 
 DEFAULT_TOKEN_ENV = "HF_TOKEN"
@@ -182,7 +183,7 @@ class HubClient:
                            commit=response.headers.get("X-Repo-Commit"))
 
     def get_json(self, url: str, *, params: Mapping[str, Any] | None = None,
-                 max_bytes: int = MAX_JSON_BYTES) -> tuple[Any, dict[str, Any]]:
+                 max_bytes: int = MAX_JSON_BYTES) -> tuple[JsonValue, dict[str, dict[str, str]]]:
         """One GET of a JSON API answer (no retry), within :attr:`timeout_s` in all: ``(decoded, links)``, where
         ``links`` are the ``Link`` header's relations (``links["next"]["url"]`` for the next page)."""
         deadline = time.monotonic() + self.timeout_s
@@ -205,7 +206,7 @@ class HubClient:
                 raise self.error(f"GET {url}: the answer is not JSON ({exc})") from None
             return decoded, {key: value for key, value in response.links.items() if key is not None}
 
-    def repo_info_json(self, repo_id: str, *, revision: str = "main") -> dict[str, Any]:
+    def repo_info_json(self, repo_id: str, *, revision: str = "main") -> JsonObject:
         """Model repo ``repo_id``'s info at ``revision`` as the Hub sends it (JSON, with retries).
 
         Not ``HfApi.model_info``: that builds a ``ModelCardData`` from the card's front matter, whose tag

@@ -27,11 +27,13 @@ from urllib.parse import parse_qs, urlsplit
 from tqdm.auto import tqdm
 
 from bnconvention.errors import UsageError
+from bnconvention.formats.json_types import JsonValue
 from bnconvention.formats.text import plural
 from bnconvention.hub.classify import RepoCensus, classify_repo, failed_repo
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import call_with_retry
+from bnconvention.hub.summaries import CensusListing
 
 OnRepo = Callable[[RepoCensus, bool], None]  # (entry, reused from the journal)
 
@@ -46,7 +48,7 @@ class ListedRepo:
     private: bool = False
 
 
-def _page(client: HubClient, url: str, params: dict[str, Any] | None) -> tuple[list[Any], str | None]:
+def _page(client: HubClient, url: str, params: dict[str, str] | None) -> tuple[list[JsonValue], str | None]:
     items, links = client.get_json(url, params=params)
     if not isinstance(items, list):
         raise client.error(f"{url}: the model listing is not a JSON list")
@@ -63,8 +65,9 @@ class ListingEnd:
     repos: int = 0
     stopped: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"complete": self.stopped is None, "pages": self.pages, "repos": self.repos, "stopped": self.stopped}
+    def section(self) -> CensusListing:
+        """The census's ``listing`` section."""
+        return CensusListing(complete=self.stopped is None, pages=self.pages, repos=self.repos, stopped=self.stopped)
 
 
 def _cursor(url: str) -> str | None:
@@ -88,7 +91,7 @@ def iter_org_models(client: HubClient, org: str, *, end: ListingEnd | None = Non
     said = end is not None
     end = end if end is not None else ListingEnd()
     url: str | None = f"{client.endpoint}/api/models"
-    params: dict[str, Any] | None = {"author": org, "full": "true"}
+    params: dict[str, str] | None = {"author": org, "full": "true"}
     seen: set[str] = set()
     cursors: set[str] = set()
     listed: set[str] = set()  # bounded by max_repos

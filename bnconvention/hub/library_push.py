@@ -24,6 +24,7 @@ from bnconvention.authoring.publish import publish
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import TEMP_GLOBS
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.formats.links import copy_folder, skipped_line
 
 # save_with_library is the one function that needs torch (and timm for a timm model): it imports them when it runs, so
@@ -47,8 +48,8 @@ def folder_library(folder: Path) -> str:
     return "safetensors"
 
 
-def save_with_library(model: Any, folder: Path, *, model_args: dict[str, Any] | None = None,
-                      data_config: dict[str, Any] | None = None) -> str:
+def save_with_library(model: Any, folder: Path, *, model_args: JsonObject | None = None,
+                      data_config: JsonObject | None = None) -> str:
     """Write ``model`` into ``folder`` with its own library's save; the library's name."""
     if hasattr(model, "save_pretrained") and hasattr(model, "config"):
         model.save_pretrained(str(folder))  # transformers: config.json + model.safetensors
@@ -66,7 +67,7 @@ def save_with_library(model: Any, folder: Path, *, model_args: dict[str, Any] | 
 
 
 def push_to_hub(model_or_folder: Any, repo_id: str, *, record: Any = None, card: str | None = None,
-                model_args: dict[str, Any] | None = None, data_config: dict[str, Any] | None = None,
+                model_args: JsonObject | None = None, data_config: JsonObject | None = None,
                 create_pr: bool = False, commit_message: str | None = None, endpoint: str | None = None,
                 token: str | None = None, dry_run: bool = False, api: Any = None) -> Any:
     """Save (or copy) the release, stamp ``record`` into its weights and card, validate it, upload it in one commit.

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from bnconvention.formats.json_types import JsonValue
+from bnconvention.hub.classify import RepoCensus
+from bnconvention.hub.summaries import OrgCensus
 from bnconvention.hub_audit.audit import FileAudit, RepoAudit
 from bnconvention.hub_audit.push import PushOutcome
 from bnconvention.validation import Issue
@@ -52,7 +55,7 @@ class ReportInput:
 
     org: str
     endpoint: str
-    census: Mapping[str, Any]
+    census: OrgCensus
     audits: Sequence[RepoAudit] = ()
     audit_summary: Mapping[str, Any] | None = None
     pushes: Sequence[PushOutcome] = ()
@@ -64,9 +67,9 @@ class ReportInput:
     # census.json of a local population (``bnconvention census``): its page is written beside index.html
     population_census: Mapping[str, Any] | None = None
 
-    def repos(self) -> list[dict[str, Any]]:
+    def repos(self) -> list[RepoCensus]:
         """The census entries, sorted by repo id."""
-        return sorted(self.census.get("repos", []), key=lambda r: str(r.get("repo_id", "")))
+        return sorted(self.census.repos, key=lambda r: r.repo_id)
 
     def audit_of(self, repo_id: str) -> RepoAudit | None:
         return next((a for a in self.audits if a.repo_id == repo_id), None)
@@ -95,13 +98,15 @@ class ReportInput:
         return flagged_repos(self.repos(), self.validation)
 
 
-def flagged_repos(repos: Sequence[Mapping[str, Any]], issues: Sequence[Issue]) -> list[tuple[str, str, str]]:
+def flagged_repos(repos: Sequence[RepoCensus | Mapping[str, JsonValue]],
+                  issues: Sequence[Issue]) -> list[tuple[str, str, str]]:
     """``(repo id, flagged by, reason)``, one per repo, sorted: the census class when it needs attention
     (undeclared, inconsistent, unreadable), else the repo's first validation error (issues are named
-    ``<repo id>/<path>``)."""
+    ``<repo id>/<path>``). ``repos`` are census entries, or rows of ``org-census.json`` as read (checked as
+    entries)."""
+    entries = [repo if isinstance(repo, RepoCensus) else RepoCensus.model_validate(repo) for repo in repos]
     flags: list[tuple[str, str, str]] = [
-        (str(repo["repo_id"]), f"census: {repo['status']}", str(repo.get("reason", "")))
-        for repo in repos if repo.get("status") in FLAG_CLASSES]
+        (repo.repo_id, f"census: {repo.status}", repo.reason) for repo in entries if repo.status in FLAG_CLASSES]
     seen: set[str] = {repo_id for repo_id, _, _ in flags}
     for issue in issues:
         repo_id = "/".join(issue.file.split("/")[:2])

@@ -69,18 +69,16 @@ def census_table(report: ReportInput) -> str:
     rows: list[list[str]] = []
     attrs: list[dict[str, str]] = []
     for repo in report.repos():
-        repo_id = str(repo["repo_id"])
-        status = str(repo.get("status", ""))
-        checkpoints = repo.get("checkpoints", [])
-        layers = sum(int(c.get("bn_layers", 0)) for c in checkpoints)
-        conventions = sorted({str(c["declared_convention"]) for c in checkpoints if c.get("declared_convention")})
+        repo_id, status = repo.repo_id, repo.status
+        layers = sum(c.bn_layers for c in repo.checkpoints)
+        conventions = sorted({c.declared_convention for c in repo.checkpoints if c.declared_convention})
         decisions, flips = _decisions(report.audit_of(repo_id))
         kind = "flag" if status in ("undeclared", "declared_inconsistent", "unreadable") else (
             "absent" if status == "channel_absent" else "ok")
         note = report.release_notes.get(repo_id)
         rows.append([
             f"<code>{esc(repo_id)}</code>" + (f'<br><span class="muted">{esc(note)}</span>' if note else ""),
-            badge(class_label(status), kind) + f'<br><span class="muted">{esc(repo.get("reason", ""))}</span>',
+            badge(class_label(status), kind) + f'<br><span class="muted">{esc(repo.reason)}</span>',
             str(layers),
             "<br>".join(f"<code>{esc(c)}</code>" for c in conventions) or "none",
             decisions, flips, _validation_cell(report, repo_id), _pull_request(report, repo_id),
@@ -92,12 +90,11 @@ def census_table(report: ReportInput) -> str:
 
 
 def overview(report: ReportInput) -> str:
-    counts = report.census.get("counts", {})
-    rows = [[esc(class_label(name)), str(count)] for name, count in counts.items()]
+    rows = [[esc(class_label(name)), str(count)] for name, count in report.census.counts.by_class()]
     parts = ["<h2 id=\"overview\">Overview</h2>",
-             f"<p>{esc(plural(report.census.get('repos_total', len(report.repos())), 'model repo'))} of "
+             f"<p>{esc(plural(report.census.repos_total, 'model repo'))} of "
              f"<code>{esc(report.org)}</code>, classified from their safetensors headers and cards alone "
-             f"({esc(report.census.get('bytes_read_total', 0))} bytes read).</p>",
+             f"({esc(report.census.bytes_read_total)} bytes read).</p>",
              table(["Census class", "Repos"], rows, table_id="class-counts", numeric=(1,))]
     summary = report.audit_summary
     if summary:

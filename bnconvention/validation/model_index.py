@@ -37,7 +37,7 @@ CODE = "card.model_index_refit_mismatch"
 AnnotationLookup = Callable[[str], "tuple[str, Any] | None"]  # repo path -> (display, decoded JSON) or None
 
 
-def refit_metric_args(*, annotation: str, sha256: str, cell: str, state: str, convention: str) -> dict[str, Any]:
+def refit_metric_args(*, annotation: str, sha256: str, cell: str, state: str, convention: str) -> dict[str, str]:
     """The ``args`` of one of our metrics: which annotation (repo path and digest), cell and state it copies."""
     return {"annotation": annotation, "sha256": sha256, "cell": cell, "state": state, "convention": convention}
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy
 import safetensors
@@ -23,6 +23,7 @@ from bnconvention.architectures.build import build_model
 from bnconvention.errors import CheckpointMismatchError, JSONInputError, UsageError
 from bnconvention.formats.atomic import file_sha256
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.json_types import JsonObject
 
 MANIFEST_NAME = "manifest.json"
 
@@ -44,6 +45,54 @@ def code_sha256() -> str:
     return canonical_sha256({"files": files, "versions": versions})
 
 
+
+class _VariantArchitecture(TypedDict):
+    factory: str
+    kwargs: JsonObject
+
+
+class FittingStep(TypedDict):
+    role: str
+    record_count: int
+    ids_sha256: str
+    by: str
+
+
+class _VariantData(TypedDict):
+    dataset_id: str
+    forget_classes: list[int]
+    split_sizes: dict[str, int]
+    split_ids_sha256: dict[str, str]
+    trained_on: list[str]
+    fitting: list[FittingStep]
+
+
+class _VariantMethod(TypedDict):
+    name: str
+    function: str
+    bn_mode: str
+    transform: str
+    hyperparameters: JsonObject
+
+
+class VariantConfig(TypedDict):
+    """``<variant>.json``, beside its weights: architecture, data split and fitting history, method, buffer-update
+    mode, channel, shipped accuracy, and (BatchNorm variants) the fitting convention as the standard's JSON."""
+
+    format: str
+    name: str
+    architecture: _VariantArchitecture
+    weights: str
+    parent: str | None
+    twin: str
+    seed: int
+    data: _VariantData
+    method: _VariantMethod
+    buffer_update_mode: str
+    channel: str
+    shipped_accuracy: dict[str, float]
+    convention: NotRequired[JsonObject]
+
 @dataclass(frozen=True)
 class ZooManifest:
     """A built zoo in ``root``: variant names in build order, their configs, and the sha256 of every file.
@@ -60,7 +109,7 @@ class ZooManifest:
     files: Mapping[str, str]
     data: Mapping[str, Any]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"format": self.format, "seed": self.seed, "code_sha256": self.code_sha256,
                 "variants": list(self.variants), "files": dict(sorted(self.files.items())), "data": dict(self.data)}
 
@@ -82,10 +131,12 @@ class ZooManifest:
         filename = f"{name}.observation.json"
         return self.root / filename if filename in self.files else None
 
-    def config(self, name: str) -> dict[str, Any]:
-        """The variant's JSON config (architecture, data split, method, buffer-update mode, shipped accuracy)."""
+    def config(self, name: str) -> VariantConfig:
+        """The variant's JSON config (architecture, data split, method, buffer-update mode, shipped accuracy), as
+        the build wrote it (the manifest's digests bind it)."""
         path = self.config_path(name)
-        return loads_strict(path.read_bytes(), source=str(path))
+        config: VariantConfig = loads_strict(path.read_bytes(), source=str(path))
+        return config
 
     def names(self, *, arch: str | None = None) -> list[str]:
         """Variant names in build order, optionally only ``"bn"`` or ``"gn"`` ones."""
@@ -140,4 +191,5 @@ def read_manifest(root: Path | str) -> ZooManifest:
         ) from exc
 
 
-__all__ = ["MANIFEST_NAME", "ZooManifest", "code_sha256", "file_sha256", "manifest_bytes", "read_manifest"]
+__all__ = ["MANIFEST_NAME", "FittingStep", "VariantConfig", "ZooManifest", "code_sha256", "file_sha256",
+           "manifest_bytes", "read_manifest"]

@@ -21,10 +21,11 @@ from bnconvention.architectures.build import build_model
 from bnconvention.errors import JSONInputError, UsageError
 from bnconvention.formats.atomic import atomic_write_bytes, file_sha256
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.formats.links import folder_files
 from bnconvention.zoo.manifest import code_sha256
 from bnconvention.zoo.population_plan import Checkpoint, PopulationConfig, plan_counts
-from bnconvention.zoo.population_release import POPULATION_FORMAT
+from bnconvention.zoo.population_release import POPULATION_FORMAT, PopulationSidecar
 
 MANIFEST_NAME = "manifest.json"
 _CODE_FILES = ("zoo/population_data.py", "zoo/population_plan.py", "zoo/population_train.py",
@@ -59,7 +60,7 @@ class PopulationManifest:
     def names(self) -> list[str]:
         return list(self.folders)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"format": self.format, "seed": self.seed, "code_sha256": self.code_sha256, "config": dict(self.config),
                 "checkpoints": [{"name": n, "folder": f} for n, f in self.folders.items()],
                 "files": dict(sorted(self.files.items())), "counts": dict(self.counts)}
@@ -75,10 +76,12 @@ class PopulationManifest:
     def card_path(self, name: str) -> Path:
         return self.folder(name) / "README.md"
 
-    def sidecar(self, name: str) -> dict[str, Any]:
-        """The checkpoint's sidecar (role, family, variant, removal, seed, forget ids, cells, convention)."""
+    def sidecar(self, name: str) -> PopulationSidecar:
+        """The checkpoint's sidecar (role, family, variant, removal, seed, forget ids, cells, convention), as the
+        build wrote it (the manifest's digests bind it)."""
         path = self.folder(name) / f"{name}.json"
-        return loads_strict(path.read_bytes(), source=str(path))
+        data: PopulationSidecar = loads_strict(path.read_bytes(), source=str(path))
+        return data
 
     def select(self, **fields: Any) -> list[str]:
         """Names whose sidecar has every given field value, e.g. ``select(role="twin", seed=0)``."""

@@ -26,14 +26,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypedDict
 
 from bnconvention.errors import UsageError
+from bnconvention.formats.json_types import JsonObject
 
 Role: TypeAlias = Literal["base", "retrain", "unlearned", "twin"]
 Variant: TypeAlias = Literal["train", "eval"]
 Arm: TypeAlias = Literal["online", "frozen"]
 
+
+# The sidecar's ``removal``: what is removed ("class" is a Python keyword, hence this form).
+RemovalEntry = TypedDict("RemovalEntry", {"name": str, "kind": str, "ratio": float | None, "class": int | None})
 
 @dataclass(frozen=True)
 class Removal:
@@ -43,7 +47,7 @@ class Removal:
     ratio: float | None = None
     forget_class: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RemovalEntry:
         kind = "instances" if self.ratio is not None else "class"
         return {"name": self.key, "kind": kind, "ratio": self.ratio, "class": self.forget_class}
 
@@ -90,7 +94,7 @@ class PopulationConfig:
         if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in self.twin_levels):
             raise UsageError(f"twin levels are positive epoch counts, got {list(self.twin_levels)}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"seeds": list(self.seeds), "removals": list(self.removals), "families": list(self.families),
                 "variants": list(self.variants), "twin_levels": list(self.twin_levels),
                 "training": dict(self.training), "width": self.width}

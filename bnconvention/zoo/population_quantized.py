@@ -27,7 +27,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ from bnconvention.authoring.scales_sources import DECLARATION_FILE
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_bytes, refuse_foreign_folder, replace_directory
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.refitting.observers import observer_spec
 from bnconvention.refitting.scales import save_scales
 from bnconvention.standard.models import (
@@ -60,6 +61,7 @@ from bnconvention.zoo.population_manifest import (
     write_manifest,
 )
 from bnconvention.zoo.population_plan import PopulationConfig, plan, removal
+from bnconvention.zoo.population_release import PopulationSidecar
 from bnconvention.zoo.population_spec import SPEC_FILE
 from bnconvention.zoo.quantized import calibrate_and_declare
 
@@ -86,7 +88,17 @@ class QuantizationSettings:
         observer_spec(self.observer, percentile=self.percentile)  # the observer/percentile pair is checked
 
 
-def quantization_entry(settings: QuantizationSettings, *, seed: int) -> dict[str, Any]:
+class QuantizationEntry(TypedDict):
+    """The manifest's ``quantization`` entry (what a quantized population was calibrated with)."""
+
+    observer: ObserverType
+    percentile: float | None
+    calibration_size: int
+    seed: int
+    code_sha256: str
+
+
+def quantization_entry(settings: QuantizationSettings, *, seed: int) -> QuantizationEntry:
     """The manifest's ``quantization`` entry: the settings, the draw's seed and the digest of the code."""
     package = Path(__file__).resolve().parent.parent
     code = {name: hashlib.sha256((package / name).read_bytes()).hexdigest() for name in _CODE_FILES}
@@ -94,7 +106,7 @@ def quantization_entry(settings: QuantizationSettings, *, seed: int) -> dict[str
             "calibration_size": settings.calibration_size, "seed": seed, "code_sha256": canonical_sha256(code)}
 
 
-def calibration_split(task: NoisyDigits, sidecar: dict[str, Any], *, size: int, seed: int
+def calibration_split(task: NoisyDigits, sidecar: PopulationSidecar, *, size: int, seed: int
                       ) -> tuple[torch.Tensor, DataSplit]:
     """The inputs a checkpoint's shipped scales are calibrated on and the data split describing them: ``size``
     records of its own training data (the retained records for a retrain reference, else the train split)."""
@@ -171,7 +183,7 @@ def build_quantized_population(out_dir: Path | str, *, config: PopulationConfig 
     return read_population_manifest(out)
 
 
-def _entry(root: Path) -> dict[str, Any] | None:
+def _entry(root: Path) -> JsonObject | None:
     try:
         data = loads_strict((root / MANIFEST_NAME).read_bytes(), source=str(root / MANIFEST_NAME))
     except (OSError, ValueError):
@@ -180,7 +192,7 @@ def _entry(root: Path) -> dict[str, Any] | None:
     return entry if isinstance(entry, dict) else None
 
 
-def _reusable(out: Path, *, config: PopulationConfig, seed: int, wanted: dict[str, Any]) -> bool:
+def _reusable(out: Path, *, config: PopulationConfig, seed: int, wanted: QuantizationEntry) -> bool:
     if _entry(out) != wanted:
         return False
     manifest = read_population_manifest(out)
@@ -188,7 +200,7 @@ def _reusable(out: Path, *, config: PopulationConfig, seed: int, wanted: dict[st
         POPULATION_FORMAT, seed, population_code_sha256(config)) and not manifest.verify()
 
 
-def _finish(staging: Path, *, config: PopulationConfig, seed: int, code: str, wanted: dict[str, Any]) -> None:
+def _finish(staging: Path, *, config: PopulationConfig, seed: int, code: str, wanted: QuantizationEntry) -> None:
     """The spec's quantization section, then the manifest over every file with the ``quantization`` entry."""
     spec = staging / SPEC_FILE
     text = spec.read_text("utf-8")

@@ -16,18 +16,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from huggingface_hub import EvalResult, ModelCardData
 
 from bnconvention.authoring.declaration import make_convention
 from bnconvention.authoring.observation import convention_from_observation
 from bnconvention.data.digits import BatchTransform, identity_batch
-from bnconvention.standard.models import Observation, to_dict
+from bnconvention.formats.json_types import JsonObject
+from bnconvention.standard.models import FittingConvention, Observation, to_dict
 from bnconvention.standard.naming import record_ids_sha256
 from bnconvention.zoo.methods import batches_per_epoch
 from bnconvention.zoo.population_data import TASK_ID
-from bnconvention.zoo.population_plan import FAMILY_HYPERPARAMETERS, Checkpoint, PopulationConfig
+from bnconvention.zoo.population_plan import FAMILY_HYPERPARAMETERS, Checkpoint, PopulationConfig, RemovalEntry
 from bnconvention.zoo.population_train import FACTORY, RemovalData
 from bnconvention.zoo.variants import BN_MOMENTUM
 
@@ -37,8 +38,68 @@ CARD_METRICS = {"forget": "forget accuracy", "retain": "retain accuracy", "test"
 # The audit reads task.npz with the identity transform of bnconvention.data.pools: training used the same.
 TRAIN_TRANSFORM = BatchTransform(mode="train", reference="bnconvention.data.pools:identity_batch", fn=identity_batch)
 
-__all__ = ["CARD_METRICS", "FORGET_FILE", "POPULATION_FORMAT", "card_text", "convention_for", "forget_text",
-           "sidecar"]
+__all__ = ["CARD_METRICS", "FORGET_FILE", "POPULATION_FORMAT", "MethodEntry", "PopulationSidecar", "card_text",
+           "convention_for", "forget_text", "sidecar"]
+
+
+class ArchitectureRef(TypedDict):
+    factory: str
+    kwargs: dict[str, int]
+
+
+class ForgetIdsRef(TypedDict):
+    file: str
+    count: int
+    record_ids_sha256: str
+
+
+class TwinRef(TypedDict):
+    arm: str
+    level: int | None
+    partner: str | None
+
+
+class MethodEntry(TypedDict):
+    """How the checkpoint was trained: the method, its function, the BatchNorm mode, hyperparameters and data."""
+
+    name: str | None
+    function: str
+    bn_mode: str | None
+    hyperparameters: JsonObject
+    data: str
+
+
+class PopulationSidecar(TypedDict):
+    """``<name>.json``, the sidecar of one population checkpoint (see the module docstring)."""
+
+    format: str
+    name: str
+    architecture: ArchitectureRef
+    weights: str
+    build_seed: int
+    seed: int
+    role: str
+    family: str | None
+    variant: str | None
+    buffer_update_mode: str
+    removal: RemovalEntry
+    forget_ids: ForgetIdsRef
+    parent: str | None
+    twin: TwinRef | None
+    method: MethodEntry
+    split_sizes: dict[str, int]
+    measured_at_release: dict[str, float]
+    convention: JsonObject  # the standard's FittingConvention, as JSON
+
+
+class _BaseFit(TypedDict):
+    """How the base's training fitted its buffers (the arguments of the convention it declares)."""
+
+    role: Literal["train"]
+    rule: Literal["ema"]
+    momentum: float
+    batch_size: int
+    num_batches: int
 
 
 def forget_text(data: RemovalData) -> str:
@@ -60,7 +121,7 @@ def _split_digest(role: str, data: RemovalData, train_ids: tuple[int, ...]) -> s
     return record_ids_sha256(ids)
 
 
-def _base_fit(config: PopulationConfig, data: RemovalData) -> dict[str, Any]:
+def _base_fit(config: PopulationConfig, data: RemovalData) -> _BaseFit:
     """How the base's training fitted its buffers (the last, annealing stage: EMA over its batches)."""
     h = config.training
     return {"role": "train", "rule": "ema", "momentum": BN_MOMENTUM, "batch_size": h["batch_size"],
@@ -68,26 +129,25 @@ def _base_fit(config: PopulationConfig, data: RemovalData) -> dict[str, Any]:
 
 
 def convention_for(item: Checkpoint, observation: Observation | None, data: RemovalData, *,
-                   config: PopulationConfig, train_ids: tuple[int, ...], task_sha256: str) -> dict[str, Any]:
-    """The declared fitting convention of ``item``'s running statistics (the standard's record, as a dict)."""
+                   config: PopulationConfig, train_ids: tuple[int, ...], task_sha256: str) -> FittingConvention:
+    """The declared fitting convention of ``item``'s running statistics."""
     common: dict[str, Any] = {"dataset_id": TASK_ID, "transform": TRAIN_TRANSFORM.standard(),
                               "dataset_revision": task_sha256}
     if observation is None:  # the twins' frozen arm: θ from the online run, buffers as the base left them
         fit = _base_fit(config, data)
-        return to_dict(make_convention(buffer_update_mode="frozen", subset=_subset("train", data),
-                                       record_count=data.sizes["train"],
-                                       ids_sha256=_split_digest("train", data, train_ids), **fit, **common))
+        return make_convention(buffer_update_mode="frozen", subset=_subset("train", data),
+                               record_count=data.sizes["train"],
+                               ids_sha256=_split_digest("train", data, train_ids), **fit, **common)
     written = observation.mode in ("train", "refit", "mixed")
     # a run that wrote the buffers is measured; one that froze them kept the base's fit, which the author knows
-    known: dict[str, Any] = {} if written else _base_fit(config, data)
+    known: _BaseFit | dict[str, Any] = {} if written else _base_fit(config, data)
     role = str(observation.last_update_split or "train") if written else "train"
-    convention = convention_from_observation(
+    return convention_from_observation(
         observation, subset=_subset(role, data), record_count=data.sizes[role],
         ids_sha256=_split_digest(role, data, train_ids), **known, **common)
-    return to_dict(convention)
 
 
-def _method(item: Checkpoint, config: PopulationConfig) -> dict[str, Any]:
+def _method(item: Checkpoint, config: PopulationConfig) -> MethodEntry:
     if item.role in ("base", "retrain"):
         return {"name": "train", "function": "bnconvention.zoo.methods:train_classifier", "bn_mode": "train",
                 "hyperparameters": dict(config.training), "data": "train" if item.role == "base" else "retain"}
@@ -108,7 +168,7 @@ def _buffer_treatment(item: Checkpoint) -> str:
 
 
 def sidecar(item: Checkpoint, data: RemovalData, *, config: PopulationConfig, build_seed: int,
-            cells: Mapping[str, float], convention: Mapping[str, Any]) -> dict[str, Any]:
+            cells: Mapping[str, float], convention: FittingConvention) -> PopulationSidecar:
     """The checkpoint's JSON sidecar (see the module docstring)."""
     parent = None if item.role in ("base", "retrain") else item.base_key
     return {
@@ -130,7 +190,7 @@ def sidecar(item: Checkpoint, data: RemovalData, *, config: PopulationConfig, bu
         "method": _method(item, config),
         "split_sizes": data.sizes,
         "measured_at_release": dict(cells),
-        "convention": dict(convention),
+        "convention": to_dict(convention),
     }
 
 

@@ -34,8 +34,10 @@ from bnconvention.data.digits import (
     digits_split_masks,
 )
 from bnconvention.errors import UsageError
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.standard.models import BufferUpdateMode, SplitRole, to_dict
 from bnconvention.standard.naming import record_ids_sha256
+from bnconvention.zoo.manifest import FittingStep, VariantConfig
 from bnconvention.zoo.methods import BnMode, batches_per_epoch
 from bnconvention.zoo.models import NormKind
 
@@ -213,13 +215,13 @@ def fitting_history(spec: VariantSpec) -> list[tuple[SplitRole, VariantSpec]]:
 
 
 def variant_config(spec: VariantSpec, data: SplitTensors, *, seed: int,
-                   shipped_accuracy: Mapping[str, float]) -> dict[str, Any]:
+                   shipped_accuracy: Mapping[str, float]) -> VariantConfig:
     """The JSON config saved next to a variant's weights."""
     sizes = data.sizes
     history = fitting_history(spec) if spec.arch == "bn" else []
-    fitting = [{"role": role, "record_count": sizes[role], "ids_sha256": data.ids_sha256(role),
+    fitting: list[FittingStep] = [{"role": role, "record_count": sizes[role], "ids_sha256": data.ids_sha256(role),
                 "by": fitter.name} for role, fitter in history]
-    config: dict[str, Any] = {
+    config: VariantConfig = {
         "format": ZOO_FORMAT,
         "name": spec.name,
         "architecture": {"factory": spec.factory, "kwargs": dict(MODEL_KWARGS)},
@@ -257,7 +259,7 @@ _FUNCTIONS: Mapping[str, str] = {
 }
 
 
-def _convention(spec: VariantSpec, last: tuple[SplitRole, VariantSpec], data: SplitTensors) -> dict[str, Any]:
+def _convention(spec: VariantSpec, last: tuple[SplitRole, VariantSpec], data: SplitTensors) -> JsonObject:
     """The fitting convention of the running statistics: the last train-mode run that wrote them."""
     role, fitter = last
     h = fitter.hyperparameters

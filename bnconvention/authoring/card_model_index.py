@@ -41,7 +41,7 @@ DEFAULT_TASK_TYPE = "image-classification"
 _BASE_CELL_LABELS = {cell: label for label, cell in BASE_CELL_METRICS.items()}
 
 
-class IndexMetric(TypedDict):
+class RefitIndexMetric(TypedDict):
     """One metric of ours in a model-index result: its type, value and label, ``config: bnconvention-refit`` and
     the ``args`` naming the annotation, its digest, the cell, the state and the convention."""
 
@@ -52,12 +52,12 @@ class IndexMetric(TypedDict):
     args: dict[str, str]
 
 
-class IndexResult(TypedDict):
+class RefitIndexResult(TypedDict):
     """One model-index result of ours: a task, a dataset (the authors' where they publish the cell) and metrics."""
 
     task: JsonObject
     dataset: JsonObject
-    metrics: list[IndexMetric]
+    metrics: list[RefitIndexMetric]
 
 
 def _default_dataset(annotation: RefitAnnotation) -> JsonObject:
@@ -70,12 +70,12 @@ def _default_dataset(annotation: RefitAnnotation) -> JsonObject:
 
 def refit_index_results(annotation: RefitAnnotation, *, path: str, sha256: str,
                         origins: Mapping[str, Mapping[str, Any]] | None = None,
-                        task_type: str = DEFAULT_TASK_TYPE) -> list[IndexResult]:
+                        task_type: str = DEFAULT_TASK_TYPE) -> list[RefitIndexResult]:
     """The model-index results of one annotation stored at ``path`` (``sha256``: of its canonical JSON).
     ``origins``: cell -> where the authors publish it (``task``, ``dataset``, metric ``type`` and ``name``, as
     :func:`bnconvention.audit.measure.published.cell_origins` finds them)."""
     convention = annotation.convention.name
-    groups: dict[str, IndexResult] = {}
+    groups: dict[str, RefitIndexResult] = {}
     for cell in annotation.cells:
         origin = (origins or {}).get(cell.metric)
         if origin is not None:
@@ -95,7 +95,7 @@ def refit_index_results(annotation: RefitAnnotation, *, path: str, sha256: str,
     return list(groups.values())
 
 
-def _metric(kind: JsonValue, value: float, state: str, names: Mapping[str, str], label: str) -> IndexMetric:
+def _metric(kind: JsonValue, value: float, state: str, names: Mapping[str, str], label: str) -> RefitIndexMetric:
     return {"type": kind, "value": value, "name": label, "config": REFIT_METRIC_CONFIG,
             "args": refit_metric_args(state=state, **names)}
 
@@ -181,7 +181,7 @@ def _surgical_block(parsed: ParsedCard, drop: set[int], entry: Mapping[str, obje
 
 
 def _merged(existing: list[Mapping[str, Any]],
-            results: Mapping[str, list[IndexResult]]) -> list[Mapping[str, Any]]:
+            results: Mapping[str, list[RefitIndexResult]]) -> list[Mapping[str, Any]]:
     """Our results with those of ``results``' annotations replaced where the first of them was (new annotations
     appended), so stamping the same results again changes nothing. ``existing``: our results as the card has them."""
     merged: list[Mapping[str, Any]] = []
@@ -196,7 +196,7 @@ def _merged(existing: list[Mapping[str, Any]],
     return merged + [r for path, found in results.items() if path not in placed for r in found]
 
 
-def stamp_model_index_text(text: str, results: Mapping[str, list[IndexResult]], *, model_name: str,
+def stamp_model_index_text(text: str, results: Mapping[str, list[RefitIndexResult]], *, model_name: str,
                            source: str = CARD_NAME) -> str:
     """``text`` with our model-index entry holding ``results`` (annotation path -> its results, from
     :func:`refit_index_results`), replacing earlier results of the same annotations. Pure; idempotent.
@@ -225,4 +225,4 @@ def stamp_model_index_text(text: str, results: Mapping[str, list[IndexResult]], 
                       key_name=MODEL_INDEX_KEY, markers=REFIT_MARKERS)
 
 
-__all__ = ["DEFAULT_TASK_TYPE", "IndexMetric", "IndexResult", "refit_index_results", "stamp_model_index_text"]
+__all__ = ["DEFAULT_TASK_TYPE", "RefitIndexMetric", "RefitIndexResult", "refit_index_results", "stamp_model_index_text"]

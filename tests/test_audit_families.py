@@ -14,6 +14,7 @@ import pytest
 from audit_support import fake_result
 
 from bnconvention.audit.core.result import AuditResult, PopulationMetadata, population_metadata
+from bnconvention.audit.population import CensusResult
 from bnconvention.audit.population.families import family_readings, twin_gaps
 from bnconvention.audit.population.summary import summarize
 from bnconvention.audit.render.families import families_markdown
@@ -264,7 +265,7 @@ def test_the_tiny_population_census_reports_families_and_the_twin_gap(tiny_popul
     # the census page draws every checkpoint of the real census once, and each family's mean
     from bnconvention.report_html.census_figures import forest_plot
 
-    svg = forest_plot(written)
+    svg = forest_plot(CensusResult.read(tmp_path / "census" / "census.json"))
     assert svg is not None
     drawn = sorted(point.split(":")[0] for point in re.findall(r'data-point="([^"]+)"', svg))
     assert drawn == sorted(tiny_population.names)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import doctest
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -11,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from bnconvention.audit.population import CensusResult
 from bnconvention.audit.population.story import by_line, detection_floor_pp, headline, population_story
 from bnconvention.report_html import census_figures as figures
+from bnconvention.report_html import census_page
 from bnconvention.report_html.census_page import render_census_page, write_census_html
 from bnconvention.report_html.svg import Axis, Figure, nice_ticks, padded_range
 
@@ -91,6 +94,37 @@ def census_doc() -> dict[str, Any]:
             "pairs": [{"online": "s0-twin1-online", "frozen": "s0-twin1-frozen", "seed": 0, "level": 1,
                        "gap_pp": 1.5, "same_theta": True}]},
     }
+
+
+def census_model(doc: dict[str, Any]) -> CensusResult:
+    """``doc`` as the census model, the parts the page and the figures do not read filled with empty values."""
+    doc = copy.deepcopy(doc)
+    for row in doc["checkpoints"]:
+        _fill(row, file=f"{row['checkpoint']}.safetensors", path=f"{row['checkpoint']}.safetensors", factory=None,
+              trainable_sha256="0" * 64, anchored=True, recoverability_shift_pp=None, reporting_line="",
+              annotation="", mechanism=None, group="decided")
+        if row["staleness"] is not None:
+            _fill(row["staleness"], band_p_value=None)
+        for cell in row["cells"].values():
+            _fill(cell, method="exact-sign-test", p_value=None, sign_p_value=1.0, sign_beyond=0, by_p_value=None)
+    _fill(doc["counts"], anchoring_checked=0, anchored=0, eligible=0, channel_absent=0, staleness_exceeds_band=0)
+    for counts in doc["cells"].values():
+        _fill(counts, by={"m": 0, "p_displaced": 1.0, "keeps_all_from": None})
+    for margin in doc["sweeps"]["margins"]:
+        for cell in margin["cells"].values():
+            _fill(cell, displaced_by={})
+    _fill(doc["sweeps"], fdr_qs=[], pool_sizes=[])
+    _fill(doc, spec_sha256="0" * 64, identical_weights=[], flip_ledger=[], decided=[], readings={},
+          detection_floor=None, margin={"margin_pp": doc["margin_pp"], "source": "spec", "derivation": None,
+                                        "resolution": {}, "warnings": []},
+          preregistration={"preregistered": False}, recalibration_budget={"cells": {}, "flips": [], "counts": {}},
+          controls={"controls": 0, "as_expected": 0, "rows": [], "background": {}})
+    return CensusResult.model_validate(doc)
+
+
+def _fill(target: dict[str, Any], **defaults: Any) -> None:
+    for key, value in defaults.items():
+        target.setdefault(key, value)
 
 
 def _svg(text: str | None) -> ET.Element:
@@ -232,7 +266,7 @@ def test_a_census_without_a_population_tells_only_what_it_has() -> None:
 
 def test_the_forest_plot_has_every_checkpoint_grouped_with_its_family_mean() -> None:
     census = census_doc()
-    root = _svg(figures.forest_plot(census))
+    root = _svg(figures.forest_plot(census_model(census)))
     points = _points(root)
     assert sorted(p.split(":")[0] for p in points) == sorted(r["checkpoint"] for r in census["checkpoints"])
     assert "a-ga-eval:40.0000" in points
@@ -243,42 +277,42 @@ def test_the_forest_plot_has_every_checkpoint_grouped_with_its_family_mean() -> 
     assert "mean (1 displaced)" in labels
     colours = {c.get("class") for c in root.iter(f"{SVG}circle")}
     assert colours == {"displaced", "equivalent", "undetermined"}
-    assert figures.forest_plot({**census, "checkpoints": []}) is None
+    assert figures.forest_plot(census_model({**census, "checkpoints": []})) is None
 
 
 def test_the_margin_sweep_draws_one_line_per_outcome_over_the_margins() -> None:
-    root = _svg(figures.margin_sweep_plot(census_doc()))
+    root = _svg(figures.margin_sweep_plot(census_model(census_doc())))
     assert len(list(root.iter(f"{SVG}polyline"))) == 3
     assert sorted(_points(root)) == sorted(f"{o}:{m:g}:{v:.4f}" for m, d, e, u in
                                            ((1.0, 3, 2, 2), (1.5, 3, 3, 1), (2.0, 2, 4, 1))
                                            for o, v in (("displaced", d), ("equivalent", e), ("undetermined", u)))
     one = census_doc()
     one["sweeps"]["margins"] = one["sweeps"]["margins"][:1]
-    assert figures.margin_sweep_plot(one) is None
+    assert figures.margin_sweep_plot(census_model(one)) is None
 
 
 def test_the_recoverability_curve_has_each_source_and_budget() -> None:
-    root = _svg(figures.recoverability_plot(census_doc()))
+    root = _svg(figures.recoverability_plot(census_model(census_doc())))
     assert sorted(_points(root)) == sorted(["noise:1:-10.0000", "noise:10:-5.0000", "test:1:-40.0000",
                                             "test:10:-2.0000", "test:100:1.0000"])
     census = census_doc()
     census["readings"]["recoverability"] = None
-    assert figures.recoverability_plot(census) is None
+    assert figures.recoverability_plot(census_model(census)) is None
 
 
 def test_the_twin_plot_and_the_staleness_scatter() -> None:
     census = census_doc()
-    twins = _svg(figures.twin_gap_plot(census))
+    twins = _svg(figures.twin_gap_plot(census_model(census)))
     assert _points(twins) == ["s0-twin1-online:1.5000"] and _points(twins, "data-mean") == ["level 1:1.5000"]
-    scatter = _svg(figures.staleness_scatter(census))
+    scatter = _svg(figures.staleness_scatter(census_model(census)))
     assert len(_points(scatter)) == len(census["checkpoints"])
     assert "a-ga-eval:1:40.0000" in _points(scatter)
     assert any(t.text == "Spearman ρ = 0.75" for t in scatter.iter(f"{SVG}text"))
-    assert figures.twin_gap_plot({**census, "twin_gaps": None}) is None
+    assert figures.twin_gap_plot(census_model({**census, "twin_gaps": None})) is None
     no_staleness = copy.deepcopy(census)
     for row in no_staleness["checkpoints"]:
         row["staleness"] = None
-    assert figures.staleness_scatter(no_staleness) is None
+    assert figures.staleness_scatter(census_model(no_staleness)) is None
 
 
 # --- the page ------------------------------------------------------------------------------------------------------
@@ -289,7 +323,7 @@ def _ids(text: str) -> set[str]:
 
 def test_the_census_page_has_every_section_its_census_has(tmp_path: Path) -> None:
     census = census_doc()
-    path = write_census_html(census, tmp_path / "census.html")
+    path = write_census_html(census_model(census), tmp_path / "census.html")
     text = path.read_text("utf-8")
     assert {"headline", "forest-plot", "families", "margin-sweep-plot", "margin-sweep", "detection-floor-table",
             "recoverability-plot", "twin-gap-plot", "twin-gaps", "staleness-scatter", "controls-table"} <= _ids(text)
@@ -297,20 +331,20 @@ def test_the_census_page_has_every_section_its_census_has(tmp_path: Path) -> Non
     assert "<code>df</code>" in text  # the story's `df` shown as code
     assert "<script" not in text
     bare = {key: value for key, value in census.items() if key not in ("families", "twin_gaps", "readings")}
-    text = render_census_page(bare)
+    text = render_census_page(census_model(bare))
     assert not {"families", "twins", "twin-gap-plot", "recoverability-plot"} & _ids(text)
     assert {"forest-plot", "staleness-scatter"} <= _ids(text)  # the rows still carry their staleness
     assert "No recoverability curve" in text
     for row in bare["checkpoints"]:
         row["staleness"] = None
-    assert not {"staleness", "staleness-scatter"} & _ids(render_census_page(bare))
+    assert not {"staleness", "staleness-scatter"} & _ids(render_census_page(census_model(bare)))
 
 
 def test_names_from_the_census_are_escaped_on_the_page() -> None:
     census = census_doc()
     census["checkpoints"][0]["checkpoint"] = "<img src=x onerror=alert(1)>"
     census["spec_name"] = "<b>spec</b>"
-    text = render_census_page(census)
+    text = render_census_page(census_model(census))
     assert "<img src=x" not in text and "<b>spec</b>" not in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
 
@@ -331,3 +365,9 @@ def test_the_provenance_line_reads_both_arms_and_the_staleness_ratio() -> None:
     assert "every removed record in the pool moves forget accuracy by +0.36 pp pooled" in line
     assert line.endswith("staleness is 3.89× the deployment exchange's distance at the median (1.99 … 14.93).")
     assert line in population_story(census)
+
+
+def test_the_census_page_module_example_renders_the_fixture(monkeypatch: pytest.MonkeyPatch, repo_root: Path) -> None:
+    monkeypatch.chdir(repo_root)  # the example reads the fixture from the repository root
+    failed, tried = doctest.testmod(census_page, raise_on_error=False)
+    assert tried == 4 and failed == 0

@@ -122,8 +122,8 @@ def run(args: argparse.Namespace) -> int:
     outcome = run_census(args.paths, spec, Path(args.out), workers=args.workers, progress=show_progress(args.progress),
                          allowed_factories=args.allow_factory, device=device, amend=args.amend)
     census = outcome.summary
-    summary = census.to_json()  # the page and the story still read the mapping
-    page = write_census_html(summary, outcome.out_dir / CENSUS_HTML)
+    summary = census.to_json()  # the story still reads the mapping
+    page = write_census_html(census, outcome.out_dir / CENSUS_HTML)
     counts = census.counts
     print(f"census of {plural(counts.checkpoints, 'checkpoint')}: {counts.anchored} anchored of "
           f"{counts.anchoring_checked} checked, {counts.decided} decided, "

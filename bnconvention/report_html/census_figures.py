@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnconvention.audit.population import census_group, control_labels, family_label, headline_cell
+from bnconvention.audit.population import CensusResult, census_group, control_labels, family_label, headline_cell
 from bnconvention.formats.text import signed
 from bnconvention.report_html.svg import COLOURS, SERIES, Axis, Figure, padded_range
 
@@ -26,45 +26,52 @@ WIDTH = 900
 ROW, GROUP_ROW, TOP, BOTTOM, LABELS = 11, 18, 34, 46, 200
 
 
-def _groups(census: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Mapping[str, Any]]]]:
-    controls = control_labels(census)
-    groups: dict[str, list[Mapping[str, Any]]] = {}
+def _reading(census: CensusResult, name: str) -> Mapping[str, Any]:
+    """One of the census's readings, or an empty mapping when it has none."""
+    value = census.readings.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _groups(census: CensusResult, rows: Sequence[Any]) -> list[tuple[str, list[Any]]]:
+    controls = control_labels(census.to_json())
+    groups: dict[str, list[Any]] = {}
     for row in rows:
-        groups.setdefault(census_group(row, controls, twin_arms=False), []).append(row)
+        groups.setdefault(census_group(row.model_dump(), controls, twin_arms=False), []).append(row)
     families = sorted(name for name in groups if "(" in name)
     return [(name, groups[name]) for name in [*families, *sorted(set(groups) - set(families))]]
 
 
-def _family_means(census: Mapping[str, Any], cell: str) -> dict[str, Mapping[str, Any]]:
-    families = (census.get("families") or {}).get("families") or []
+def _family_means(census: CensusResult, cell: str) -> dict[str, Mapping[str, Any]]:
+    families: list[Mapping[str, Any]] = list(census.families.families) if census.families is not None else []
     return {family_label(f["family"], f["variant"], f.get("removal_kind")): f["cells"][cell]
             for f in families if cell in f["cells"]}
 
 
-def _shift_range(rows: Sequence[Mapping[str, Any]], means: Mapping[str, Mapping[str, Any]], cell: str,
+def _shift_range(rows: Sequence[Any], means: Mapping[str, Mapping[str, Any]], cell: str,
                  margin: float) -> tuple[float, float]:
-    values = [v for row in rows for v in (row["cells"][cell].get("min_shift_pp"), row["cells"][cell].get(
-        "max_shift_pp"), row["cells"][cell]["shift_pp"]) if v is not None]
+    values = [v for row in rows for v in (row.cells[cell].min_shift_pp, row.cells[cell].max_shift_pp,
+                                          row.cells[cell].shift_pp)]
     values += [v for m in means.values() for v in (m.get("lower_pp"), m.get("upper_pp")) if v is not None]
     return padded_range(values, include=(-margin, margin))
 
 
-def forest_plot(census: Mapping[str, Any]) -> str | None:
+def forest_plot(census: CensusResult) -> str | None:
     """Shifts of the headline cell per checkpoint, grouped by family with the family means (None: no rows)."""
-    cell = headline_cell(census)
-    rows = [r for r in census.get("checkpoints") or [] if cell in r.get("cells", {})]
+    cell = headline_cell(census.to_json())
+    rows = [r for r in census.checkpoints if cell in r.cells]
     if not rows:
         return None
     groups, means = _groups(census, rows), _family_means(census, cell)
     height = TOP + BOTTOM + sum(GROUP_ROW + ROW * (len(g) + (name in means)) for name, g in groups)
     fig = Figure(WIDTH, height, title=f"Forest plot: refit − shipped shift of {cell} per checkpoint, by family")
-    margin = float(census["margin_pp"])
+    margin = census.margin_pp
     x = Axis(*_shift_range(rows, means, cell, margin), LABELS, WIDTH - 20)
     fig.rect(x(-margin), TOP, x(margin) - x(-margin), height - TOP - BOTTOM, fill=COLOURS["band"])
     fig.x_axis(x, y=height - BOTTOM, top=TOP, label=f"shift of {cell}, pp (refit − shipped; band ±{margin:g})")
     fig.line(x(0.0), TOP, x(0.0), height - BOTTOM, colour=COLOURS["mean"], dash="3 3")
     fig.text(8, 20, f"{cell}: replicate mean (point) and range (bar) per checkpoint; ◆ family mean, "
-                    f"{(census.get('families') or {}).get('level', 0.9):.0%} clustered interval", size=11)
+                    f"{census.families.level if census.families is not None else 0.9:.0%} clustered interval",
+             size=11)
     y = float(TOP)
     for name, members in groups:
         y += GROUP_ROW
@@ -78,16 +85,13 @@ def forest_plot(census: Mapping[str, Any]) -> str | None:
     return fig.render()
 
 
-def _forest_row(fig: Figure, x: Axis, y: float, row: Mapping[str, Any], cell: str) -> None:
-    c = row["cells"][cell]
-    kind = c.get("outcome") or "undetermined"
-    if row.get("channel") == "absent":
-        kind = "absent"
-    fig.text(LABELS - 6, y + 3.5, row["checkpoint"], anchor="end", size=9)
-    if c.get("min_shift_pp") is not None and c.get("max_shift_pp") is not None:
-        fig.line(x(c["min_shift_pp"]), y, x(c["max_shift_pp"]), y, colour=COLOURS.get(kind, kind), width=1.5)
-    fig.circle(x(c["shift_pp"]), y, 3, kind=kind, data=f"{row['checkpoint']}:{c['shift_pp']:.4f}",
-               tip=f"{row['checkpoint']}: {signed(c['shift_pp'])} pp ({kind})")
+def _forest_row(fig: Figure, x: Axis, y: float, row: Any, cell: str) -> None:
+    c = row.cells[cell]
+    kind = "absent" if row.channel == "absent" else c.outcome
+    fig.text(LABELS - 6, y + 3.5, row.checkpoint, anchor="end", size=9)
+    fig.line(x(c.min_shift_pp), y, x(c.max_shift_pp), y, colour=COLOURS.get(kind, kind), width=1.5)
+    fig.circle(x(c.shift_pp), y, 3, kind=kind, data=f"{row.checkpoint}:{c.shift_pp:.4f}",
+               tip=f"{row.checkpoint}: {signed(c.shift_pp)} pp ({kind})")
 
 
 def _mean_row(fig: Figure, x: Axis, y: float, name: str, mean: Mapping[str, Any]) -> None:
@@ -123,21 +127,21 @@ def line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], 
     return fig.render()
 
 
-def margin_sweep_plot(census: Mapping[str, Any]) -> str | None:
+def margin_sweep_plot(census: CensusResult) -> str | None:
     """Headline cells displaced / equivalent / undetermined at each margin of the sweep (None: no sweep)."""
-    cell = headline_cell(census)
-    margins = [m for m in (census.get("sweeps") or {}).get("margins") or [] if cell in m["cells"]]
+    cell = headline_cell(census.to_json())
+    margins = [m for m in census.sweeps.margins if cell in m.cells]
     if len(margins) < 2:
         return None
-    series = {outcome: [(m["margin_pp"], float(m["cells"][cell][outcome])) for m in margins]
+    series = {outcome: [(m.margin_pp, float(getattr(m.cells[cell], outcome))) for m in margins]
               for outcome in ("displaced", "equivalent", "undetermined")}
     return line_chart(f"Margin sweep of {cell}: decided cells per outcome at each margin", series,
                        x_label="margin, pp", y_label="checkpoints", colours=COLOURS)
 
 
-def recoverability_plot(census: Mapping[str, Any]) -> str | None:
+def recoverability_plot(census: CensusResult) -> str | None:
     """Mean forget shift after a refit on B proxy images, per source (None: the census measured no curve)."""
-    reading = (census.get("readings") or {}).get("recoverability")
+    reading = _reading(census, "recoverability")
     if not reading or not reading.get("curve"):
         return None
     series: dict[str, list[tuple[float, float]]] = {}
@@ -148,9 +152,9 @@ def recoverability_plot(census: Mapping[str, Any]) -> str | None:
                        y_label="mean forget shift, pp", log_x=True)
 
 
-def twin_gap_plot(census: Mapping[str, Any]) -> str | None:
+def twin_gap_plot(census: CensusResult) -> str | None:
     """The frozen-twin gap per level: each pair's gap and the mean with its interval (None: no twins)."""
-    twins = census.get("twin_gaps")
+    twins: Mapping[str, Any] | None = census.twin_gaps
     if not twins or not twins.get("levels"):
         return None
     levels = [t["level"] for t in twins["levels"]]
@@ -177,11 +181,11 @@ def twin_gap_plot(census: Mapping[str, Any]) -> str | None:
     return fig.render()
 
 
-def staleness_scatter(census: Mapping[str, Any]) -> str | None:
+def staleness_scatter(census: CensusResult) -> str | None:
     """Staleness (mean distance to the refit statistics) against |shift| of the headline cell (None: no staleness)."""
-    cell = headline_cell(census)
-    points = [(r["staleness"]["mean_distance"], abs(r["cells"][cell]["shift_pp"]), r)
-              for r in census.get("checkpoints") or [] if r.get("staleness") and cell in r.get("cells", {})]
+    cell = headline_cell(census.to_json())
+    points = [(r.staleness.mean_distance, abs(r.cells[cell].shift_pp), r)
+              for r in census.checkpoints if r.staleness is not None and cell in r.cells]
     points = [p for p in points if p[0] > 0]
     if len(points) < 2:
         return None
@@ -194,12 +198,12 @@ def staleness_scatter(census: Mapping[str, Any]) -> str | None:
     fig.x_axis(x, y=height - 50, top=30, label="staleness: mean distance to the refit statistics (log scale)",
                ticks=_decades(x.lo, x.hi))
     for distance, shift, row in points:
-        kind = "displaced" if row["staleness"].get("exceeds_band") else "equivalent"
-        fig.circle(x(distance), y(shift), 3, kind=kind, data=f"{row['checkpoint']}:{distance:.6g}:{shift:.4f}",
-                   tip=f"{row['checkpoint']}: staleness {distance:.4g}, |shift| {shift:.2f} pp")
+        kind = "displaced" if row.staleness is not None and row.staleness.exceeds_band else "equivalent"
+        fig.circle(x(distance), y(shift), 3, kind=kind, data=f"{row.checkpoint}:{distance:.6g}:{shift:.4f}",
+                   tip=f"{row.checkpoint}: staleness {distance:.4g}, |shift| {shift:.2f} pp")
     fig.text(WIDTH - 150, 40, "● exceeds band", colour=COLOURS["displaced"])
     fig.text(WIDTH - 150, 56, "● within band", colour=COLOURS["equivalent"])
-    rank = ((census.get("readings") or {}).get("staleness") or {}).get("staleness_vs_abs_shift") or {}
+    rank: Mapping[str, Any] = _reading(census, "staleness").get("staleness_vs_abs_shift") or {}
     if rank.get("rho") is not None:
         fig.text(WIDTH - 150, 80, f"Spearman ρ = {rank['rho']:.2f}")
         interval = ("no interval" if rank.get("lower") is None

@@ -36,6 +36,7 @@ from typing import Any
 
 from bnconvention.audit.population.encoder_report import encoder_census_markdown
 from bnconvention.audit.population.ledger import in_ledger_order
+from bnconvention.audit.population.model_sections import LedgerRow
 from bnconvention.audit.population.scales_report import reading as scales_reading
 from bnconvention.audit.population.scales_report import scales_groups_markdown
 from bnconvention.audit.population.story import population_story
@@ -148,8 +149,9 @@ def _families(data: Mapping[str, Any]) -> str:
 
 
 def _ledger(data: Mapping[str, Any]) -> str:
-    ledger = in_ledger_order(data["census"].get("flip_ledger") or [])  # extracts of older censuses are unsorted
-    return "\n".join(ledger_table({"flip_ledger": ledger}))
+    # extracts of older censuses are unsorted
+    ledger = in_ledger_order([LedgerRow.model_validate(row) for row in data["census"].get("flip_ledger") or []])
+    return "\n".join(ledger_table({"flip_ledger": [row.model_dump(mode="json") for row in ledger]}))
 
 
 def _provenance(data: Mapping[str, Any]) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.audit.population.families import census_group, control_labels
+from bnconvention.audit.population.model_rows import EncoderColumns
 from bnconvention.formats.text import markdown_table, plural, signed
 
 READING = ("BN-residual = LP_M − LP_Mcal (shipped minus exact retain refit); negative: the shipped state hides "
@@ -74,31 +75,27 @@ def _area_sentence(relearning: Any) -> str:
             f"{_area(relearning.area_shipped)}, refit {refit or '—'}.")
 
 
-def encoder_row(annotation: Any) -> dict[str, Any] | None:
+def encoder_row(annotation: Any) -> EncoderColumns | None:
     """The census columns of one checkpoint (None without the diagnostics)."""
     probe = getattr(annotation, "linear_probe", None)
     attack = getattr(annotation, "membership_inference", None)
     relearning = getattr(annotation, "relearning", None)
     if probe is None and attack is None and relearning is None:
         return None
-    cells = {c.metric: c for c in annotation.cells}
-    row: dict[str, Any] = {}
-    if probe is not None:
-        lp = cells[probe.metric]
-        row.update({"lp_shipped": lp.shipped, "lp_refit": lp.refit,
-                    "lp_reference": None if lp.reference is None else lp.reference.value,
-                    "bn_residual_pp": probe.bn_residual_pp.model_dump(mode="json"),
-                    "nc_residual_pp": None if probe.nc_residual_pp is None
-                    else probe.nc_residual_pp.model_dump(mode="json")})
-    if attack is not None:
-        row.update({"mia_auc_shipped": attack.auc_shipped.model_dump(mode="json"),
-                    "mia_auc_refit": attack.auc_refit.model_dump(mode="json"),
-                    "mia_shift_pp": attack.shift_pp.model_dump(mode="json")})
-    if relearning is not None:
-        row.update({"relearn_steps_shipped": relearning.steps_shipped, "relearn_steps_refit": relearning.steps_refit})
-        areas = {"relearn_area_shipped": relearning.area_shipped, "relearn_area_refit": relearning.area_refit}
-        row.update({key: value for key, value in areas.items() if value is not None})
-    return row
+    lp = None if probe is None else {c.metric: c for c in annotation.cells}[probe.metric]
+    return EncoderColumns(
+        lp_shipped=None if lp is None else lp.shipped,
+        lp_refit=None if lp is None else lp.refit,
+        lp_reference=None if lp is None or lp.reference is None else lp.reference.value,
+        bn_residual_pp=None if probe is None else probe.bn_residual_pp,
+        nc_residual_pp=None if probe is None else probe.nc_residual_pp,
+        mia_auc_shipped=None if attack is None else attack.auc_shipped,
+        mia_auc_refit=None if attack is None else attack.auc_refit,
+        mia_shift_pp=None if attack is None else attack.shift_pp,
+        relearn_steps_shipped=None if relearning is None else relearning.steps_shipped,
+        relearn_steps_refit=None if relearning is None else relearning.steps_refit,
+        relearn_area_shipped=None if relearning is None else relearning.area_shipped,
+        relearn_area_refit=None if relearning is None else relearning.area_refit)
 
 
 def _pp(interval: Mapping[str, Any] | None) -> str:

@@ -14,43 +14,44 @@ from typing import Any
 
 from bnconvention.audit.core.result import ScalesResult
 from bnconvention.audit.population.families import census_group, control_labels
+from bnconvention.audit.population.model_rows import CheckpointRow, ScalesCell, ScalesColumns
+from bnconvention.audit.population.model_sections import ScalesCounts
 from bnconvention.formats.text import markdown_table, plural, signed
 
 HEADING = "Activation scales (second deployed state)"
 CELLS = ("df", "dr", "dt")
 
 
-def scales_row(scales: ScalesResult, *, annotation: str | None) -> dict[str, Any]:
+def scales_row(scales: ScalesResult, *, annotation: str | None) -> ScalesColumns:
     """The census row's ``scales`` entry: the status and, when audited, each cell's shift and decision."""
-    row: dict[str, Any] = {"status": scales.status, "reason": scales.reason}
     if scales.annotation is None:
-        return row
+        return ScalesColumns(status=scales.status, reason=scales.reason)
     cells = {c.metric: c for c in scales.annotation.cells}
-    row.update({
-        "observer": scales.observer, "sites": scales.sites, "replicates": scales.annotation.replicates,
-        "calibration_size": scales.calibration_size,
-        "cells": {m: {"shipped": c.shipped, "refit": c.refit, "shift_pp": c.shift_pp,
-                      "min_shift_pp": min(c.replicate_shifts_pp), "max_shift_pp": max(c.replicate_shifts_pp),
-                      "outcome": c.decision.outcome, "p_value": c.decision.p_value} for m, c in cells.items()},
-        "displaced": any(c.decision.outcome == "displaced" for c in cells.values()),
-        "median_abs_log_ratio": scales.median_abs_log_ratio, "max_abs_log_ratio": scales.max_abs_log_ratio,
-        "annotation": annotation,
-    })
-    return row
+    return ScalesColumns(
+        status=scales.status, reason=scales.reason,
+        observer=scales.observer, sites=scales.sites, replicates=scales.annotation.replicates,
+        calibration_size=scales.calibration_size,
+        cells={m: ScalesCell(shipped=c.shipped, refit=c.refit, shift_pp=c.shift_pp,
+                             min_shift_pp=min(c.replicate_shifts_pp), max_shift_pp=max(c.replicate_shifts_pp),
+                             outcome=c.decision.outcome, p_value=c.decision.p_value) for m, c in cells.items()},
+        displaced=any(c.decision.outcome == "displaced" for c in cells.values()),
+        median_abs_log_ratio=scales.median_abs_log_ratio, max_abs_log_ratio=scales.max_abs_log_ratio,
+        annotation=annotation,
+    )
 
 
-def scales_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """census.json's ``scales`` section (nothing when no row has a scales entry)."""
-    entries = [row["scales"] for row in rows if "scales" in row]
+def scales_counts(rows: Sequence[CheckpointRow]) -> ScalesCounts | None:
+    """census.json's ``scales`` section (None when no row has a scales entry)."""
+    entries = [row.scales for row in rows if row.scales is not None]
     if not entries:
-        return {}
-    audited = [e for e in entries if e["status"] == "audited"]
-    return {"scales": {
-        "quantized": len(audited), "not_quantized": len(entries) - len(audited),
-        "displaced": sum(bool(e["displaced"]) for e in audited),
-        "cells": {m: {o: sum(e["cells"][m]["outcome"] == o for e in audited if m in e["cells"])
-                      for o in ("displaced", "equivalent", "undetermined")} for m in CELLS},
-    }}
+        return None
+    audited = [e for e in entries if e.status == "audited"]
+    return ScalesCounts(
+        quantized=len(audited), not_quantized=len(entries) - len(audited),
+        displaced=sum(bool(e.displaced) for e in audited),
+        cells={m: {o: sum(e.cells is not None and m in e.cells and e.cells[m].outcome == o for e in audited)
+                   for o in ("displaced", "equivalent", "undetermined")} for m in CELLS},
+    )
 
 
 def reading(census: Mapping[str, Any]) -> str:

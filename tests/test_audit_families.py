@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from audit_support import fake_result
+from census_support import typed_census
 
 from bnconvention.audit.core.result import AuditResult, PopulationMetadata, population_metadata
 from bnconvention.audit.population.families import family_readings, twin_gaps
@@ -143,7 +144,7 @@ def test_the_equivalent_yet_displaced_statement_appears_exactly_when_the_data_ha
                                   "interval is not inside ±1.2 pp); it contains 1 displaced checkpoint."]
     moved = _readings(*_family([5.0, 5.2, 4.8, 5.1, 4.9, 5.0], displaced_first=True))["families"][0]
     assert moved["cells"]["df"]["outcome"] == "displaced" and "displaced on average" in moved["statements"][0]
-    text = families_markdown({"families": _readings(*_family(SHIFTS, displaced_first=True))})
+    text = families_markdown(typed_census({"families": _readings(*_family(SHIFTS, displaced_first=True))}))
     assert "yet contains 1 displaced checkpoint: per checkpoint, not per method." in text
 
 
@@ -208,7 +209,7 @@ def test_twin_gap_per_level_with_its_interval_across_seeds_by_hand():
     assert one["same_theta"] is True
     assert two["mean_gap_pp"] == pytest.approx(30.0) and two["lower_pp"] is None  # one seed: no interval
     assert two["same_theta"] is False  # the design's bit-identical θ is checked, not assumed
-    text = families_markdown({"twin_gaps": gaps})
+    text = families_markdown(typed_census({"twin_gaps": gaps}))
     assert "## Frozen twins" in text and "| 1 | 3 | 0, 1, 2 | +10.00 pp | [+5.03, +14.97] | yes |" in text
     assert twin_gaps([_model(r) for r in rows[:1]], meta, headline="df") is None
 
@@ -246,8 +247,8 @@ def test_summary_carries_families_only_when_the_checkpoints_name_one():
     assert family["cells"]["df"]["outcome"] == "equivalent" and "yet contains 1 displaced" in family["statements"][0]
     assert summary["twin_gaps"] is None
     json.dumps(summary)  # JSON-ready
-    digits = summarize([_result("bn-ga-train", [2.0] * 10, None)], ["bn-ga-train"], spec).to_json()
-    assert "families" not in digits and "twin_gaps" not in digits
+    digits = summarize([_result("bn-ga-train", [2.0] * 10, None)], ["bn-ga-train"], spec)
+    assert "families" not in digits.to_json() and "twin_gaps" not in digits.to_json()
     assert families_markdown(digits) == ""
 
 

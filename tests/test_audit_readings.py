@@ -7,8 +7,9 @@ import json
 
 import pytest
 from audit_support import pattern_census
+from census_support import filled, typed_census
 
-from bnconvention.audit.population.model_readings import MechanismRow
+from bnconvention.audit.population.model_readings import MechanismCounts, MechanismRow
 from bnconvention.audit.population.readings import cluster_spearman, find_base, mechanism_counts, mechanisms, spearman
 from bnconvention.audit.render.readings import base_check_reading
 
@@ -42,6 +43,10 @@ def test_a_cluster_bootstrap_needs_three_clusters():
     assert perfect.rho == pytest.approx(1.0) and perfect.lower == pytest.approx(1.0)
 
 
+def _counts(counts: dict[str, int]) -> MechanismCounts:
+    return MechanismCounts.model_validate(filled(MechanismCounts, counts))
+
+
 def test_mechanism_counts_leave_channel_absent_out():
     rows = {"a": {"mechanism": "corruption", "evidence": "sidecar", "consistent": True, "base_check": "compared"},
             "b": {"mechanism": None, "evidence": None, "consistent": None, "base_check": "base not in census"},
@@ -62,10 +67,10 @@ def test_a_population_finds_its_base_under_the_removal_prefix():
 
 
 def test_a_base_check_that_could_not_run_says_not_run_never_zero_disagree():
-    assert base_check_reading({"inconsistent": 0, "base_compared": 0, "base_not_found": 12}) == (
+    assert base_check_reading(_counts({"inconsistent": 0, "base_compared": 0, "base_not_found": 12})) == (
         "metadata against the base: not run, no checkpoint's base is in the census (12 name a base the census "
         "does not hold)")
-    assert base_check_reading({"inconsistent": 3, "base_compared": 90, "base_not_found": 0}) == (
+    assert base_check_reading(_counts({"inconsistent": 3, "base_compared": 90, "base_not_found": 0})) == (
         "metadata and base disagree on 3 of the 90 compared")
 
 
@@ -154,17 +159,17 @@ def test_anchoring_that_compares_an_evaluation_with_itself_is_not_called_indepen
     same = [_anchored(f"c{i}", 0.25 * i, 0.25 * i) for i in range(4)]
     reading = anchoring_reading(same)
     assert reading.independent is False and reading.exactly_equal == 4 and reading.failed == 0
-    line = anchoring_line({"readings": {"anchoring": reading.model_dump()}})
+    line = anchoring_line(typed_census({"readings": {"anchoring": reading.model_dump()}}))
     assert line is not None and "equal this evaluation exactly" in line and "not that an independent" in line
     elsewhere = [*same[:3], _anchored("moved", 0.31, 0.25)]  # published by another evaluation: 6 pp apart
     reading = anchoring_reading(elsewhere)
     assert reading.independent is True and reading.failed == 1
     assert reading.max_abs_diff == pytest.approx(0.06)
-    line = anchoring_line({"readings": {"anchoring": reading.model_dump()}})
+    line = anchoring_line(typed_census({"readings": {"anchoring": reading.model_dump()}}))
     assert line is not None and line.startswith("Anchoring: 3 of 4 checkpoints reproduce")
     nothing = anchoring_reading([fake_result_plain()])
     assert nothing.cells == 0 and nothing.independent is None
-    assert anchoring_line({"readings": {"anchoring": nothing.model_dump()}}) == (
+    assert anchoring_line(typed_census({"readings": {"anchoring": nothing.model_dump()}})) == (
         "Anchoring: not run, no checkpoint publishes cells to compare with.")
 
 

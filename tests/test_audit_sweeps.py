@@ -10,6 +10,7 @@ from audit_support import PATTERN_SPEC, checkpoint_paths, fake_result
 
 from bnconvention.audit.census.run import run_census, summarize
 from bnconvention.audit.measure import evaluation
+from bnconvention.audit.population import CensusResult
 from bnconvention.audit.population.detection import (
     detection_floor,
     pair_budget_pp,
@@ -69,7 +70,7 @@ def test_controls_are_outside_the_benjamini_yekutieli_family():
     assert (controls["controls"], controls["as_expected"]) == (7, 7)
     assert {row["label"] for row in controls["rows"]} == {"channel absent", "retrain reference"}
     assert "## Controls" in __import__("bnconvention.audit.render.census", fromlist=["x"]).census_sections_markdown(
-        json.loads(json.dumps(summary)))
+        CensusResult.model_validate(json.loads(json.dumps(summary))))
 
 
 def test_a_displaced_control_does_not_hold():

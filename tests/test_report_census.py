@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from census_support import typed_census
 
 from bnconvention.audit.population.story import by_line, detection_floor_pp, headline, population_story
 from bnconvention.report_html import census_figures as figures
@@ -141,7 +142,7 @@ def test_figure_escapes_what_it_is_given() -> None:
 # --- the story -----------------------------------------------------------------------------------------------------
 
 def test_the_headline_is_the_headline_cell_with_its_background_whatever_else_the_data_holds() -> None:
-    census = census_doc()
+    census = typed_census(census_doc())
     assert headline(census) == ("`df` is displaced on 3 of 7 released checkpoints decided (±1 pp, BY q = 0.05); "
                                 "background: 0 of 1 known-answer controls displaced; the largest shift is +40.00 pp "
                                 "(`df`, a-ga-eval).")
@@ -157,16 +158,18 @@ def test_the_headline_is_the_headline_cell_with_its_background_whatever_else_the
 
 def test_the_headline_does_not_change_with_the_findings_it_does_not_count() -> None:
     census = census_doc()
-    first = headline(census)
+    first = headline(typed_census(census))
     census["families"]["families"][0]["cells"]["df"]["displaced_by"] = 0
     census["verdicts"] = {}
-    assert headline(census) == first
+    assert headline(typed_census(census)) == first
     assert any(line.startswith("No family is shown equivalent to zero on average on `df` while containing "
-                               "displaced checkpoints; the closest, ft (train)") for line in population_story(census))
+                               "displaced checkpoints; the closest, ft (train)")
+               for line in population_story(typed_census(census)))
     census["cells"]["df"].update(displaced_by=0, displaced=1)
-    assert headline(census) == ("No released checkpoint decided is displaced on `df` (0 of 7, ±1 pp, BY q = 0.05; "
-                                "1 before BY): the shipped statistics held; background: 0 of 1 known-answer controls "
-                                "displaced.")
+    assert headline(typed_census(census)) == (
+        "No released checkpoint decided is displaced on `df` (0 of 7, ±1 pp, BY q = 0.05; "
+        "1 before BY): the shipped statistics held; background: 0 of 1 known-answer controls "
+        "displaced.")
 
 
 def test_a_design_that_cannot_survive_by_does_not_say_the_statistics_held() -> None:
@@ -174,7 +177,7 @@ def test_a_design_that_cannot_survive_by_does_not_say_the_statistics_held() -> N
     census["replicates"] = 5
     census["cells"]["df"].update(displaced_by=0, displaced=4,
                                  by={"m": 7, "p_displaced": 0.5 ** 5, "keeps_all_from": None})
-    line = headline(census)
+    line = headline(typed_census(census))
     assert line.startswith("No released checkpoint decided can be certified displaced on `df` by this design: with "
                            "R = 5 and 7 decided, not even all of them displaced would survive BY at q = 0.05; 4 are "
                            "displaced before BY")
@@ -184,48 +187,55 @@ def test_a_design_that_cannot_survive_by_does_not_say_the_statistics_held() -> N
 def test_a_census_without_bn_controls_says_its_background_was_not_measured() -> None:
     census = census_doc()
     del census["controls"]
-    assert "background rate: not measured, no BatchNorm control in this census" in headline(census)
+    assert "background rate: not measured, no BatchNorm control in this census" in headline(typed_census(census))
     census["counts"]["twin_arms"] = 6
-    assert "(±1 pp, BY q = 0.05; 6 synthetic twin arms read apart)" in headline(census)
+    assert "(±1 pp, BY q = 0.05; 6 synthetic twin arms read apart)" in headline(typed_census(census))
 
 
 def test_by_is_said_to_bind_or_not_from_the_displaced_count() -> None:
     census = census_doc()
     census["cells"]["df"]["by"] = {"m": 7, "p_displaced": 0.5 ** 10, "keeps_all_from": 1}
-    assert by_line(census, "df").endswith("all once 1 of the 7 are displaced; 3 are, so it could not bind here "
-                                          "(removed 0).")
+    line = by_line(typed_census(census), "df")
+    assert line is not None and line.endswith("all once 1 of the 7 are displaced; 3 are, so it could not bind here "
+                                              "(removed 0).")
     census["cells"]["df"]["by"] = {"m": 7, "p_displaced": 0.5 ** 3, "keeps_all_from": None}
-    assert by_line(census, "df").endswith("with 7 checkpoints decided not even all of them displaced would survive.")
+    line = by_line(typed_census(census), "df")
+    assert line is not None and line.endswith(
+        "with 7 checkpoints decided not even all of them displaced would survive.")
 
 
 def test_staleness_is_said_to_track_displacement_only_when_the_rank_correlation_shows_it() -> None:
     census = census_doc()
-    assert any(line.startswith("Staleness tracks displacement: Spearman ρ = 0.75") for line in population_story(census))
+    assert any(line.startswith("Staleness tracks displacement: Spearman ρ = 0.75")
+               for line in population_story(typed_census(census)))
     for rho, lower in ((0.75, -0.1), (-0.6, 0.01), (0.75, None)):
         census["readings"]["staleness"]["staleness_vs_abs_shift"].update(rho=rho, lower=lower)
         assert any(line.startswith("Staleness is not shown to track displacement here")
-                   for line in population_story(census))
+                   for line in population_story(typed_census(census)))
 
 
 def test_the_story_states_the_exact_detection_floor_and_how_it_was_planted() -> None:
     census = census_doc()
-    assert detection_floor_pp(census) == 1.75
-    line = next(line for line in population_story(census) if line.startswith("Detection floor"))
+    assert detection_floor_pp(typed_census(census)) == 1.75
+    line = next(line for line in population_story(typed_census(census)) if line.startswith("Detection floor"))
     assert "centred replicate residuals" in line and "exceed 1.75 pp" in line and "3 pp: 10/10" in line
     census["detection_floor"]["floor_pp"] = None
-    line = next(line for line in population_story(census) if line.startswith("Detection floor"))
+    line = next(line for line in population_story(typed_census(census)) if line.startswith("Detection floor"))
     assert "no plant is recovered on 90% of the 10 non-displaced cells" in line
     census["detection_floor"]["cells"] = 0
-    assert not any(line.startswith("Detection floor") for line in population_story(census))
+    assert not any(line.startswith("Detection floor")
+                   for line in population_story(typed_census(census)))
 
 
 def test_a_census_without_a_population_tells_only_what_it_has() -> None:
     census = {key: value for key, value in census_doc().items()
               if key not in ("families", "twin_gaps", "controls", "detection_floor", "readings")}
-    story = population_story(census)
-    assert len(story) == 3 and story[0].startswith("`df` is displaced on 3 of 7")
+    story = population_story(typed_census(census))
+    # every census has its anchoring reading (the model requires it): here it says anchoring did not run
+    assert len(story) == 4 and story[0].startswith("`df` is displaced on 3 of 7")
     assert story[1].startswith("Refitting the running statistics")
-    assert story[2] == "Margin ±1 pp, fixed by the spec; not preregistered."
+    assert story[2] == "Anchoring: not run, no checkpoint publishes cells to compare with."
+    assert story[3] == "Margin ±1 pp, fixed by the spec; not preregistered."
 
 
 # --- figures -------------------------------------------------------------------------------------------------------
@@ -319,15 +329,15 @@ def test_the_provenance_line_reads_both_arms_and_the_staleness_ratio() -> None:
     from bnconvention.audit.population.story import provenance_line
 
     census = census_doc()
-    assert provenance_line(census) is None  # not run: no line, rather than a line of zeros
+    assert provenance_line(typed_census(census)) is None  # not run: no line, rather than a line of zeros
     arm = {"checkpoints": 24, "draws": [2], "pooled_forget_shift_pp": 0.55, "largest_forget_shift_pp": 1.88,
            "shift_exceeds_null": 9, "exceeds_null": 16, "staleness_ratio_median": 3.89,
            "staleness_ratio_range": [1.99, 14.93]}
     census["readings"]["provenance"] = {"deployment": arm, "ceiling": {**arm, "pooled_forget_shift_pp": 0.36,
                                                                         "staleness_ratio_median": None}}
-    line = provenance_line(census)
+    line = provenance_line(typed_census(census))
     assert line is not None and line.startswith("Provenance on 24 checkpoints (2 draws per arm): exchanging the "
                                                 "removed share of the fitting pool moves forget accuracy by +0.55 pp")
     assert "every removed record in the pool moves forget accuracy by +0.36 pp pooled" in line
     assert line.endswith("staleness is 3.89× the deployment exchange's distance at the median (1.99 … 14.93).")
-    assert line in population_story(census)
+    assert line in population_story(typed_census(census))

@@ -410,10 +410,9 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
                          families=[annotation_family(r.population) for r in ordered],
                          extras=annotation_fields(ordered, names, metric=spec.headline_cell().text))
     write_json(out / "census.json", summary.to_json())
-    census = summary.to_json()  # the markdown renderers still read the mapping
-    atomic_write_text(out / "census.md", census_markdown(census) + census_sections_markdown(census)
-                      + families_markdown(census) + encoder_census_markdown(census)
-                      + scales_census_markdown(census))
+    atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary)
+                      + families_markdown(summary) + encoder_census_markdown(summary)
+                      + scales_census_markdown(summary))
     return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)
 
 

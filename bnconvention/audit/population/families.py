@@ -30,11 +30,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
 
 from bnconvention.audit.core.result import PopulationMetadata
 from bnconvention.audit.measure.stats import tost
-from bnconvention.audit.population.model_rows import CheckpointRow
+from bnconvention.audit.population.model import CensusResult
+from bnconvention.audit.population.model_rows import CheckpointRow, PopulationPlace
 from bnconvention.audit.population.model_sections import (
     Families,
     FamilyCell,
@@ -55,29 +55,23 @@ def family_label(family: str, variant: str | None, removal_kind: str | None = No
     return f"{family} ({variant or '—'}{f', {removal_kind} removal' if removal_kind else ''})"
 
 
-def census_group(entry: Mapping[str, Any], controls: Mapping[str, str], *, twin_arms: bool = True) -> str:
+def census_group(entry: CheckpointRow, controls: Mapping[str, str], *, twin_arms: bool = True) -> str:
     """The group a census row is summarised or plotted in: ``control: <label>`` (``controls`` maps checkpoint names
-    to the census's control labels), ``twin level L (arm)`` (``twins`` with ``twin_arms=False``), ``family
-    (variant)``, the population role, or ``checkpoints``.
-
-    >>> census_group({"checkpoint": "c3-s0-ga", "population": {"family": "gradascent", "variant": "eval"}}, {})
-    'gradascent (eval)'
-    >>> census_group({"checkpoint": "c3-s0-retrain"}, {"c3-s0-retrain": "retrain reference"})
-    'control: retrain reference'
-    """
-    population = entry.get("population") or {}
-    if entry["checkpoint"] in controls:
-        return f"control: {controls[entry['checkpoint']]}"
-    if population.get("role") == "twin":
-        return f"twin level {population.get('twin_level')} ({population.get('twin_arm')})" if twin_arms else "twins"
-    if population.get("family"):
-        return family_label(population["family"], population.get("variant"), population.get("removal_kind"))
-    return str(population.get("role") or "checkpoints")
+    to the census's control labels, :func:`control_labels`), ``twin level L (arm)`` (``twins`` with
+    ``twin_arms=False``), ``family (variant)``, the population role, or ``checkpoints``."""
+    population = entry.population or PopulationPlace()
+    if entry.checkpoint in controls:
+        return f"control: {controls[entry.checkpoint]}"
+    if population.role == "twin":
+        return f"twin level {population.twin_level} ({population.twin_arm})" if twin_arms else "twins"
+    if population.family:
+        return family_label(population.family, population.variant, population.removal_kind)
+    return str(population.role or "checkpoints")
 
 
-def control_labels(census: Mapping[str, Any]) -> dict[str, str]:
+def control_labels(census: CensusResult) -> dict[str, str]:
     """Checkpoint name → control label, from census.json's controls table."""
-    return {row["checkpoint"]: row["label"] for row in (census.get("controls") or {}).get("rows") or []}
+    return {row.checkpoint: row.label for row in census.controls.rows}
 
 
 def mean_interval(values: Sequence[float], *, level: float) -> tuple[float, float | None, float | None]:

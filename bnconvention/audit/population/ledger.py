@@ -13,8 +13,7 @@ frozen-twin intervention, never counted as a released checkpoint).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.population.model_sections import LedgerRow, Operand
@@ -63,9 +62,9 @@ def in_ledger_order(rows: Sequence[LedgerRow]) -> list[LedgerRow]:
     return sorted(rows, key=lambda f: (GROUP_ORDER.get(f.group, len(GROUP_ORDER)), f.checkpoint, f.criterion))
 
 
-def counted_as(row: Mapping[str, Any]) -> str:
+def counted_as(row: LedgerRow) -> str:
     """How a ledger line is counted: ``decided``, ``control: retrain reference``, ``twin arm``."""
-    return row["group"] if row["label"] is None else f"{row['group']}: {row['label']}"
+    return row.group if row.label is None else f"{row.group}: {row.label}"
 
 
 def _published(result: AuditResult) -> dict[str, float]:

@@ -1,19 +1,19 @@
 """The activation scales (second deployed state) in reports: the census row's columns, the census counts, census.md's
 table and the audit summary's section.
 
-Pure functions over a :class:`~bnconvention.audit.core.result.ScalesResult` or the census JSON. A scales cell's decision
-is the standard's (exact sign test over the recalibrations, TOST for equivalence), made per checkpoint: the scales
-cells stay outside the census's Benjamini–Yekutieli family, which is the BatchNorm cells'. A checkpoint is
+Pure functions over a :class:`~bnconvention.audit.core.result.ScalesResult` or the census model. A scales cell's
+decision is the standard's (exact sign test over the recalibrations, TOST for equivalence), made per checkpoint: the
+scales cells stay outside the census's Benjamini–Yekutieli family, which is the BatchNorm cells'. A checkpoint is
 *displaced on its scales* when any of its scales cells is displaced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from bnconvention.audit.core.result import ScalesResult
 from bnconvention.audit.population.families import census_group, control_labels
+from bnconvention.audit.population.model import CensusResult
 from bnconvention.audit.population.model_rows import CheckpointRow, ScalesCell, ScalesColumns
 from bnconvention.audit.population.model_sections import ScalesCounts
 from bnconvention.formats.text import markdown_table, plural, signed
@@ -54,35 +54,39 @@ def scales_counts(rows: Sequence[CheckpointRow]) -> ScalesCounts | None:
     )
 
 
-def reading(census: Mapping[str, Any]) -> str:
+def reading(census: CensusResult) -> str:
     """The table's one line: how many quantized checkpoints are displaced on their scales."""
-    counts = census["scales"]
-    line = (f"{counts['displaced']} of {plural(counts['quantized'], 'quantized checkpoint')} displaced on their "
-            f"activation scales (any of df/dr/dt beyond ±{census['margin_pp']:g} pp on every recalibration; per "
+    counts = census.scales
+    if counts is None:
+        return ""
+    line = (f"{counts.displaced} of {plural(counts.quantized, 'quantized checkpoint')} displaced on their "
+            f"activation scales (any of df/dr/dt beyond ±{census.margin_pp:g} pp on every recalibration; per "
             "checkpoint, outside the Benjamini–Yekutieli family)")
-    if counts["not_quantized"]:
-        line += f"; {plural(counts['not_quantized'], 'checkpoint')} not quantized"
+    if counts.not_quantized:
+        line += f"; {plural(counts.not_quantized, 'checkpoint')} not quantized"
     return line + ". Shifts are at recalibrated minus shipped scales, weights and BatchNorm buffers bit-identical."
 
 
-def _shift(cell: Mapping[str, Any] | None) -> str:
-    return "—" if cell is None else f"{signed(cell['shift_pp'])}"
+def _shift(cell: ScalesCell | None) -> str:
+    return "—" if cell is None else f"{signed(cell.shift_pp)}"
 
 
-def scales_census_markdown(census: Mapping[str, Any]) -> str:
+def _audited(census: CensusResult) -> list[tuple[CheckpointRow, ScalesColumns, dict[str, ScalesCell]]]:
+    """The rows whose scales were audited, with their scales entry and its cells."""
+    return [(entry, entry.scales, entry.scales.cells or {}) for entry in census.checkpoints
+            if entry.scales is not None and entry.scales.status == "audited"]
+
+
+def scales_census_markdown(census: CensusResult) -> str:
     """census.md's table of the scales per quantized checkpoint; empty when no checkpoint is quantized."""
-    if not census.get("scales", {}).get("quantized"):
+    if census.scales is None or not census.scales.quantized:
         return ""
     rows = []
-    for entry in census["checkpoints"]:
-        row = entry.get("scales")
-        if not row or row["status"] != "audited":
-            continue
-        cells = row["cells"]
-        outcomes = "/".join(cells[m]["outcome"] if m in cells else "—" for m in CELLS)
-        rows.append([entry["checkpoint"], row["observer"], str(row["sites"]),
+    for entry, row, cells in _audited(census):
+        outcomes = "/".join(cells[m].outcome if m in cells else "—" for m in CELLS)
+        rows.append([entry.checkpoint, str(row.observer), str(row.sites),
                      *(_shift(cells.get(m)) for m in CELLS), outcomes,
-                     f"{row['median_abs_log_ratio']:.4f}", f"{row['max_abs_log_ratio']:.4f}"])
+                     f"{row.median_abs_log_ratio:.4f}", f"{row.max_abs_log_ratio:.4f}"])
     lines = ["", f"## {HEADING}", "", reading(census), ""]
     lines += markdown_table(["checkpoint", "observer", "sites", "Δdf pp", "Δdr pp", "Δdt pp", "df/dr/dt decision",
                              "median abs ln ratio", "max abs ln ratio"], rows)
@@ -90,24 +94,22 @@ def scales_census_markdown(census: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _group_row(label: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    df = [r["cells"]["df"]["shift_pp"] for r in rows if "df" in r["cells"]]
-    ratios = sorted(r["median_abs_log_ratio"] for r in rows)
+def _group_row(label: str, rows: Sequence[ScalesColumns]) -> list[str]:
+    df = [r.cells["df"].shift_pp for r in rows if r.cells is not None and "df" in r.cells]
+    ratios = sorted(r.median_abs_log_ratio or 0.0 for r in rows)
     spread = f"{signed(sum(df) / len(df))} [{signed(min(df))}, {signed(max(df))}]" if df else "—"
-    return [label, str(len(rows)), spread, str(sum(bool(r["displaced"]) for r in rows)),
-            f"{ratios[len(ratios) // 2]:.4f}", f"{max(r['max_abs_log_ratio'] for r in rows):.4f}"]
+    return [label, str(len(rows)), spread, str(sum(bool(r.displaced) for r in rows)),
+            f"{ratios[len(ratios) // 2]:.4f}", f"{max(r.max_abs_log_ratio or 0.0 for r in rows):.4f}"]
 
 
-def scales_groups_markdown(census: Mapping[str, Any]) -> list[str]:
+def scales_groups_markdown(census: CensusResult) -> list[str]:
     """The scales summarised per group (control label, family and variant, twin arm; as the encoder table): the
     mean and range of Δdf, how many are displaced, the median of the checkpoints' median |ln ratio| and the largest
     ratio; groups in first-seen order."""
     controls = control_labels(census)
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for entry in census["checkpoints"]:
-        row = entry.get("scales")
-        if row and row["status"] == "audited":
-            groups.setdefault(census_group(entry, controls), []).append(row)
+    groups: dict[str, list[ScalesColumns]] = {}
+    for entry, row, _ in _audited(census):
+        groups.setdefault(census_group(entry, controls), []).append(row)
     if not groups:
         return []
     return ["", "### Per group", ""] + markdown_table(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from bnconvention.audit.population import SCALES_CELLS as CELLS
 from bnconvention.audit.population import SCALES_HEADING as HEADING
@@ -46,17 +45,20 @@ def _pp(value: float | None) -> str:
     return "—" if value is None else signed(value)
 
 
-def _counts(census: CensusResult) -> str:
-    back: Mapping[str, Any] = census.controls.background
-    n_back = back.get("checkpoints", 0)
+def _interval(lower: float | None, upper: float | None) -> str:
+    return "—" if lower is None or upper is None else f"[{signed(lower)}, {signed(upper)}]"
 
-    def rate(kind: str, key: str) -> str:
-        return "not measured" if not n_back else f"{back[kind].get(key, 0)} of {n_back}"
+
+def _counts(census: CensusResult) -> str:
+    back = census.controls.background
+
+    def rate(counts: Mapping[str, int], key: str) -> str:
+        return "not measured" if not back.checkpoints else f"{counts.get(key, 0)} of {back.checkpoints}"
 
     rows = [[f"<code>{esc(cell)}</code>", str(c.displaced_by), str(c.equivalent), str(c.undetermined),
-             rate("displaced", cell)] for cell, c in census.cells.items()]
+             rate(back.displaced, cell)] for cell, c in census.cells.items()]
     rows += [[f"verdict <code>{esc(v)}</code> flips", str(t.flips), f"{t.pass_to_fail} pass→fail",
-              f"{t.fail_to_pass} fail→pass", rate("flips", v)] for v, t in census.verdicts.items()]
+              f"{t.fail_to_pass} fail→pass", rate(back.flips, v)] for v, t in census.verdicts.items()]
     return table(["Cell", "Displaced (BY)", "Equivalent", "Undetermined", "Controls (background)"], rows,
                  table_id="census-counts", numeric=(1, 2, 3))
 
@@ -67,7 +69,7 @@ def _ledger(census: CensusResult) -> str:
     rows = []
     for f in census.flip_ledger:
         for c in f.compared:
-            rows.append([esc(f.checkpoint), esc(counted_as(f.model_dump())),
+            rows.append([esc(f.checkpoint), esc(counted_as(f)),
                          f"<code>{esc(f.criterion)}</code>", esc((f.direction or "").replace("_", " ")),
                          _value(c.published), _value(c.shipped), _value(c.refit),
                          f"[{_value(c.replicate_min)}, {_value(c.replicate_max)}]",
@@ -91,18 +93,16 @@ def _budget(value: float | None) -> str:
 def _families(census: CensusResult, cell: str) -> str:
     if census.families is None or not census.families.families:
         return ""
-    families: list[Mapping[str, Any]] = list(census.families.families)
+    families = census.families.families
     rows = []
     for f in families:
-        c = f["cells"][cell]
-        interval = "—" if c["lower_pp"] is None else f"[{signed(c['lower_pp'])}, {signed(c['upper_pp'])}]"
-        rows.append([esc(f["family"]), esc(f["variant"]), esc(f.get("removal_kind") or "—"), str(f["checkpoints"]),
-                     str(c["clusters"]),
-                     _pp(c["mean_shift_pp"]), interval, badge(c["outcome"], c["outcome"]),
-                     f"{c['displaced_by']} of {f['checkpoints']}"])
+        c = f.cells[cell]
+        rows.append([esc(f.family), esc(f.variant), esc(f.removal_kind or "—"), str(f.checkpoints), str(c.clusters),
+                     _pp(c.mean_shift_pp), _interval(c.lower_pp, c.upper_pp), badge(c.outcome, c.outcome),
+                     f"{c.displaced_by} of {f.checkpoints}"])
     header = ["Family", "Variant", "Removal", "Checkpoints", "Seed clusters", f"Mean shift of {cell}, pp",
               f"{census.families.level:.0%} interval", "On average", "Displaced checkpoints"]
-    statements = "".join(f"<li>{esc_code(s)}</li>" for f in families for s in f["statements"][:1])
+    statements = "".join(f"<li>{esc_code(s)}</li>" for f in families for s in f.statements[:1])
     return (f"<h3>Families</h3>{table(header, rows, table_id='families', numeric=(3, 4, 5, 6))}"
             f"<ul>{statements}</ul>")
 
@@ -117,26 +117,25 @@ def _sweep_table(census: CensusResult, cell: str) -> str:
                  numeric=(0, 1, 2, 3))
 
 
-def _detection_floor(census: CensusResult, mapping: Mapping[str, Any]) -> str:
-    floor: Mapping[str, Any] = census.detection_floor or {}
-    reading = floor_reading(mapping)
-    if reading is None:
+def _detection_floor(census: CensusResult) -> str:
+    floor = census.detection_floor
+    reading = floor_reading(census)
+    if floor is None or reading is None:
         return ""
-    rows = [[f"{r['planted_pp']:g}", str(r["cells"]), str(r["recovered"]), str(r["recovered_by"]),
-             "—" if not r["cells"] else f"{r['recovered_by'] / r['cells']:.0%}"] for r in floor["rows"]]
+    rows = [[f"{r.planted_pp:g}", str(r.cells), str(r.recovered), str(r.recovered_by),
+             "—" if not r.cells else f"{r.recovered_by / r.cells:.0%}"] for r in floor.rows]
     return (f'<h3 id="detection-floor">Detection floor</h3><p class="muted">{esc(reading)}</p>'
             + table(["Planted, pp", "Cells", "Recovered", "Recovered (BY)", "Share"], rows,
                     table_id="detection-floor-table", numeric=(0, 1, 2, 3, 4)))
 
 
 def _twins_table(census: CensusResult) -> str:
-    twins: Mapping[str, Any] | None = census.twin_gaps
-    if not twins or not twins.get("levels"):
+    twins = census.twin_gaps
+    if twins is None or not twins.levels:
         return ""
-    rows = [[str(t["level"]), str(t["pairs"]), _pp(t["mean_gap_pp"]),
-             "—" if t.get("lower_pp") is None else f"[{signed(t['lower_pp'])}, {signed(t['upper_pp'])}]",
-             "yes" if t["same_theta"] else "no"] for t in twins["levels"]]
-    return table(["Level", "Pairs", "Mean gap, pp", f"{twins['confidence']:.0%} interval", "θ bit-identical"],
+    rows = [[str(t.level), str(t.pairs), _pp(t.mean_gap_pp), _interval(t.lower_pp, t.upper_pp),
+             "yes" if t.same_theta else "no"] for t in twins.levels]
+    return table(["Level", "Pairs", "Mean gap, pp", f"{twins.confidence:.0%} interval", "θ bit-identical"],
                  rows, table_id="twin-gaps", numeric=(0, 1, 2))
 
 
@@ -152,33 +151,31 @@ def _controls(census: CensusResult) -> str:
 
 
 def _recoverability_note(census: CensusResult) -> str:
-    if census.readings.get("recoverability"):
+    if census.readings.recoverability is not None:
         return ""
     return ('<p class="muted">No recoverability curve: the spec measured one budget per checkpoint (add '
             "<code>recoverability: {curve: {}}</code> to the spec for the curve).</p>")
 
 
-def _scales(census: CensusResult, mapping: Mapping[str, Any]) -> str:
+def _scales(census: CensusResult) -> str:
     """The activation scales' table (the second deployed state), when the census audited any."""
-    if not (census.scales or {}).get("quantized"):
+    if census.scales is None or not census.scales.quantized:
         return ""
-    audited: list[tuple[str, Mapping[str, Any]]] = [(e.checkpoint, e.scales) for e in census.checkpoints
-                                                    if e.scales is not None and e.scales.get("status") == "audited"]
-    rows = [[f"<code>{esc(name)}</code>", *(_pp(scales["cells"][m]["shift_pp"])
-                                            if m in scales["cells"] else "—" for m in CELLS),
-             badge("displaced", "displaced") if scales["displaced"] else badge("not displaced", "equivalent"),
-             f"{scales['median_abs_log_ratio']:.4f}"] for name, scales in audited]
-    return _section("scales", HEADING, f"<p>{esc(reading(mapping))}</p>" + table(
+    audited = [(e.checkpoint, e.scales, e.scales.cells or {}) for e in census.checkpoints
+               if e.scales is not None and e.scales.status == "audited"]
+    rows = [[f"<code>{esc(name)}</code>", *(_pp(cells[m].shift_pp) if m in cells else "—" for m in CELLS),
+             badge("displaced", "displaced") if scales.displaced else badge("not displaced", "equivalent"),
+             f"{scales.median_abs_log_ratio:.4f}"] for name, scales, cells in audited]
+    return _section("scales", HEADING, f"<p>{esc(reading(census))}</p>" + table(
         ["Checkpoint", "Δdf pp", "Δdr pp", "Δdt pp", "Scales", "Median |ln ratio|"], rows, table_id="scales",
         numeric=(1, 2, 3, 5)))
 
 
 def render_census_page(census: CensusResult, *, title: str | None = None) -> str:
     """The whole census page (see the module docstring)."""
-    mapping = census.to_json()  # what the story's readers still take
-    cell = headline_cell(mapping)
+    cell = headline_cell(census)
     title = title or f"BatchNorm census: {census.spec_name}"
-    story = population_story(mapping)
+    story = population_story(census)
     counts = census.counts
     body = [
         f"<header><h1>{esc(title)}</h1>",
@@ -197,7 +194,7 @@ def render_census_page(census: CensusResult, *, title: str | None = None) -> str
         _figure(figures.margin_sweep_plot(census), "Decided checkpoints per outcome at each margin, recounted from "
                 "the stored replicates (no refit added).", "margin-sweep-plot"),
         _sweep_table(census, cell),
-        _detection_floor(census, mapping),
+        _detection_floor(census),
         '<h2 id="recoverability">Recoverability</h2>',
         _figure(figures.recoverability_plot(census), "Mean forget shift after a refit on B unlabeled proxy images, "
                 "per proxy source.", "recoverability-plot") or _recoverability_note(census),
@@ -208,7 +205,7 @@ def render_census_page(census: CensusResult, *, title: str | None = None) -> str
                  _figure(figures.staleness_scatter(census), f"Staleness of the shipped statistics against |shift| of "
                          f"{cell}.", "staleness-scatter")),
         _controls(census),
-        _scales(census, mapping),
+        _scales(census),
     ]
     return page(title, [part for part in body if part])
 

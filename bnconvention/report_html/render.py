@@ -149,7 +149,7 @@ def population_section(report: ReportInput) -> str:
     census = report.population_census
     if census is None:
         return ""
-    story = population_story(census.to_json())
+    story = population_story(census)
     counts = census.counts
     return "\n".join([
         '<h2 id="population">Population census</h2>',

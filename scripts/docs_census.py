@@ -36,6 +36,9 @@ from typing import Any
 
 from bnconvention.audit.population.encoder_report import encoder_census_markdown
 from bnconvention.audit.population.ledger import in_ledger_order
+from bnconvention.audit.population.model import CensusResult
+from bnconvention.audit.population.model_readings import MechanismCounts, RecoverabilityReading
+from bnconvention.audit.population.model_sections import LedgerRow
 from bnconvention.audit.population.scales_report import reading as scales_reading
 from bnconvention.audit.population.scales_report import scales_groups_markdown
 from bnconvention.audit.population.story import population_story
@@ -128,8 +131,42 @@ def _source(data: Mapping[str, Any]) -> str:
             "prints other digits, and the docs quote this run only.")
 
 
+FILLER_ROW = {"file": "", "path": "", "factory": None, "trainable_sha256": "", "channel": "present", "anchored": None,
+              "cells": {}, "flips": [], "staleness": None, "recoverability_shift_pp": None, "reporting_line": "",
+              "annotation": "", "group": "decided",
+              "mechanism": {"mechanism": None, "evidence": None, "base_comparison": None, "consistent": None,
+                            "reason": "", "base": None, "base_check": "no base named"}}
+FILLER_SCALES_CELL = {"shipped": 0.0, "refit": 0.0, "min_shift_pp": 0.0, "max_shift_pp": 0.0, "p_value": None}
+FILLER_CONTROL = {"flips": [], "channel": "present", "anchored": None, "expected": "", "cells": {}}
+
+
+def census_of(extract: Mapping[str, Any]) -> CensusResult:
+    """The census model of an extract, for the library's renderings: what the extract cut (most rows and their
+    columns, the controls' rows, the mechanism per checkpoint, the provenance arms per checkpoint, the twin pairs)
+    filled with empty values, which the renderings the docs quote do not read."""
+    census = {key: value for key, value in extract.items() if key != "checkpoints"}
+    readings = {key: value for key, value in census["readings"].items() if key != "mechanism_counts"}
+    counts = extract["readings"].get("mechanism_counts") or dict.fromkeys(MechanismCounts.model_fields, 0)
+    readings["mechanism"] = {"counts": counts, "per_checkpoint": {}}
+    if readings.get("provenance"):
+        readings["provenance"] = {arm: {**a, "per_checkpoint": {}} for arm, a in readings["provenance"].items()}
+    controls = {key: value for key, value in census["controls"].items() if key != "failed"}
+    controls["rows"] = [{**FILLER_CONTROL, **row} for row in controls["rows"]]
+    rows = []
+    for row in extract.get("checkpoints") or []:
+        full = {**FILLER_ROW, **row}
+        if row.get("scales"):
+            full["scales"] = {"reason": "", **row["scales"], "cells": {
+                m: {**FILLER_SCALES_CELL, **c} for m, c in (row["scales"].get("cells") or {}).items()}}
+        rows.append(full)
+    if census.get("twin_gaps"):
+        census["twin_gaps"] = {"pairs": [], **census["twin_gaps"]}
+    return CensusResult.model_validate({**census, "readings": readings, "controls": controls, "checkpoints": rows,
+                                        "identical_weights": [], "decided": []})
+
+
 def _story(data: Mapping[str, Any]) -> str:
-    return "\n".join(f"- {line}" for line in population_story(data["census"]))
+    return "\n".join(f"- {line}" for line in population_story(census_of(data["census"])))
 
 
 def _families(data: Mapping[str, Any]) -> str:
@@ -148,8 +185,9 @@ def _families(data: Mapping[str, Any]) -> str:
 
 
 def _ledger(data: Mapping[str, Any]) -> str:
-    ledger = in_ledger_order(data["census"].get("flip_ledger") or [])  # extracts of older censuses are unsorted
-    return "\n".join(ledger_table({"flip_ledger": ledger}))
+    # extracts of older censuses are unsorted
+    ledger = in_ledger_order([LedgerRow.model_validate(row) for row in data["census"].get("flip_ledger") or []])
+    return "\n".join(ledger_table(ledger))
 
 
 def _provenance(data: Mapping[str, Any]) -> str:
@@ -170,7 +208,7 @@ def _provenance(data: Mapping[str, Any]) -> str:
 
 
 def _encoder(data: Mapping[str, Any]) -> str:
-    text = encoder_census_markdown(data["census"]).strip("\n")
+    text = encoder_census_markdown(census_of(data["census"])).strip("\n")
     if not text:
         return "The encoder-level diagnostics were not run in this census."
     return text.split("\n", 2)[2].strip("\n")  # without census.md's heading
@@ -180,13 +218,14 @@ def _recoverability(data: Mapping[str, Any]) -> str:
     curve = (data["census"].get("readings") or {}).get("recoverability")
     if not curve:
         return "The recoverability curve was not run in this census."
-    return "\n".join(recoverability_lines(curve)[3:]).strip("\n")  # without census.md's heading
+    reading = RecoverabilityReading.model_validate(curve)
+    return "\n".join(recoverability_lines(reading)[3:]).strip("\n")  # without census.md's heading
 
 
 def _scales(data: Mapping[str, Any]) -> str:
-    census = data["census"]
-    if not (census.get("scales") or {}).get("quantized"):
+    if not (data["census"].get("scales") or {}).get("quantized"):
         return "No checkpoint of this census ships activation scales."
+    census = census_of(data["census"])
     return "\n".join([scales_reading(census), *scales_groups_markdown(census)]).strip("\n")
 
 

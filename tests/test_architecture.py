@@ -435,11 +435,6 @@ PROTOCOL_NAMES: dict[str, str] = {
                             "callbacks_transformers), as docs/quickstart-author.md imports it: the module names the "
                             "framework, as safetensors.torch and safetensors.numpy each have save_file",
 }
-# Names defined twice until a rename on another branch lands, allowed only in exactly these modules.
-PENDING_RENAMES: dict[str, frozenset[str]] = {
-    "Resolution": frozenset({"bnconvention/architectures/resolve.py", "bnconvention/audit/population/model.py"}),
-    "Staleness": frozenset({"bnconvention/audit/population/model.py", "bnconvention/standard/evidence.py"}),
-}
 
 
 def public_definitions(files: dict[str, str]) -> dict[str, list[str]]:
@@ -455,9 +450,9 @@ def public_definitions(files: dict[str, str]) -> dict[str, list[str]]:
 
 
 def duplicate_definitions(files: dict[str, str]) -> list[str]:
-    """Public names defined in more than one module, protocol names and pending renames (in their modules) aside."""
+    """Public names defined in more than one module, protocol names aside."""
     return [f"{name} is defined in {', '.join(paths)}" for name, paths in public_definitions(files).items()
-            if len(paths) > 1 and name not in PROTOCOL_NAMES and set(paths) != PENDING_RENAMES.get(name)]
+            if len(paths) > 1 and name not in PROTOCOL_NAMES]
 
 
 def test_every_public_name_is_defined_in_one_module(package_dir: Path) -> None:
@@ -466,7 +461,7 @@ def test_every_public_name_is_defined_in_one_module(package_dir: Path) -> None:
 
 
 def test_the_names_allowed_twice_are_defined_twice(package_dir: Path) -> None:
-    # an allowed name that is defined once no longer needs its entry; a pending rename that landed is removed here
+    # an allowed name that is defined once no longer needs its entry
     found = public_definitions(package_files(package_dir))
     assert sorted(name for name in PROTOCOL_NAMES if len(found.get(name, [])) < 2) == []
 
@@ -480,13 +475,6 @@ def test_checker_sees_a_name_defined_twice() -> None:
     assert duplicate_definitions(files) == [
         "CensusRun is defined in bnconvention/audit/population/summary.py, bnconvention/hub/crawl.py"]
     assert public_definitions(files)["inner"] == ["bnconvention/cli/b_cmd.py"]  # a nested function is not counted
-    # a pending rename is allowed in its two modules only
-    staleness = {"bnconvention/audit/population/model.py": "class Staleness: ...\n",
-                 "bnconvention/standard/evidence.py": "class Staleness: ...\n"}
-    assert duplicate_definitions(staleness) == []
-    assert duplicate_definitions({**staleness, "bnconvention/hub/x.py": "def Staleness(): ...\n"}) == [
-        "Staleness is defined in bnconvention/audit/population/model.py, bnconvention/hub/x.py, "
-        "bnconvention/standard/evidence.py"]
 
 # --- the checker itself -----------------------------------------------------------------------------------------
 

@@ -11,8 +11,11 @@ from safetensors.torch import load_file, save_file
 
 from bnconvention.audit.census.run import discover_checkpoints, read_journal, run_census
 from bnconvention.audit.core.result import AuditResult
+from bnconvention.audit.population.model import LargestShift
+from bnconvention.audit.population.readings import mechanisms
 from bnconvention.audit.population.summary import (
     adjusted_p_values,
+    by_reading,
     cell_counts,
     checkpoint_row,
     largest_shift,
@@ -214,7 +217,8 @@ def test_adjusted_p_values_are_keyed_by_census_position_over_the_eligible_only()
 
 def test_cell_counts_apply_the_fdr_threshold_to_displaced_cells_only():
     moved, still = fake_result("moved", [2.0] * 5), fake_result("still", [0.0] * 5)
-    counts = cell_counts([moved, moved, still], "df", [0.01, 0.2, 0.01], fdr_q=0.05)
+    counts = cell_counts([moved, moved, still], "df", [0.01, 0.2, 0.01], fdr_q=0.05,
+                         by=by_reading(3, replicates=5, fdr_q=0.05)).model_dump(exclude={"by"})
     assert counts == {"displaced": 2, "displaced_by": 1, "equivalent": 1, "undetermined": 0}
 
 
@@ -224,25 +228,27 @@ def test_verdict_tally_counts_directions_and_flips_on_every_replicate():
     partial = down.model_copy(update={"annotation": down.annotation.model_copy(update={"verdicts": [
         down.annotation.verdicts[0].model_copy(update={"refit_pass_replicates": 1})]})})
     still = fake_result("still", [0.0] * 4)
-    assert verdict_tally([up, down, partial, still], "df <= 0.05") == {
+    assert verdict_tally([up, down, partial, still], "df <= 0.05").model_dump() == {
         "flips": 3, "pass_to_fail": 2, "fail_to_pass": 1, "flips_on_every_replicate": 2}
 
 
 def test_largest_shift_is_by_absolute_value_and_the_first_on_a_tie():
     results = [("a", fake_result("a", [1.0, 1.0])), ("b", fake_result("b", [-3.0, -3.0])),
                ("c", fake_result("c", [3.0, 3.0]))]
-    assert largest_shift(results, ["df"]) == {"checkpoint": "b", "cell": "df", "shift_pp": -3.0}
+    assert largest_shift(results, ["df"]) == LargestShift(checkpoint="b", cell="df", shift_pp=-3.0)
     assert largest_shift([], ["df"]) is None
 
 
 def test_checkpoint_row_marks_displaced_by_only_with_an_adjusted_p_value_under_q():
     moved = fake_result("moved", [2.0] * 5)
+    mechanism = mechanisms([moved], ["moved"])["moved"]
     row = checkpoint_row(moved, "moved", "checkpoints/moved/annotation.json", ["df"], by_p_values={"df": 0.01},
-                         fdr_q=0.05)
+                         fdr_q=0.05, mechanism=mechanism, group="decided").model_dump()
     assert (row["checkpoint"], row["annotation"], row["cells"]["df"]["displaced_by"]) == (
         "moved", "checkpoints/moved/annotation.json", True)
     assert (row["cells"]["df"]["min_shift_pp"], row["cells"]["df"]["sign_beyond"]) == (2.0, 5)
-    unadjusted = checkpoint_row(moved, "moved", "a.json", ["df"], by_p_values={"df": None}, fdr_q=0.05)
+    unadjusted = checkpoint_row(moved, "moved", "a.json", ["df"], by_p_values={"df": None}, fdr_q=0.05,
+                                mechanism=mechanism, group="decided").model_dump()
     assert unadjusted["cells"]["df"]["by_p_value"] is None and unadjusted["cells"]["df"]["displaced_by"] is False
 
 

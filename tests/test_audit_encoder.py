@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from census_support import typed_census
 
 from bnconvention.audit.diagnostics.encoder import typed_cell
 from bnconvention.audit.diagnostics.membership import attack_scores, auc, bootstrap_intervals, draw_attack
@@ -300,20 +301,21 @@ def test_census_columns_and_table_from_the_annotation() -> None:
 
     vectors = Path(__file__).resolve().parent.parent / "schema" / "tests" / "valid"
     record = parse_record(json.loads((vectors / "refit-annotation-v11-encoder.json").read_text(encoding="utf-8")))
-    row = encoder_row(record)
-    assert row is not None
+    columns = encoder_row(record)
+    assert columns is not None
+    row = columns.model_dump(mode="json")
     assert (row["lp_shipped"], row["lp_refit"], row["lp_reference"]) == (0.5, 0.75, 0.625)
     assert (row["bn_residual_pp"]["estimate"], row["nc_residual_pp"]["estimate"]) == (-25.0, 12.5)
     assert (row["relearn_steps_shipped"], row["relearn_steps_refit"]) == (7, [2, 3, None])
-    table = encoder_census_markdown({"checkpoints": [{"checkpoint": "c3-s0-x", "encoder": row},
-                                                     {"checkpoint": "plain"}]})
+    table = encoder_census_markdown(typed_census({"checkpoints": [{"checkpoint": "c3-s0-x", "encoder": row},
+                                                                  {"checkpoint": "plain"}]}))
     assert "| c3-s0-x | -25.00 [-25.00, -25.00] | +12.50 [+12.50, +12.50] | 0.562 | 0.562 | 7 | 2, 3, not reached |" \
         in table
     assert "plain" not in table and "hides encoder leakage" in table
     assert "## Encoder-level diagnostics" in encoder_lines(record)
     full = parse_record(json.loads((vectors / "refit-annotation-full.json").read_text(encoding="utf-8")))
     assert encoder_row(full) is None and encoder_lines(full) == []
-    assert encoder_census_markdown({"checkpoints": [{"checkpoint": "plain"}]}) == ""
+    assert encoder_census_markdown(typed_census({"checkpoints": [{"checkpoint": "plain"}]})) == ""
 
 
 def test_relearning_areas_in_the_census_row_and_table() -> None:
@@ -322,10 +324,11 @@ def test_relearning_areas_in_the_census_row_and_table() -> None:
 
     vectors = Path(__file__).resolve().parent.parent / "schema" / "tests" / "valid"
     record = parse_record(json.loads((vectors / "refit-annotation-v11-relearning-area.json").read_text("utf-8")))
-    row = encoder_row(record)
-    assert row is not None
+    columns = encoder_row(record)
+    assert columns is not None
+    row = columns.model_dump(mode="json")
     assert (row["relearn_area_shipped"], row["relearn_area_refit"]) == (0.625, [0.875, 0.75, 0.375])
-    table = encoder_census_markdown({"checkpoints": [{"checkpoint": "c3-s0-x", "encoder": row}]})
+    table = encoder_census_markdown(typed_census({"checkpoints": [{"checkpoint": "c3-s0-x", "encoder": row}]}))
     assert "| relearn area shipped | relearn area refit |" in table
     assert "| 7 | 2, 3, not reached | 0.625 | 0.875, 0.750, 0.375 |" in table
     assert any("(area): shipped 0.625, refit 0.875, 0.750, 0.375." in line for line in encoder_lines(record))
@@ -343,10 +346,12 @@ def test_a_1_1_relearning_section_without_areas_stays_valid_and_means_the_same()
     assert "area_shipped" not in data["relearning"] and validate_record(data) == []
     record = parse_record(data)
     assert to_dict(record) == data  # nothing added on the way through the models
-    row = encoder_row(record)
-    assert row is not None and not any(key.startswith("relearn_area") for key in row)
+    columns = encoder_row(record)
+    assert columns is not None
+    row = columns.model_dump(mode="json")
+    assert not any(key.startswith("relearn_area") for key in row)
     assert "| 7 | 2, 3, not reached | — | — |" in encoder_census_markdown(
-        {"checkpoints": [{"checkpoint": "c3-s0-x", "encoder": row}]})
+        typed_census({"checkpoints": [{"checkpoint": "c3-s0-x", "encoder": row}]}))
     assert not any("(area)" in line for line in encoder_lines(record))
 
 
@@ -404,8 +409,8 @@ def test_census_groups_summarise_the_diagnostics_per_family_and_control() -> Non
     from bnconvention.audit.population.encoder_report import encoder_groups_markdown
     from bnconvention.audit.population.families import census_group
 
-    def interval(estimate: float, lower: float, upper: float) -> dict[str, float]:
-        return {"estimate": estimate, "lower": lower, "upper": upper}
+    def interval(estimate: float, lower: float, upper: float) -> dict[str, object]:
+        return {"estimate": estimate, "lower": lower, "upper": upper, "level": 0.95, "method": "t-replicates"}
 
     def entry(name: str, bn: tuple[float, float, float], auc: tuple[float, float], moved: bool,
               population: dict[str, object] | None = None) -> dict[str, object]:
@@ -421,17 +426,20 @@ def test_census_groups_summarise_the_diagnostics_per_family_and_control() -> Non
                               entry("c3-s1-gradascent-eval", (2.0, 1.0, 3.0), (0.7, 0.6), False, ga),
                               entry("c3-s0-retrain", (0.0, -1.0, 1.0), (0.5, 0.5), False),
                               {"checkpoint": "plain"}]}
-    assert census_group(census["checkpoints"][0], {}) == "gradascent (eval)"
-    twin = {"checkpoint": "t", "population": {"role": "twin", "twin_level": 4, "twin_arm": "frozen"}}
+    typed = typed_census(census)
+    assert census_group(typed.checkpoints[0], {}) == "gradascent (eval)"
+    twin, plain = typed_census({"checkpoints": [
+        {"checkpoint": "t", "population": {"role": "twin", "twin_level": 4, "twin_arm": "frozen"}},
+        {"checkpoint": "x"}]}).checkpoints
     assert census_group(twin, {}) == "twin level 4 (frozen)" and census_group(twin, {}, twin_arms=False) == "twins"
-    assert census_group({"checkpoint": "x"}, {}) == "checkpoints"
-    table = "\n".join(encoder_groups_markdown(census))
+    assert census_group(plain, {}) == "checkpoints"
+    table = "\n".join(encoder_groups_markdown(typed))
     # mean BN-residual (-8 + 2) / 2 = -3; one interval below 0 (hides), one above (overstates); AUC means 0.6, 0.6
     assert "| gradascent (eval) | 2 | -3.00 [-8.00, +2.00] | 1 | 1 | +10.00 | 0.600 | 0.600 | 1 of 2 |" in table
     assert ("| control: retrain reference | 1 | +0.00 [+0.00, +0.00] | 0 | 0 | +10.00 | 0.500 | 0.500 | 0 of 1 |"
             in table)
     assert "plain" not in table
-    assert encoder_groups_markdown({"checkpoints": [{"checkpoint": "plain"}]}) == []
+    assert encoder_groups_markdown(typed_census({"checkpoints": [{"checkpoint": "plain"}]})) == []
 
 
 def test_the_relearning_trajectory_and_its_area_against_a_hand_computed_sgd_run() -> None:

@@ -12,9 +12,12 @@ from typing import Any
 
 import pytest
 from audit_support import fake_result
+from census_support import typed_census
 
 from bnconvention.audit.core.result import AuditResult, PopulationMetadata, population_metadata
+from bnconvention.audit.population import CensusResult
 from bnconvention.audit.population.families import family_readings, twin_gaps
+from bnconvention.audit.population.model_rows import CheckpointRow
 from bnconvention.audit.population.summary import summarize
 from bnconvention.audit.render.families import families_markdown
 from bnconvention.audit.spec.audit_spec import parse_spec
@@ -35,6 +38,19 @@ def _row(name: str, shift: float, *, outcome: str = "undetermined", displaced_by
                              "shipped": shipped}}}
 
 
+ROW = {"file": "x.safetensors", "path": "x.safetensors", "factory": None, "channel": "present", "staleness": None,
+       "recoverability_shift_pp": None, "reporting_line": "", "annotation": "",
+       "mechanism": {"mechanism": None, "evidence": None, "base_comparison": None, "consistent": None, "reason": "",
+                     "base": None, "base_check": "no base named"}, "group": "decided"}
+CELL = {"shipped": 0.5, "refit": 0.5, "min_shift_pp": 0.0, "max_shift_pp": 0.0, "method": "none", "p_value": None,
+        "sign_p_value": 1.0, "sign_beyond": 0, "by_p_value": None}
+
+
+def _model(row: dict[str, Any]) -> CheckpointRow:
+    """The census row the summary would build, from the fields a test gives (the rest filled in)."""
+    return CheckpointRow.model_validate({**ROW, **row, "cells": {m: {**CELL, **c} for m, c in row["cells"].items()}})
+
+
 def _family(shifts: list[float], *, displaced_first: bool, family: str = "finetune", variant: str = "train"):
     rows, meta = [], {}
     for i, ((seed, removal), shift) in enumerate(zip(CLUSTERS, shifts, strict=True)):
@@ -46,8 +62,9 @@ def _family(shifts: list[float], *, displaced_first: bool, family: str = "finetu
 
 
 def _readings(rows, meta, criteria=()):
-    return family_readings(rows, meta, decided={r["checkpoint"] for r in rows}, metrics=["df"],
-                           criteria=list(criteria), margin_pp=1.2)
+    readings = family_readings([_model(r) for r in rows], meta, decided={r["checkpoint"] for r in rows},
+                               metrics=["df"], criteria=list(criteria), margin_pp=1.2)
+    return None if readings is None else readings.model_dump()
 
 
 def test_family_mean_and_seed_clustered_interval_by_hand():
@@ -128,7 +145,7 @@ def test_the_equivalent_yet_displaced_statement_appears_exactly_when_the_data_ha
                                   "interval is not inside ±1.2 pp); it contains 1 displaced checkpoint."]
     moved = _readings(*_family([5.0, 5.2, 4.8, 5.1, 4.9, 5.0], displaced_first=True))["families"][0]
     assert moved["cells"]["df"]["outcome"] == "displaced" and "displaced on average" in moved["statements"][0]
-    text = families_markdown({"families": _readings(*_family(SHIFTS, displaced_first=True))})
+    text = families_markdown(typed_census({"families": _readings(*_family(SHIFTS, displaced_first=True))}))
     assert "yet contains 1 displaced checkpoint: per checkpoint, not per method." in text
 
 
@@ -141,11 +158,11 @@ def test_families_group_by_variant_leave_out_twins_and_undecided_and_count_flips
     eval_rows, eval_meta = _family(SHIFTS, displaced_first=False, variant="eval")
     twin = _row("r10-s0-twin1-online", 9.0)
     readings = family_readings(
-        [*rows, *eval_rows, twin, _row("undecided", 50.0)],
+        [_model(r) for r in [*rows, *eval_rows, twin, _row("undecided", 50.0)]],
         {**meta, **eval_meta, "undecided": meta[rows[0]["checkpoint"]],
          twin["checkpoint"]: PopulationMetadata(role="twin", family="relabel", variant="train", seed=0)},
         decided={r["checkpoint"] for r in [*rows, *eval_rows, twin]}, metrics=["df"], criteria=[criterion],
-        margin_pp=1.2)
+        margin_pp=1.2).model_dump()
     assert [(f["family"], f["variant"], f["checkpoints"]) for f in readings["families"]] == [
         ("finetune", "eval", 6), ("finetune", "train", 6)]
     assert readings["families"][1]["flips"][criterion] == {"flips": 3, "pass_to_fail": 2, "fail_to_pass": 1}
@@ -180,8 +197,10 @@ def test_twin_gap_per_level_with_its_interval_across_seeds_by_hand():
     rows.append(_row("r10-s5-twin1-online", 0.0, shipped=0.9))  # its partner is not in the census: no pair
     meta["r10-s5-twin1-online"] = PopulationMetadata(role="twin", seed=5, twin_arm="online", twin_level=1,
                                                      twin_partner="missing")
-    gaps = twin_gaps(rows, meta, headline="df")
-    assert gaps is not None and gaps["cell"] == "df" and len(gaps["pairs"]) == 4
+    found = twin_gaps([_model(r) for r in rows], meta, headline="df")
+    assert found is not None
+    gaps = found.model_dump()
+    assert gaps["cell"] == "df" and len(gaps["pairs"]) == 4
     one, two = gaps["levels"]
     # gaps 10, 8, 12 pp: mean 10, sd 2, se 2/√3; 95 % interval 10 ± 4.302653 · 1.154701 = [5.0317, 14.9683]
     assert one["level"] == 1 and one["pairs"] == 3 and one["seeds"] == [0, 1, 2]
@@ -191,9 +210,9 @@ def test_twin_gap_per_level_with_its_interval_across_seeds_by_hand():
     assert one["same_theta"] is True
     assert two["mean_gap_pp"] == pytest.approx(30.0) and two["lower_pp"] is None  # one seed: no interval
     assert two["same_theta"] is False  # the design's bit-identical θ is checked, not assumed
-    text = families_markdown({"twin_gaps": gaps})
+    text = families_markdown(typed_census({"twin_gaps": gaps}))
     assert "## Frozen twins" in text and "| 1 | 3 | 0, 1, 2 | +10.00 pp | [+5.03, +14.97] | yes |" in text
-    assert twin_gaps(rows[:1], meta, headline="df") is None
+    assert twin_gaps([_model(r) for r in rows[:1]], meta, headline="df") is None
 
 
 def test_population_metadata_from_a_sidecar_and_none_without_one():
@@ -229,8 +248,8 @@ def test_summary_carries_families_only_when_the_checkpoints_name_one():
     assert family["cells"]["df"]["outcome"] == "equivalent" and "yet contains 1 displaced" in family["statements"][0]
     assert summary["twin_gaps"] is None
     json.dumps(summary)  # JSON-ready
-    digits = summarize([_result("bn-ga-train", [2.0] * 10, None)], ["bn-ga-train"], spec).to_json()
-    assert "families" not in digits and "twin_gaps" not in digits
+    digits = summarize([_result("bn-ga-train", [2.0] * 10, None)], ["bn-ga-train"], spec)
+    assert "families" not in digits.to_json() and "twin_gaps" not in digits.to_json()
     assert families_markdown(digits) == ""
 
 
@@ -264,7 +283,7 @@ def test_the_tiny_population_census_reports_families_and_the_twin_gap(tiny_popul
     # the census page draws every checkpoint of the real census once, and each family's mean
     from bnconvention.report_html.census_figures import forest_plot
 
-    svg = forest_plot(written)
+    svg = forest_plot(CensusResult.read(tmp_path / "census" / "census.json"))
     assert svg is not None
     drawn = sorted(point.split(":")[0] for point in re.findall(r'data-point="([^"]+)"', svg))
     assert drawn == sorted(tiny_population.names)

@@ -34,7 +34,7 @@ def test_the_margin_is_the_median_seed_spread_over_recipes_and_cells():
                                                                                  (0.56, 0.79)])]
     entries += [_entry(f"r10-s{s}-ga", s, df, dt, removal="r10") for s, (df, dt) in enumerate([(0.40, 0.70),
                                                                                                (0.40, 0.72)])]
-    derived = seed_spread_margin(entries, [DF, DT])
+    derived = seed_spread_margin(entries, [DF, DT]).model_dump()
     spreads = [100 * statistics.stdev(v) for v in ([0.50, 0.52, 0.56], [0.80, 0.81, 0.79], [0.40, 0.40],
                                                     [0.70, 0.72])]
     assert derived["recipes"] == 2 and len(derived["spreads"]) == 4
@@ -47,7 +47,7 @@ def test_twins_single_seed_recipes_and_expression_cells():
     entries = [_entry(f"s{s}", s, 0.5 + 0.1 * s, 0.8) for s in range(3)]
     entries.append(_entry("lonely", 0, 0.1, 0.1, family="relabel"))  # one seed: no spread
     entries += [_entry(f"t{s}", s, 0.9 * s, 0.0, role="twin", twin_arm="online") for s in range(3)]  # synthetic
-    derived = seed_spread_margin(entries, [GAP])
+    derived = seed_spread_margin(entries, [GAP]).model_dump()
     assert [s["recipe"] for s in derived["spreads"]] == ["unlearned/ga/eval/r05"]
     assert derived["margin_pp"] == pytest.approx(100 * statistics.stdev([0.3, 0.2, 0.1]))  # |df - dt| per seed
 
@@ -71,10 +71,10 @@ def test_one_record_is_one_step_of_its_split():
     assert resolution_pp(DF, None) is None and resolution_pp(DF, {"retain": 5}) is None
     counts = resolution_counts([("r02", records), ("r10", {**records, "forget": 133}), ("old", None)], [DF, DT],
                                margin_pp=1.2)
-    assert counts["df"] == {"checkpoints": 2, "unknown": 1, "max_pp": pytest.approx(100 / 27),
+    assert counts["df"].model_dump() == {"checkpoints": 2, "unknown": 1, "max_pp": pytest.approx(100 / 27),
                             "min_pp": pytest.approx(100 / 133), "above_margin": 1,
                             "above_margin_checkpoints": ["r02"]}
-    assert counts["dt"]["above_margin"] == 0
+    assert counts["dt"].above_margin == 0
     [warning] = resolution_warnings(counts, margin_pp=1.2)
     assert warning.startswith("margin ±1.2 pp is below one record of `df` on 1 of 2 checkpoints (one record is up "
                               "to 3.70 pp)")

@@ -7,18 +7,20 @@ import json
 
 import pytest
 from audit_support import pattern_census
+from census_support import filled, typed_census
 
+from bnconvention.audit.population.model_readings import MechanismCounts, MechanismRow
 from bnconvention.audit.population.readings import cluster_spearman, find_base, mechanism_counts, mechanisms, spearman
 from bnconvention.audit.render.readings import base_check_reading
 
 
 def test_spearman_by_hand():
-    assert spearman([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0])["rho"] == pytest.approx(1.0)
-    assert spearman([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0])["rho"] == pytest.approx(-1.0)
+    assert spearman([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]).rho == pytest.approx(1.0)
+    assert spearman([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]).rho == pytest.approx(-1.0)
     # ranks (1, 2, 3, 4) against (2, 1, 4, 3): 1 - 6 * 4 / (4 * 15) = 0.6
-    assert spearman([1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 4.0, 3.0])["rho"] == pytest.approx(0.6)
-    assert spearman([1.0, 2.0], [1.0, 2.0]) == {"n": 2, "rho": None, "p_value": None}
-    assert spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])["rho"] is None  # a constant side
+    assert spearman([1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 4.0, 3.0]).rho == pytest.approx(0.6)
+    assert spearman([1.0, 2.0], [1.0, 2.0]).model_dump() == {"n": 2, "rho": None, "p_value": None}
+    assert spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]).rho is None  # a constant side
 
 
 def test_a_cluster_bootstrap_does_not_count_a_weight_file_listed_four_times_as_four_draws():
@@ -28,25 +30,30 @@ def test_a_cluster_bootstrap_does_not_count_a_weight_file_listed_four_times_as_f
     files = ["a"] * 4 + ["b"] * 4 + ["c"] * 4 + ["d", "e", "f", "g", "h", "i"]
     clustered = cluster_spearman(x, y, files)
     independent = cluster_spearman(x, y, [str(i) for i in range(len(x))])
-    assert clustered["clusters"] == 9 and independent["clusters"] == 18
-    assert clustered["rho"] == independent["rho"] == pytest.approx(spearman(x, y)["rho"])
+    assert clustered.clusters == 9 and independent.clusters == 18
+    assert clustered.rho == independent.rho == pytest.approx(spearman(x, y).rho)
     # measured: the clustered interval is 2.6-3.6 times as wide over bootstrap seeds 0-4; 1.2 leaves room for that
-    assert clustered["upper"] - clustered["lower"] > 1.2 * (independent["upper"] - independent["lower"])
+    assert clustered.upper - clustered.lower > 1.2 * (independent.upper - independent.lower)
     assert cluster_spearman(x, y, files) == clustered  # deterministic
 
 
 def test_a_cluster_bootstrap_needs_three_clusters():
-    assert cluster_spearman([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], ["a", "a", "b", "b"])["lower"] is None
+    assert cluster_spearman([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], ["a", "a", "b", "b"]).lower is None
     perfect = cluster_spearman([1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 8.0], ["a", "b", "c", "d"])
-    assert perfect["rho"] == pytest.approx(1.0) and perfect["lower"] == pytest.approx(1.0)
+    assert perfect.rho == pytest.approx(1.0) and perfect.lower == pytest.approx(1.0)
+
+
+def _counts(counts: dict[str, int]) -> MechanismCounts:
+    return MechanismCounts.model_validate(filled(MechanismCounts, counts))
 
 
 def test_mechanism_counts_leave_channel_absent_out():
     rows = {"a": {"mechanism": "corruption", "evidence": "sidecar", "consistent": True, "base_check": "compared"},
             "b": {"mechanism": None, "evidence": None, "consistent": None, "base_check": "base not in census"},
             "c": {"mechanism": "misalignment", "evidence": "base", "consistent": False, "base_check": "compared"},
-            "g": {"mechanism": None, "evidence": "channel absent", "consistent": None}}
-    assert mechanism_counts(rows) == {"corruption": 1, "misalignment": 1, "neither": 0, "undetermined": 1,
+            "g": {"mechanism": None, "evidence": "channel absent", "consistent": None, "base_check": "no base named"}}
+    rows = {name: MechanismRow(**row, base_comparison=None, reason="", base=None) for name, row in rows.items()}
+    assert mechanism_counts(rows).model_dump() == {"corruption": 1, "misalignment": 1, "neither": 0, "undetermined": 1,
                                       "inconsistent": 1, "base_compared": 2, "base_not_found": 1}
 
 
@@ -60,10 +67,10 @@ def test_a_population_finds_its_base_under_the_removal_prefix():
 
 
 def test_a_base_check_that_could_not_run_says_not_run_never_zero_disagree():
-    assert base_check_reading({"inconsistent": 0, "base_compared": 0, "base_not_found": 12}) == (
+    assert base_check_reading(_counts({"inconsistent": 0, "base_compared": 0, "base_not_found": 12})) == (
         "metadata against the base: not run, no checkpoint's base is in the census (12 name a base the census "
         "does not hold)")
-    assert base_check_reading({"inconsistent": 3, "base_compared": 90, "base_not_found": 0}) == (
+    assert base_check_reading(_counts({"inconsistent": 3, "base_compared": 90, "base_not_found": 0})) == (
         "metadata and base disagree on 3 of the 90 compared")
 
 
@@ -84,9 +91,9 @@ def test_the_mechanism_compares_a_checkpoint_with_its_removals_base():
     frozen = member("r05-s0-ga-eval", "c" * 64, "b" * 64, declared="misalignment", parent="s0-base")
     lying = member("r05-s0-ga-train", "d" * 64, "b" * 64, declared="corruption", parent="s0-base")
     rows = mechanisms([base, frozen, lying], ["r05-s0-base", "r05-s0-ga-eval", "r05-s0-ga-train"])
-    assert rows["r05-s0-ga-eval"]["base"] == "r05-s0-base" and rows["r05-s0-ga-eval"]["consistent"] is True
-    assert rows["r05-s0-ga-train"]["base_comparison"] == "frozen" and rows["r05-s0-ga-train"]["consistent"] is False
-    assert mechanism_counts(rows)["inconsistent"] == 1 and mechanism_counts(rows)["base_compared"] == 2
+    assert rows["r05-s0-ga-eval"].base == "r05-s0-base" and rows["r05-s0-ga-eval"].consistent is True
+    assert rows["r05-s0-ga-train"].base_comparison == "frozen" and rows["r05-s0-ga-train"].consistent is False
+    assert mechanism_counts(rows).inconsistent == 1 and mechanism_counts(rows).base_compared == 2
 
 
 @pytest.mark.slow
@@ -151,18 +158,18 @@ def test_anchoring_that_compares_an_evaluation_with_itself_is_not_called_indepen
 
     same = [_anchored(f"c{i}", 0.25 * i, 0.25 * i) for i in range(4)]
     reading = anchoring_reading(same)
-    assert reading["independent"] is False and reading["exactly_equal"] == 4 and reading["failed"] == 0
-    line = anchoring_line({"readings": {"anchoring": reading}})
+    assert reading.independent is False and reading.exactly_equal == 4 and reading.failed == 0
+    line = anchoring_line(typed_census({"readings": {"anchoring": reading.model_dump()}}))
     assert line is not None and "equal this evaluation exactly" in line and "not that an independent" in line
     elsewhere = [*same[:3], _anchored("moved", 0.31, 0.25)]  # published by another evaluation: 6 pp apart
     reading = anchoring_reading(elsewhere)
-    assert reading["independent"] is True and reading["failed"] == 1
-    assert reading["max_abs_diff"] == pytest.approx(0.06)
-    line = anchoring_line({"readings": {"anchoring": reading}})
+    assert reading.independent is True and reading.failed == 1
+    assert reading.max_abs_diff == pytest.approx(0.06)
+    line = anchoring_line(typed_census({"readings": {"anchoring": reading.model_dump()}}))
     assert line is not None and line.startswith("Anchoring: 3 of 4 checkpoints reproduce")
     nothing = anchoring_reading([fake_result_plain()])
-    assert nothing["cells"] == 0 and nothing["independent"] is None
-    assert anchoring_line({"readings": {"anchoring": nothing}}) == (
+    assert nothing.cells == 0 and nothing.independent is None
+    assert anchoring_line(typed_census({"readings": {"anchoring": nothing.model_dump()}})) == (
         "Anchoring: not run, no checkpoint publishes cells to compare with.")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from census_support import typed_census
+
 from bnconvention.audit.population.scales_report import scales_census_markdown, scales_groups_markdown
 
 
@@ -26,11 +28,11 @@ def test_groups_give_the_mean_and_range_of_df_and_the_displaced_count() -> None:
             {"checkpoint": "r-retrain", "scales": _row(0.5, displaced=False, median=0.04, largest=0.05)},
             {"checkpoint": "plain", "scales": {"status": "not_quantized", "reason": "not quantized"}},
         ]}
-    table = "\n".join(scales_groups_markdown(census))
+    table = "\n".join(scales_groups_markdown(typed_census(census)))
     # Δdf mean (4 - 1 + 0) / 3 = +1.00; the median of the medians 0.01, 0.02, 0.03 is 0.02; the largest ratio 0.3
     assert "| finetune (train) | 3 | +1.00 [-1.00, +4.00] | 1 | 0.0200 | 0.3000 |" in table
     assert "| control: retrain reference | 1 | +0.50 [+0.50, +0.50] | 0 | 0.0400 | 0.0500 |" in table
     assert "plain" not in table
-    full = scales_census_markdown(census)
+    full = scales_census_markdown(typed_census(census))
     assert full.index("| a | minmax | 9 |") < full.index("### Per group")
-    assert scales_groups_markdown({"checkpoints": [census["checkpoints"][-1]]}) == []
+    assert scales_groups_markdown(typed_census({"checkpoints": [census["checkpoints"][-1]]})) == []

@@ -10,6 +10,7 @@ from audit_support import PATTERN_SPEC, checkpoint_paths, fake_result
 
 from bnconvention.audit.census.run import run_census, summarize
 from bnconvention.audit.measure import evaluation
+from bnconvention.audit.population import CensusResult
 from bnconvention.audit.population.detection import (
     detection_floor,
     pair_budget_pp,
@@ -69,7 +70,7 @@ def test_controls_are_outside_the_benjamini_yekutieli_family():
     assert (controls["controls"], controls["as_expected"]) == (7, 7)
     assert {row["label"] for row in controls["rows"]} == {"channel absent", "retrain reference"}
     assert "## Controls" in __import__("bnconvention.audit.render.census", fromlist=["x"]).census_sections_markdown(
-        json.loads(json.dumps(summary)))
+        CensusResult.model_validate(json.loads(json.dumps(summary))))
 
 
 def test_a_displaced_control_does_not_hold():
@@ -82,7 +83,7 @@ def test_a_displaced_control_does_not_hold():
 def test_detection_floor_recovers_large_planted_effects_and_not_zeros():
     decided = [fake_result(f"c{i}", [0.0] * 10) for i in range(6)]
     decided += [fake_result(f"n{i}", [0.3, -0.3] * 5) for i in range(6)]
-    floor = detection_floor(decided, _spec(controls={"planted_pp": [0.0, 0.5, 1.4, 3.0]}))
+    floor = detection_floor(decided, _spec(controls={"planted_pp": [0.0, 0.5, 1.4, 3.0]})).model_dump()
     rows = {row["planted_pp"]: row for row in floor["rows"]}
     assert rows[0.0] == {"planted_pp": 0.0, "cells": 12, "recovered": 0, "recovered_by": 0}
     assert rows[0.5]["recovered"] == 0  # below the 1.2 pp margin
@@ -98,7 +99,7 @@ def test_a_planted_null_on_near_misses_recovers_nothing():
     centred residuals no plant at or below the margin can put every replicate beyond it."""
     near_misses = [fake_result(f"near{i}", [1.1 + 0.01 * k for k in range(10)]) for i in range(5)]
     assert all(r.annotation.cells[0].decision.outcome != "displaced" for r in near_misses)
-    floor = detection_floor(near_misses, _spec(controls={"planted_pp": [0.5, 1.0, 1.2]}))
+    floor = detection_floor(near_misses, _spec(controls={"planted_pp": [0.5, 1.0, 1.2]})).model_dump()
     assert [row["recovered"] for row in floor["rows"]] == [0, 0, 0]
     old_way = [1.1 + 0.01 * k + 0.5 for k in range(10)]  # the raw-shift plant the census used to make
     assert all(s > 1.2 for s in old_way)
@@ -110,7 +111,7 @@ def test_every_plant_above_a_cells_threshold_is_recovered_and_none_below(replica
     decided = [fake_result(f"n{i}", [s * ((k % 3) - 1) for k in range(replicates)]) for i, s in enumerate(spreads)]
     thresholds = sorted(threshold_pp(r.annotation.cells[0].replicate_shifts_pp, margin_pp=1.2) for r in decided)
     sizes = [t + d for t in thresholds for d in (-1e-6, 1e-6)]
-    floor = detection_floor(decided, _spec(replicates=replicates, controls={"planted_pp": sizes}))
+    floor = detection_floor(decided, _spec(replicates=replicates, controls={"planted_pp": sizes})).model_dump()
     for row in floor["rows"]:
         assert row["recovered"] == sum(t < row["planted_pp"] for t in thresholds)
     assert floor["floor_pp"] == thresholds[-1]  # 90 % of five cells is all five
@@ -118,14 +119,14 @@ def test_every_plant_above_a_cells_threshold_is_recovered_and_none_below(replica
 
 def test_too_few_replicates_can_never_be_recovered():
     decided = [fake_result("short", [0.0] * 4)]
-    floor = detection_floor(decided, _spec(replicates=4, controls={"planted_pp": [50.0]}))
+    floor = detection_floor(decided, _spec(replicates=4, controls={"planted_pp": [50.0]})).model_dump()
     assert floor["rows"][0]["recovered"] == 0 and floor["floor_pp"] is None
     assert threshold_pp([0.0] * 4, margin_pp=1.2) == float("inf")
 
 
 def test_detection_floor_leaves_displaced_cells_out():
     decided = [fake_result("moved", [2.0] * 10), fake_result("still", [0.0] * 10)]
-    floor = detection_floor(decided, _spec(controls={"planted_pp": [3.0]}))
+    floor = detection_floor(decided, _spec(controls={"planted_pp": [3.0]})).model_dump()
     assert floor["rows"] == [{"planted_pp": 3.0, "cells": 1, "recovered": 1, "recovered_by": 1}]
     assert plant([-1.0, 0.0], 2.0) == [1.5, 2.5] and plant([0.0], 1.5) == [1.5]
 
@@ -137,7 +138,7 @@ def test_recalibration_budget_and_which_flips_clear_it():
     firm = fake_result("firm", [2.0] * 10, direction="pass_to_fail")
     # replicate values scattered by 8 pp between paired refits: a mean shift of 2 pp does not clear that
     loose = fake_result("loose", [-2.0, 6.0] * 5, direction="pass_to_fail")
-    budget = recalibration_budget([("firm", firm), ("loose", loose)], _spec())
+    budget = recalibration_budget([("firm", firm), ("loose", loose)], _spec()).model_dump()
     flips = {f["checkpoint"]: f for f in budget["flips"]}
     assert flips["firm"]["clears_budget"] and flips["firm"]["holds_every_replicate"]
     assert not flips["loose"]["clears_budget"]

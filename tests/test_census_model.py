@@ -66,11 +66,84 @@ def _cell_outcome_not_text(d: dict[str, Any]) -> None:
     d["checkpoints"][0]["cells"]["df"]["outcome"] = 3
 
 
+def _staleness_reading_unknown_key(d: dict[str, Any]) -> None:
+    d["readings"]["staleness"]["exceeds"] = 3
+
+
+def _mechanism_row_consistent_as_text(d: dict[str, Any]) -> None:
+    next(iter(d["readings"]["mechanism"]["per_checkpoint"].values()))["consistent"] = "maybe"
+
+
+def _background_unknown_key(d: dict[str, Any]) -> None:
+    d["controls"]["background"]["by_labels"] = {}
+
+
+def _control_cell_unknown_key(d: dict[str, Any]) -> None:
+    d["controls"]["rows"][0]["cells"]["df"]["max_shift_pp"] = 1.0
+
+
+def _pool_size_row_unknown_key(d: dict[str, Any]) -> None:
+    d["sweeps"]["pool_sizes"] = [{"pool_size": 8, "refits_added": 0, "cells": {}, "flips": {}, "refits": 0}]
+
+
+def _planted_row_cells_as_text(d: dict[str, Any]) -> None:
+    d["detection_floor"]["rows"][0]["cells"] = "all"
+
+
+def _budget_cell_unknown_key(d: dict[str, Any]) -> None:
+    d["recalibration_budget"]["cells"]["df"]["mean_pp"] = 1.0
+
+
+def _family_row_unknown_key(d: dict[str, Any]) -> None:
+    d["families"]["families"][0]["seed"] = 0
+
+
+def _twin_gap_as_text(d: dict[str, Any]) -> None:
+    d["twin_gaps"]["pairs"][0]["gap_pp"] = "large"
+
+
+def _population_place_unknown_key(d: dict[str, Any]) -> None:
+    d["checkpoints"][0]["population"]["removals"] = "c3"
+
+
+def _row_mechanism_unknown_key(d: dict[str, Any]) -> None:
+    d["checkpoints"][0]["mechanism"]["evidences"] = "sidecar"
+
+
+def _derivation_unknown_key(d: dict[str, Any]) -> None:
+    d["margin"]["derivation"] = {"rule": "r", "margin_pp": 1.2, "recipes": 0, "spreads": [], "per_cell": {},
+                                 "recipe": "r"}
+
+
+def _encoder_interval_level_as_text(d: dict[str, Any]) -> None:
+    d["checkpoints"][0]["encoder"] = {"mia_auc_shipped": {"estimate": 0.5, "lower": 0.4, "upper": 0.6,
+                                                          "level": "95 %", "method": "bootstrap-percentile"}}
+
+
+def _scales_counts_unknown_key(d: dict[str, Any]) -> None:
+    d["scales"] = {"quantized": 0, "not_quantized": 1, "displaced": 0, "cells": {}, "audited": 0}
+
+
 @pytest.mark.parametrize("breaks", [
     pytest.param(_drop_counts, id="missing-required-section"),
     pytest.param(_counts_as_text, id="wrong-type"),
     pytest.param(_misspelt_row_key, id="unknown-key"),
     pytest.param(_cell_outcome_not_text, id="wrong-type-nested"),
+    # the sections once written as open mappings are closed too
+    pytest.param(_staleness_reading_unknown_key, id="readings-unknown-key"),
+    pytest.param(_mechanism_row_consistent_as_text, id="readings-mechanism-wrong-type"),
+    pytest.param(_background_unknown_key, id="controls-background-unknown-key"),
+    pytest.param(_control_cell_unknown_key, id="control-cell-unknown-key"),
+    pytest.param(_pool_size_row_unknown_key, id="sweeps-pool-size-unknown-key"),
+    pytest.param(_planted_row_cells_as_text, id="detection-floor-wrong-type"),
+    pytest.param(_budget_cell_unknown_key, id="recalibration-budget-unknown-key"),
+    pytest.param(_family_row_unknown_key, id="families-unknown-key"),
+    pytest.param(_twin_gap_as_text, id="twin-gaps-wrong-type"),
+    pytest.param(_population_place_unknown_key, id="row-population-unknown-key"),
+    pytest.param(_row_mechanism_unknown_key, id="row-mechanism-unknown-key"),
+    pytest.param(_derivation_unknown_key, id="margin-derivation-unknown-key"),
+    pytest.param(_encoder_interval_level_as_text, id="row-encoder-wrong-type"),
+    pytest.param(_scales_counts_unknown_key, id="scales-unknown-key"),
 ])
 def test_a_broken_census_is_rejected_by_schema_and_model(breaks: Callable[[dict[str, Any]], None]) -> None:
     document = copy.deepcopy(_valid())

@@ -172,9 +172,11 @@ def test_the_population_census_tells_its_story_from_the_data(demo: DemoRun, tiny
     census = json.loads((demo.out / "population-census" / "census.json").read_text("utf-8"))
     assert census["counts"]["checkpoints"] == len(tiny_population.names)
     assert census["families"] is not None and census["twin_gaps"] is not None
+    from bnconvention.audit.population import CensusResult
     from bnconvention.audit.population.story import population_story
 
-    story = population_story(census)  # what the summary and the page say is what census.json holds
+    # what the summary and the page say is what census.json holds
+    story = population_story(CensusResult.model_validate(census))
     assert f"  headline: {story[0]}" in demo.stdout
     page = (demo.out / "report" / "population.html").read_text("utf-8")
     assert all(f'id="{section}"' in page for section in ("forest-plot", "margin-sweep-plot", "detection-floor-table",

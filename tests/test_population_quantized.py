@@ -125,7 +125,7 @@ def test_census_scales_outputs_validate_and_weights_unchanged(scales_census, tin
         assert main(["validate", str(outcome.out_dir / row["scales"]["annotation"])]) == 0
     text = (outcome.out_dir / "census.md").read_text()
     assert f"## {HEADING}" in text and f"of {len(CENSUSED)} quantized checkpoints displaced" in text
-    assert f">{HEADING}<" in render_census_page(outcome.summary.to_json())
+    assert f">{HEADING}<" in render_census_page(outcome.summary)
 
 
 def test_spec_without_the_section_warns_and_digests_as_before(tiny_quantized_population):

@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import copy
+import doctest
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
+from census_support import typed_census
 
 from bnconvention.audit.population.story import by_line, detection_floor_pp, headline, population_story
 from bnconvention.report_html import census_figures as figures
+from bnconvention.report_html import census_page
 from bnconvention.report_html.census_page import render_census_page, write_census_html
 from bnconvention.report_html.svg import Axis, Figure, nice_ticks, padded_range
 
@@ -141,7 +144,7 @@ def test_figure_escapes_what_it_is_given() -> None:
 # --- the story -----------------------------------------------------------------------------------------------------
 
 def test_the_headline_is_the_headline_cell_with_its_background_whatever_else_the_data_holds() -> None:
-    census = census_doc()
+    census = typed_census(census_doc())
     assert headline(census) == ("`df` is displaced on 3 of 7 released checkpoints decided (±1 pp, BY q = 0.05); "
                                 "background: 0 of 1 known-answer controls displaced; the largest shift is +40.00 pp "
                                 "(`df`, a-ga-eval).")
@@ -157,16 +160,18 @@ def test_the_headline_is_the_headline_cell_with_its_background_whatever_else_the
 
 def test_the_headline_does_not_change_with_the_findings_it_does_not_count() -> None:
     census = census_doc()
-    first = headline(census)
+    first = headline(typed_census(census))
     census["families"]["families"][0]["cells"]["df"]["displaced_by"] = 0
     census["verdicts"] = {}
-    assert headline(census) == first
+    assert headline(typed_census(census)) == first
     assert any(line.startswith("No family is shown equivalent to zero on average on `df` while containing "
-                               "displaced checkpoints; the closest, ft (train)") for line in population_story(census))
+                               "displaced checkpoints; the closest, ft (train)")
+               for line in population_story(typed_census(census)))
     census["cells"]["df"].update(displaced_by=0, displaced=1)
-    assert headline(census) == ("No released checkpoint decided is displaced on `df` (0 of 7, ±1 pp, BY q = 0.05; "
-                                "1 before BY): the shipped statistics held; background: 0 of 1 known-answer controls "
-                                "displaced.")
+    assert headline(typed_census(census)) == (
+        "No released checkpoint decided is displaced on `df` (0 of 7, ±1 pp, BY q = 0.05; "
+        "1 before BY): the shipped statistics held; background: 0 of 1 known-answer controls "
+        "displaced.")
 
 
 def test_a_design_that_cannot_survive_by_does_not_say_the_statistics_held() -> None:
@@ -174,7 +179,7 @@ def test_a_design_that_cannot_survive_by_does_not_say_the_statistics_held() -> N
     census["replicates"] = 5
     census["cells"]["df"].update(displaced_by=0, displaced=4,
                                  by={"m": 7, "p_displaced": 0.5 ** 5, "keeps_all_from": None})
-    line = headline(census)
+    line = headline(typed_census(census))
     assert line.startswith("No released checkpoint decided can be certified displaced on `df` by this design: with "
                            "R = 5 and 7 decided, not even all of them displaced would survive BY at q = 0.05; 4 are "
                            "displaced before BY")
@@ -184,55 +189,62 @@ def test_a_design_that_cannot_survive_by_does_not_say_the_statistics_held() -> N
 def test_a_census_without_bn_controls_says_its_background_was_not_measured() -> None:
     census = census_doc()
     del census["controls"]
-    assert "background rate: not measured, no BatchNorm control in this census" in headline(census)
+    assert "background rate: not measured, no BatchNorm control in this census" in headline(typed_census(census))
     census["counts"]["twin_arms"] = 6
-    assert "(±1 pp, BY q = 0.05; 6 synthetic twin arms read apart)" in headline(census)
+    assert "(±1 pp, BY q = 0.05; 6 synthetic twin arms read apart)" in headline(typed_census(census))
 
 
 def test_by_is_said_to_bind_or_not_from_the_displaced_count() -> None:
     census = census_doc()
     census["cells"]["df"]["by"] = {"m": 7, "p_displaced": 0.5 ** 10, "keeps_all_from": 1}
-    assert by_line(census, "df").endswith("all once 1 of the 7 are displaced; 3 are, so it could not bind here "
-                                          "(removed 0).")
+    line = by_line(typed_census(census), "df")
+    assert line is not None and line.endswith("all once 1 of the 7 are displaced; 3 are, so it could not bind here "
+                                              "(removed 0).")
     census["cells"]["df"]["by"] = {"m": 7, "p_displaced": 0.5 ** 3, "keeps_all_from": None}
-    assert by_line(census, "df").endswith("with 7 checkpoints decided not even all of them displaced would survive.")
+    line = by_line(typed_census(census), "df")
+    assert line is not None and line.endswith(
+        "with 7 checkpoints decided not even all of them displaced would survive.")
 
 
 def test_staleness_is_said_to_track_displacement_only_when_the_rank_correlation_shows_it() -> None:
     census = census_doc()
-    assert any(line.startswith("Staleness tracks displacement: Spearman ρ = 0.75") for line in population_story(census))
+    assert any(line.startswith("Staleness tracks displacement: Spearman ρ = 0.75")
+               for line in population_story(typed_census(census)))
     for rho, lower in ((0.75, -0.1), (-0.6, 0.01), (0.75, None)):
         census["readings"]["staleness"]["staleness_vs_abs_shift"].update(rho=rho, lower=lower)
         assert any(line.startswith("Staleness is not shown to track displacement here")
-                   for line in population_story(census))
+                   for line in population_story(typed_census(census)))
 
 
 def test_the_story_states_the_exact_detection_floor_and_how_it_was_planted() -> None:
     census = census_doc()
-    assert detection_floor_pp(census) == 1.75
-    line = next(line for line in population_story(census) if line.startswith("Detection floor"))
+    assert detection_floor_pp(typed_census(census)) == 1.75
+    line = next(line for line in population_story(typed_census(census)) if line.startswith("Detection floor"))
     assert "centred replicate residuals" in line and "exceed 1.75 pp" in line and "3 pp: 10/10" in line
     census["detection_floor"]["floor_pp"] = None
-    line = next(line for line in population_story(census) if line.startswith("Detection floor"))
+    line = next(line for line in population_story(typed_census(census)) if line.startswith("Detection floor"))
     assert "no plant is recovered on 90% of the 10 non-displaced cells" in line
     census["detection_floor"]["cells"] = 0
-    assert not any(line.startswith("Detection floor") for line in population_story(census))
+    assert not any(line.startswith("Detection floor")
+                   for line in population_story(typed_census(census)))
 
 
 def test_a_census_without_a_population_tells_only_what_it_has() -> None:
     census = {key: value for key, value in census_doc().items()
               if key not in ("families", "twin_gaps", "controls", "detection_floor", "readings")}
-    story = population_story(census)
-    assert len(story) == 3 and story[0].startswith("`df` is displaced on 3 of 7")
+    story = population_story(typed_census(census))
+    # every census has its anchoring reading (the model requires it): here it says anchoring did not run
+    assert len(story) == 4 and story[0].startswith("`df` is displaced on 3 of 7")
     assert story[1].startswith("Refitting the running statistics")
-    assert story[2] == "Margin ±1 pp, fixed by the spec; not preregistered."
+    assert story[2] == "Anchoring: not run, no checkpoint publishes cells to compare with."
+    assert story[3] == "Margin ±1 pp, fixed by the spec; not preregistered."
 
 
 # --- figures -------------------------------------------------------------------------------------------------------
 
 def test_the_forest_plot_has_every_checkpoint_grouped_with_its_family_mean() -> None:
     census = census_doc()
-    root = _svg(figures.forest_plot(census))
+    root = _svg(figures.forest_plot(typed_census(census)))
     points = _points(root)
     assert sorted(p.split(":")[0] for p in points) == sorted(r["checkpoint"] for r in census["checkpoints"])
     assert "a-ga-eval:40.0000" in points
@@ -243,42 +255,42 @@ def test_the_forest_plot_has_every_checkpoint_grouped_with_its_family_mean() -> 
     assert "mean (1 displaced)" in labels
     colours = {c.get("class") for c in root.iter(f"{SVG}circle")}
     assert colours == {"displaced", "equivalent", "undetermined"}
-    assert figures.forest_plot({**census, "checkpoints": []}) is None
+    assert figures.forest_plot(typed_census({**census, "checkpoints": []})) is None
 
 
 def test_the_margin_sweep_draws_one_line_per_outcome_over_the_margins() -> None:
-    root = _svg(figures.margin_sweep_plot(census_doc()))
+    root = _svg(figures.margin_sweep_plot(typed_census(census_doc())))
     assert len(list(root.iter(f"{SVG}polyline"))) == 3
     assert sorted(_points(root)) == sorted(f"{o}:{m:g}:{v:.4f}" for m, d, e, u in
                                            ((1.0, 3, 2, 2), (1.5, 3, 3, 1), (2.0, 2, 4, 1))
                                            for o, v in (("displaced", d), ("equivalent", e), ("undetermined", u)))
     one = census_doc()
     one["sweeps"]["margins"] = one["sweeps"]["margins"][:1]
-    assert figures.margin_sweep_plot(one) is None
+    assert figures.margin_sweep_plot(typed_census(one)) is None
 
 
 def test_the_recoverability_curve_has_each_source_and_budget() -> None:
-    root = _svg(figures.recoverability_plot(census_doc()))
+    root = _svg(figures.recoverability_plot(typed_census(census_doc())))
     assert sorted(_points(root)) == sorted(["noise:1:-10.0000", "noise:10:-5.0000", "test:1:-40.0000",
                                             "test:10:-2.0000", "test:100:1.0000"])
     census = census_doc()
     census["readings"]["recoverability"] = None
-    assert figures.recoverability_plot(census) is None
+    assert figures.recoverability_plot(typed_census(census)) is None
 
 
 def test_the_twin_plot_and_the_staleness_scatter() -> None:
     census = census_doc()
-    twins = _svg(figures.twin_gap_plot(census))
+    twins = _svg(figures.twin_gap_plot(typed_census(census)))
     assert _points(twins) == ["s0-twin1-online:1.5000"] and _points(twins, "data-mean") == ["level 1:1.5000"]
-    scatter = _svg(figures.staleness_scatter(census))
+    scatter = _svg(figures.staleness_scatter(typed_census(census)))
     assert len(_points(scatter)) == len(census["checkpoints"])
     assert "a-ga-eval:1:40.0000" in _points(scatter)
     assert any(t.text == "Spearman ρ = 0.75" for t in scatter.iter(f"{SVG}text"))
-    assert figures.twin_gap_plot({**census, "twin_gaps": None}) is None
+    assert figures.twin_gap_plot(typed_census({**census, "twin_gaps": None})) is None
     no_staleness = copy.deepcopy(census)
     for row in no_staleness["checkpoints"]:
         row["staleness"] = None
-    assert figures.staleness_scatter(no_staleness) is None
+    assert figures.staleness_scatter(typed_census(no_staleness)) is None
 
 
 # --- the page ------------------------------------------------------------------------------------------------------
@@ -289,7 +301,7 @@ def _ids(text: str) -> set[str]:
 
 def test_the_census_page_has_every_section_its_census_has(tmp_path: Path) -> None:
     census = census_doc()
-    path = write_census_html(census, tmp_path / "census.html")
+    path = write_census_html(typed_census(census), tmp_path / "census.html")
     text = path.read_text("utf-8")
     assert {"headline", "forest-plot", "families", "margin-sweep-plot", "margin-sweep", "detection-floor-table",
             "recoverability-plot", "twin-gap-plot", "twin-gaps", "staleness-scatter", "controls-table"} <= _ids(text)
@@ -297,20 +309,20 @@ def test_the_census_page_has_every_section_its_census_has(tmp_path: Path) -> Non
     assert "<code>df</code>" in text  # the story's `df` shown as code
     assert "<script" not in text
     bare = {key: value for key, value in census.items() if key not in ("families", "twin_gaps", "readings")}
-    text = render_census_page(bare)
+    text = render_census_page(typed_census(bare))
     assert not {"families", "twins", "twin-gap-plot", "recoverability-plot"} & _ids(text)
     assert {"forest-plot", "staleness-scatter"} <= _ids(text)  # the rows still carry their staleness
     assert "No recoverability curve" in text
     for row in bare["checkpoints"]:
         row["staleness"] = None
-    assert not {"staleness", "staleness-scatter"} & _ids(render_census_page(bare))
+    assert not {"staleness", "staleness-scatter"} & _ids(render_census_page(typed_census(bare)))
 
 
 def test_names_from_the_census_are_escaped_on_the_page() -> None:
     census = census_doc()
     census["checkpoints"][0]["checkpoint"] = "<img src=x onerror=alert(1)>"
     census["spec_name"] = "<b>spec</b>"
-    text = render_census_page(census)
+    text = render_census_page(typed_census(census))
     assert "<img src=x" not in text and "<b>spec</b>" not in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
 
@@ -319,15 +331,21 @@ def test_the_provenance_line_reads_both_arms_and_the_staleness_ratio() -> None:
     from bnconvention.audit.population.story import provenance_line
 
     census = census_doc()
-    assert provenance_line(census) is None  # not run: no line, rather than a line of zeros
+    assert provenance_line(typed_census(census)) is None  # not run: no line, rather than a line of zeros
     arm = {"checkpoints": 24, "draws": [2], "pooled_forget_shift_pp": 0.55, "largest_forget_shift_pp": 1.88,
            "shift_exceeds_null": 9, "exceeds_null": 16, "staleness_ratio_median": 3.89,
            "staleness_ratio_range": [1.99, 14.93]}
     census["readings"]["provenance"] = {"deployment": arm, "ceiling": {**arm, "pooled_forget_shift_pp": 0.36,
                                                                         "staleness_ratio_median": None}}
-    line = provenance_line(census)
+    line = provenance_line(typed_census(census))
     assert line is not None and line.startswith("Provenance on 24 checkpoints (2 draws per arm): exchanging the "
                                                 "removed share of the fitting pool moves forget accuracy by +0.55 pp")
     assert "every removed record in the pool moves forget accuracy by +0.36 pp pooled" in line
     assert line.endswith("staleness is 3.89× the deployment exchange's distance at the median (1.99 … 14.93).")
-    assert line in population_story(census)
+    assert line in population_story(typed_census(census))
+
+
+def test_the_census_page_module_example_renders_the_fixture(monkeypatch: pytest.MonkeyPatch, repo_root: Path) -> None:
+    monkeypatch.chdir(repo_root)  # the example reads the fixture from the repository root
+    failed, tried = doctest.testmod(census_page, raise_on_error=False)
+    assert tried == 4 and failed == 0

@@ -122,8 +122,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = run_census(args.paths, spec, Path(args.out), workers=args.workers, progress=show_progress(args.progress),
                          allowed_factories=args.allow_factory, device=device, amend=args.amend)
     census = outcome.summary
-    summary = census.to_json()  # the page and the story still read the mapping
-    page = write_census_html(summary, outcome.out_dir / CENSUS_HTML)
+    page = write_census_html(census, outcome.out_dir / CENSUS_HTML)
     counts = census.counts
     print(f"census of {plural(counts.checkpoints, 'checkpoint')}: {counts.anchored} anchored of "
           f"{counts.anchoring_checked} checked, {counts.decided} decided, "
@@ -142,10 +141,10 @@ def run(args: argparse.Namespace) -> int:
     largest = census.largest_shift
     if largest:
         print(f"  largest shift {signed(largest.shift_pp)}pp ({largest.cell}, {largest.checkpoint})")
-    print(margin_line(summary))
+    print(margin_line(census))
     for warning in census.margin.warnings:
         print(f"warning: {warning}")
-    print(f"headline: {headline(summary)}")
+    print(f"headline: {headline(census)}")
     refits = census.invocation.refits_run if census.invocation is not None else 0
     print(f"{outcome.audits_run} audited, {outcome.audits_reused} reused from the journal, "
           f"{plural(refits, 'refit')}; wrote "

@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from bnconvention.audit.population import summarize
+from bnconvention.audit.population import CensusResult, summarize
 from bnconvention.audit.render import write_audit_outputs
 from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.hub.classify import RepoCensus
@@ -94,13 +94,13 @@ def audit_channel_absent(client: HubClient, repos: Sequence[RepoCensus], spec: A
     return audits, reused
 
 
-def population(audits: Sequence[RepoAudit], spec: Any) -> dict[str, Any] | None:
+def population(audits: Sequence[RepoAudit], spec: Any) -> CensusResult | None:
     """Counts across every audited checkpoint (Benjamini–Yekutieli per cell), as ``bnconvention census`` makes."""
     pairs = sorted(((f"{a.repo_id}/{f.filename}", f.result) for a in audits for f in a.files if f.result is not None),
                    key=lambda pair: pair[0])
     if not pairs:
         return None
-    return summarize([result for _, result in pairs], [name for name, _ in pairs], spec).to_json()
+    return summarize([result for _, result in pairs], [name for name, _ in pairs], spec)
 
 
 __all__ = ["audit_channel_absent", "channel_absent_targets", "ensure_outputs", "output_dir", "population"]

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 import bnconvention.demo.releases as release_plan
 from bnconvention._version import __version__
+from bnconvention.audit.population import CensusResult
 from bnconvention.demo.access import DemoAccess, demo_hub
 from bnconvention.demo.crawl import audit_channel_absent, ensure_outputs, population
 from bnconvention.demo.layout import DEFAULT_OUT, DemoPaths, PopulationSize
@@ -104,7 +105,7 @@ class DemoResult:
     report: Path
     census: dict[str, Any]  # org-census.json as written (OrgCensus.to_json): demo/summary.py reads it by key
     audits: list[Any]  # RepoAudit, BatchNorm repos then channel-absent ones
-    population: dict[str, Any] | None
+    population: CensusResult | None  # the audited releases counted as a census (crawl/population.json)
     pushes: list[Any]  # PushOutcome
     validation: list[Any]  # validator Issue
     pr_check: tuple[str, int, int] | None  # (repo id, pull request number, validation exit code)
@@ -294,7 +295,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
             reused["audits_run"] = audit_run.ran + len(absent) - absent_reused
             summary = population(audits, spec)
             if summary is not None:
-                atomic_write_text(paths.crawl / "population.json", json.dumps(summary, indent=2) + "\n")
+                atomic_write_text(paths.crawl / "population.json", json.dumps(summary.to_json(), indent=2) + "\n")
         with stages.stage("push", "one pull request per audited repo with its refit annotation"):
             push_run = push_org(client, DEMO_ORG, journal=journal, progress=progress)
             reused["pushes"] = push_run.reused
@@ -315,7 +316,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
             org=DEMO_ORG, endpoint=endpoint, census=census, audits=audits, audit_summary=summary,
             pushes=push_run.outcomes, validation=issues, files=files, release_notes=release_notes(),
             title=f"The BatchNorm illusion on {DEMO_ORG}: census, audits and refit annotations",
-            generator=_generator(), population_census=censused.summary.to_json()), paths.report)
+            generator=_generator(), population_census=censused.summary), paths.report)
     return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census.to_json(), audits=audits,
                       population=summary, pushes=list(push_run.outcomes), validation=issues, pr_check=pr_check,
                       population_census=censused, seconds=dict(stages.seconds), reused=reused)

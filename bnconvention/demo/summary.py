@@ -119,7 +119,7 @@ def population_lines(result: DemoResult) -> list[str]:
     if run is None:
         return []
     counts = run.summary.counts
-    story = population_story(run.summary.to_json())
+    story = population_story(run.summary)
     lines = ["", f"population census ({run.checkpoints} checkpoints in {run.folder}: {counts.decided} decided, "
                  f"{counts.controls} controls; {run.audits_run} audited now, {run.audits_reused} from the journal):",
              f"  headline: {story[0]}"]

@@ -238,12 +238,13 @@ def write_population_summary(audits: Sequence[RepoAudit], spec: AuditSpec, out_d
                for a in audits for f in a.files if f.result is not None]
     if not audited:
         return None
-    summary = summarize([r for r, _, _ in audited], [n for _, n, _ in audited], spec,
-                        annotations=[(d / ANNOTATION_FILE).relative_to(out_dir).as_posix() for _, _, d in audited],
-                        org=org).to_json()
+    census = summarize([r for r, _, _ in audited], [n for _, n, _ in audited], spec,
+                       annotations=[(d / ANNOTATION_FILE).relative_to(out_dir).as_posix() for _, _, d in audited],
+                       org=org)
+    summary = census.to_json()
     write_json(out_dir / "audit.json", summary)
-    atomic_write_text(out_dir / "audit.md", census_markdown(summary) + census_sections_markdown(summary)
-                      + families_markdown(summary))
+    atomic_write_text(out_dir / "audit.md", census_markdown(census) + census_sections_markdown(census)
+                      + families_markdown(census))
     return summary
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from bnconvention.audit.population import CensusResult
 from bnconvention.formats.json_types import JsonValue
 from bnconvention.hub.classify import RepoCensus
 from bnconvention.hub.summaries import OrgCensus
@@ -57,7 +58,7 @@ class ReportInput:
     endpoint: str
     census: OrgCensus
     audits: Sequence[RepoAudit] = ()
-    audit_summary: Mapping[str, Any] | None = None
+    audit_summary: CensusResult | None = None
     pushes: Sequence[PushOutcome] = ()
     validation: Sequence[Issue] = ()
     files: Mapping[tuple[str, str], AuditFiles] = field(default_factory=dict)
@@ -65,7 +66,7 @@ class ReportInput:
     title: str | None = None
     generator: str = "bnconvention"
     # census.json of a local population (``bnconvention census``): its page is written beside index.html
-    population_census: Mapping[str, Any] | None = None
+    population_census: CensusResult | None = None
 
     def repos(self) -> list[RepoCensus]:
         """The census entries, sorted by repo id."""
@@ -86,12 +87,12 @@ class ReportInput:
         """Validator issues reported under ``repo_id`` (its files are named ``<repo id>/<path>``)."""
         return [i for i in self.validation if i.file == repo_id or i.file.startswith(repo_id + "/")]
 
-    def summary_entry(self, repo_id: str, filename: str) -> Mapping[str, Any] | None:
+    def summary_entry(self, repo_id: str, filename: str) -> Any:
         """The population summary's entry of one checkpoint (it carries the Benjamini–Yekutieli p-values)."""
-        if not self.audit_summary:
+        if self.audit_summary is None:
             return None
         wanted = f"{repo_id}/{filename}"
-        return next((c for c in self.audit_summary.get("checkpoints", []) if c.get("checkpoint") == wanted), None)
+        return next((c for c in self.audit_summary.checkpoints if c.checkpoint == wanted), None)
 
     def flagged(self) -> list[tuple[str, str, str]]:
         """``(repo id, source, reason)`` for every repo the census or the validator flags, sorted."""

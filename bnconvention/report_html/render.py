@@ -97,26 +97,24 @@ def overview(report: ReportInput) -> str:
              f"({esc(report.census.bytes_read_total)} bytes read).</p>",
              table(["Census class", "Repos"], rows, table_id="class-counts", numeric=(1,))]
     summary = report.audit_summary
-    if summary:
-        c = summary.get("counts", {})
-        margin = summary.get("margin_pp")
-        q = summary.get("fdr_q")
-        audit_rows = [["Checkpoints audited", str(c.get("checkpoints", 0))],
+    if summary is not None:
+        c = summary.counts
+        audit_rows = [["Checkpoints audited", str(c.checkpoints)],
                       ["Anchored (shipped cells reproduce the published ones)",
-                       f"{c.get('anchored', 0)} of {c.get('anchoring_checked', 0)} checked"],
-                      ["Channel absent (no running statistics)", str(c.get("channel_absent", 0))]]
-        for metric, cell in summary.get("cells", {}).items():
-            audit_rows.append([f"<code>{esc(metric)}</code> displaced beyond ±{esc(margin)} pp "
-                               f"(Benjamini–Yekutieli, q = {esc(q)})",
-                               f"{esc(cell.get('displaced_by', 0))} (raw {esc(cell.get('displaced', 0))})"])
-        for criterion, verdict in summary.get("verdicts", {}).items():
+                       f"{c.anchored} of {c.anchoring_checked} checked"],
+                      ["Channel absent (no running statistics)", str(c.channel_absent)]]
+        for metric, cell in summary.cells.items():
+            audit_rows.append([f"<code>{esc(metric)}</code> displaced beyond ±{esc(summary.margin_pp)} pp "
+                               f"(Benjamini–Yekutieli, q = {esc(summary.fdr_q)})",
+                               f"{esc(cell.displaced_by)} (raw {esc(cell.displaced)})"])
+        for criterion, verdict in summary.verdicts.items():
             audit_rows.append([f"Verdict <code>{esc(criterion)}</code> flips",
-                               f"{esc(verdict.get('flips', 0))} (pass→fail {esc(verdict.get('pass_to_fail', 0))}, "
-                               f"fail→pass {esc(verdict.get('fail_to_pass', 0))})"])
-        largest = summary.get("largest_shift")
-        if largest:
-            audit_rows.append(["Largest shift", f"{signed(float(largest['shift_pp']))} pp (<code>{esc(largest['cell'])}"
-                                                f"</code>, <code>{esc(largest['checkpoint'])}</code>)"])
+                               f"{esc(verdict.flips)} (pass→fail {esc(verdict.pass_to_fail)}, "
+                               f"fail→pass {esc(verdict.fail_to_pass)})"])
+        largest = summary.largest_shift
+        if largest is not None:
+            audit_rows.append(["Largest shift", f"{signed(largest.shift_pp)} pp (<code>{esc(largest.cell)}"
+                                                f"</code>, <code>{esc(largest.checkpoint)}</code>)"])
         parts.append(table(["Audit", "Result"], audit_rows, table_id="audit-counts", numeric=(1,)))
     flagged = report.flagged()
     parts.append('<h3 id="flagged">Flagged releases</h3>')
@@ -149,11 +147,11 @@ def population_section(report: ReportInput) -> str:
     if census is None:
         return ""
     story = population_story(census)
-    counts = census["counts"]
+    counts = census.counts
     return "\n".join([
         '<h2 id="population">Population census</h2>',
-        f"<p>A structured population of {counts['checkpoints']} checkpoints ({counts['decided']} decided, "
-        f"{counts['controls']} known-answer controls), censused with the same instrument: "
+        f"<p>A structured population of {counts.checkpoints} checkpoints ({counts.decided} decided, "
+        f"{counts.controls} known-answer controls), censused with the same instrument: "
         f'<a href="{href(POPULATION_PAGE)}">the census page</a> has the forest plot by family, the margin sweep, '
         "the detection floor, the recoverability curve, the twin gaps and the staleness scatter.</p>",
         f"<blockquote><strong>{esc_code(story[0])}</strong></blockquote>",

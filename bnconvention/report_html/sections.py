@@ -61,13 +61,13 @@ def _facts(audit: RepoAudit, item: FileAudit, result: AuditResult) -> str:
     return table(None, rows)
 
 
-def _cells(result: AuditResult, summary: Mapping[str, Any] | None) -> str:
+def _cells(result: AuditResult, summary: Any) -> str:
     a = result.annotation
-    by_cells = (summary or {}).get("cells", {})
+    by_cells = summary.cells if summary is not None else {}
     rows = []
     for cell in a.cells:
         sign = result.sign_tests.get(cell.metric)
-        by = by_cells.get(cell.metric, {}).get("by_p_value")
+        by = by_cells[cell.metric].by_p_value if cell.metric in by_cells else None
         rows.append([
             f"<code>{esc(cell.metric)}</code>", fraction(cell.published), fraction(cell.shipped),
             fraction(cell.refit),

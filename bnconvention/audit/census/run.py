@@ -67,7 +67,14 @@ from bnconvention.audit.measure.checkpoint import (
 from bnconvention.audit.measure.data import AuditData, load_audit_data
 from bnconvention.audit.population.encoder_report import encoder_census_markdown
 from bnconvention.audit.population.margin import MarginEntry, seed_spread_margin
-from bnconvention.audit.population.model import CensusResult, Invocation, Timing
+from bnconvention.audit.population.model import (
+    CensusResult,
+    Invocation,
+    MarginDerivation,
+    PreregistrationSection,
+    Timing,
+)
+from bnconvention.audit.population.model_sections import PoolSizeRow
 from bnconvention.audit.population.scales_report import scales_census_markdown
 from bnconvention.audit.population.summary import (  # re-exported: the census's public summary
     CHECKPOINTS_DIR,
@@ -251,15 +258,15 @@ def census_plan(spec: AuditSpec, items: Sequence[CensusItem]) -> CensusPlan:
     """What the census is fixed to before any refit: the spec's digest, the margin (derived with ``margin: auto``)
     and the listing."""
     listed = [ListedCheckpoint(name=item.name, path=str(item.path), weights_key=item.weights_key) for item in items]
-    derivation = None
-    margin = spec.margin_pp
+    derived = None
     if spec.margin == "auto":
         entries = [MarginEntry(name=item.name, population=item.population, published=item.published)
                    for item in items]
-        derivation = seed_spread_margin(entries, spec.cell_expressions())
-        margin = derivation["margin_pp"]
-    return CensusPlan(spec_sha256=spec.sha256(), margin_pp=margin,
-                      margin_source="auto" if spec.margin == "auto" else "spec", margin_derivation=derivation,
+        derived = seed_spread_margin(entries, spec.cell_expressions())
+    # the plan keeps the derivation as the preregistration record writes it
+    return CensusPlan(spec_sha256=spec.sha256(), margin_pp=spec.margin_pp if derived is None else derived.margin_pp,
+                      margin_source="auto" if spec.margin == "auto" else "spec",
+                      margin_derivation=None if derived is None else derived.model_dump(mode="json"),
                       listing_sha256=listing_sha256(listed), checkpoints=listed)
 
 
@@ -391,8 +398,10 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
              for item in items if item.name in decided]
     pool_sizes, sweep_refits = pool_size_sweep(swept, spec, store, data=data)
     summary = summarize(ordered, names, spec, run=CensusRun(
-        pool_sizes=pool_sizes, margin={"source": plan.margin_source, "derivation": plan.margin_derivation},
-        preregistration=census_section(record, amendments),
+        pool_sizes=[PoolSizeRow.model_validate(row) for row in pool_sizes], margin_source=plan.margin_source,
+        margin_derivation=(None if plan.margin_derivation is None
+                           else MarginDerivation.model_validate(plan.margin_derivation)),
+        preregistration=PreregistrationSection.model_validate(census_section(record, amendments)),
         invocation=Invocation(audits_run=ran, audits_reused=reused, refits_run=refits + sweep_refits),
         timing=_timing(ordered, audits_run=ran, audits_reused=reused)))
     write_by_annotations(out, [r.annotation for r in ordered],  # spec 1.1: by_p_value, family, ...
@@ -401,10 +410,9 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
                          families=[annotation_family(r.population) for r in ordered],
                          extras=annotation_fields(ordered, names, metric=spec.headline_cell().text))
     write_json(out / "census.json", summary.to_json())
-    census = summary.to_json()  # the markdown renderers still read the mapping
-    atomic_write_text(out / "census.md", census_markdown(census) + census_sections_markdown(census)
-                      + families_markdown(census) + encoder_census_markdown(census)
-                      + scales_census_markdown(census))
+    atomic_write_text(out / "census.md", census_markdown(summary) + census_sections_markdown(summary)
+                      + families_markdown(summary) + encoder_census_markdown(summary)
+                      + scales_census_markdown(summary))
     return CensusOutcome(summary=summary, results=ordered, audits_run=ran, audits_reused=reused, out_dir=out)
 
 

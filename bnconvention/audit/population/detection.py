@@ -28,12 +28,18 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any
 
 from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.measure.decisions import unreachable
 from bnconvention.audit.measure.stats import by_adjust, decide
 from bnconvention.audit.population.ledger import flip_rows, pair_budget_pp
+from bnconvention.audit.population.model_sections import (
+    BudgetCell,
+    BudgetCounts,
+    DetectionFloor,
+    PlantedRow,
+    RecalibrationBudget,
+)
 from bnconvention.audit.spec.audit_spec import AuditSpec
 
 SHARE = 0.9  # the detection floor: the smallest plant recovered on at least this share of the cells
@@ -59,14 +65,14 @@ def threshold_pp(shifts_pp: Sequence[float], *, margin_pp: float, level: float =
     return margin_pp - min(residuals(shifts_pp))
 
 
-def detection_floor(decided: Sequence[AuditResult], spec: AuditSpec) -> dict[str, Any]:
+def detection_floor(decided: Sequence[AuditResult], spec: AuditSpec) -> DetectionFloor:
     """The planted rows (one per size: cells planted, recovered, recovered after BY) and the exact floor."""
     metrics = [c.text for c in spec.cell_expressions()]
     thresholds = [threshold_pp(r.cell(m).replicate_shifts_pp, margin_pp=spec.margin_pp)
                   for m in metrics for r in decided if r.cell(m).decision.outcome != "displaced"]
-    return {"method": NULL_METHOD, "margin_pp": spec.margin_pp, "share": SHARE, "cells": len(thresholds),
-            "floor_pp": floor_pp(thresholds, share=SHARE),
-            "rows": [_planted_row(decided, metrics, size, spec) for size in spec.controls.planted_pp]}
+    return DetectionFloor(method=NULL_METHOD, margin_pp=spec.margin_pp, share=SHARE, cells=len(thresholds),
+                          floor_pp=floor_pp(thresholds, share=SHARE),
+                          rows=[_planted_row(decided, metrics, size, spec) for size in spec.controls.planted_pp])
 
 
 def floor_pp(thresholds: Sequence[float], *, share: float) -> float | None:
@@ -80,7 +86,7 @@ def floor_pp(thresholds: Sequence[float], *, share: float) -> float | None:
 
 
 def _planted_row(decided: Sequence[AuditResult], metrics: Sequence[str], size: float,
-                 spec: AuditSpec) -> dict[str, Any]:
+                 spec: AuditSpec) -> PlantedRow:
     planted = recovered = recovered_by = 0
     for metric in metrics:
         p_values: list[float] = []
@@ -98,22 +104,22 @@ def _planted_row(decided: Sequence[AuditResult], metrics: Sequence[str], size: f
             recovered += decision.outcome == "displaced"
         adjusted = by_adjust(p_values)
         recovered_by += sum(hit and p <= spec.fdr_q for hit, p in zip(targets, adjusted, strict=True))
-    return {"planted_pp": size, "cells": planted, "recovered": recovered, "recovered_by": recovered_by}
+    return PlantedRow(planted_pp=size, cells=planted, recovered=recovered, recovered_by=recovered_by)
 
 
-def recalibration_budget(decided: Sequence[tuple[str, AuditResult]], spec: AuditSpec) -> dict[str, Any]:
+def recalibration_budget(decided: Sequence[tuple[str, AuditResult]], spec: AuditSpec) -> RecalibrationBudget:
     """The budget per cell over the decided checkpoints, and each verdict flip against its checkpoint's budget."""
-    per_cell: dict[str, Any] = {}
+    per_cell: dict[str, BudgetCell | None] = {}
     for expression in spec.cell_expressions():
         budgets = [b for _, r in decided if (b := pair_budget_pp(r.cell(expression.text).replicate_values))
                    is not None]
-        per_cell[expression.text] = None if not budgets else {
-            "max_pp": max(budgets), "median_pp": statistics.median(budgets)}
+        per_cell[expression.text] = None if not budgets else BudgetCell(max_pp=max(budgets),
+                                                                        median_pp=statistics.median(budgets))
     flips = [row for name, result in decided for row in flip_rows(name, result, spec)]
-    return {
-        "cells": per_cell,
-        "flips": flips,
-        "counts": {"flips": len(flips), "clear_budget": sum(f["clears_budget"] for f in flips),
-                   "hold_every_replicate": sum(f["holds_every_replicate"] for f in flips),
-                   "clear_and_hold": sum(f["clears_budget"] and f["holds_every_replicate"] for f in flips)},
-    }
+    return RecalibrationBudget(
+        cells=per_cell,
+        flips=flips,
+        counts=BudgetCounts(flips=len(flips), clear_budget=sum(f.clears_budget for f in flips),
+                            hold_every_replicate=sum(bool(f.holds_every_replicate) for f in flips),
+                            clear_and_hold=sum(f.clears_budget and bool(f.holds_every_replicate) for f in flips)),
+    )

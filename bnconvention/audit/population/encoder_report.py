@@ -1,6 +1,6 @@
 """The encoder-level diagnostics in reports: the audit summary's section, the census row's columns, census.md's table.
 
-Pure functions over a (1.1) annotation or the census JSON. The reading (Kalani et al., Corollary 2): the BN-residual
+Pure functions over a (1.1) annotation or the census model. The reading (Kalani et al., Corollary 2): the BN-residual
 ``LP_M - LP_Mcal`` is what the shipped running statistics do to the surface probe; negative means the shipped state
 *hides* encoder leakage that the exact refit reveals, positive that the surface probe overstates it. The
 NC-residual ``LP_Mcal - LP_retr`` is what the encoder keeps beyond a model retrained without the removed records.
@@ -8,11 +8,13 @@ NC-residual ``LP_Mcal - LP_retr`` is what the encoder keeps beyond a model retra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from bnconvention.audit.population.families import census_group, control_labels
+from bnconvention.audit.population.model import CensusResult
+from bnconvention.audit.population.model_rows import EncoderColumns
 from bnconvention.formats.text import markdown_table, plural, signed
+from bnconvention.standard.diagnostics import Interval
 
 READING = ("BN-residual = LP_M − LP_Mcal (shipped minus exact retain refit); negative: the shipped state hides "
            "encoder leakage the refit reveals. NC-residual = LP_Mcal − LP_retr: what the encoder keeps beyond the "
@@ -74,61 +76,57 @@ def _area_sentence(relearning: Any) -> str:
             f"{_area(relearning.area_shipped)}, refit {refit or '—'}.")
 
 
-def encoder_row(annotation: Any) -> dict[str, Any] | None:
+def encoder_row(annotation: Any) -> EncoderColumns | None:
     """The census columns of one checkpoint (None without the diagnostics)."""
     probe = getattr(annotation, "linear_probe", None)
     attack = getattr(annotation, "membership_inference", None)
     relearning = getattr(annotation, "relearning", None)
     if probe is None and attack is None and relearning is None:
         return None
-    cells = {c.metric: c for c in annotation.cells}
-    row: dict[str, Any] = {}
-    if probe is not None:
-        lp = cells[probe.metric]
-        row.update({"lp_shipped": lp.shipped, "lp_refit": lp.refit,
-                    "lp_reference": None if lp.reference is None else lp.reference.value,
-                    "bn_residual_pp": probe.bn_residual_pp.model_dump(mode="json"),
-                    "nc_residual_pp": None if probe.nc_residual_pp is None
-                    else probe.nc_residual_pp.model_dump(mode="json")})
-    if attack is not None:
-        row.update({"mia_auc_shipped": attack.auc_shipped.model_dump(mode="json"),
-                    "mia_auc_refit": attack.auc_refit.model_dump(mode="json"),
-                    "mia_shift_pp": attack.shift_pp.model_dump(mode="json")})
-    if relearning is not None:
-        row.update({"relearn_steps_shipped": relearning.steps_shipped, "relearn_steps_refit": relearning.steps_refit})
-        areas = {"relearn_area_shipped": relearning.area_shipped, "relearn_area_refit": relearning.area_refit}
-        row.update({key: value for key, value in areas.items() if value is not None})
-    return row
+    lp = None if probe is None else {c.metric: c for c in annotation.cells}[probe.metric]
+    return EncoderColumns(
+        lp_shipped=None if lp is None else lp.shipped,
+        lp_refit=None if lp is None else lp.refit,
+        lp_reference=None if lp is None or lp.reference is None else lp.reference.value,
+        bn_residual_pp=None if probe is None else probe.bn_residual_pp,
+        nc_residual_pp=None if probe is None else probe.nc_residual_pp,
+        mia_auc_shipped=None if attack is None else attack.auc_shipped,
+        mia_auc_refit=None if attack is None else attack.auc_refit,
+        mia_shift_pp=None if attack is None else attack.shift_pp,
+        relearn_steps_shipped=None if relearning is None else relearning.steps_shipped,
+        relearn_steps_refit=None if relearning is None else relearning.steps_refit,
+        relearn_area_shipped=None if relearning is None else relearning.area_shipped,
+        relearn_area_refit=None if relearning is None else relearning.area_refit)
 
 
-def _pp(interval: Mapping[str, Any] | None) -> str:
+def _pp(interval: Interval | None) -> str:
     if interval is None:
         return "—"
-    return f"{signed(interval['estimate'])} [{signed(interval['lower'])}, {signed(interval['upper'])}]"
+    return f"{signed(interval.estimate)} [{signed(interval.lower)}, {signed(interval.upper)}]"
 
 
-def _auc(interval: Mapping[str, Any] | None) -> str:
-    return "—" if interval is None else f"{interval['estimate']:.3f}"
+def _auc(interval: Interval | None) -> str:
+    return "—" if interval is None else f"{interval.estimate:.3f}"
 
 
-def _excludes_zero(interval: Mapping[str, Any] | None, *, below: bool) -> bool:
+def _excludes_zero(interval: Interval | None, *, below: bool) -> bool:
     if interval is None:
         return False
-    return bool(interval["upper"] < 0) if below else bool(interval["lower"] > 0)
+    return bool(interval.upper < 0) if below else bool(interval.lower > 0)
 
 
 def _mean(values: list[float]) -> str:
     return "—" if not values else signed(sum(values) / len(values))
 
 
-def _group_row(label: str, rows: list[Mapping[str, Any]]) -> list[str]:
-    bn = [r["bn_residual_pp"] for r in rows if r.get("bn_residual_pp")]
-    nc = [r["nc_residual_pp"]["estimate"] for r in rows if r.get("nc_residual_pp")]
-    shipped = [r["mia_auc_shipped"]["estimate"] for r in rows if r.get("mia_auc_shipped")]
-    refit = [r["mia_auc_refit"]["estimate"] for r in rows if r.get("mia_auc_refit")]
-    moved = sum(_excludes_zero(r.get("mia_shift_pp"), below=True) or _excludes_zero(r.get("mia_shift_pp"), below=False)
+def _group_row(label: str, rows: list[EncoderColumns]) -> list[str]:
+    bn = [r.bn_residual_pp for r in rows if r.bn_residual_pp is not None]
+    nc = [r.nc_residual_pp.estimate for r in rows if r.nc_residual_pp is not None]
+    shipped = [r.mia_auc_shipped.estimate for r in rows if r.mia_auc_shipped is not None]
+    refit = [r.mia_auc_refit.estimate for r in rows if r.mia_auc_refit is not None]
+    moved = sum(_excludes_zero(r.mia_shift_pp, below=True) or _excludes_zero(r.mia_shift_pp, below=False)
                 for r in rows)
-    estimates = [b["estimate"] for b in bn]
+    estimates = [b.estimate for b in bn]
     spread = f" [{signed(min(estimates))}, {signed(max(estimates))}]" if estimates else ""
     return [label, str(len(rows)), _mean(estimates) + spread,
             str(sum(_excludes_zero(b, below=True) for b in bn)), str(sum(_excludes_zero(b, below=False) for b in bn)),
@@ -136,15 +134,15 @@ def _group_row(label: str, rows: list[Mapping[str, Any]]) -> list[str]:
             "—" if not refit else f"{sum(refit) / len(refit):.3f}", f"{moved} of {len(rows)}" if shipped else "—"]
 
 
-def encoder_groups_markdown(census: Mapping[str, Any]) -> list[str]:
+def encoder_groups_markdown(census: CensusResult) -> list[str]:
     """The diagnostics summarised per group (control label, family and variant, twin arm): how often the shipped
     state hides (BN-residual interval below 0) or overstates (above 0) the probe, and how often the refit moves the
     attack (its shift interval excludes 0). Groups in first-seen order; nothing without diagnostics."""
     controls = control_labels(census)
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for entry in census["checkpoints"]:
-        if entry.get("encoder"):
-            groups.setdefault(census_group(entry, controls), []).append(entry["encoder"])
+    groups: dict[str, list[EncoderColumns]] = {}
+    for entry in census.checkpoints:
+        if entry.encoder is not None:
+            groups.setdefault(census_group(entry, controls), []).append(entry.encoder)
     if not groups:
         return []
     lines = ["", "### Per group", "",
@@ -155,19 +153,19 @@ def encoder_groups_markdown(census: Mapping[str, Any]) -> list[str]:
                                   [_group_row(label, rows) for label, rows in groups.items()])
 
 
-def encoder_census_markdown(census: Mapping[str, Any]) -> str:
+def encoder_census_markdown(census: CensusResult) -> str:
     """census.md's table of the diagnostics per checkpoint and per group; empty when no checkpoint has them."""
     rows = []
-    for entry in census["checkpoints"]:
-        row = entry.get("encoder")
-        if not row:
+    for entry in census.checkpoints:
+        row = entry.encoder
+        if row is None:
             continue
-        steps = row.get("relearn_steps_refit")
-        rows.append([entry["checkpoint"], _pp(row.get("bn_residual_pp")), _pp(row.get("nc_residual_pp")),
-                     _auc(row.get("mia_auc_shipped")), _auc(row.get("mia_auc_refit")),
-                     _steps(row.get("relearn_steps_shipped")) if "relearn_steps_shipped" in row else "—",
-                     ", ".join(_steps(s) for s in steps) if steps else "—", _area(row.get("relearn_area_shipped")),
-                     ", ".join(_area(a) for a in row.get("relearn_area_refit") or []) or "—"])
+        steps = row.relearn_steps_refit
+        rows.append([entry.checkpoint, _pp(row.bn_residual_pp), _pp(row.nc_residual_pp),
+                     _auc(row.mia_auc_shipped), _auc(row.mia_auc_refit),
+                     _steps(row.relearn_steps_shipped) if steps is not None else "—",
+                     ", ".join(_steps(s) for s in steps) if steps else "—", _area(row.relearn_area_shipped),
+                     ", ".join(_area(a) for a in row.relearn_area_refit or []) or "—"])
     if not rows:
         return ""
     lines = ["", "## Encoder-level diagnostics", "", READING, ""]

@@ -13,10 +13,10 @@ frozen-twin intervention, never counted as a released checkpoint).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from bnconvention.audit.core.result import AuditResult
+from bnconvention.audit.population.model_sections import LedgerRow, Operand
 from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.standard.models import Cell
 
@@ -32,7 +32,7 @@ def pair_budget_pp(values: Sequence[float]) -> float | None:
 
 
 def flip_rows(name: str, result: AuditResult, spec: AuditSpec, *, group: str = DECIDED,
-              label: str | None = None) -> list[dict[str, Any]]:
+              label: str | None = None) -> list[LedgerRow]:
     """One ledger line per flipped verdict of one checkpoint."""
     criteria = {c.text: c for c in spec.criterion_expressions()}
     published = _published(result)
@@ -45,26 +45,26 @@ def flip_rows(name: str, result: AuditResult, spec: AuditSpec, *, group: str = D
         compared = [_operand(result.cell(op.text), op.value_in(published))
                     for op in criterion.operands]
         every = verdict.refit_pass_replicates == (replicates if verdict.refit else 0)
-        rows.append({"checkpoint": name, "group": group, "label": label, "criterion": verdict.criterion,
-                     "thresholds": list(criterion.thresholds), "direction": verdict.direction,
-                     "shipped_pass": verdict.shipped, "refit_pass": verdict.refit,
-                     "replicates_passing": verdict.refit_pass_replicates, "replicates": replicates,
-                     "compared": compared,
-                     "clears_budget": any(c["budget_pp"] is not None and abs(c["shift_pp"]) > c["budget_pp"]
-                                          for c in compared),
-                     "holds_every_replicate": every})
+        rows.append(LedgerRow(checkpoint=name, group=group, label=label, criterion=verdict.criterion,
+                              thresholds=list(criterion.thresholds), direction=verdict.direction,
+                              shipped_pass=verdict.shipped, refit_pass=verdict.refit,
+                              replicates_passing=verdict.refit_pass_replicates, replicates=replicates,
+                              compared=compared,
+                              clears_budget=any(c.budget_pp is not None and abs(c.shift_pp) > c.budget_pp
+                                                for c in compared),
+                              holds_every_replicate=every))
     return rows
 
 
-def in_ledger_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def in_ledger_order(rows: Sequence[LedgerRow]) -> list[LedgerRow]:
     """Ledger lines in the order every rendering shows them: released checkpoints, controls, twin arms; then by
     checkpoint and criterion."""
-    return sorted(rows, key=lambda f: (GROUP_ORDER.get(f["group"], len(GROUP_ORDER)), f["checkpoint"], f["criterion"]))
+    return sorted(rows, key=lambda f: (GROUP_ORDER.get(f.group, len(GROUP_ORDER)), f.checkpoint, f.criterion))
 
 
-def counted_as(row: Mapping[str, Any]) -> str:
+def counted_as(row: LedgerRow) -> str:
     """How a ledger line is counted: ``decided``, ``control: retrain reference``, ``twin arm``."""
-    return row["group"] if row["label"] is None else f"{row['group']}: {row['label']}"
+    return row.group if row.label is None else f"{row.group}: {row.label}"
 
 
 def _published(result: AuditResult) -> dict[str, float]:
@@ -73,10 +73,10 @@ def _published(result: AuditResult) -> dict[str, float]:
     return {} if anchoring is None else {c.metric: c.published for c in anchoring.cells}
 
 
-def _operand(cell: Cell, published: float | None) -> dict[str, Any]:
-    return {"cell": cell.metric, "published": published, "shipped": cell.shipped, "refit": cell.refit,
-            "replicate_min": min(cell.replicate_values), "replicate_max": max(cell.replicate_values),
-            "shift_pp": cell.shift_pp, "budget_pp": pair_budget_pp(cell.replicate_values)}
+def _operand(cell: Cell, published: float | None) -> Operand:
+    return Operand(cell=cell.metric, published=published, shipped=cell.shipped, refit=cell.refit,
+                   replicate_min=min(cell.replicate_values), replicate_max=max(cell.replicate_values),
+                   shift_pp=cell.shift_pp, budget_pp=pair_budget_pp(cell.replicate_values))
 
 
 __all__ = ["CONTROL", "DECIDED", "GROUP_ORDER", "TWIN_ARM", "counted_as", "flip_rows", "in_ledger_order",

@@ -19,9 +19,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from bnconvention.audit.core.result import PopulationMetadata
+from bnconvention.audit.population.model import CellResolution, CellSpread, MarginDerivation, SeedSpread
 from bnconvention.audit.spec.expressions import CellExpression
 from bnconvention.errors import UsageError
 
@@ -45,7 +45,7 @@ def recipe(population: PopulationMetadata) -> str:
     return "/".join(str(p) for p in parts if p is not None)
 
 
-def seed_spread_margin(entries: Sequence[MarginEntry], cells: Sequence[CellExpression]) -> dict[str, Any]:
+def seed_spread_margin(entries: Sequence[MarginEntry], cells: Sequence[CellExpression]) -> MarginDerivation:
     """The margin by Shen and Li's rule and its derivation (see the module docstring); :class:`UsageError` when no
     recipe is published under two seeds."""
     by_recipe: dict[str, list[MarginEntry]] = {}
@@ -54,22 +54,22 @@ def seed_spread_margin(entries: Sequence[MarginEntry], cells: Sequence[CellExpre
         if m is None or m.seed is None or m.role == "twin" or not entry.published:
             continue
         by_recipe.setdefault(recipe(m), []).append(entry)
-    spreads: list[dict[str, Any]] = []
+    spreads: list[SeedSpread] = []
     for key, members in sorted(by_recipe.items()):
         for cell in cells:
             values = [v for e in members if e.published is not None and (v := cell.value_in(e.published)) is not None]
             if len(values) >= 2:
-                spreads.append({"recipe": key, "cell": cell.text, "seeds": len(values),
-                                "spread_pp": 100.0 * statistics.stdev(values)})
+                spreads.append(SeedSpread(recipe=key, cell=cell.text, seeds=len(values),
+                                          spread_pp=100.0 * statistics.stdev(values)))
     if not spreads:
         raise UsageError("margin: auto needs the seed spread of the population's releases, and no recipe (role, "
                          "family, variant, removal) publishes cells under two or more seeds; give margin_pp a "
                          "number instead")
-    per_cell = {cell.text: [s["spread_pp"] for s in spreads if s["cell"] == cell.text] for cell in cells}
-    return {"rule": RULE, "margin_pp": statistics.median(s["spread_pp"] for s in spreads),
-            "recipes": len({s["recipe"] for s in spreads}), "spreads": spreads,
-            "per_cell": {cell: {"recipes": len(values), "median_pp": statistics.median(values)}
-                         for cell, values in per_cell.items() if values}}
+    per_cell = {cell.text: [s.spread_pp for s in spreads if s.cell == cell.text] for cell in cells}
+    return MarginDerivation(rule=RULE, margin_pp=statistics.median(s.spread_pp for s in spreads),
+                            recipes=len({s.recipe for s in spreads}), spreads=spreads,
+                            per_cell={cell: CellSpread(recipes=len(values), median_pp=statistics.median(values))
+                                      for cell, values in per_cell.items() if values})
 
 
 def resolution_pp(cell: CellExpression, split_records: Mapping[str, int] | None) -> float | None:
@@ -87,25 +87,25 @@ def resolution_pp(cell: CellExpression, split_records: Mapping[str, int] | None)
 
 
 def resolution_counts(rows: Sequence[tuple[str, Mapping[str, int] | None]], cells: Sequence[CellExpression], *,
-                      margin_pp: float) -> dict[str, dict[str, Any]]:
+                      margin_pp: float) -> dict[str, CellResolution]:
     """Per cell over the checkpoints: the coarsest and finest one-record step, and which checkpoints' step is
     larger than the margin (a one-record change would clear it)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, CellResolution] = {}
     for cell in cells:
         steps = [(name, step) for name, records in rows if (step := resolution_pp(cell, records)) is not None]
         coarse = sorted(name for name, step in steps if step > margin_pp)
-        out[cell.text] = {"checkpoints": len(steps), "unknown": len(rows) - len(steps),
-                          "max_pp": max((s for _, s in steps), default=None),
-                          "min_pp": min((s for _, s in steps), default=None),
-                          "above_margin": len(coarse), "above_margin_checkpoints": coarse}
+        out[cell.text] = CellResolution(checkpoints=len(steps), unknown=len(rows) - len(steps),
+                                        max_pp=max((s for _, s in steps), default=None),
+                                        min_pp=min((s for _, s in steps), default=None),
+                                        above_margin=len(coarse), above_margin_checkpoints=coarse)
     return out
 
 
-def resolution_warnings(counts: Mapping[str, Mapping[str, Any]], *, margin_pp: float) -> list[str]:
+def resolution_warnings(counts: Mapping[str, CellResolution], *, margin_pp: float) -> list[str]:
     """One line per cell whose one-record step exceeds the margin on some checkpoint."""
-    return [f"margin ±{margin_pp:.3g} pp is below one record of `{cell}` on {c['above_margin']} of {c['checkpoints']} "
-            f"checkpoints (one record is up to {c['max_pp']:.2f} pp): a single record flipping there clears the "
-            "margin" for cell, c in counts.items() if c["above_margin"]]
+    return [f"margin ±{margin_pp:.3g} pp is below one record of `{cell}` on {c.above_margin} of {c.checkpoints} "
+            f"checkpoints (one record is up to {c.max_pp:.2f} pp): a single record flipping there clears the "
+            "margin" for cell, c in counts.items() if c.above_margin]
 
 
 __all__ = ["RULE", "MarginEntry", "recipe", "resolution_counts", "resolution_pp", "resolution_warnings",

@@ -1,41 +1,39 @@
 """The census result: one typed model of ``census.json``, built once from its sections (:func:`.summary.summarize`).
 
-Each section is a model of its own, its fields in the order the file writes them; :meth:`CensusResult.to_json` gives
-the file's mapping and :meth:`CensusResult.read` parses one back. Sections that only some censuses have (families
-and twins, the scales counts, the run's invocation and timing, an organisation) are left out of the file when
-absent; every other ``null`` is written. The JSON Schema beside the others in ``schema/`` is generated from it
-(``bnconvention schema --write``). Readings whose shape follows the spec's optional diagnostics stay open mappings.
+Each section is a model of its own, closed, its fields in the order the file writes them: the readings in
+:mod:`.model_readings`, the checkpoint rows in :mod:`.model_rows`, the ledger, controls, sweeps, detection floor,
+budget, families, twins and scales counts in :mod:`.model_sections`, the counts and the rest here.
+:meth:`CensusResult.to_json` gives the file's mapping and :meth:`CensusResult.read` parses one back. Sections that only
+some censuses have (families and twins, the scales counts, the run's invocation and timing, an organisation) are left
+out of the file when absent, and so are the keys of a reading that follow the spec's optional diagnostics; every other
+``null`` is written. The JSON Schema beside the others in ``schema/`` is generated from it (``bnconvention schema
+--write``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, JsonValue, model_serializer
-from pydantic_core.core_schema import SerializerFunctionWrapHandler
-
+from bnconvention.audit.population.model_base import Section
+from bnconvention.audit.population.model_readings import Readings
+from bnconvention.audit.population.model_rows import CheckpointRow, StalenessReading
+from bnconvention.audit.population.model_sections import (
+    Controls,
+    DetectionFloor,
+    Families,
+    FlipTally,
+    LedgerRow,
+    RecalibrationBudget,
+    ScalesCounts,
+    Sweeps,
+    TwinGaps,
+)
 from bnconvention.standard.schema import committed_text, model_schema
 
 CENSUS_FORMAT = "bnconvention-census/2"
-JsonObject = dict[str, JsonValue]  # a reading whose keys follow the spec's optional diagnostics: kept as written
 CENSUS_SCHEMA_ID = "https://bnconvention.github.io/schema/v1/census.schema.json"
 REPO_CENSUS_SCHEMA_PATH = Path("schema") / "v1" / "census.schema.json"
-
-
-class Section(BaseModel):
-    """A part of the census: closed (no unknown keys), frozen, its optional keys left out when absent."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    optional: ClassVar[frozenset[str]] = frozenset()
-    # an optional key written as null while the key it goes with is present (no twins in a population with families)
-    null_beside: ClassVar[dict[str, str]] = {}
-
-    @model_serializer(mode="wrap")
-    def _leave_out_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        return {key: value for key, value in data.items()
-                if not (key in self.optional and value is None and data.get(self.null_beside.get(key, "")) is None)}
 
 
 class Counts(Section):
@@ -70,12 +68,9 @@ class CellCounts(Section):
     by: ByReading
 
 
-class VerdictTally(Section):
-    """Flips of one criterion by direction."""
+class VerdictTally(FlipTally):
+    """Flips of one criterion by direction, and how many flip on every replicate."""
 
-    flips: int
-    pass_to_fail: int
-    fail_to_pass: int
     flips_on_every_replicate: int
 
 
@@ -85,7 +80,7 @@ class LargestShift(Section):
     shift_pp: float
 
 
-class Resolution(Section):
+class CellResolution(Section):
     """One cell's one-record resolution over the decided checkpoints (:mod:`.margin`)."""
 
     checkpoints: int
@@ -96,13 +91,37 @@ class Resolution(Section):
     above_margin_checkpoints: list[str]
 
 
+class SeedSpread(Section):
+    """One recipe's seed spread of one published cell (:func:`.margin.seed_spread_margin`)."""
+
+    recipe: str
+    cell: str
+    seeds: int
+    spread_pp: float
+
+
+class CellSpread(Section):
+    recipes: int
+    median_pp: float
+
+
+class MarginDerivation(Section):
+    """How ``margin: auto`` derived the margin: the rule, every spread, the medians per cell."""
+
+    rule: str
+    margin_pp: float
+    recipes: int
+    spreads: list[SeedSpread]
+    per_cell: dict[str, CellSpread]
+
+
 class Margin(Section):
     """The margin the census decided at, where it came from, and each cell's resolution."""
 
     margin_pp: float
     source: str
-    derivation: JsonObject | None
-    resolution: dict[str, Resolution]
+    derivation: MarginDerivation | None
+    resolution: dict[str, CellResolution]
     warnings: list[str]
 
 
@@ -126,152 +145,6 @@ class PreregistrationSection(Section):
     listing_sha256: str | None = None
     checkpoints: int | None = None
     amendments: list[AmendmentRow] | None = None
-
-
-class Operand(Section):
-    """One cell a flipped criterion compares (:mod:`.ledger`)."""
-
-    cell: str
-    published: float | None
-    shipped: float
-    refit: float
-    replicate_min: float
-    replicate_max: float
-    shift_pp: float
-    budget_pp: float
-
-
-class LedgerRow(Section):
-    """One flip of the flip ledger."""
-
-    optional = frozenset({"holds_every_replicate"})
-    checkpoint: str
-    group: str
-    label: str | None
-    criterion: str
-    thresholds: list[float]
-    direction: str | None
-    shipped_pass: bool
-    refit_pass: bool
-    replicates_passing: int
-    replicates: int
-    compared: list[Operand]
-    clears_budget: bool
-    holds_every_replicate: bool | None = None
-
-
-class CheckpointCell(Section):
-    """One cell of one checkpoint with every p-value."""
-
-    shipped: float
-    refit: float
-    shift_pp: float
-    min_shift_pp: float
-    max_shift_pp: float
-    outcome: str
-    method: str
-    p_value: float | None
-    sign_p_value: float
-    sign_beyond: int
-    by_p_value: float | None
-    displaced_by: bool
-
-
-class Flip(Section):
-    criterion: str
-    direction: str | None
-    refit_pass_replicates: int
-
-
-class Staleness(Section):
-    mean_distance: float
-    var_distance: float
-    exceeds_band: bool | None
-    band_p_value: float | None
-
-
-class CheckpointRow(Section):
-    """One checkpoint's line of the census."""
-
-    optional = frozenset({"encoder", "scales", "population"})
-    checkpoint: str
-    file: str
-    path: str
-    factory: str | None
-    trainable_sha256: str
-    channel: str
-    anchored: bool | None
-    cells: dict[str, CheckpointCell]
-    flips: list[Flip]
-    staleness: Staleness | None
-    recoverability_shift_pp: float | None
-    reporting_line: str
-    annotation: str
-    encoder: JsonObject | None = None
-    scales: JsonObject | None = None
-    population: JsonObject | None = None
-    mechanism: JsonObject | None
-    group: str
-
-
-class ControlRow(Section):
-    checkpoint: str
-    label: str
-    flips: list[str]
-    channel: str
-    anchored: bool | None
-    expected: str
-    holds: bool
-    cells: dict[str, JsonObject]
-
-
-class Controls(Section):
-    """The known-answer controls and the background rate they give."""
-
-    controls: int
-    as_expected: int
-    rows: list[ControlRow]
-    background: JsonObject
-
-
-class SweepCell(Section):
-    """One cell's decisions in one row of a sweep, displaced after BY at each swept q (keyed by q)."""
-
-    displaced: int
-    equivalent: int
-    undetermined: int
-    displaced_by: dict[str, int]
-
-
-class MarginRow(Section):
-    """The census re-decided at one margin: decisions per cell, flips per criterion, the scales cells if any."""
-
-    optional = frozenset({"scales"})
-    margin_pp: float
-    cells: dict[str, SweepCell]
-    flips: dict[str, int]
-    scales: dict[str, dict[str, int]] | None = None
-
-
-class Sweeps(Section):
-    """The census re-decided at other margins, q levels and pool sizes."""
-
-    margins: list[MarginRow]
-    fdr_qs: list[float]
-    pool_sizes: list[JsonObject]
-
-
-class RecalibrationBudget(Section):
-    cells: dict[str, JsonObject | None]  # None: no refit to compare (a checkpoint without BatchNorm)
-    flips: list[LedgerRow]
-    counts: dict[str, int]
-
-
-class Families(Section):
-    level: float
-    margin_pp: float
-    clustered_by: list[str]
-    families: list[JsonObject]
 
 
 class Invocation(Section):
@@ -312,15 +185,15 @@ class CensusResult(Section):
     identical_weights: list[list[str]]
     flip_ledger: list[LedgerRow]
     checkpoints: list[CheckpointRow]
-    readings: JsonObject
+    readings: Readings
     decided: list[str]
     controls: Controls
     sweeps: Sweeps
-    detection_floor: JsonObject | None
+    detection_floor: DetectionFloor | None
     recalibration_budget: RecalibrationBudget
     families: Families | None = None
-    twin_gaps: JsonObject | None = None
-    scales: JsonObject | None = None
+    twin_gaps: TwinGaps | None = None
+    scales: ScalesCounts | None = None
     invocation: Invocation | None = None
     timing: Timing | None = None
     org: str | None = None
@@ -345,5 +218,7 @@ def census_schema_text() -> str:
     return committed_text(generate_census_schema())
 
 
-__all__ = ["CENSUS_FORMAT", "CENSUS_SCHEMA_ID", "REPO_CENSUS_SCHEMA_PATH", "CensusResult", "CheckpointRow", "Counts",
-           "Invocation", "LedgerRow", "Section", "Timing", "census_schema_text", "generate_census_schema"]
+__all__ = ["CENSUS_FORMAT", "CENSUS_SCHEMA_ID", "REPO_CENSUS_SCHEMA_PATH", "ByReading", "CellCounts", "CellResolution",
+           "CellSpread", "CensusResult", "CheckpointRow", "Counts", "Invocation", "LargestShift", "LedgerRow", "Margin",
+           "MarginDerivation", "PreregistrationSection", "Section", "SeedSpread", "StalenessReading", "Timing",
+           "VerdictTally", "census_schema_text", "generate_census_schema"]

@@ -6,11 +6,11 @@ Pure functions from results to text; writing files is :mod:`bnconvention.audit.r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from bnconvention.audit.core.result import AuditResult
 from bnconvention.audit.measure.decisions import format_p
 from bnconvention.audit.population.encoder_report import encoder_lines
+from bnconvention.audit.population.model import CensusResult
 from bnconvention.audit.population.scales_report import scales_lines
 from bnconvention.audit.population.story import background_text, margin_line
 from bnconvention.audit.render.readings import arms_lines, curve_lines, mechanism_cell, null_lines, readings_lines
@@ -113,67 +113,65 @@ def audit_markdown(result: AuditResult, *, plots: Mapping[str, str] | None = Non
     return "\n".join(lines) + "\n"
 
 
-def census_markdown(census: Mapping[str, Any]) -> str:
-    """The census summary from the census JSON (see :func:`bnconvention.audit.census.run.summarize`)."""
-    counts = census["counts"]
-    q = census["fdr_q"]
-    margin = census["margin_pp"]
-    eligible = counts.get("decided", counts["eligible"])  # anchored and not a control (audit/population/controls.py)
-    lines = [f"# Census of {plural(counts['checkpoints'], 'checkpoint')}", "",
-             f"Spec `{census['spec_name'] or census['spec_sha256'][:12]}`; "
-             f"{plural(census['replicates'], 'replicate')} per checkpoint; margin ±{margin:g} pp; "
+def census_markdown(census: CensusResult) -> str:
+    """The census summary from the census model (see :func:`bnconvention.audit.population.summary.summarize`)."""
+    counts = census.counts
+    q = census.fdr_q
+    margin = census.margin_pp
+    eligible = counts.decided  # anchored and not a control (audit/population/controls.py)
+    lines = [f"# Census of {plural(counts.checkpoints, 'checkpoint')}", "",
+             f"Spec `{census.spec_name or census.spec_sha256[:12]}`; "
+             f"{plural(census.replicates, 'replicate')} per checkpoint; margin ±{margin:g} pp; "
              f"Benjamini–Yekutieli at q = {q:g} across the census, per cell.", "", margin_line(census), ""]
-    same = census.get("identical_weights") or []
-    if same:
+    if census.identical_weights:
         lines += ["Identical weights under several names (each its own row, one weight file): "
-                  + "; ".join(" = ".join(group) for group in same) + ".", ""]
-    warnings = (census.get("margin") or {}).get("warnings", [])
+                  + "; ".join(" = ".join(group) for group in census.identical_weights) + ".", ""]
+    warnings = census.margin.warnings
     lines += [f"> warning: {w}" for w in warnings] + ([""] if warnings else [])
     rows = [
-        ["Shipped cells reproduce the published ones (anchored)", str(counts["anchoring_checked"]),
-         str(counts["anchored"])],
-        ["Controls (known answer; outside the BY family)", str(counts["checkpoints"]), str(counts.get("controls", 0))],
-        ["Checkpoints decided (anchored or nothing to anchor to; not controls)", str(counts["checkpoints"]),
+        ["Shipped cells reproduce the published ones (anchored)", str(counts.anchoring_checked),
+         str(counts.anchored)],
+        ["Controls (known answer; outside the BY family)", str(counts.checkpoints), str(counts.controls)],
+        ["Checkpoints decided (anchored or nothing to anchor to; not controls)", str(counts.checkpoints),
          str(eligible)],
-        ["Channel absent (no running statistics)", str(counts["checkpoints"]), str(counts["channel_absent"])],
+        ["Channel absent (no running statistics)", str(counts.checkpoints), str(counts.channel_absent)],
     ]
-    if counts.get("twin_arms"):
-        rows.append(["Synthetic twin arms (read apart, not counted as released)", str(counts["checkpoints"]),
-                     str(counts["twin_arms"])])
-    for metric, cell in census["cells"].items():
+    if counts.twin_arms:
+        rows.append(["Synthetic twin arms (read apart, not counted as released)", str(counts.checkpoints),
+                     str(counts.twin_arms)])
+    for metric, cell in census.cells.items():
         rows.append([f"`{metric}` displaced beyond ±{margin:g} pp (BY q = {q:g})", str(eligible),
-                     f"{cell['displaced_by']} (raw {cell['displaced']}); {background_text(census, cell=metric)}"])
-        rows.append([f"`{metric}` equivalent (TOST 90 %)", str(eligible), str(cell["equivalent"])])
-    for criterion, verdict in census["verdicts"].items():
+                     f"{cell.displaced_by} (raw {cell.displaced}); {background_text(census, cell=metric)}"])
+        rows.append([f"`{metric}` equivalent (TOST 90 %)", str(eligible), str(cell.equivalent)])
+    for criterion, verdict in census.verdicts.items():
         rows.append([f"Verdict `{criterion}` flips", str(eligible),
-                     f"{verdict['flips']} (pass→fail {verdict['pass_to_fail']}, fail→pass {verdict['fail_to_pass']}); "
+                     f"{verdict.flips} (pass→fail {verdict.pass_to_fail}, fail→pass {verdict.fail_to_pass}); "
                      f"{background_text(census, criterion=criterion)}"])
-    largest = census.get("largest_shift")
-    if largest:
-        rows.append(["Largest shift", "", f"{_pp(largest['shift_pp'])} pp (`{largest['cell']}`, "
-                                          f"{largest['checkpoint']})"])
+    largest = census.largest_shift
+    if largest is not None:
+        rows.append(["Largest shift", "", f"{_pp(largest.shift_pp)} pp (`{largest.cell}`, {largest.checkpoint})"])
     lines += markdown_table(["Question", "n", "Result"], rows)
     lines += ["", "## Per checkpoint", ""]
-    metrics = list(census["cells"])
+    metrics = list(census.cells)
     header = (["checkpoint", "channel", "anchored"] + [f"`{m}` shift pp" for m in metrics]
               + ["flips", "mechanism", "annotation"])
     table_rows = []
-    for entry in census["checkpoints"]:
-        row = [entry["checkpoint"], entry["channel"], _yes(entry["anchored"])]
+    for entry in census.checkpoints:
+        row = [entry.checkpoint, entry.channel, _yes(entry.anchored)]
         for m in metrics:
-            cell = entry["cells"][m]
-            mark = {"displaced": " **displaced**", "equivalent": " equivalent", "undetermined": ""}[cell["outcome"]]
-            if cell["outcome"] == "displaced" and not cell["displaced_by"]:
+            shift = entry.cells[m]
+            mark = {"displaced": " **displaced**", "equivalent": " equivalent", "undetermined": ""}[shift.outcome]
+            if shift.outcome == "displaced" and not shift.displaced_by:
                 mark = " displaced (not after BY)"
-            row.append(f"{_pp(cell['shift_pp'])}{mark}")
-        flips = ", ".join(f"`{f['criterion']}` {f['direction'].replace('_', ' ')}" for f in entry["flips"]) or "—"
-        row += [flips, mechanism_cell(entry), f"[json]({entry['annotation']})"]
+            row.append(f"{_pp(shift.shift_pp)}{mark}")
+        flips = ", ".join(f"`{f.criterion}` {(f.direction or '').replace('_', ' ')}" for f in entry.flips) or "—"
+        row += [flips, mechanism_cell(entry), f"[json]({entry.annotation})"]
         table_rows.append(row)
     lines += markdown_table(header, table_rows)
-    lines += readings_lines(census.get("readings"))
-    timing = census.get("timing")
-    if timing:
-        lines += ["", f"Audit time per checkpoint: median {timing['median_seconds']:.1f} s, total "
-                      f"{timing['total_seconds']:.1f} s of audits ({timing['audits_run']} run in this invocation, "
-                      f"{timing['audits_reused']} reused from the journal)."]
+    lines += readings_lines(census.readings)
+    timing = census.timing
+    if timing is not None:
+        lines += ["", f"Audit time per checkpoint: median {timing.median_seconds:.1f} s, total "
+                      f"{timing.total_seconds:.1f} s of audits ({timing.audits_run} run in this invocation, "
+                      f"{timing.audits_reused} reused from the journal)."]
     return "\n".join(lines) + "\n"

@@ -3,10 +3,18 @@ provenance, recoverability curve, mechanism counts; and the same sections of one
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from bnconvention.audit.core.result import ProvenanceArmMeasurement, RecoverabilityMeasurement, StalenessNull
+from bnconvention.audit.population.model_readings import (
+    MechanismCounts,
+    MechanismReading,
+    ProvenanceReadings,
+    Readings,
+    RecoverabilityReading,
+    StalenessSummary,
+)
+from bnconvention.audit.population.model_rows import CheckpointRow
 from bnconvention.audit.population.story import spearman_interval
 from bnconvention.formats.text import markdown_table, signed
 
@@ -15,36 +23,38 @@ def _num(value: float | None, digits: int = 5) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def staleness_lines(s: Mapping[str, Any]) -> list[str]:
-    corr = s["staleness_vs_abs_shift"]
-    rho = "undefined" if corr["rho"] is None else f"{signed(corr['rho'], 3)} ({spearman_interval(corr)})"
-    level = "—" if s["level"] is None else f"{s['level']:g} (exact {s['exact_level']:.4f})"
-    one_pair = "—" if s["one_pair_false_positive_rate"] is None else (
-        f"{s['one_pair_false_positive_rate']:.2f} on {s['one_pair_triples']} disjoint refit triples")
+def staleness_lines(s: StalenessSummary) -> list[str]:
+    corr = s.staleness_vs_abs_shift
+    rho = "undefined" if corr.rho is None else f"{signed(corr.rho, 3)} ({spearman_interval(corr)})"
+    level = "—" if s.level is None else f"{s.level:g} (exact {s.exact_level:.4f})"
+    one_pair = "—" if s.one_pair_false_positive_rate is None else (
+        f"{s.one_pair_false_positive_rate:.2f} on {s.one_pair_triples} disjoint refit triples")
     return ["", "## Staleness and its reference band", "",
             "The band is the null distribution of distances between independent retain refits (N per checkpoint); "
             "'exceeds' is an exact rank test at the stated level, so on never-stale checkpoints it fires at that "
             "rate.", ""] + markdown_table(["", ""], [
-        ["BatchNorm checkpoints", str(s["checkpoints"])],
-        ["refits N per band", ", ".join(map(str, s["band_refits"])) or "—"],
+        ["BatchNorm checkpoints", str(s.checkpoints)],
+        ["refits N per band", ", ".join(map(str, s.band_refits)) or "—"],
         ["nominal level", level],
-        ["exceed the band (of decided)", f"{s['exceeds_band']} of {s['decided']} (expected if none were stale: "
-                                         f"{s['expected_false_positives_if_none_stale']:.2f})"],
+        ["exceed the band (of decided)", f"{s.exceeds_band} of {s.decided} (expected if none were stale: "
+                                         f"{s.expected_false_positives_if_none_stale:.2f})"],
         ["one-pair band's false-positive rate, measured on the null", one_pair],
-        [f"Spearman ρ, staleness vs |shift| of `{corr['cell']}`", f"{rho}, n = {corr['n']}"],
+        [f"Spearman ρ, staleness vs |shift| of `{corr.cell}`", f"{rho}, n = {corr.n}"],
     ])
 
 
-def provenance_lines(p: Mapping[str, Any]) -> list[str]:
+def provenance_lines(p: ProvenanceReadings) -> list[str]:
     rows = []
-    for arm, a in p.items():
-        ratio = "—" if a["staleness_ratio_median"] is None else (
-            f"{a['staleness_ratio_median']:.2f} ({a['staleness_ratio_range'][0]:.2f} … "
-            f"{a['staleness_ratio_range'][1]:.2f})")
-        rows.append([arm, str(a["checkpoints"]), "/".join(map(str, a["draws"])),
-                     f"{signed(a['pooled_forget_shift_pp'])} pp", f"{signed(a['largest_forget_shift_pp'])} pp",
-                     f"{_num(a['median_distance'])} / {_num(a['median_null_band'])}",
-                     f"{a['exceeds_null']} / {a['shift_exceeds_null']}", ratio])
+    for arm, a in (("deployment", p.deployment), ("ceiling", p.ceiling)):
+        if a is None:
+            continue
+        ratio = "—" if a.staleness_ratio_median is None or a.staleness_ratio_range is None else (
+            f"{a.staleness_ratio_median:.2f} ({a.staleness_ratio_range[0]:.2f} … "
+            f"{a.staleness_ratio_range[1]:.2f})")
+        rows.append([arm, str(a.checkpoints), "/".join(map(str, a.draws)),
+                     f"{signed(a.pooled_forget_shift_pp)} pp", f"{signed(a.largest_forget_shift_pp)} pp",
+                     f"{_num(a.median_distance)} / {_num(a.median_null_band)}",
+                     f"{a.exceeds_null} / {a.shift_exceeds_null}", ratio])
     return ["", "## Provenance contrasts", "",
             "Exchanging retained for removed records inside a fixed pool (deployment share; ceiling: every removed "
             "record that fits), against a null that exchanges the same places for other retained records.", ""
@@ -53,51 +63,49 @@ def provenance_lines(p: Mapping[str, Any]) -> list[str]:
                                 "staleness ÷ provenance, median (range)"], rows)
 
 
-def recoverability_lines(r: Mapping[str, Any]) -> list[str]:
-    sources = sorted({row["source"] for row in r["curve"]})
-    budgets = sorted({row["budget"] for row in r["curve"]})
-    cell = {(row["source"], row["budget"]): row for row in r["curve"]}
-    rows = [[f"B = {b}" + (" (headline)" if b == r["headline_budget"] else "")] + [
-        "—" if (s, b) not in cell else f"{signed(cell[(s, b)]['mean_shift_pp'])}" for s in sources] for b in budgets]
+def recoverability_lines(r: RecoverabilityReading) -> list[str]:
+    sources = sorted({row.source for row in r.curve})
+    budgets = sorted({row.budget for row in r.curve})
+    cell = {(row.source, row.budget): row for row in r.curve}
+    rows = [[f"B = {b}" + (" (headline)" if b == r.headline_budget else "")] + [
+        "—" if (s, b) not in cell else f"{signed(cell[(s, b)].mean_shift_pp)}" for s in sources] for b in budgets]
     return ["", "## Recoverability curve", "",
-            f"Mean forget-accuracy shift (pp) after a refit on B proxy images, over {r['checkpoints']} BatchNorm "
-            f"checkpoints and {'/'.join(map(str, r['seeds']))} seeds each.", "",
+            f"Mean forget-accuracy shift (pp) after a refit on B proxy images, over {r.checkpoints} BatchNorm "
+            f"checkpoints and {'/'.join(map(str, r.seeds))} seeds each.", "",
             *markdown_table(["budget", *sources], rows)]
 
 
-def mechanism_lines(m: Mapping[str, Any]) -> list[str]:
-    c = m["counts"]
+def mechanism_lines(m: MechanismReading) -> list[str]:
+    c = m.counts
     return ["", "## Mechanism", "",
-            f"Corruption {c['corruption']}, misalignment {c['misalignment']}, neither {c['neither']}, undetermined "
-            f"{c['undetermined']}; {base_check_reading(c)}."]
+            f"Corruption {c.corruption}, misalignment {c.misalignment}, neither {c.neither}, undetermined "
+            f"{c.undetermined}; {base_check_reading(c)}."]
 
 
-def base_check_reading(c: Mapping[str, Any]) -> str:
+def base_check_reading(c: MechanismCounts) -> str:
     """Whether the metadata was checked against each checkpoint's base: 'not run' when no base was found."""
-    compared, missing = c.get("base_compared", 0), c.get("base_not_found", 0)
+    compared, missing = c.base_compared, c.base_not_found
     absent = f" ({missing} name a base the census does not hold)" if missing else ""
     if not compared:
         return f"metadata against the base: not run, no checkpoint's base is in the census{absent}"
-    return f"metadata and base disagree on {c['inconsistent']} of the {compared} compared{absent}"
+    return f"metadata and base disagree on {c.inconsistent} of the {compared} compared{absent}"
 
 
-def readings_lines(readings: Mapping[str, Any] | None) -> list[str]:
-    if not readings:
-        return []
-    lines = staleness_lines(readings["staleness"])
-    if readings.get("provenance"):
-        lines += provenance_lines(readings["provenance"])
-    if readings.get("recoverability"):
-        lines += recoverability_lines(readings["recoverability"])
-    return lines + mechanism_lines(readings["mechanism"])
+def readings_lines(readings: Readings) -> list[str]:
+    lines = staleness_lines(readings.staleness)
+    if readings.provenance is not None and (readings.provenance.deployment or readings.provenance.ceiling):
+        lines += provenance_lines(readings.provenance)
+    if readings.recoverability is not None:
+        lines += recoverability_lines(readings.recoverability)
+    return lines + mechanism_lines(readings.mechanism)
 
 
-def mechanism_cell(entry: Mapping[str, Any]) -> str:
-    m = entry.get("mechanism")
-    if not m or m["mechanism"] is None:
+def mechanism_cell(entry: CheckpointRow) -> str:
+    m = entry.mechanism
+    if m.mechanism is None:
         return "—"
-    flag = "" if m["consistent"] is not False else " (base disagrees)"
-    return f"{m['mechanism']} ({m['evidence']}){flag}"
+    flag = "" if m.consistent is not False else " (base disagrees)"
+    return f"{m.mechanism} ({m.evidence}){flag}"
 
 
 # --- one audit -------------------------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ from bnconvention.hub import (
     make_client,
     validate_hub,
 )
-from bnconvention.hub.summaries import write_org_census
+from bnconvention.hub.summaries import OrgCensus, write_org_census
 from bnconvention.hub_audit import audit_org, push_org
 from bnconvention.report_html import ReportInput, write_report
 
@@ -103,7 +103,7 @@ class DemoResult:
     out: Path
     endpoint: str
     report: Path
-    census: dict[str, Any]  # org-census.json as written (OrgCensus.to_json): demo/summary.py reads it by key
+    census: OrgCensus  # org-census.json
     audits: list[Any]  # RepoAudit, BatchNorm repos then channel-absent ones
     population: CensusResult | None  # the audited releases counted as a census (crawl/population.json)
     pushes: list[Any]  # PushOutcome
@@ -317,7 +317,7 @@ def _crawl(paths: DemoPaths, stages: Stages, endpoint: str, token: str, reused: 
             pushes=push_run.outcomes, validation=issues, files=files, release_notes=release_notes(),
             title=f"The BatchNorm illusion on {DEMO_ORG}: census, audits and refit annotations",
             generator=_generator(), population_census=censused.summary), paths.report)
-    return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census.to_json(), audits=audits,
+    return DemoResult(out=paths.root, endpoint=endpoint, report=report, census=census, audits=audits,
                       population=summary, pushes=list(push_run.outcomes), validation=issues, pr_check=pr_check,
                       population_census=censused, seconds=dict(stages.seconds), reused=reused)
 

@@ -24,7 +24,7 @@ def _p(value: float | None) -> str:
 
 def flagged(result: DemoResult) -> list[tuple[str, str, str]]:
     """``(repo id, flagged by, reason)``: census classes that need attention, and validation errors."""
-    return flagged_repos(result.census["repos"], result.validation)
+    return flagged_repos(result.census.repos, result.validation)
 
 
 def _decision(cell: Any) -> str:
@@ -43,10 +43,10 @@ def _shorten(text: str, limit: int = 110) -> str:
 def summary_text(result: DemoResult) -> str:
     metric = DEMO_SPEC["headline"]
     census = result.census
-    lines = [f"bnconvention demo: organisation {census['org']} on a local Hub ({result.endpoint}), "
-             f"{plural(census['repos_total'], 'model repo')}", "",
-             f"census (header only, {census['bytes_read_total']} bytes read):"]
-    lines += [f"  {CLASS_LABELS[name]:<44} {count}" for name, count in census["counts"].items()]
+    lines = [f"bnconvention demo: organisation {census.org} on a local Hub ({result.endpoint}), "
+             f"{plural(census.repos_total, 'model repo')}", "",
+             f"census (header only, {census.bytes_read_total} bytes read):"]
+    lines += [f"  {CLASS_LABELS[name]:<44} {count}" for name, count in census.counts.model_dump().items()]
 
     lines += ["", f"audits ({plural(DEMO_SPEC['replicates'], 'replicate')}, ±{DEMO_SPEC['margin_pp']} pp margin, "
                   f"exact refit on {DEMO_SPEC['refit']['pool_size']} redrawn retained records each), "
@@ -100,7 +100,7 @@ def summary_text(result: DemoResult) -> str:
         lines.append(f"  {repo_id} pull request #{number} (refs/pr/{number}) validates: exit {code}")
     errors = sum(i.severity == "error" for i in result.validation)
     warnings = sum(i.severity == "warning" for i in result.validation)
-    lines += [f"validation of {census['org']}: {plural(errors, 'error')}, {plural(warnings, 'warning')}"]
+    lines += [f"validation of {census.org}: {plural(errors, 'error')}, {plural(warnings, 'warning')}"]
     lines += population_lines(result)
     lines += ["", f"report: {result.report}"]
     timing = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in result.seconds.items())

@@ -16,9 +16,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from bnconvention.audit.population import CensusResult, census_group, control_labels, family_label, headline_cell
+from bnconvention.audit.population import (
+    CensusResult,
+    CheckpointRow,
+    FamilyCell,
+    census_group,
+    control_labels,
+    family_label,
+    headline_cell,
+)
 from bnconvention.formats.text import signed
 from bnconvention.report_html.svg import COLOURS, SERIES, Axis, Figure, padded_range
 
@@ -26,21 +33,21 @@ WIDTH = 900
 ROW, GROUP_ROW, TOP, BOTTOM, LABELS = 11, 18, 34, 46, 200
 
 
-def _groups(census: CensusResult, rows: Sequence[Any]) -> list[tuple[str, list[Any]]]:
+def _groups(census: CensusResult, rows: Sequence[CheckpointRow]) -> list[tuple[str, list[CheckpointRow]]]:
     controls = control_labels(census)
-    groups: dict[str, list[Any]] = {}
+    groups: dict[str, list[CheckpointRow]] = {}
     for row in rows:
         groups.setdefault(census_group(row, controls, twin_arms=False), []).append(row)
     families = sorted(name for name in groups if "(" in name)
     return [(name, groups[name]) for name in [*families, *sorted(set(groups) - set(families))]]
 
 
-def _family_means(census: CensusResult, cell: str) -> dict[str, Any]:
+def _family_means(census: CensusResult, cell: str) -> dict[str, FamilyCell]:
     families = census.families.families if census.families is not None else []
     return {family_label(f.family, f.variant, f.removal_kind): f.cells[cell] for f in families if cell in f.cells}
 
 
-def _shift_range(rows: Sequence[Any], means: Mapping[str, Any], cell: str,
+def _shift_range(rows: Sequence[CheckpointRow], means: Mapping[str, FamilyCell], cell: str,
                  margin: float) -> tuple[float, float]:
     values = [v for row in rows for v in (row.cells[cell].min_shift_pp, row.cells[cell].max_shift_pp,
                                           row.cells[cell].shift_pp)]
@@ -78,7 +85,7 @@ def forest_plot(census: CensusResult) -> str | None:
     return fig.render()
 
 
-def _forest_row(fig: Figure, x: Axis, y: float, row: Any, cell: str) -> None:
+def _forest_row(fig: Figure, x: Axis, y: float, row: CheckpointRow, cell: str) -> None:
     c = row.cells[cell]
     kind = "absent" if row.channel == "absent" else c.outcome
     fig.text(LABELS - 6, y + 3.5, row.checkpoint, anchor="end", size=9)
@@ -87,11 +94,12 @@ def _forest_row(fig: Figure, x: Axis, y: float, row: Any, cell: str) -> None:
                tip=f"{row.checkpoint}: {signed(c.shift_pp)} pp ({kind})")
 
 
-def _mean_row(fig: Figure, x: Axis, y: float, name: str, mean: Any) -> None:
+def _mean_row(fig: Figure, x: Axis, y: float, name: str, mean: FamilyCell) -> None:
     fig.text(LABELS - 6, y + 3.5, f"mean ({mean.displaced_by} displaced)", anchor="end", size=9, weight="bold")
-    if mean.lower_pp is not None:
+    interval = "no interval"
+    if mean.lower_pp is not None and mean.upper_pp is not None:  # an interval has both ends or none
         fig.line(x(mean.lower_pp), y, x(mean.upper_pp), y, colour=COLOURS["mean"], width=2.5)
-    interval = "no interval" if mean.lower_pp is None else f"[{signed(mean.lower_pp)}, {signed(mean.upper_pp)}]"
+        interval = f"[{signed(mean.lower_pp)}, {signed(mean.upper_pp)}]"
     fig.diamond(x(mean.mean_shift_pp), y, 5, data=f"{name}:{mean.mean_shift_pp:.4f}",
                 tip=f"{name}: mean {signed(mean.mean_shift_pp)} pp {interval}, {mean.outcome} on average")
 

@@ -14,9 +14,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
-from bnconvention.audit.population import CensusResult
+from bnconvention.audit.population import CensusResult, CheckpointRow
 from bnconvention.formats.json_types import JsonValue
 from bnconvention.hub.classify import RepoCensus
 from bnconvention.hub.summaries import OrgCensus
@@ -87,7 +87,7 @@ class ReportInput:
         """Validator issues reported under ``repo_id`` (its files are named ``<repo id>/<path>``)."""
         return [i for i in self.validation if i.file == repo_id or i.file.startswith(repo_id + "/")]
 
-    def summary_entry(self, repo_id: str, filename: str) -> Any:
+    def summary_entry(self, repo_id: str, filename: str) -> CheckpointRow | None:
         """The population summary's entry of one checkpoint (it carries the Benjamini–Yekutieli p-values)."""
         if self.audit_summary is None:
             return None

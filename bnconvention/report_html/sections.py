@@ -6,9 +6,9 @@ staleness profile, recoverability, the provenance contrast, the plots, and the a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from bnconvention.audit.core import AuditResult
+from bnconvention.audit.population import CheckpointRow
 from bnconvention.formats.text import plural, signed
 from bnconvention.hub.summaries import CLASS_LABELS
 from bnconvention.hub_audit.audit import FileAudit, RepoAudit
@@ -61,7 +61,7 @@ def _facts(audit: RepoAudit, item: FileAudit, result: AuditResult) -> str:
     return table(None, rows)
 
 
-def _cells(result: AuditResult, summary: Any) -> str:
+def _cells(result: AuditResult, summary: CheckpointRow | None) -> str:
     a = result.annotation
     by_cells = summary.cells if summary is not None else {}
     rows = []

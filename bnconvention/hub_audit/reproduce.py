@@ -37,7 +37,8 @@ from bnconvention.errors import ReproductionInputError
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.proposals import markers_in
 from bnconvention.hub.retry import call_with_retry, describe
-from bnconvention.hub_audit.audit_task import AuditTask, RepoAudit, audit_repo_task
+from bnconvention.hub_audit.audit_task import AuditTask, audit_repo_task
+from bnconvention.hub_audit.entries import RepoAudit
 from bnconvention.standard.locations import ANNOTATION_DIR, annotation_filename
 from bnconvention.standard.models import RefitAnnotation
 

@@ -80,9 +80,10 @@ from bnconvention.audit.render.families import families_markdown
 from bnconvention.audit.render.markdown import census_markdown
 from bnconvention.audit.render.outputs import write_audit_outputs
 from bnconvention.audit.run.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
+from bnconvention.audit.run.redecide import redecide
 from bnconvention.audit.run.runner import check_data_fits, prepare_audit, run_audit, split_records, weights_key
 from bnconvention.audit.run.shipped_store import SHIPPED_DIR, ShippedStore
-from bnconvention.audit.run.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
+from bnconvention.audit.run.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256
 from bnconvention.audit.scales.stage import plan_scales
 from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 from bnconvention.audit.spec.rules import apply_rules

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from bnconvention.audit.measure.data import AuditData, Split
-from bnconvention.audit.measure.evaluation import BaseCells, Refitter, data_split, forget_accuracy, stream, torch_seed
+from bnconvention.audit.measure.decisions import BaseCells
+from bnconvention.audit.measure.evaluation import Refitter, data_split, forget_accuracy, stream, torch_seed
 from bnconvention.audit.spec.audit_spec import AuditSpec, RecoverabilitySpec
 from bnconvention.formats.text import plural
 from bnconvention.standard.models import Recoverability

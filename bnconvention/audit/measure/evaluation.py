@@ -14,6 +14,7 @@ import numpy as np
 
 from bnconvention.architectures.outputs import logits
 from bnconvention.audit.measure.data import AuditData, Split
+from bnconvention.audit.measure.decisions import BaseCells
 from bnconvention.formats.text import plural
 from bnconvention.standard.naming import record_ids_sha256
 
@@ -21,7 +22,6 @@ from bnconvention.standard.naming import record_ids_sha256
 if TYPE_CHECKING:
     import torch
 
-BaseCells = dict[str, float]
 
 
 def stream(seed: int, *key: int) -> np.random.Generator:

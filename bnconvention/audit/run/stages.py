@@ -36,6 +36,7 @@ from bnconvention.audit.diagnostics.recovery import recoverability_curve
 from bnconvention.audit.measure.checkpoint import LoadedCheckpoint, read_sidecar
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.decisions import (
+    BaseCells,
     anchoring,
     audit_reporting_line,
     cell_field,
@@ -44,7 +45,6 @@ from bnconvention.audit.measure.decisions import (
     verdict,
 )
 from bnconvention.audit.measure.evaluation import (
-    BaseCells,
     Refitter,
     base_cells,
     data_split,

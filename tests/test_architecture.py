@@ -345,16 +345,6 @@ def test_modules_outside_the_torch_borders_do_not_import_torch(package_dir: Path
                           "importing it imports torch")
 
 
-# Border modules that imported torch inside functions without a torch-free path before the rule below held; the audit
-# is being reorganised apart (docs/architecture.md#torch-borders). The set only shrinks: the test fails when one of
-# them no longer needs its entry.
-DEFERRED_TORCH_PENDING = frozenset({
-    "bnconvention.audit.diagnostics.encoder", "bnconvention.audit.diagnostics.provenance",
-    "bnconvention.audit.diagnostics.recovery", "bnconvention.audit.run.shipped_store", "bnconvention.audit.run.stages",
-    "bnconvention.audit.scales.stage", "bnconvention.hub_audit.audit_task",
-})
-
-
 def deferred_torch_imports(source: str) -> list[int]:
     """The lines where ``source`` imports torch (or ``safetensors.torch``, which imports it) inside a function."""
     lines: list[int] = []
@@ -381,12 +371,9 @@ def deferred_torch_violations(files: dict[str, str]) -> list[str]:
 
 
 def test_border_modules_defer_torch_only_when_they_say_they_do_not_import_torch(package_dir: Path) -> None:
-    found = deferred_torch_violations(package_files(package_dir))
-    modules = {module_name(item.split(":")[0]) for item in found}
-    assert [item for item in found if module_name(item.split(":")[0]) not in DEFERRED_TORCH_PENDING] == [], (
+    assert deferred_torch_violations(package_files(package_dir)) == [], (
         "import torch at the module's top, or name in a comment the torch-free path that imports the module "
         "(docs/architecture.md#torch-borders)")
-    assert sorted(DEFERRED_TORCH_PENDING - modules) == [], "remove these from DEFERRED_TORCH_PENDING: they are done"
 
 
 @pytest.mark.parametrize(("path", "source", "lines"), [

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
+
 from bnconvention.architectures.factories import allow_user_factory
 from bnconvention.architectures.resolve import (
     CONFIG_NAME,
@@ -196,8 +198,6 @@ def _fetch_repo_files(client: HubClient, task: AuditTask, spec: AuditSpec, repo_
 
 @contextlib.contextmanager
 def _torch_threads(count: int) -> Iterator[None]:
-    import torch
-
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:

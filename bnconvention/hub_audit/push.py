@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 from huggingface_hub import CommitOperationAdd, EvalResultEntry, eval_result_entries_to_yaml
+from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 from tqdm.auto import tqdm
 
 from bnconvention.audit.render import annotation_text
@@ -127,8 +128,6 @@ def find_benchmark(client: HubClient, dataset_id: str | None, *,
         data = client.read_small_file(dataset_id, BENCHMARK_FILE, revision="main", repo_type="dataset",
                                       max_bytes=MAX_EVAL_YAML_BYTES)
     except Exception as exc:  # noqa: BLE001 - a missing dataset repo is "not a benchmark"; other errors surface
-        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
-
         if not isinstance(exc, (RepositoryNotFoundError, RevisionNotFoundError)):
             raise
         data = None

@@ -162,7 +162,7 @@ def test_a_long_architecture_string_is_elided_in_the_error(tmp_path: Path, capsy
 def test_a_factory_name_and_a_journal_reason_are_bounded() -> None:
     from bnconvention.architectures.factories import check_allowed
     from bnconvention.errors import FactoryNotAllowedError
-    from bnconvention.hub_audit.audit_task import MAX_REASON, FileAudit, RepoAudit
+    from bnconvention.hub_audit.entries import MAX_REASON, FileAudit, RepoAudit
 
     with pytest.raises(FactoryNotAllowedError) as caught:
         check_allowed("evil/" + "y" * 500_000)

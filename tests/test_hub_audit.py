@@ -22,8 +22,9 @@ from bnconvention.hub.executors import ray_available, run_tasks
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import RetryPolicy
 from bnconvention.hub.validate import validate_hub
-from bnconvention.hub_audit.audit import AuditTask, RepoAudit, audit_org, audit_repo_task
+from bnconvention.hub_audit.audit import AuditTask, audit_org, audit_repo_task
 from bnconvention.hub_audit.audit_task import for_workers
+from bnconvention.hub_audit.entries import RepoAudit
 from bnconvention.hub_audit.push import EVAL_DIR, marker, markers_in, push_org
 from bnconvention.hubserver import FaultRule, LocalHub
 from bnconvention.standard.locations import annotation_filename

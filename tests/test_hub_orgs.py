@@ -26,8 +26,9 @@ from bnconvention.hub.client import make_client
 from bnconvention.hub.journal import Journal
 from bnconvention.hub.retry import RetryPolicy
 from bnconvention.hub.validate import validate_hub
-from bnconvention.hub_audit.audit import RepoAudit, audit_org
+from bnconvention.hub_audit.audit import audit_org
 from bnconvention.hub_audit.audit_task import relabel_reason
+from bnconvention.hub_audit.entries import RepoAudit
 from bnconvention.hub_audit.push import markers_in, push_org
 from bnconvention.hubserver import LocalHub
 from bnconvention.validation.model_index import CODE, REFIT_METRIC_CONFIG

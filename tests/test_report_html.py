@@ -15,8 +15,7 @@ from pydantic import ValidationError
 
 from bnconvention.errors import UsageError
 from bnconvention.hub.summaries import OrgCensus
-from bnconvention.hub_audit.audit import RepoAudit
-from bnconvention.hub_audit.push import PushOutcome
+from bnconvention.hub_audit.entries import PushOutcome, RepoAudit
 from bnconvention.report_html import (
     AuditFiles,
     ReportInput,

@@ -9,21 +9,16 @@ them, and ``return_dict=False`` gives a tuple whose first element they are. Eval
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from bnconvention.errors import UnsupportedModelError
-
-# torch is imported inside the functions that use it, since the audit's evaluation imports this module on its
-# torch-free path (report_html, hub_audit): importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
 
 
 def logits(output: Any) -> torch.Tensor:
     """The ``N x classes`` logits in ``output``: a tensor, a ``ModelOutput`` (or mapping) with ``logits``, or a
     tuple/list whose first element is the tensor."""
-    import torch
-
     found: Any = None
     if isinstance(output, torch.Tensor):
         found = output
@@ -41,8 +36,6 @@ def logits(output: Any) -> torch.Tensor:
 
 
 def _describe(output: Any) -> str:
-    import torch
-
     if isinstance(output, torch.Tensor):
         return f"a tensor of shape {list(output.shape)}"
     return f"a {type(output).__name__}"

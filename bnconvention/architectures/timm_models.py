@@ -33,16 +33,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from bnconvention.errors import ArchitectureConfigError, BnConventionError, FactoryCallError
 from bnconvention.extras import import_extra
 from bnconvention.formats.text import elide, one_line
 
-# timm (an optional extra) and torch are imported inside the functions that use them, since the audit resolves an
-# architecture without torch: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
+# timm is an optional extra (bnconvention/extras.py): imported inside the functions that use it.
 
 PREFIX = "timm/"
 

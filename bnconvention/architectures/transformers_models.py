@@ -20,17 +20,16 @@ The model's ``state_dict`` keys are those ``save_pretrained`` writes, and its fo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from bnconvention.architectures.timm_models import safe_timm_kwargs, timm_name
 from bnconvention.errors import ArchitectureConfigError, BnConventionError, FactoryCallError
 from bnconvention.extras import import_extra
 from bnconvention.formats.text import elide, one_line
 
-# transformers (an optional extra) and torch are imported inside the functions that use them, since the audit
-# resolves an architecture without torch: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
+# transformers is an optional extra (bnconvention/extras.py): imported inside the functions that use it.
 
 PREFIX = "transformers/"
 # keys that make transformers run or fetch something that is not in its own package, refused at any depth
@@ -139,7 +138,6 @@ def build_transformers(class_name: str, config: Mapping[str, Any] | None = None,
     where = source or f"{PREFIX}{class_name}"
     fields = {k: v for k, v in dict(config or {}).items() if k not in _INFORMATIONAL}
     model_type, class_name = check_transformers_config(fields, source=where, class_name=class_name)
-    import torch
     from transformers import AutoConfig, AutoModelForImageClassification
 
     fields.pop("model_type", None)

@@ -50,7 +50,7 @@ from bnconvention.validation import render
 if TYPE_CHECKING:
     from bnconvention.audit.spec import AuditSpec
     from bnconvention.hub_audit.audit import AuditRun
-    from bnconvention.hub_audit.audit_task import RepoAudit
+    from bnconvention.hub_audit.entries import RepoAudit
     from bnconvention.hub_audit.push import PushRun
 
 P = TypeVar("P")  # what a journaled command's own options check returns

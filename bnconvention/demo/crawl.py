@@ -23,7 +23,8 @@ from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.hub.classify import RepoCensus
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.journal import Journal
-from bnconvention.hub_audit.audit import AuditTask, RepoAudit, audit_repo_task, repo_out_dir
+from bnconvention.hub_audit.audit import AuditTask, audit_repo_task, repo_out_dir
+from bnconvention.hub_audit.entries import RepoAudit
 from bnconvention.report_html import AuditFiles
 
 PLOT_NAMES = {"cells": "cells.png", "staleness": "staleness.png"}

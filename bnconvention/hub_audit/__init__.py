@@ -15,13 +15,13 @@ _EXPORTS: dict[str, str] = {
     "audit_repo_task": "bnconvention.hub_audit.audit",
     "AuditRun": "bnconvention.hub_audit.audit",
     "AuditTask": "bnconvention.hub_audit.audit",
-    "FileAudit": "bnconvention.hub_audit.audit_task",
+    "FileAudit": "bnconvention.hub_audit.entries",
     "plan_push": "bnconvention.hub_audit.push",
     "push_org": "bnconvention.hub_audit.push",
-    "PushOutcome": "bnconvention.hub_audit.push",
+    "PushOutcome": "bnconvention.hub_audit.entries",
     "PushPlan": "bnconvention.hub_audit.push",
     "PushRun": "bnconvention.hub_audit.push",
-    "RepoAudit": "bnconvention.hub_audit.audit",
+    "RepoAudit": "bnconvention.hub_audit.entries",
     "reproduce_pull_request": "bnconvention.hub_audit.reproduce",
 }
 

@@ -46,13 +46,12 @@ from bnconvention.hub.executors import ExecutorKind, run_tasks
 from bnconvention.hub.journal import Entry, Journal
 from bnconvention.hub_audit.audit_task import (
     AuditTask,
-    FileAudit,
-    RepoAudit,
     audit_repo_task,
     declared_architecture,
     for_workers,
     spec_for_repo,
 )
+from bnconvention.hub_audit.entries import FileAudit, RepoAudit
 from bnconvention.refitting.devices import Device
 
 AUDITS_DIR = "audits"

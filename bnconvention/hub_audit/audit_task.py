@@ -30,9 +30,9 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+import torch
 
 from bnconvention.architectures.factories import allow_user_factory
 from bnconvention.architectures.resolve import (
@@ -43,7 +43,6 @@ from bnconvention.architectures.resolve import (
     parse_config,
     resolve_architecture,
 )
-from bnconvention.audit.core import AuditResult
 from bnconvention.audit.measure import (
     card_path,
     cell_origins,
@@ -61,7 +60,7 @@ from bnconvention.formats.canonical import canonical_sha256
 from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES, decode_card, parse_card_metadata
 from bnconvention.formats.checkpoint_files import is_index_path
 from bnconvention.formats.safetensors_index import INDEX_SUFFIX, parse_index
-from bnconvention.formats.text import elide, one_line
+from bnconvention.formats.text import one_line
 from bnconvention.hub.client import (
     DEFAULT_TIMEOUT_S,
     HubClient,
@@ -71,48 +70,11 @@ from bnconvention.hub.client import (
     token_from_env,
 )
 from bnconvention.hub.retry import RetryPolicy, call_with_retry, describe, is_retryable
+from bnconvention.hub_audit.entries import FileAudit, RepoAudit
 from bnconvention.hub_audit.reference import fetch_reference
 from bnconvention.refitting.devices import Device
 from bnconvention.standard.locations import annotation_filename
 from bnconvention.standard.models import to_dict
-
-MAX_REASON = 2000  # characters of a failure reason kept in the journal and the outputs
-# A reason quotes what a repo's files said; the journal keeps a bounded prefix of it, whatever the repo put there.
-# (cut 40 characters short, so that the cut reason with its "... (N characters)" fits and a reread keeps it as it is)
-Reason = Annotated[str, AfterValidator(lambda text: elide(text, MAX_REASON - 40) if len(text) > MAX_REASON else text)]
-
-
-class FileAudit(BaseModel):
-    """The audit of one weights file of a repo."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    filename: str
-    status: Literal["audited", "failed", "skipped"]
-    reason: Reason = ""
-    factory: str | None = None
-    architecture_source: Literal["repo", "spec"] | None = None
-    rules: list[str] = []  # the spec rules that shaped this repo's spec (see bnconvention.audit.spec.rules)
-    # cell -> where the card's model-index publishes it (task, dataset, metric type and name): hub push puts the
-    # refit cell beside it
-    published_origins: dict[str, dict[str, Any]] | None = None
-    annotation_sha256: str | None = None
-    annotation_path: str | None = None
-    result: AuditResult | None = None
-
-
-class RepoAudit(BaseModel):
-    """The audit of one repo at one commit under one spec (the journal's ``audit`` entry)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    repo_id: str
-    revision: str
-    spec_sha256: str
-    status: Literal["audited", "failed", "skipped"]
-    reason: Reason = ""
-    transient: bool = False
-    files: list[FileAudit] = []
 
 
 @dataclass(frozen=True)
@@ -236,8 +198,6 @@ def _fetch_repo_files(client: HubClient, task: AuditTask, spec: AuditSpec, repo_
 
 @contextlib.contextmanager
 def _torch_threads(count: int) -> Iterator[None]:
-    import torch
-
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:

@@ -36,11 +36,11 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from huggingface_hub import CommitOperationAdd, EvalResultEntry, eval_result_entries_to_yaml
-from pydantic import BaseModel, ConfigDict
+from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 from tqdm.auto import tqdm
 
 from bnconvention.audit.render import annotation_text
@@ -69,29 +69,13 @@ from bnconvention.hub.proposals import (
     our_pull_requests,
 )
 from bnconvention.hub.retry import call_with_retry, describe, is_retryable
-from bnconvention.hub_audit.audit import FileAudit, RepoAudit, repo_out_dir
+from bnconvention.hub_audit.audit import repo_out_dir
+from bnconvention.hub_audit.entries import FileAudit, PushOutcome, RepoAudit
 from bnconvention.standard.models import RefitAnnotation, to_dict
 
 EVAL_DIR = ".eval_results"
 BENCHMARK_FILE = "eval.yaml"
 MAX_EVAL_YAML_BYTES = 1_000_000
-
-PushStatus = Literal["opened", "exists", "merged", "dry-run", "failed", "nothing"]
-
-
-class PushOutcome(BaseModel):
-    """The journal's ``push`` entry of one repo."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    repo_id: str
-    revision: str
-    status: PushStatus
-    annotations: list[str]
-    pr_num: int | None = None
-    pr_url: str | None = None
-    reason: str = ""
-    transient: bool = False
 
 
 @dataclass
@@ -144,8 +128,6 @@ def find_benchmark(client: HubClient, dataset_id: str | None, *,
         data = client.read_small_file(dataset_id, BENCHMARK_FILE, revision="main", repo_type="dataset",
                                       max_bytes=MAX_EVAL_YAML_BYTES)
     except Exception as exc:  # noqa: BLE001 - a missing dataset repo is "not a benchmark"; other errors surface
-        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
-
         if not isinstance(exc, (RepositoryNotFoundError, RevisionNotFoundError)):
             raise
         data = None

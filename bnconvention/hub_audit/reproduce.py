@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import time
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
 
 from huggingface_hub.errors import HfHubHTTPError
 
+from bnconvention.audit.core import AuditResult
 from bnconvention.audit.run import (
     MAX_ANNOTATION_BYTES,
     TOLERANCE,
@@ -33,18 +33,16 @@ from bnconvention.audit.run import (
     reproduction,
     subject_name,
 )
+from bnconvention.audit.spec import AuditSpec
 from bnconvention.errors import ReproductionInputError
 from bnconvention.hub.client import HubClient
 from bnconvention.hub.proposals import markers_in
 from bnconvention.hub.retry import call_with_retry, describe
-from bnconvention.hub_audit.audit_task import AuditTask, RepoAudit, audit_repo_task
+from bnconvention.hub_audit.audit_task import AuditTask, audit_repo_task
+from bnconvention.hub_audit.entries import RepoAudit
+from bnconvention.refitting.devices import Device
 from bnconvention.standard.locations import ANNOTATION_DIR, annotation_filename
 from bnconvention.standard.models import RefitAnnotation
-
-if TYPE_CHECKING:
-    from bnconvention.audit.core import AuditResult
-    from bnconvention.audit.spec import AuditSpec
-    from bnconvention.refitting.devices import Device
 
 
 def pull_request_annotations(client: HubClient, repo_id: str, pr: int) -> list[tuple[str, RefitAnnotation]]:

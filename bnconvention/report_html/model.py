@@ -1,7 +1,7 @@
 """What the HTML report shows: one organisation's census, audits, pull requests and validation, as plain data.
 
 :class:`ReportInput` gathers the documents the hub tooling already produces (the census document of
-:func:`bnconvention.hub.summaries.census_summary`, the :class:`~bnconvention.hub_audit.audit.RepoAudit` entries, the
+:func:`bnconvention.hub.summaries.census_summary`, the :class:`~bnconvention.hub_audit.entries.RepoAudit` entries, the
 population summary of :func:`bnconvention.audit.census.run.summarize`, the push outcomes and the validator's issues),
 plus the files on disk the report copies next to its ``index.html`` (each audit's plots and annotation). Nothing
 here does I/O; :mod:`bnconvention.report_html.render` turns it into HTML and :mod:`bnconvention.report_html.write`
@@ -20,8 +20,7 @@ from bnconvention.audit.population import CensusResult, CheckpointRow
 from bnconvention.formats.json_types import JsonValue
 from bnconvention.hub.classify import RepoCensus
 from bnconvention.hub.summaries import OrgCensus
-from bnconvention.hub_audit.audit import FileAudit, RepoAudit
-from bnconvention.hub_audit.push import PushOutcome
+from bnconvention.hub_audit.entries import FileAudit, PushOutcome, RepoAudit
 from bnconvention.validation import Issue
 
 PlotKind: TypeAlias = Literal["cells", "staleness"]

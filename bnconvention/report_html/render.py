@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from bnconvention.audit.population import population_story
 from bnconvention.formats.text import plural, signed
-from bnconvention.hub_audit.audit import RepoAudit
+from bnconvention.hub_audit.entries import RepoAudit
 from bnconvention.report_html.markup import badge, esc, esc_code, href, page, table
 from bnconvention.report_html.model import ReportInput, checkpoint_key
 from bnconvention.report_html.sections import audit_section, class_label

@@ -11,7 +11,7 @@ from bnconvention.audit.core import AuditResult
 from bnconvention.audit.population import CheckpointRow
 from bnconvention.formats.text import plural, signed
 from bnconvention.hub.summaries import CLASS_LABELS
-from bnconvention.hub_audit.audit import FileAudit, RepoAudit
+from bnconvention.hub_audit.entries import FileAudit, RepoAudit
 from bnconvention.report_html.markup import badge, esc, href, table
 from bnconvention.report_html.model import ReportInput, checkpoint_key
 

@@ -31,17 +31,21 @@ results are collected in discovery order.
 
 from __future__ import annotations
 
-# torch is imported inside the functions that use it: importing this module does not import torch.
 import json
 import math
+import multiprocessing
 import statistics
 from collections.abc import Callable, Collection, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import torch
 from pydantic import ValidationError
+from tqdm.auto import tqdm
 
+from bnconvention.architectures.factories import allow_user_factory
 from bnconvention.audit.census.annotation_fields import annotation_fields
 from bnconvention.audit.census.annotations import annotation_family, write_by_annotations
 from bnconvention.audit.census.preregistration import (
@@ -87,16 +91,23 @@ from bnconvention.audit.render.families import families_markdown
 from bnconvention.audit.render.markdown import census_markdown
 from bnconvention.audit.render.outputs import write_audit_outputs
 from bnconvention.audit.run.pool_sweep import SweepCheckpoint, check_pool_sizes, pool_size_sweep
+from bnconvention.audit.run.redecide import redecide
 from bnconvention.audit.run.runner import check_data_fits, prepare_audit, run_audit, split_records, weights_key
 from bnconvention.audit.run.shipped_store import SHIPPED_DIR, ShippedStore
-from bnconvention.audit.run.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256, redecide
+from bnconvention.audit.run.sweeps import REPLICATES_DIR, ReplicateStore, measurement_sha256
 from bnconvention.audit.scales.stage import plan_scales
 from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 from bnconvention.audit.spec.rules import apply_rules
-from bnconvention.errors import UsageError
+from bnconvention.errors import UntrustedInputError, UsageError
 from bnconvention.formats.atomic import atomic_write_text
-from bnconvention.formats.checkpoint_files import checkpoint_name
+from bnconvention.formats.checkpoint_files import checkpoint_name, open_checkpoint, pickle_in_folder, read_local_index
+from bnconvention.formats.digests import checkpoint_digests
+from bnconvention.formats.quantized import is_scales_file
+from bnconvention.formats.safetensors_header import read_header
+from bnconvention.formats.safetensors_index import INDEX_SUFFIX, checkpoint_files
+from bnconvention.refitting.allocator import tune_malloc
 from bnconvention.refitting.devices import Device
+from bnconvention.refitting.weights import fit_model
 
 JOURNAL_DIR = "journal"
 
@@ -160,9 +171,6 @@ def discover_checkpoints(paths: Iterable[str | Path]) -> list[Path]:
 def _checkpoints_under(folder: Path) -> list[Path]:
     """Every checkpoint under ``folder``: by folder, the rule of :func:`checkpoint_files`, then the shards each index
     names are dropped (shards may carry any name)."""
-    from bnconvention.formats.checkpoint_files import pickle_in_folder, read_local_index
-    from bnconvention.formats.safetensors_index import INDEX_SUFFIX, checkpoint_files
-
     names = sorted(p for p in folder.rglob("*.safetensors*") if p.is_file() and not p.name.startswith("."))
     by_folder: dict[Path, list[str]] = {}
     for item in names:
@@ -182,10 +190,6 @@ def _checkpoints_under(folder: Path) -> list[Path]:
 def _scales_file(path: Path) -> bool:
     """A file of activation scales beside a checkpoint (the checkpoint's deployed state, not a checkpoint); an
     unreadable header is left for the preflight to report."""
-    from bnconvention.errors import UntrustedInputError
-    from bnconvention.formats.quantized import is_scales_file
-    from bnconvention.formats.safetensors_header import read_header
-
     try:
         header = read_header(path)
     except (UntrustedInputError, OSError):
@@ -196,10 +200,6 @@ def _scales_file(path: Path) -> bool:
 def preflight(paths: Sequence[Path], spec: AuditSpec, data: AuditData) -> list[CensusItem]:
     """Check every checkpoint before any audit: headers (every shard), architecture (allowlisted, tensors fit under
     the name mapping the audit uses), published cells."""
-    from bnconvention.formats.checkpoint_files import open_checkpoint
-    from bnconvention.formats.digests import checkpoint_digests
-    from bnconvention.refitting.weights import fit_model
-
     check_data_fits(spec, data)
     models: dict[str, Any] = {}
     items: list[CensusItem] = []
@@ -307,11 +307,6 @@ def read_journal(path: Path, *, weights: str, measurement_sha256: str) -> AuditR
 def _audit_in_worker(path: str, spec_data: dict[str, Any], allowed_factories: list[str], threads: int,
                      device: Device = "cpu", shipped_dir: str | None = None) -> str:
     """Run one audit in a spawned worker process; returns the result as JSON text."""
-    import torch
-
-    from bnconvention.architectures.factories import allow_user_factory
-    from bnconvention.refitting.allocator import tune_malloc
-
     tune_malloc()  # a process of the census's own, like a CLI command's (bnconvention.refitting.allocator)
     torch.set_num_threads(threads)
     for target in allowed_factories:
@@ -340,9 +335,6 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
                on_result: OnResult | None = None, device: Device = "cpu", amend: str | None = None) -> CensusOutcome:
     """Audit every checkpoint (resuming from the journal) and write the census; see the module docstring. A
     preregistered census is checked against its record first (``amend`` records a change as an amendment)."""
-    import torch
-    from tqdm.auto import tqdm
-
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UsageError(f"--workers must be a positive integer, got {workers!r}")
     out = Path(out_dir)
@@ -444,9 +436,6 @@ def _reuse_journal(items: Sequence[CensusItem], out: Path, data: AuditData) -> d
 def _run_parallel(todo: list[CensusItem], spec: AuditSpec, *, workers: int, threads: int, allowed: list[str],
                   finish: Callable[[CensusItem, AuditResult], None], bar: Any, device: Device = "cpu",
                   shipped_dir: str | None = None) -> None:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     executor = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context)
     try:

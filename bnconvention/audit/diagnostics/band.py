@@ -31,7 +31,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from bnconvention.audit.core.result import StalenessNull
+
+# The population's readings (the HTML report's torch-free path) read :func:`combined`, so the refit engine's staleness
+# distance (torch) is imported inside :func:`pair_distance`: importing this module does not import torch.
 
 StateMap = Mapping[str, Any]  # layer name -> (mean, var, ...): a LayerRunningState
 
@@ -77,8 +82,6 @@ def exact_level(level: float, refits: int) -> float:
 
 def quantile(values: Sequence[float], q: float) -> float:
     """The empirical ``q`` quantile (linear interpolation, numpy's default)."""
-    import numpy as np
-
     return float(np.quantile(np.asarray(values, dtype=float), q))
 
 

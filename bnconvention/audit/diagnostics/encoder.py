@@ -20,9 +20,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
 
 from bnconvention.audit.diagnostics.membership import (
     MIA_CELL,
@@ -56,9 +57,6 @@ from bnconvention.audit.spec.diagnostics import (
 )
 from bnconvention.errors import AuditSpecError, UntrustedInputError
 from bnconvention.standard.models import LATEST_SPEC_VERSION, Cell, RefitAnnotation, parse_record, to_dict
-
-if TYPE_CHECKING:
-    import torch
 
 Scores = tuple[np.ndarray, np.ndarray]
 
@@ -167,8 +165,6 @@ def measure_state(model: torch.nn.Module, plan: EncoderPlan, data: AuditData, *,
 
 
 def _tensor_index(indices: np.ndarray) -> torch.Tensor:
-    import torch
-
     return torch.from_numpy(np.asarray(indices, dtype=np.int64))
 
 
@@ -190,8 +186,6 @@ class EncoderOutcome:
 
 def run_encoder(spec: AuditSpec, data: AuditData, plan: EncoderPlan, refitter: Refitter) -> EncoderOutcome:
     """The shipped state, the reference, and R exact retain refits (φ restored after each, also on failure)."""
-    import torch
-
     model, batch = refitter.model, spec.eval_batch_size
     shipped = measure_state(model, plan, data, batch_size=batch)
     records, relearning = plan.relearn, plan.spec.relearning

@@ -17,18 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
+from scipy.stats import rankdata
 
 from bnconvention.audit.spec.diagnostics import MIN_ATTACK_RECORDS, MembershipSpec
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.text import plural
 from bnconvention.standard.diagnostics import Interval
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
 
 MIA_CELL = "mia_auc"
 ATTACK_STREAM = 9  # SeedSequence(seed, spawn_key=(9,)): the records drawn, then the bootstrap
@@ -41,8 +38,6 @@ def auc(members: np.ndarray, nonmembers: np.ndarray) -> float:
     >>> auc(np.array([3.0, 2.0]), np.array([1.0, 2.0]))
     0.875
     """
-    from scipy.stats import rankdata
-
     if len(members) == 0 or len(nonmembers) == 0:
         raise ValueError("an AUC needs at least one member and one non-member score")
     ranks = rankdata(np.concatenate([members, nonmembers]))
@@ -52,8 +47,6 @@ def auc(members: np.ndarray, nonmembers: np.ndarray) -> float:
 
 def attack_scores(logits: torch.Tensor, labels: torch.Tensor, *, attack: str) -> np.ndarray:
     """One membership score per record: higher means member."""
-    import torch
-
     logits = logits.double()
     if attack == "loss-threshold":
         return (-torch.nn.functional.cross_entropy(logits, labels.long(), reduction="none")).numpy()

@@ -18,20 +18,23 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
+from scipy import stats
 
+from bnconvention.architectures.outputs import logits
 from bnconvention.audit.spec.diagnostics import MIN_PROBE_TEST_RECORDS, LinearProbeSpec
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.text import plural
 from bnconvention.standard.diagnostics import Interval
 
-# torch and sklearn are imported inside the functions that use them: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
+# scikit-learn is imported inside probe_accuracy, the one function that fits with it: its import takes seconds, and
+# an audit without the linear probe never needs it.
 
 LP_CELL = "lp_forget"
 PROBE_STREAM = 7  # SeedSequence(seed, spawn_key=(7,)): the probe's training draw
@@ -95,8 +98,6 @@ def probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
                    spec: LinearProbeSpec) -> float:
     """Accuracy on ``test`` of the lbfgs logistic regression fitted on ``train`` (deterministic: lbfgs has no
     randomness)."""
-    import warnings
-
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
@@ -113,8 +114,6 @@ def probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
 
 def t_interval(values: Sequence[float], *, level: float = INTERVAL_LEVEL) -> Interval:
     """Mean with the Student t interval over replicates (zero width when they agree; one value: its point)."""
-    from scipy import stats
-
     mean = math.fsum(values) / len(values)
     if len(values) < 2:
         return Interval(estimate=mean, lower=mean, upper=mean, level=level, method="t-replicates")
@@ -147,8 +146,6 @@ def decompose(lp_shipped: float, lp_refit: Sequence[float], lp_reference: float 
 
 def feature_layer(model: torch.nn.Module, name: str | None) -> tuple[str, torch.nn.Module]:
     """The module whose input is the feature vector: ``name``, or the last ``torch.nn.Linear``."""
-    import torch
-
     modules = dict(model.named_modules())
     if name is not None:
         if name not in modules:
@@ -166,10 +163,6 @@ def features_and_logits(model: torch.nn.Module, x: torch.Tensor, *, transform: A
                         batch_size: int) -> tuple[np.ndarray | None, torch.Tensor]:
     """Eval-mode forwards of ``x`` under ``transform``: the (flattened) input of ``layer`` (None without a layer)
     and the logits."""
-    import torch
-
-    from bnconvention.architectures.outputs import logits
-
     captured: list[torch.Tensor] = []
     handle = None if layer is None else layer.register_forward_pre_hook(
         lambda _m, args: captured.append(args[0].detach().flatten(1)))

@@ -22,12 +22,14 @@ import statistics
 from typing import Any
 
 import numpy as np
+import torch
 
 from bnconvention.audit.core.result import ProvenanceArmMeasurement, ProvenanceDraw
 from bnconvention.audit.diagnostics.band import combined, pair_distance
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.evaluation import Refitter, data_split, forget_accuracy, stream, torch_seed
 from bnconvention.audit.spec.audit_spec import AuditSpec, ProvenanceSpec
+from bnconvention.refitting import running_state
 from bnconvention.standard.models import ProvenanceContrast
 
 
@@ -49,8 +51,6 @@ def retained_needed(settings: ProvenanceSpec, *, forget: int, retain: int) -> in
 
 def _refit(refitter: Refitter, pool: Any, *, spec: AuditSpec, data: AuditData, seed: int, label: str,
            batch_size: int) -> tuple[Any, float]:
-    from bnconvention.refitting import running_state
-
     refitter.run(pool, rule=spec.refit.rule, transform=data.transform(spec.refit.transform), seed=seed,
                  batch_size=spec.refit.batch_size,
                  data_split=data_split(data, role="other", subset=f"provenance pool ({label})", ids=None,
@@ -62,8 +62,6 @@ def _refit(refitter: Refitter, pool: Any, *, spec: AuditSpec, data: AuditData, s
 
 def _draw(refitter: Refitter, d: int, arms: list[tuple[str, int]], *, settings: ProvenanceSpec, spec: AuditSpec,
           data: AuditData, batch_size: int) -> dict[str, ProvenanceDraw]:
-    import torch
-
     rng = stream(spec.seed, 2, d)
     k_max = max(k for _, k in arms)
     retained = rng.choice(len(data.retain.ids), size=settings.pool_size + k_max, replace=False)

@@ -8,11 +8,12 @@ the audit's :class:`~bnconvention.audit.measure.evaluation.Refitter`, so φ is b
 
 from __future__ import annotations
 
-# torch is imported inside the functions that use it: importing this module does not import torch.
 import numpy as np
+import torch
 
 from bnconvention.audit.measure.data import AuditData, Split
-from bnconvention.audit.measure.evaluation import BaseCells, Refitter, data_split, forget_accuracy, stream, torch_seed
+from bnconvention.audit.measure.decisions import BaseCells
+from bnconvention.audit.measure.evaluation import Refitter, data_split, forget_accuracy, stream, torch_seed
 from bnconvention.audit.spec.audit_spec import AuditSpec, RecoverabilitySpec
 from bnconvention.formats.text import plural
 from bnconvention.standard.models import Recoverability
@@ -22,8 +23,6 @@ def recoverability(refitter: Refitter, settings: RecoverabilitySpec, *, spec: Au
                    shipped: BaseCells, batch_size: int) -> Recoverability:
     """Forget accuracy after a refit on ``settings.images`` unlabeled images of the source split (Kalani et al.'s
     attack); the images are drawn from ``SeedSequence(seed, spawn_key=(1,))``."""
-    import torch
-
     source: Split = getattr(data, settings.source)
     rng = stream(spec.seed, 1)
     chosen = np.sort(rng.choice(len(source.ids), size=settings.images, replace=False))

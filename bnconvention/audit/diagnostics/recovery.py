@@ -13,9 +13,9 @@ are undefined); each skip is listed. Cost: one refit and one forget-split evalua
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 from bnconvention.audit.core.result import RecoverabilityMeasurement, RecoveryPoint
 from bnconvention.audit.measure.data import AuditData
@@ -23,16 +23,11 @@ from bnconvention.audit.measure.evaluation import Refitter, data_split, forget_a
 from bnconvention.audit.spec.audit_spec import AuditSpec, RecoverabilitySpec
 from bnconvention.formats.text import plural
 
-if TYPE_CHECKING:
-    import torch
-
 SOURCE_KEYS = {"test": 0, "retain": 1, "noise": 2}
 
 
 def proxy_images(data: AuditData, source: str, budget: int, rng: np.random.Generator) -> torch.Tensor:
     """``budget`` proxy images of one source, drawn from ``rng``."""
-    import torch
-
     if source == "noise":
         reference = data.test.x
         mean, std = reference.mean(dim=0), reference.std(dim=0)

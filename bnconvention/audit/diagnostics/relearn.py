@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
 
+from bnconvention.architectures.outputs import logits
 from bnconvention.audit.spec.diagnostics import RelearningSpec
 from bnconvention.errors import AuditSpecError, WeightsChangedError
+from bnconvention.formats.digests import model_digests
 from bnconvention.formats.text import plural
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
 
 RELEARN_STREAM = 10
 FIELD = "/diagnostics/relearning"
@@ -43,10 +42,6 @@ def draw_relearn(forget: int, spec: RelearningSpec, *, seed: int) -> np.ndarray:
 
 
 def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: int) -> float:
-    import torch
-
-    from bnconvention.architectures.outputs import logits
-
     with torch.no_grad():
         hits = sum(int((logits(model(x[s:s + batch_size])).argmax(dim=1) == y[s:s + batch_size]).sum())
                    for s in range(0, len(x), batch_size))
@@ -56,10 +51,6 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch
 def _trajectory(model: torch.nn.Module, train: tuple[torch.Tensor, torch.Tensor],
                 evaluate: tuple[torch.Tensor, torch.Tensor], *, spec: RelearningSpec, eval_batch: int) -> list[float]:
     """Forget accuracy after each of steps 0..max_steps of fine-tuning ``model`` (in place; the caller's copy)."""
-    import torch
-
-    from bnconvention.architectures.outputs import logits
-
     model.eval()  # BatchNorm (and dropout) in eval mode: the running statistics stay those measured
     params = [p for p in model.parameters() if p.is_floating_point()]
     for p in params:
@@ -106,10 +97,6 @@ def relearn(model: torch.nn.Module, *, train_x: torch.Tensor, train_y: torch.Ten
     """Fine-tune a copy of ``model`` on (``train_x``, ``train_y``) for ``max_steps`` steps, its accuracy on
     (``eval_x``, ``eval_y``) measured at every step; the inputs are prepared by ``transform`` (the eval transform)
     once."""
-    import torch
-
-    from bnconvention.formats.digests import model_digests
-
     before = model_digests(model)
     work = copy.deepcopy(model)
     with torch.inference_mode(False):

@@ -23,10 +23,13 @@ lists the differences. The header is checked first with our own strict parser, s
 
 from __future__ import annotations
 
+import filecmp
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
+
+import torch
 
 from bnconvention.architectures.resolve import (
     CONFIG_NAME,
@@ -35,12 +38,14 @@ from bnconvention.architectures.resolve import (
     read_config,
     resolve_architecture,
 )
+from bnconvention.architectures.sizing import build_fitting, build_sized
 from bnconvention.audit.measure.published import (
     JSON_PUBLISHED_KEYS,
     card_published_cells,
     json_published_cells,
     merge_published,
 )
+from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.errors import (
     AuditSpecError,
     CheckpointMismatchError,
@@ -48,18 +53,19 @@ from bnconvention.errors import (
     UntrustedInputError,
 )
 from bnconvention.formats.canonical import loads_strict
-from bnconvention.formats.checkpoint_files import checkpoint_name
+from bnconvention.formats.card import CARD_NAME, parse_card_metadata, read_card_text
+from bnconvention.formats.checkpoint_files import (
+    CheckpointFiles,
+    checkpoint_name,
+    open_checkpoint,
+    resolve_checkpoint_path,
+)
+from bnconvention.formats.digests import DigestSet, checkpoint_digests
+from bnconvention.formats.model_index import MODEL_INDEX_KEY
+from bnconvention.formats.running_values import ensure_possible_statistics
 from bnconvention.formats.safetensors_header import SafetensorsHeader
-
-# torch and safetensors.torch are imported inside the functions that use them: importing this module does not
-# import torch.
-if TYPE_CHECKING:
-    import torch
-
-    from bnconvention.audit.spec.audit_spec import AuditSpec
-    from bnconvention.formats.checkpoint_files import CheckpointFiles
-    from bnconvention.formats.digests import DigestSet
-    from bnconvention.refitting.weights import LoadedWeights
+from bnconvention.refitting.weights import LoadedWeights, load_checkpoint_weights
+from bnconvention.standard.locations import record_from_header
 
 MAX_SIDECAR_BYTES = 1_000_000
 
@@ -128,8 +134,6 @@ def choose_model(path: Path, spec: AuditSpec, sidecar: dict[str, Any] | None) ->
 
 def card_path(path: Path) -> Path:
     """The model card of a checkpoint: the release folder's ``README.md``."""
-    from bnconvention.formats.card import CARD_NAME
-
     return path.parent / CARD_NAME
 
 
@@ -159,8 +163,6 @@ class PublishedPlace:
 
 
 def _same_bytes(first: Path, second: Path) -> bool:
-    import filecmp
-
     return first.is_file() and second.is_file() and filecmp.cmp(first, second, shallow=False)
 
 
@@ -185,9 +187,6 @@ def read_published_place(place: PublishedPlace, path: Path, spec: AuditSpec) -> 
     if not place.path.is_file():
         return {}, "no such file"
     if place.kind == "card":
-        from bnconvention.formats.card import parse_card_metadata, read_card_text
-        from bnconvention.formats.model_index import MODEL_INDEX_KEY
-
         metadata = parse_card_metadata(read_card_text(place.path), source=str(place.path))
         cells = card_published_cells(metadata, spec.model_index_metrics, source=str(place.path))
         return cells, ("none of them in its model-index" if MODEL_INDEX_KEY in metadata else "no model-index")
@@ -230,8 +229,6 @@ def build_architecture(choice: ModelChoice, files: CheckpointFiles | None = None
     """Build the allowlisted architecture (random initialisation) in eval mode. With the checkpoint's ``files``,
     its sizes are checked against their header first, with nothing allocated, and a config that sizes it otherwise
     is refused naming its field (:func:`bnconvention.architectures.sizing.build_fitting`)."""
-    from bnconvention.architectures.sizing import build_fitting, build_sized
-
     return build_sized(choice) if files is None else build_fitting(choice, files)
 
 
@@ -272,8 +269,6 @@ def check_fits(path: Path, header: SafetensorsHeader, choice: ModelChoice, shape
 
 def declared_convention(header: SafetensorsHeader, *, source: str) -> tuple[str | None, list[str]]:
     """The canonical convention name stamped in the header, if any (never trusted beyond being a string)."""
-    from bnconvention.standard.locations import record_from_header
-
     try:
         record = record_from_header(header, source=source)
     except UntrustedInputError as exc:
@@ -295,9 +290,6 @@ def check_shipped_statistics(path: Path, files: CheckpointFiles | None = None) -
     """Refuse a checkpoint whose running statistics cannot be (NaN or infinite, a negative variance) with one
     :class:`~bnconvention.errors.ImpossibleStatisticsError` naming the file, layer and buffer, before any model is
     built: its shipped cells would be numbers computed through NaN."""
-    from bnconvention.formats.checkpoint_files import open_checkpoint
-    from bnconvention.formats.running_values import ensure_possible_statistics
-
     ensure_possible_statistics(files or open_checkpoint(path), source=str(path), consequence=NOT_EVALUATED)
 
 
@@ -308,10 +300,6 @@ def load_checkpoint(path: str | Path, spec: AuditSpec) -> LoadedCheckpoint:
     mapped, half precision read exactly into float32); the digests are the file's own, over every shard, and the
     model's tensors converted back to the file's names and dtypes must give them (else a warning: θ is then
     proved unchanged in memory only)."""
-    from bnconvention.formats.checkpoint_files import open_checkpoint, resolve_checkpoint_path
-    from bnconvention.formats.digests import checkpoint_digests
-    from bnconvention.refitting.weights import load_checkpoint_weights
-
     path = resolve_checkpoint_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist or is not a file")

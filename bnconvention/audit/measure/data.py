@@ -18,19 +18,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
 
+from bnconvention.audit.spec.audit_spec import AuditSpec
+from bnconvention.data.ids import IndexFile, load_index_file
+from bnconvention.data.pools import LocalDataset, load_dataset, split_by_classes, split_by_index_files
+from bnconvention.data.repo_transforms import after_decode_resize, transforms_from_repo
 from bnconvention.errors import AuditSpecError, DigestMismatchError, UntrustedInputError, UsageError
 
-# bnconvention.data.pools (torch) is imported where a dataset is loaded: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
-
-    from bnconvention.audit.spec.audit_spec import AuditSpec
-    from bnconvention.data.ids import IndexFile
-    from bnconvention.data.pools import LocalDataset
+# bnconvention.data.hf is imported where an index file is downloaded from a dataset repo: it needs the datasets
+# extra (bnconvention/extras.py), which a local audit does not.
 
 __all__ = ["AuditData", "Split", "load_audit_data", "load_spec_dataset", "model_repo_files", "needs_repo"]
 
@@ -92,8 +92,6 @@ def model_repo_files(spec: AuditSpec) -> tuple[str, ...]:
 def load_spec_dataset(spec: AuditSpec, *, endpoint: str | None = None,
                       token: str | bool | None = None) -> LocalDataset:
     """The spec's dataset, decoded (it depends on ``spec.dataset`` only: cache it across repos)."""
-    from bnconvention.data.pools import load_dataset
-
     try:
         return load_dataset(spec.dataset.loader_spec(), endpoint=endpoint, token=token)
     except FileNotFoundError as exc:
@@ -148,8 +146,6 @@ def _split(subset: Any, *, field: str) -> Split:
 
 def _splits(spec: AuditSpec, dataset: LocalDataset, *, repo_dir: Path | None, repo_name: str | None,
             token: str | bool | None) -> tuple[Any, dict[str, str]]:
-    from bnconvention.data.pools import split_by_classes, split_by_index_files
-
     splits_spec = spec.splits
     if splits_spec.forget_classes is not None:
         num_classes = len(dataset.classes)
@@ -179,8 +175,6 @@ def _splits(spec: AuditSpec, dataset: LocalDataset, *, repo_dir: Path | None, re
 def _index_file(spec: AuditSpec, dataset: LocalDataset, role: str, name: str, digest: str | None, *,
                 repo_dir: Path | None, repo_name: str | None, token: str | bool | None) -> IndexFile:
     """An index file from where the spec says, checked against its ``ids_sha256``."""
-    from bnconvention.data.ids import load_index_file
-
     location = spec.splits.index_files_in
     try:
         if location == "spec":
@@ -218,8 +212,6 @@ def _transforms(spec: AuditSpec, dataset: LocalDataset, *, repo_dir: Path | None
     """The dataset's own transforms, or the model repo's (with the decode-time resize recorded before them)."""
     if spec.transform == "dataset":
         return dataset.train_transform, dataset.eval_transform
-    from bnconvention.data.repo_transforms import after_decode_resize, transforms_from_repo
-
     if dataset.is_tabular:
         raise AuditSpecError(f"transform: from_repo applies image preprocessing, but dataset {dataset.dataset_id!r} "
                              "is tabular (N x F); use transform: dataset", field="/transform")

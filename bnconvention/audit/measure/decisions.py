@@ -12,13 +12,14 @@ import math
 from collections.abc import Mapping, Sequence
 
 from bnconvention.audit.core.result import SignRecord
-from bnconvention.audit.measure.evaluation import BaseCells
 from bnconvention.audit.measure.stats import Decision, binomial_tail, decide, sign_test
 from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.audit.spec.expressions import CellExpression, Criterion, NonFiniteError, parse_cell
 from bnconvention.errors import AuditSpecError
 from bnconvention.formats.text import plural, signed
 from bnconvention.standard.models import AnchorCell, Anchoring, Cell, CellDecision, Verdict
+
+BaseCells = dict[str, float]  # df, dr, dt of one state of the model
 
 CELL_LABELS = {"df": "forget accuracy", "dr": "retain accuracy", "dt": "test accuracy"}
 

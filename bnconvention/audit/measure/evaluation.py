@@ -8,20 +8,18 @@ and checkpoint, in one process or in several.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
 
 from bnconvention.architectures.outputs import logits
 from bnconvention.audit.measure.data import AuditData, Split
+from bnconvention.audit.measure.decisions import BaseCells
 from bnconvention.formats.text import plural
+from bnconvention.refitting import ThetaWitness, refit, restore_running_state, running_state
+from bnconvention.standard.models import DatasetRef, DataSplit
 from bnconvention.standard.naming import record_ids_sha256
-
-# torch is imported inside the functions that use it: importing this module does not import torch.
-if TYPE_CHECKING:
-    import torch
-
-BaseCells = dict[str, float]
 
 
 def stream(seed: int, *key: int) -> np.random.Generator:
@@ -36,8 +34,6 @@ def split_predictions(model: torch.nn.Module, split: Split, data: AuditData, *, 
     """Class predictions of ``model`` (eval mode) on a split under the eval transform, on the CPU; the logits are
     read out of whatever the forward returns (a transformers ``ModelOutput`` too). Batches are transformed on the
     CPU and moved to the model's device."""
-    import torch
-
     model.eval()
     device = model_device(model)
     outputs = []
@@ -50,8 +46,6 @@ def split_predictions(model: torch.nn.Module, split: Split, data: AuditData, *, 
 
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of the model's first parameter or buffer (the CPU for a model without tensors)."""
-    import torch
-
     for tensor in (*model.parameters(), *model.buffers()):
         return tensor.device
     return torch.device("cpu")
@@ -89,8 +83,6 @@ class Refitter:
 
     def __init__(self, model: torch.nn.Module, *,
                  after_refit: Callable[[torch.nn.Module], None] | None = None) -> None:
-        from bnconvention.refitting import ThetaWitness, running_state
-
         self.model = model
         self.theta = ThetaWitness(model)
         self.shipped = running_state(model)
@@ -99,10 +91,6 @@ class Refitter:
 
     def run(self, x: torch.Tensor, *, rule: str, transform: Any, seed: int, batch_size: int,
             data_split: Any) -> Any:
-        import torch
-
-        from bnconvention.refitting import refit
-
         generator = torch.Generator().manual_seed(seed)
         pool = _pool(x, transform, generator=generator, batch_size=batch_size)
         self.count += 1
@@ -113,8 +101,6 @@ class Refitter:
         return report
 
     def restore(self) -> None:
-        from bnconvention.refitting import restore_running_state
-
         restore_running_state(self.model, self.shipped)
 
 
@@ -127,8 +113,6 @@ def retain_split_description(*, pool_size: int, seed: int, data: AuditData) -> s
 def data_split(data: AuditData, *, role: str, subset: str, ids: Iterable[int] | None, count: int,
                seed: int | None) -> Any:
     """The standard's description of a refit pool drawn from the audit's data."""
-    from bnconvention.standard.models import DatasetRef, DataSplit
-
     ids_sha256 = record_ids_sha256([int(i) for i in ids]) if ids is not None else None
     dataset = DatasetRef(id=data.dataset_id, revision=data.dataset_revision)
     return DataSplit(role=role, dataset=dataset, subset=subset, record_count=count,  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from typing import Any
 from bnconvention.audit.core.result import AuditResult, ReplicateRecord
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.evaluation import Refitter
+from bnconvention.audit.run.redecide import redecide
 from bnconvention.audit.run.runner import check_data_fits, prepare_audit
 from bnconvention.audit.run.stages import check_theta_after_audit, replicate_record
 from bnconvention.audit.run.sweeps import (
@@ -24,7 +25,6 @@ from bnconvention.audit.run.sweeps import (
     cell_outcomes,
     design_counts,
     flip_counts,
-    redecide,
     replicate_key,
     sweep_qs,
     with_pool_size,

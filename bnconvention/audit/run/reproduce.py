@@ -35,21 +35,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bnconvention.audit.core.result import AuditResult
+from bnconvention.audit.measure.data import AuditData, load_audit_data
+from bnconvention.audit.run.runner import prepare_audit, run_audit
+from bnconvention.audit.spec.audit_spec import AuditSpec, parse_spec
 from bnconvention.errors import BnConventionError, ReproductionInputError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.checkpoint_files import open_checkpoint
+from bnconvention.formats.digests import checkpoint_digests
 from bnconvention.formats.text import first_validation_error, one_line
+from bnconvention.refitting.devices import Device
 from bnconvention.standard.decision_rules import REPRODUCTION_TOLERANCE
 from bnconvention.standard.models import Cell, RefitAnnotation, Verdict, parse_record, to_dict
-
-if TYPE_CHECKING:
-    from bnconvention.audit.core.result import AuditResult
-    from bnconvention.audit.measure.data import AuditData
-    from bnconvention.audit.spec.audit_spec import AuditSpec
-    from bnconvention.refitting.devices import Device
 
 TOLERANCE = REPRODUCTION_TOLERANCE
 ANNOTATION_FILE = "annotation.json"
@@ -204,8 +205,6 @@ def check_spec(annotation: RefitAnnotation, spec: AuditSpec, *, source: str) -> 
 def pinned_spec(annotation: RefitAnnotation, spec: AuditSpec) -> AuditSpec:
     """The spec with a Hub dataset pinned at the commit the annotation recorded (what was read then, not what a
     branch names now); other sources are read where the spec says."""
-    from bnconvention.audit.spec.audit_spec import parse_spec
-
     revision = annotation.convention.data.dataset.revision
     if spec.dataset.kind != "hub" or revision is None or revision == spec.dataset.revision:
         return spec
@@ -233,9 +232,6 @@ def digest_differences(annotation: RefitAnnotation, *, trainable_sha256: str, ru
 
 def check_annotated_weights(annotation: RefitAnnotation, weights: Path) -> None:
     """Refuse weights that are not the annotated tensors (their digests over the file's bytes, every shard)."""
-    from bnconvention.formats.checkpoint_files import open_checkpoint
-    from bnconvention.formats.digests import checkpoint_digests
-
     try:
         digests = checkpoint_digests(open_checkpoint(weights))
     except (OSError, BnConventionError) as exc:
@@ -275,8 +271,6 @@ def unavailable(what: str, call: Callable[[], T]) -> T:
 
 def fetch_data(annotation: RefitAnnotation, spec: AuditSpec, *, repo_dir: Path) -> AuditData:
     """The annotated pool, read as the spec defines it, checked against the annotation's dataset reference."""
-    from bnconvention.audit.measure.data import load_audit_data
-
     data = unavailable(f"the pool ({pool_name(annotation)})", lambda: load_audit_data(spec, repo_dir=repo_dir))
     check_pool(annotation, dataset_id=data.dataset_id, revision=data.dataset_revision)
     return data
@@ -287,8 +281,6 @@ def fetch_data(annotation: RefitAnnotation, spec: AuditSpec, *, repo_dir: Path) 
 
 def rerun_local(spec: AuditSpec, weights: Path, data: AuditData, *, device: Device = "cpu") -> AuditResult:
     """The audit, exactly as ``bnconvention audit`` runs it."""
-    from bnconvention.audit.run.runner import prepare_audit, run_audit
-
     return run_audit(prepare_audit(weights, spec, data=data, device=device))
 
 

@@ -23,7 +23,6 @@ checkpoint, so a census gives the same numbers in one process or in several.
 
 from __future__ import annotations
 
-# torch is imported inside the functions that use it: importing this module does not import torch.
 import time
 from collections.abc import Callable
 from pathlib import Path

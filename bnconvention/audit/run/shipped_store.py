@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from bnconvention.audit.core.files import write_json
+from bnconvention.audit.measure.data import AuditData, Split
+from bnconvention.audit.run.prepared import PreparedAudit
 from bnconvention.formats.canonical import canonical_json_bytes, canonical_sha256, loads_strict
-
-if TYPE_CHECKING:
-    from bnconvention.audit.measure.data import AuditData, Split
-    from bnconvention.audit.run.prepared import PreparedAudit
 
 SHIPPED_DIR = "shipped"
 SHIPPED_FORMAT = "bnconvention-shipped-cells/1"
@@ -33,8 +33,6 @@ __all__ = ["SHIPPED_DIR", "ShippedStore", "shipped_key", "split_digest"]
 
 
 def _split_bytes(digest: Any, split: Split) -> None:
-    import torch
-
     digest.update(canonical_json_bytes({"ids": [int(i) for i in split.ids], "role": split.role,
                                         "x_dtype": str(split.x.dtype), "x_shape": list(split.x.shape),
                                         "y_dtype": str(split.y.dtype)}))

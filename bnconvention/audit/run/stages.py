@@ -10,13 +10,16 @@ replicates) → :func:`staleness_with_band` (docs/statistics.md#staleness, again
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
 from bnconvention.audit.core.result import (
     MechanismEvidence,
@@ -36,6 +39,7 @@ from bnconvention.audit.diagnostics.recovery import recoverability_curve
 from bnconvention.audit.measure.checkpoint import LoadedCheckpoint, read_sidecar
 from bnconvention.audit.measure.data import AuditData
 from bnconvention.audit.measure.decisions import (
+    BaseCells,
     anchoring,
     audit_reporting_line,
     cell_field,
@@ -44,7 +48,6 @@ from bnconvention.audit.measure.decisions import (
     verdict,
 )
 from bnconvention.audit.measure.evaluation import (
-    BaseCells,
     Refitter,
     base_cells,
     data_split,
@@ -57,6 +60,10 @@ from bnconvention.audit.run.shipped_store import ShippedStore
 from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.authoring.declaration import default_producer, make_convention
 from bnconvention.errors import AuditSpecError, UntrustedInputError, WeightsChangedError
+from bnconvention.refitting import running_state, staleness_distance
+from bnconvention.refitting.result import RefitReport
+from bnconvention.refitting.state import LayerRunningState
+from bnconvention.standard.locations import record_from_header
 from bnconvention.standard.models import (
     SPEC_VERSION,
     Anchoring,
@@ -73,10 +80,6 @@ from bnconvention.standard.models import (
     Verdict,
 )
 from bnconvention.standard.naming import record_ids_sha256
-
-if TYPE_CHECKING:
-    from bnconvention.refitting.result import RefitReport
-    from bnconvention.refitting.state import LayerRunningState
 
 RunningState = dict[str, "LayerRunningState"]
 
@@ -137,8 +140,6 @@ def run_replicates(prepared: PreparedAudit, refitter: Refitter, *, progress: boo
                    on_replicate: Callable[[int], None] | None = None) -> Replicates:
     """Replicate ``r`` draws its pool and augmentation seed from ``SeedSequence(seed, spawn_key=(0, r))``, refits,
     evaluates and restores; φ is restored also when a replicate fails."""
-    from tqdm.auto import tqdm
-
     spec, data = prepared.spec, prepared.data
     describe_pool = retain_split_description(pool_size=spec.refit.pool_size, seed=spec.seed, data=data)
     transform = data.transform(spec.refit.transform)
@@ -183,10 +184,6 @@ def replicate_record(prepared: PreparedAudit, refitter: Refitter, r: int) -> Rep
 def _replicate(prepared: PreparedAudit, refitter: Refitter, r: int, *, transform: Any, describe_pool: str,
                keep_state: bool) -> tuple[ReplicateRecord, BaseCells, RefitReport, RunningState | None]:
     """One replicate: draw, refit, keep φ if asked, evaluate, restore."""
-    import torch
-
-    from bnconvention.refitting import running_state
-
     spec, data = prepared.spec, prepared.data
     start = time.perf_counter()
     rng = stream(spec.seed, 0, r)
@@ -217,10 +214,6 @@ def band_refit_count(spec: AuditSpec) -> int:
 def run_band_refits(prepared: PreparedAudit, refitter: Refitter) -> list[RunningState]:
     """Refits ``R .. N-1`` of the null, drawn exactly like replicates (``SeedSequence(seed, spawn_key=(0, r))``) but
     neither evaluated nor counted as replicates; φ is restored after each."""
-    import torch
-
-    from bnconvention.refitting import running_state
-
     spec, data = prepared.spec, prepared.data
     transform = data.transform(spec.refit.transform)
     states: list[RunningState] = []
@@ -292,8 +285,6 @@ def staleness_with_band(spec: AuditSpec, shipped_vs_first: Staleness, kept_state
     """Shipped φ against replicate 0's refit (``shipped_vs_first``, the refit's own staleness), decided against the
     null of ``kept_states`` (every independent retain refit: :func:`bnconvention.audit.diagnostics.band.band_null`). The
     annotation's band is the null's ``1 - level`` quantile of each distance; ``exceeds_band`` is the rank test."""
-    from bnconvention.refitting import staleness_distance
-
     if not spec.staleness:
         return StalenessOutcome(staleness=None, band_layers=None)
     if len(kept_states) < 2:
@@ -312,8 +303,6 @@ def staleness_with_band(spec: AuditSpec, shipped_vs_first: Staleness, kept_state
 
 
 def _refits_for(level: float) -> int:
-    import math
-
     return math.ceil(1 / level - 1 - 1e-9)
 
 
@@ -347,8 +336,6 @@ def run_diagnostics(prepared: PreparedAudit, refitter: Refitter, shipped: Shippe
 def mechanism_evidence(checkpoint: LoadedCheckpoint) -> MechanismEvidence:
     """What the checkpoint's stamped record and sidecar say about its buffers (:mod:`.mechanism`); an unreadable
     record or sidecar is no evidence (the checkpoint's loader already warned about it)."""
-    from bnconvention.standard.locations import record_from_header
-
     try:
         record = record_from_header(checkpoint.header, source=str(checkpoint.path))
     except UntrustedInputError:

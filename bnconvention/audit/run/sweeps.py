@@ -7,7 +7,8 @@ the number of replicates R, the cells or the criteria. So:
 
 * :func:`measurement_sha256` — the census journal key: the spec without its decision-only fields
   (:data:`DECISION_FIELDS`). A census rerun with another ``margin_pp`` or ``fdr_q`` reuses every journaled audit
-  and re-decides it (:func:`redecide`) from the stored shipped and replicate cells;
+  and re-decides it (:func:`bnconvention.audit.run.redecide.redecide`) from the stored shipped and replicate
+  cells;
 * :func:`replicate_key` and :class:`ReplicateStore` — one file per replicate under ``OUT/replicates/``, keyed by
   checkpoint, design (:data:`REPLICATE_FIELDS`, with the pool size) and index: a pool-size sweep
   (:mod:`bnconvention.audit.run.pool_sweep`) refits only the replicates no earlier run stored;
@@ -15,9 +16,8 @@ the number of replicates R, the cells or the criteria. So:
   ``sweeps.fdr_qs``, from the stored shifts alone (with the activation-scales cells' decisions at each margin when
   the census audited scales: :func:`scales_outcomes`).
 
-The activation-scales cells of a result (``AuditResult.scales``, spec ``quantization``) are re-decided with the rest:
-their recalibration shifts are stored in the scales annotation, and :func:`redecide` re-decides them at the new
-margin by the rule a fresh audit applies (:func:`bnconvention.audit.scales.stage.redecide_scales`).
+Everything here decides from stored numbers (no model, no torch): the population's readings run the margin sweep on
+a torch-free path (the HTML report).
 """
 
 from __future__ import annotations
@@ -30,12 +30,9 @@ from pydantic import ValidationError
 
 from bnconvention.audit.core.files import write_json
 from bnconvention.audit.core.result import AuditResult, ReplicateRecord
-from bnconvention.audit.diagnostics.encoder import cells_for, redecide_typed_cells
-from bnconvention.audit.measure.decisions import audit_reporting_line, decide_cell
-from bnconvention.audit.measure.evaluation import BaseCells
+from bnconvention.audit.measure.decisions import decide_cell
 from bnconvention.audit.measure.stats import by_adjust
-from bnconvention.audit.run.stages import ShippedCells, decide_cells
-from bnconvention.audit.scales.stage import redecide_scales
+from bnconvention.audit.scales.decisions import redecide_scales_cell
 from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.audit.spec.expressions import parse_cell
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
@@ -98,33 +95,6 @@ class ReplicateStore:
                 self.put(key, record)
 
 
-def redecide(result: AuditResult, spec: AuditSpec, *, replicates: Sequence[BaseCells] | None = None
-             ) -> AuditResult:
-    """The result's decisions, verdicts and reporting line under ``spec`` (another margin, say), from its stored
-    shipped cells and ``replicates`` (default: its own replicate cells), and its scales cells from their stored
-    recalibration shifts — no model, no refit."""
-    if replicates is None and result.spec_sha256 == spec.sha256():
-        return result
-    if result.shipped_base_cells is None:
-        raise ValueError(f"{result.checkpoint}: the result carries no shipped cells to re-decide from")
-    a = result.annotation
-    replicate_cells = replicates if replicates is not None else [r.base_cells for r in result.replicate_records]
-    shipped = ShippedCells(base=result.shipped_base_cells, cells={c.metric: c.shipped for c in a.cells},
-                           anchoring=a.anchoring, seconds=result.seconds_shipped_eval)
-    published = {c.metric: c.published for c in a.cells if c.published is not None}
-    decisions = decide_cells(spec, shipped, list(replicate_cells), channel=a.channel, published=published)
-    line = audit_reporting_line(spec=spec, cells=decisions.cells, signs=decisions.signs, channel=a.channel,
-                          transform_mode=a.convention.transform.mode)
-    typed = redecide_typed_cells(a, spec_cells={c.text for c in spec.cell_expressions()}, margin_pp=spec.margin_pp,
-                                 anchored=shipped.anchored, replicates=len(replicate_cells))
-    annotation = a.model_copy(update={"margin_pp": spec.margin_pp, "replicates": len(replicate_cells),
-                                      "cells": cells_for(a, [*decisions.cells, *typed]), "verdicts": decisions.verdicts,
-                                      "audit_reporting_line": line})
-    return result.model_copy(update={"annotation": annotation, "sign_tests": decisions.signs,
-                                     "scales": redecide_scales(result.scales, margin_pp=spec.margin_pp),
-                                     "spec_sha256": spec.sha256()})
-
-
 CellOutcomes = dict[str, tuple[str, float]]  # cell -> (outcome, sign-test p) of one checkpoint
 
 
@@ -181,8 +151,6 @@ def scales_outcomes(decided: Sequence[AuditResult], *, margin_pp: float) -> dict
     annotations = [r.scales.annotation for r in decided if r.scales is not None and r.scales.annotation is not None]
     if not annotations:
         return {}
-    from bnconvention.audit.scales.cells import redecide_scales_cell
-
     counts: dict[str, dict[str, int]] = {}
     for annotation in annotations:
         for cell in annotation.cells:

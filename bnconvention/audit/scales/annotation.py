@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from bnconvention.audit.scales.cells import ScalesAudit, redecide_scales_cell
+from bnconvention.audit.scales.cells import ScalesAudit
+from bnconvention.audit.scales.decisions import redecide_scales_cell
 from bnconvention.authoring.declaration import default_producer
 from bnconvention.errors import DigestMismatchError
 from bnconvention.formats.text import signed
@@ -53,7 +54,7 @@ def _reporting_line(cells: Sequence[Cell], *, observer: str, calibration: DataSp
 
 def redecide_scales_annotation(annotation: RefitAnnotation, *, margin_pp: float) -> RefitAnnotation:
     """A scales annotation's cells, margin and reporting line at ``margin_pp``, from the stored replicate shifts
-    alone (:func:`~bnconvention.audit.scales.cells.redecide_scales_cell`), validated again."""
+    alone (:func:`~bnconvention.audit.scales.decisions.redecide_scales_cell`), validated again."""
     state = annotation.refit_state
     if not isinstance(state, ActivationScalesRefit):
         raise TypeError("not a scales annotation: its refit_state is not of kind activation_scales")

@@ -16,17 +16,16 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
-from bnconvention.audit.measure.stats import decide
+from bnconvention.audit.scales.decisions import scales_decision
 from bnconvention.errors import QuantizationError
 from bnconvention.refitting.scales import ScaleSet, fake_quantized, read_scales, refit_scales
-from bnconvention.standard.models import Cell, CellDecision, SplitRole
+from bnconvention.standard.models import Cell, SplitRole
 
 SPLIT_CELLS: dict[str, SplitRole] = {"df": "forget", "dr": "retain", "dt": "test"}
-C = TypeVar("C", bound=Cell)
 
 
 @dataclass(frozen=True)
@@ -88,24 +87,11 @@ def scales_cells(model: torch.nn.Module, *, splits: Mapping[str, tuple[torch.Ten
                        trainable_sha256=runs[0].trainable_sha256, running_sha256=runs[0].running_sha256)
 
 
-def _decision(shifts: Sequence[float], *, margin_pp: float) -> CellDecision:
-    decision = decide(list(shifts), margin_pp=margin_pp)
-    return CellDecision(outcome=decision.outcome, p_value=decision.p_value, method=decision.method)
-
-
 def _cell(metric: str, role: SplitRole, shipped: float, values: list[float], *, margin_pp: float) -> Cell:
     shifts = [100.0 * (v - shipped) for v in values]
     return Cell(metric=metric, split=role, shipped=shipped, refit=math.fsum(values) / len(values),
                 shift_pp=math.fsum(shifts) / len(shifts), replicate_values=values, replicate_shifts_pp=shifts,
-                margin_pp=margin_pp, decision=_decision(shifts, margin_pp=margin_pp))
+                margin_pp=margin_pp, decision=scales_decision(shifts, margin_pp=margin_pp))
 
 
-def redecide_scales_cell(cell: C, *, margin_pp: float) -> C:
-    """``cell`` decided at ``margin_pp`` from its stored replicate shifts alone (the rule of a freshly measured
-    scales cell): what a census rerun under another margin gives without a recalibration."""
-    decision = _decision(cell.replicate_shifts_pp, margin_pp=margin_pp)
-    return cell.model_copy(update={"margin_pp": margin_pp,
-                                   "decision": type(cell.decision).model_validate(decision.model_dump())})
-
-
-__all__ = ["SPLIT_CELLS", "ScalesAudit", "quantized_accuracy", "redecide_scales_cell", "scales_cells"]
+__all__ = ["SPLIT_CELLS", "ScalesAudit", "quantized_accuracy", "scales_cells"]

@@ -29,26 +29,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import torch
 
 from bnconvention.audit.core.result import ScalesResult
-
-# torch (and the scales cells, which need it) are imported inside the functions that use them.
-from bnconvention.audit.measure.evaluation import stream
+from bnconvention.audit.measure.data import AuditData
+from bnconvention.audit.measure.evaluation import model_device, stream
+from bnconvention.audit.scales.annotation import redecide_scales_annotation, scales_annotation
+from bnconvention.audit.scales.cells import scales_cells
+from bnconvention.audit.spec.audit_spec import AuditSpec
 from bnconvention.audit.spec.scales import SCALES_STREAM
+from bnconvention.authoring.scales_sources import declares_scales_beside, read_quantized_release
 from bnconvention.errors import AuditSpecError, DigestMismatchError, QuantizationError, RecordError, UntrustedInputError
+from bnconvention.formats.digests import DigestSet
 from bnconvention.formats.text import plural
+from bnconvention.refitting.observers import prepare_static
+from bnconvention.refitting.scales import ScaleSet, observer_sites
 from bnconvention.standard.models import SCALES_FILENAME, AuditedFile, DatasetRef, DataSplit, Declaration
-
-if TYPE_CHECKING:
-    import torch
-
-    from bnconvention.audit.measure.data import AuditData
-    from bnconvention.audit.spec.audit_spec import AuditSpec
-    from bnconvention.formats.digests import DigestSet
-    from bnconvention.refitting.scales import ScaleSet
 
 
 @dataclass
@@ -64,8 +63,6 @@ class ScalesPlan:
 def ships_scales(weights: Path) -> bool:
     """Whether a checkpoint ships activation scales: declared in a place beside it, or the default file there (the
     declaration is checked later: this never raises)."""
-    from bnconvention.authoring.scales_sources import declares_scales_beside
-
     return (weights.parent / SCALES_FILENAME).is_file() or declares_scales_beside(weights)
 
 
@@ -80,10 +77,6 @@ def unaudited_warning(weights: Path) -> str | None:
 
 def check_shipped_scales(weights: Path, *, model: torch.nn.Module, digests: DigestSet) -> ScalesPlan:
     """The checked plan of a checkpoint that ships scales (see the module docstring); ``model`` is not changed."""
-    from bnconvention.authoring.scales_sources import read_quantized_release
-    from bnconvention.refitting.observers import prepare_static
-    from bnconvention.refitting.scales import observer_sites
-
     try:
         found, shipped = read_quantized_release(weights)
         declaration = found.record
@@ -125,8 +118,6 @@ def redecide_scales(scales: ScalesResult | None, *, margin_pp: float) -> ScalesR
     its cells, annotation and reporting line as a fresh audit at that margin gives them."""
     if scales is None or scales.annotation is None or scales.annotation.margin_pp == margin_pp:
         return scales
-    from bnconvention.audit.scales.annotation import redecide_scales_annotation
-
     annotation = redecide_scales_annotation(scales.annotation, margin_pp=margin_pp)
     return scales.model_copy(update={"annotation": annotation, "reason": annotation.reporting_line or ""})
 
@@ -143,12 +134,6 @@ def run_scales(spec: AuditSpec, data: AuditData, plan: ScalesPlan, *, weights: P
     :meth:`bnconvention.refitting.weights.LoadedWeights.stored_digests`): a half-precision file is audited upcast, and
     its annotation is bound by the digests of the bytes the file holds; None: the model's own tensors are the file's.
     """
-    import torch
-
-    from bnconvention.audit.measure.evaluation import model_device
-    from bnconvention.audit.scales.annotation import scales_annotation
-    from bnconvention.audit.scales.cells import scales_cells
-
     settings = spec.quantization
     if settings is None:
         raise AuditSpecError("the spec has no quantization section", field="/quantization")

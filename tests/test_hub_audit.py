@@ -71,7 +71,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory, org_repos: list[SeedRepo], zoo
                   durable=False) as server:
         seed(server, org_repos)
         config = zoo.config_path("bn-badteacher-eval").read_bytes()
-        for name in ("first", "second", "third"):
+        for name in ("first", "second", "third", "fourth"):
             server.store.commit(f"{BENCH_ORG}/{name}", files={
                 "model.safetensors": zoo.weights_path("bn-badteacher-eval").read_bytes(), "config.json": config,
                 "README.md": b"---\nlicense: mit\n---\n# A model\n"}, author="owner")
@@ -245,7 +245,8 @@ def test_rerun_opens_no_new_pull_request(audited, pushed, auditor, hub: LocalHub
 
 @pytest.fixture(scope="module")
 def bench(hub: LocalHub, auditor, tmp_path_factory: pytest.TempPathFactory):
-    """bench-org: three BatchNorm repos audited with a spec whose dataset is the Hub benchmark bench/digits."""
+    """bench-org: four BatchNorm repos audited with a spec whose dataset is the Hub benchmark bench/digits. Each test
+    below pushes a repo of its own, so that it passes alone, in any order and on any xdist worker."""
     spec = parse_spec({**SPEC, "dataset": {"kind": "digits", "dataset_id": "bench/digits"}})
     out = tmp_path_factory.mktemp("bench-out")
     journal = Journal(out / "journal.sqlite", org=BENCH_ORG, endpoint=hub.endpoint)
@@ -297,7 +298,11 @@ def test_eval_results_entry_only_for_a_hub_benchmark(bench, auditor, hub: LocalH
 
 
 def test_merged_annotation_is_not_pushed_again_after_the_repo_moved(bench, auditor, hub: LocalHub) -> None:
-    repo_id = f"{BENCH_ORG}/third"
+    repo_id = f"{BENCH_ORG}/fourth"
+    # its own pull request: it relied on the one test_eval_results_entry_only_for_a_hub_benchmark opened on
+    # bench-org/third, and failed alone or when xdist ran the two tests on different workers
+    opened = push_org(auditor, BENCH_ORG, journal=bench["journal"], repos=[repo_id])
+    assert [o.status for o in opened.outcomes] == ["opened"]
     num = _pull_requests(hub, repo_id)[0]["num"]
     hub.store.merge_pull_request(repo_id, num, author="owner")
     # main moved: the census reads it again and the audit runs again at the new commit, with the same results

@@ -33,6 +33,10 @@ from bnconvention.validation import validate_record
 
 ORG = "audit-org"
 BENCH_ORG = "bench-org"
+# copies of two audited repos, for the pull requests the validation test opens: the push tests count every
+# pull request of the audited repos, in whatever order the tests run
+VALIDATE_ORG = "validate-org"
+VALIDATE_COPIES = ("bn-undeclared-01", "bn-declared-03")
 OWNER_TOKEN = "hf_owner_secret_0a1b"
 AUDITOR_TOKEN = "hf_auditor_secret_9z8y"
 TOKEN_ENV = "BNC_TEST_AUDITOR_TOKEN"
@@ -68,11 +72,13 @@ def org_repos(zoo) -> list[SeedRepo]:
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory, org_repos: list[SeedRepo], zoo):
     with LocalHub(tmp_path_factory.mktemp("hub"), tokens={OWNER_TOKEN: "owner", AUDITOR_TOKEN: "auditor"},
-                  orgs={ORG: ["owner"], BENCH_ORG: ["owner"], "bench": ["owner"]}, page_size=40,
-                  durable=False) as server:
+                  orgs={ORG: ["owner"], BENCH_ORG: ["owner"], VALIDATE_ORG: ["owner"], "bench": ["owner"]},
+                  page_size=40, durable=False) as server:
         seed(server, org_repos)
+        seed(server, [SeedRepo(f"{VALIDATE_ORG}/{name}", r.files, r.expected, r.audited) for r in org_repos
+                      for name in VALIDATE_COPIES if r.repo_id == f"{ORG}/{name}"])
         config = zoo.config_path("bn-badteacher-eval").read_bytes()
-        for name in ("first", "second", "third"):
+        for name in ("first", "second", "third", "fourth"):
             server.store.commit(f"{BENCH_ORG}/{name}", files={
                 "model.safetensors": zoo.weights_path("bn-badteacher-eval").read_bytes(), "config.json": config,
                 "README.md": b"---\nlicense: mit\n---\n# A model\n"}, author="owner")
@@ -99,7 +105,16 @@ def audited(hub: LocalHub, auditor, spec: AuditSpec, tmp_path_factory: pytest.Te
 
 
 @pytest.fixture(scope="module")
-def pushed(audited, auditor):
+def dry_run(audited, auditor, hub: LocalHub):
+    """A dry run, and what it left on the Hub and in the journal: taken before the first push whatever test asks
+    for it first (``pushed`` needs it)."""
+    run = push_org(auditor, ORG, journal=audited["journal"], dry_run=True)
+    prs = {repo: _pull_requests(hub, f"{ORG}/{repo}") for repo in AUDITED}
+    return {"run": run, "prs": prs, "push_entries": audited["journal"].entries("push")}
+
+
+@pytest.fixture(scope="module")
+def pushed(audited, auditor, dry_run):
     """The first real push: one pull request per audited repo."""
     return push_org(auditor, ORG, journal=audited["journal"])
 
@@ -170,15 +185,15 @@ def test_audit_rerun_reuses_the_journal(audited, auditor, spec: AuditSpec) -> No
 # --- push ----------------------------------------------------------------------------------------------------------
 
 
-def test_dry_run_prints_the_changes_and_pushes_nothing(audited, auditor, hub: LocalHub) -> None:
-    dry = push_org(auditor, ORG, journal=audited["journal"], dry_run=True)
+def test_dry_run_prints_the_changes_and_pushes_nothing(dry_run) -> None:
+    dry = dry_run["run"]
     assert [o.status for o in dry.outcomes] == ["dry-run"] * 23
-    assert all(_pull_requests(hub, f"{ORG}/{repo}") == [] for repo in AUDITED)
+    assert all(dry_run["prs"][repo] == [] for repo in AUDITED)
     text = dry.plans[0].describe()
     assert text.startswith(f"{ORG}/bn-card-disagrees-01: would open a pull request on ")
     assert "  add    bnconvention/refit-" in text and "  update README.md" in text
     assert f"    +{REFIT_BLOCK_KEY}:" in text and f"    +{REFIT_SECTION_BEGIN}" in text
-    assert audited["journal"].entries("push") == []
+    assert dry_run["push_entries"] == []
 
 
 def test_push_opens_one_pull_request_per_audited_repo(audited, pushed, hub: LocalHub) -> None:
@@ -246,7 +261,8 @@ def test_rerun_opens_no_new_pull_request(audited, pushed, auditor, hub: LocalHub
 
 @pytest.fixture(scope="module")
 def bench(hub: LocalHub, auditor, tmp_path_factory: pytest.TempPathFactory):
-    """bench-org: three BatchNorm repos audited with a spec whose dataset is the Hub benchmark bench/digits."""
+    """bench-org: four BatchNorm repos audited with a spec whose dataset is the Hub benchmark bench/digits. Each test
+    below pushes a repo of its own, so that it passes alone, in any order and on any xdist worker."""
     spec = parse_spec({**SPEC, "dataset": {"kind": "digits", "dataset_id": "bench/digits"}})
     out = tmp_path_factory.mktemp("bench-out")
     journal = Journal(out / "journal.sqlite", org=BENCH_ORG, endpoint=hub.endpoint)
@@ -298,7 +314,11 @@ def test_eval_results_entry_only_for_a_hub_benchmark(bench, auditor, hub: LocalH
 
 
 def test_merged_annotation_is_not_pushed_again_after_the_repo_moved(bench, auditor, hub: LocalHub) -> None:
-    repo_id = f"{BENCH_ORG}/third"
+    repo_id = f"{BENCH_ORG}/fourth"
+    # its own pull request: it relied on the one test_eval_results_entry_only_for_a_hub_benchmark opened on
+    # bench-org/third, and failed alone or when xdist ran the two tests on different workers
+    opened = push_org(auditor, BENCH_ORG, journal=bench["journal"], repos=[repo_id])
+    assert [o.status for o in opened.outcomes] == ["opened"]
     num = _pull_requests(hub, repo_id)[0]["num"]
     hub.store.merge_pull_request(repo_id, num, author="owner")
     # main moved: the census reads it again and the audit runs again at the new commit, with the same results
@@ -328,21 +348,21 @@ def test_validate_exit_codes_on_pull_request_revisions(audited, pushed, auditor,
     from huggingface_hub import CommitOperationAdd
 
     item = _audit(audited["run"], "bn-declared-02").files[0]
-    info = owner.api.create_commit(f"{ORG}/bn-undeclared-01", [CommitOperationAdd(
+    info = owner.api.create_commit(f"{VALIDATE_ORG}/bn-undeclared-01", [CommitOperationAdd(
         path_in_repo=item.annotation_path, path_or_fileobj=annotation_text(item.result).encode())],
         commit_message="someone else's annotation", create_pr=True)
-    bad = validate_hub(auditor, f"{ORG}/bn-undeclared-01", revision=f"refs/pr/{info.pr_num}")
+    bad = validate_hub(auditor, f"{VALIDATE_ORG}/bn-undeclared-01", revision=f"refs/pr/{info.pr_num}")
     assert bad.exit_code == 1
     assert [(i.code, i.file) for i in bad.report.errors] == [
-        ("annotation.subject_mismatch", f"{ORG}/bn-undeclared-01/{item.annotation_path}")]
+        ("annotation.subject_mismatch", f"{VALIDATE_ORG}/bn-undeclared-01/{item.annotation_path}")]
     assert all("bnc-hub-validate" not in i.message and "bnc-hub-validate" not in i.file
                for i in bad.report.issues)
 
     # a pull request whose weights file is cut short: unreadable input
-    info = owner.api.create_commit(f"{ORG}/bn-declared-03", [CommitOperationAdd(
+    info = owner.api.create_commit(f"{VALIDATE_ORG}/bn-declared-03", [CommitOperationAdd(
         path_in_repo="model.safetensors", path_or_fileobj=b"\x10\x00\x00\x00\x00\x00\x00\x00{")],
         commit_message="truncated", create_pr=True)
-    broken = validate_hub(auditor, f"{ORG}/bn-declared-03", revision=f"refs/pr/{info.pr_num}")
+    broken = validate_hub(auditor, f"{VALIDATE_ORG}/bn-declared-03", revision=f"refs/pr/{info.pr_num}")
     assert broken.exit_code == 2
     assert "safetensors.truncated" in {i.code for i in broken.report.issues}
 

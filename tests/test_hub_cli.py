@@ -21,6 +21,9 @@ from bnconvention.formats.safetensors_header import read_header
 from bnconvention.hubserver import FaultRule, LocalHub
 
 ORG = "tiny"
+# the publish test's releases: an organisation of their own, so the census of ORG reads the same repos whichever
+# test ran first
+PUBLISH_ORG = "tiny-releases"
 TOKEN = "hf_cli_secret_do_not_print_3141"
 OTHER_TOKEN = "hf_bad_secret_never_valid_2718"
 SPEC = {
@@ -34,8 +37,8 @@ SPEC = {
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory, zoo):
-    with LocalHub(tmp_path_factory.mktemp("hub"), tokens={TOKEN: "alice"}, orgs={ORG: ["alice"]},
-                  durable=False) as server:
+    with LocalHub(tmp_path_factory.mktemp("hub"), tokens={TOKEN: "alice"},
+                  orgs={ORG: ["alice"], PUBLISH_ORG: ["alice"]}, durable=False) as server:
         store = server.store
         store.commit(f"{ORG}/bn", files={"model.safetensors": zoo.weights_path("bn-relabel-eval").read_bytes(),
                                          "config.json": zoo.config_path("bn-relabel-eval").read_bytes(),
@@ -195,22 +198,23 @@ def test_publish_end_to_end_then_validated_on_the_server(release: tuple[Path, Pa
                                                          tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                          caplog: pytest.LogCaptureFixture) -> None:
     folder, record = release
-    assert main(["hub", "publish", str(folder), "--repo", f"{ORG}/published", "--record", str(record), *env]) == 0
+    assert main(["hub", "publish", str(folder), "--repo", f"{PUBLISH_ORG}/published", "--record", str(record),
+                 *env]) == 0
     out = _no_token_anywhere(capsys, caplog)
     assert "model.safetensors: frozen/train/train-transform/ema-m0.1" in out
     assert "stamped: model.safetensors, README.md" in out
-    assert "server-side validation of tiny/published: passes" in out
+    assert f"server-side validation of {PUBLISH_ORG}/published: passes" in out
     weights = tmp_path / "served.safetensors"
-    weights.write_bytes(hub.store.read_file(f"{ORG}/published", "model.safetensors"))
+    weights.write_bytes(hub.store.read_file(f"{PUBLISH_ORG}/published", "model.safetensors"))
     assert "bnconvention.record" in read_header(weights).metadata
-    card = hub.store.read_file(f"{ORG}/published", "README.md").decode()
+    card = hub.store.read_file(f"{PUBLISH_ORG}/published", "README.md").decode()
     assert "bnconvention:" in card and "Unlearned with BadTeacher." in card
 
-    assert main(["hub", "validate", f"{ORG}/published", *env, "--require-declaration", "--format", "json"]) == 0
+    assert main(["hub", "validate", f"{PUBLISH_ORG}/published", *env, "--require-declaration", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
 
     # the same release again, as a pull request: nothing to stamp, the pull request revision validates
-    assert main(["hub", "publish", str(folder), "--repo", f"{ORG}/published", "--create-pr", *env,
+    assert main(["hub", "publish", str(folder), "--repo", f"{PUBLISH_ORG}/published", "--create-pr", *env,
                  "--commit-message", "republish"]) == 0
     out = capsys.readouterr().out
     assert "stamped: nothing (already stamped)" in out and "passes" in out

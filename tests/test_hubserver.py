@@ -242,8 +242,11 @@ def test_list_models_follows_link_pages(alice: HfApi, anon: HfApi, hub: LocalHub
     pages = [r for r in hub.stats if r.path == "/api/models"]
     assert len(pages) == 3 and [r.status for r in pages] == [200, 200, 200]
     assert [m.id for m in alice.list_models(author="zoo")] == expected  # alice is not in zoo: no secret
-    hub.access.add_org("zoo", ["alice"])
-    assert "zoo/secret" in [m.id for m in alice.list_models(author="zoo")]
+    # a member of zoo of this test's own (made a member, alice would stay one for the tests that run after this one)
+    hub.access.add_token("tok-zoo-member", "zoo-member")
+    hub.access.add_org("zoo", ["zoo-member"])
+    member = HfApi(endpoint=hub.endpoint, token="tok-zoo-member")
+    assert "zoo/secret" in [m.id for m in member.list_models(author="zoo")]
     hub.reset_stats()
     assert [m.id for m in anon.list_models(author="zoo", limit=5)] == expected[:5]
     assert len([r for r in hub.stats if r.path == "/api/models"]) == 2

@@ -24,13 +24,21 @@ def test_unknown_attribute_raises_attribute_error() -> None:
         raise AssertionError("expected AttributeError")
 
 
+def _run_python(code: str) -> str:
+    """``code`` run in a fresh interpreter; its stdout. ``-X faulthandler`` makes a child that dies of a signal
+    (SIGABRT, SIGSEGV) print every thread's Python stack, and a failure shows the child's stderr: a torch child that
+    died of SIGABRT on a loaded machine once left nothing but its exit status to read."""
+    out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, f"the child exited with status {out.returncode}; its stderr:\n{out.stderr}"
+    return out.stdout
+
+
 def test_import_and_validator_do_not_import_torch() -> None:
     code = (
         "import sys, bnconvention; bnconvention.validate_record; bnconvention.stamp_file; "
         "print('torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert _run_python(code).strip() == "False"
 
 
 @pytest.mark.parametrize("first", ["bnconvention.refitting.exact", "bnconvention.refitting",
@@ -47,8 +55,7 @@ def test_refit_is_the_function_whatever_was_imported_first(first: str) -> None:
         "model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2)).eval()\n"
         "print(type(refit(model, [torch.ones(4, 1, 5, 5)])).__name__)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "RefitReport"
+    assert _run_python(code).strip() == "RefitReport"
 
 
 def test_hub_run_census_is_a_deprecated_alias_of_census_org() -> None:

@@ -61,6 +61,7 @@ from bnconvention.audit.spec.rules import RuleMatch, check_rules
 from bnconvention.audit.spec.scales import QuantizationSpec
 from bnconvention.errors import AuditSpecError, UntrustedInputError
 from bnconvention.formats.canonical import canonical_sha256, loads_strict
+from bnconvention.formats.card import load_yaml_strict
 from bnconvention.formats.model_index import BASE_CELL_METRICS
 from bnconvention.standard.models import AccumulationRule, TransformMode
 from bnconvention.standard.schema import committed_text, model_schema
@@ -477,8 +478,6 @@ def _resolve_rule_paths(spec: AuditSpec, base_dir: Path) -> AuditSpec:
 
 def load_spec(path: str | Path, *, replicates: int | None = None) -> AuditSpec:
     """Read a spec from a ``.yaml``/``.yml`` or ``.json`` file; ``replicates`` overrides the file's R."""
-    from bnconvention.formats.card import load_yaml_strict
-
     path = Path(path)
     try:
         data = path.read_bytes()

@@ -48,11 +48,11 @@ def test_margin_and_q_are_not_part_of_the_measurement_key():
 
 def test_margin_sweep_recounts_from_stored_shifts():
     results = [fake_result(f"m{i}", [1.3, 1.9] * 5) for i in range(3)] + [fake_result("s", [0.0] * 10)]
-    rows = {row["margin_pp"]: row["cells"]["df"] for row in margin_sweep(results, _spec())}
+    rows = {row.margin_pp: row.cells["df"] for row in margin_sweep(results, _spec())}
     assert sorted(rows) == [1.0, 1.2, 1.5, 2.0]
-    assert rows[1.2]["displaced"] == 3 and rows[1.2]["displaced_by"]["0.05"] == 3
-    assert rows[1.5]["displaced"] == 0 and rows[1.5]["undetermined"] == 3 and rows[1.5]["equivalent"] == 1
-    assert rows[2.0]["equivalent"] == 4  # mean 1.6 pp, 90 % interval inside +-2 pp
+    assert rows[1.2].displaced == 3 and rows[1.2].displaced_by["0.05"] == 3
+    assert rows[1.5].displaced == 0 and rows[1.5].undetermined == 3 and rows[1.5].equivalent == 1
+    assert rows[2.0].equivalent == 4  # mean 1.6 pp, 90 % interval inside +-2 pp
 
 
 def test_controls_are_outside_the_benjamini_yekutieli_family():

@@ -78,7 +78,6 @@ from bnconvention.audit.population.model import (
     PreregistrationSection,
     Timing,
 )
-from bnconvention.audit.population.model_sections import PoolSizeRow
 from bnconvention.audit.population.scales_report import scales_census_markdown
 from bnconvention.audit.population.summary import (  # re-exported: the census's public summary
     CHECKPOINTS_DIR,
@@ -390,7 +389,7 @@ def run_census(paths: Iterable[str | Path], spec: AuditSpec, out_dir: str | Path
              for item in items if item.name in decided]
     pool_sizes, sweep_refits = pool_size_sweep(swept, spec, store, data=data)
     summary = summarize(ordered, names, spec, run=CensusRun(
-        pool_sizes=[PoolSizeRow.model_validate(row) for row in pool_sizes], margin_source=plan.margin_source,
+        pool_sizes=pool_sizes, margin_source=plan.margin_source,
         margin_derivation=(None if plan.margin_derivation is None
                            else MarginDerivation.model_validate(plan.margin_derivation)),
         preregistration=PreregistrationSection.model_validate(census_section(record, amendments)),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bnconvention.audit.population.model_base import Section
+from bnconvention.audit.core.section import Section
 from bnconvention.audit.population.model_readings import Readings
 from bnconvention.audit.population.model_rows import CheckpointRow, StalenessReading
 from bnconvention.audit.population.model_sections import (

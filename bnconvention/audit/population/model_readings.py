@@ -3,7 +3,7 @@ recoverability curve and each checkpoint's mechanism, each a closed part of :cla
 
 from __future__ import annotations
 
-from bnconvention.audit.population.model_base import Section
+from bnconvention.audit.core.section import Section
 
 
 class AnchoringReading(Section):

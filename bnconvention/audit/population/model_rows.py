@@ -3,7 +3,7 @@ encoder and scales columns when the spec asked for them, its place in the popula
 
 from __future__ import annotations
 
-from bnconvention.audit.population.model_base import Section
+from bnconvention.audit.core.section import Section
 from bnconvention.audit.population.model_readings import MechanismRow
 from bnconvention.standard.diagnostics import Interval
 

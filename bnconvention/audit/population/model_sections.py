@@ -4,7 +4,8 @@ counts, each a closed part of :class:`.model.CensusResult`."""
 
 from __future__ import annotations
 
-from bnconvention.audit.population.model_base import Section
+from bnconvention.audit.core.section import Section
+from bnconvention.audit.run.sweeps import MarginRow, PoolSizeRow
 
 
 class Operand(Section):
@@ -81,34 +82,6 @@ class Controls(Section):
     as_expected: int
     rows: list[ControlRow]
     background: Background
-
-
-class SweepCell(Section):
-    """One cell's decisions in one row of a sweep, displaced after BY at each swept q (keyed by q)."""
-
-    displaced: int
-    equivalent: int
-    undetermined: int
-    displaced_by: dict[str, int]
-
-
-class MarginRow(Section):
-    """The census re-decided at one margin: decisions per cell, flips per criterion, the scales cells if any."""
-
-    optional = frozenset({"scales"})
-    margin_pp: float
-    cells: dict[str, SweepCell]
-    flips: dict[str, int]
-    scales: dict[str, dict[str, int]] | None = None
-
-
-class PoolSizeRow(Section):
-    """The census re-decided at one refit pool size: the refits the sweep added, decisions per cell, flips."""
-
-    pool_size: int
-    refits_added: int
-    cells: dict[str, SweepCell]
-    flips: dict[str, int]
 
 
 class Sweeps(Section):
@@ -255,5 +228,5 @@ class ScalesCounts(Section):
 
 __all__ = ["Background", "BackgroundRate", "BudgetCell", "BudgetCounts", "ControlCell", "ControlRow", "Controls",
            "DetectionFloor", "Families", "FamilyCell", "FamilyRow", "FlipTally", "LedgerRow", "MarginRow", "Operand",
-           "PlantedRow", "PoolSizeRow", "RecalibrationBudget", "ScalesCounts", "SweepCell", "Sweeps", "TwinGaps",
+           "PlantedRow", "RecalibrationBudget", "ScalesCounts", "Sweeps", "TwinGaps",
            "TwinLevel", "TwinPair"]

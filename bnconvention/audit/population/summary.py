@@ -43,10 +43,11 @@ from bnconvention.audit.population.model_rows import (
     PopulationPlace,
     StalenessReading,
 )
-from bnconvention.audit.population.model_sections import Families, PoolSizeRow, TwinGaps
+from bnconvention.audit.population.model_sections import Families, TwinGaps
 from bnconvention.audit.population.readings import census_readings
 from bnconvention.audit.population.scales_report import scales_counts, scales_row
 from bnconvention.audit.population.sections import census_sweeps
+from bnconvention.audit.run.sweeps import PoolSizeRow
 from bnconvention.audit.spec.audit_spec import AuditSpec
 
 CHECKPOINTS_DIR = "checkpoints"

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 from bnconvention.audit.population.ledger import counted_as
 from bnconvention.audit.population.model import CensusResult
-from bnconvention.audit.population.model_sections import LedgerRow, MarginRow, PoolSizeRow
+from bnconvention.audit.population.model_sections import LedgerRow
 from bnconvention.audit.population.story import floor_reading
+from bnconvention.audit.run.sweeps import MarginRow, PoolSizeRow
 from bnconvention.formats.text import markdown_table, signed
 
 

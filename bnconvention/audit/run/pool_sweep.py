@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bnconvention.audit.core.result import AuditResult, ReplicateRecord
 from bnconvention.audit.measure.data import AuditData
@@ -21,6 +20,7 @@ from bnconvention.audit.run.redecide import redecide
 from bnconvention.audit.run.runner import check_data_fits, prepare_audit
 from bnconvention.audit.run.stages import check_theta_after_audit, replicate_record
 from bnconvention.audit.run.sweeps import (
+    PoolSizeRow,
     ReplicateStore,
     cell_outcomes,
     design_counts,
@@ -73,12 +73,12 @@ def stored_replicates(checkpoint: SweepCheckpoint, spec: AuditSpec, store: Repli
 
 
 def pool_size_sweep(checkpoints: Sequence[SweepCheckpoint], spec: AuditSpec, store: ReplicateStore, *,
-                    data: AuditData) -> tuple[list[dict[str, Any]], int]:
+                    data: AuditData) -> tuple[list[PoolSizeRow], int]:
     """One row per pool size (counts at the spec's margin, displaced after BY at each swept q) and the refits the
     sweep ran; no rows when the spec sweeps no pool size."""
     if not spec.sweeps.pool_sizes:
         return [], 0
-    rows: list[dict[str, Any]] = []
+    rows: list[PoolSizeRow] = []
     total = 0
     for size in sorted({*spec.sweeps.pool_sizes, spec.refit.pool_size}):
         at = with_pool_size(spec, size)
@@ -89,7 +89,6 @@ def pool_size_sweep(checkpoints: Sequence[SweepCheckpoint], spec: AuditSpec, sto
             added += ran
             decided.append(redecide(checkpoint.result, at, replicates=[r.base_cells for r in records]))
         total += added
-        counts = design_counts([cell_outcomes(r, at) for r in decided], flip_counts(decided, at),
-                               fdr_qs=sweep_qs(spec))
-        rows.append({"pool_size": size, "refits_added": added, **counts})
+        cells = design_counts([cell_outcomes(r, at) for r in decided], fdr_qs=sweep_qs(spec))
+        rows.append(PoolSizeRow(pool_size=size, refits_added=added, cells=cells, flips=flip_counts(decided, at)))
     return rows, total

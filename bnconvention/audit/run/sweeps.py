@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from bnconvention.audit.core.files import write_json
 from bnconvention.audit.core.result import AuditResult, ReplicateRecord
+from bnconvention.audit.core.section import Section
 from bnconvention.audit.measure.decisions import decide_cell
 from bnconvention.audit.measure.stats import by_adjust
 from bnconvention.audit.scales.decisions import redecide_scales_cell
@@ -44,6 +45,34 @@ REPLICATE_FIELDS = ("dataset", "splits", "transform", "model", "refit", "seed", 
 REPLICATES_DIR = "replicates"
 REPLICATE_FORMAT = "bnconvention-replicate/1"
 OUTCOMES = ("displaced", "equivalent", "undetermined")
+
+
+class SweepCell(Section):
+    """One cell's decisions in one row of a sweep, displaced after BY at each swept q (keyed by q)."""
+
+    displaced: int
+    equivalent: int
+    undetermined: int
+    displaced_by: dict[str, int]
+
+
+class MarginRow(Section):
+    """The census re-decided at one margin: decisions per cell, flips per criterion, the scales cells if any."""
+
+    optional = frozenset({"scales"})
+    margin_pp: float
+    cells: dict[str, SweepCell]
+    flips: dict[str, int]
+    scales: dict[str, dict[str, int]] | None = None
+
+
+class PoolSizeRow(Section):
+    """The census re-decided at one refit pool size: the refits the sweep added, decisions per cell, flips."""
+
+    pool_size: int
+    refits_added: int
+    cells: dict[str, SweepCell]
+    flips: dict[str, int]
 
 
 def measurement_sha256(spec: AuditSpec) -> str:
@@ -110,20 +139,18 @@ def cell_outcomes(result: AuditResult, spec: AuditSpec) -> CellOutcomes:
     return outcomes
 
 
-def design_counts(outcomes: Sequence[CellOutcomes], flips: Mapping[str, int], *,
-                  fdr_qs: Sequence[float]) -> dict[str, Any]:
-    """Decisions per cell over one family of decided checkpoints (displaced after BY at each q) and the flips
-    per criterion: one row of a sweep."""
-    cells: dict[str, Any] = {}
+def design_counts(outcomes: Sequence[CellOutcomes], *, fdr_qs: Sequence[float]) -> dict[str, SweepCell]:
+    """Decisions per cell over one family of decided checkpoints, displaced after BY at each q: the cells of one row
+    of a sweep."""
+    cells: dict[str, SweepCell] = {}
     for metric in (outcomes[0] if outcomes else {}):
         decided = [o[metric] for o in outcomes]
         adjusted = by_adjust([p for _, p in decided])
-        counts: dict[str, Any] = {outcome: sum(d == outcome for d, _ in decided) for outcome in OUTCOMES}
-        counts["displaced_by"] = {_q_key(q): sum(d == "displaced" and p <= q
-                                                 for (d, _), p in zip(decided, adjusted, strict=True))
-                                  for q in fdr_qs}
-        cells[metric] = counts
-    return {"cells": cells, "flips": dict(flips)}
+        counts = {outcome: sum(d == outcome for d, _ in decided) for outcome in OUTCOMES}
+        cells[metric] = SweepCell(**counts, displaced_by={
+            _q_key(q): sum(d == "displaced" and p <= q for (d, _), p in zip(decided, adjusted, strict=True))
+            for q in fdr_qs})
+    return cells
 
 
 def flip_counts(results: Sequence[AuditResult], spec: AuditSpec) -> dict[str, int]:
@@ -132,15 +159,15 @@ def flip_counts(results: Sequence[AuditResult], spec: AuditSpec) -> dict[str, in
             for c in spec.criterion_expressions()}
 
 
-def margin_sweep(decided: Sequence[AuditResult], spec: AuditSpec) -> list[dict[str, Any]]:
+def margin_sweep(decided: Sequence[AuditResult], spec: AuditSpec) -> list[MarginRow]:
     """The census counts at each margin of the sweep (and the spec's own), re-decided from stored shifts."""
     flips = flip_counts(decided, spec)
     rows = []
     for margin in sorted({*spec.sweeps.margins_pp, spec.margin_pp}):
         at = spec.model_copy(update={"margin_pp": margin})
-        row = design_counts([cell_outcomes(r, at) for r in decided], flips, fdr_qs=sweep_qs(spec))
-        scales = scales_outcomes(decided, margin_pp=margin)
-        rows.append({"margin_pp": margin, **row, **({"scales": scales} if scales else {})})
+        cells = design_counts([cell_outcomes(r, at) for r in decided], fdr_qs=sweep_qs(spec))
+        rows.append(MarginRow(margin_pp=margin, cells=cells, flips=flips,
+                              scales=scales_outcomes(decided, margin_pp=margin) or None))
     return rows
 
 

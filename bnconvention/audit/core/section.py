@@ -1,4 +1,5 @@
-"""The base of every part of the census model (:mod:`.model`): closed, frozen, optional keys left out when absent."""
+"""The base of every part of the census model (:mod:`bnconvention.audit.population.model`) and of the sweep rows the
+census is recounted into (:mod:`bnconvention.audit.run.sweeps`): closed, frozen, optional keys left out when absent."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from bnconvention.formats.canonical import loads_strict
 from bnconvention.formats.text import one_line
 from bnconvention.hubserver.auth import AccessControl, forbidden, unauthorized
 from bnconvention.hubserver.errors import HubRequestError
+from bnconvention.hubserver.records import RepoState
 from bnconvention.hubserver.repos import Commit
 from bnconvention.hubserver.routes import Route
 from bnconvention.hubserver.storage import HubStore
@@ -188,7 +189,7 @@ def require_user(request: HubRequest) -> str:
     return request.user
 
 
-def readable_state(context: HubContext, request: HubRequest) -> dict[str, Any]:
+def readable_state(context: HubContext, request: HubRequest) -> RepoState:
     """The route's repo state; a private repo the user may not read is reported as missing, as on the Hub."""
     state = context.store.repo_state(request.repo_id, repo_type=request.repo_type)
     if state["private"] and not context.access.can_write(request.user, request.repo_id.split("/")[0]):

@@ -27,6 +27,7 @@ from bnconvention.hubserver.payloads import (
     repo_payload,
     tree_entry,
 )
+from bnconvention.hubserver.records import RepoState
 from bnconvention.hubserver.repos import Commit
 from bnconvention.hubserver.trees import is_folder, list_folder
 from bnconvention.hubserver.validation import bad_request, check_file_path
@@ -58,7 +59,7 @@ def list_repos(context: HubContext, request: HubRequest) -> HubResponse:
     search = (request.param("search") or "").lower()
     filters = request.params("filter")
 
-    chosen: list[tuple[dict[str, Any], Commit]] = []
+    chosen: list[tuple[RepoState, Commit]] = []
     for state in context.store.list_repo_states(repo_type):
         namespace = state["id"].split("/")[0]
         if author is not None and namespace.lower() != author.lower():
@@ -69,12 +70,12 @@ def list_repos(context: HubContext, request: HubRequest) -> HubResponse:
             continue
         commit = context.store.get_commit(state["id"], state["branches"]["main"], repo_type=repo_type)
         if filters:
-            tags = set(repo_payload(context, state, commit, fields=["tags"]).get("tags", []))
-            if not set(filters) <= tags:
+            tags = repo_payload(context, state, commit, fields=["tags"]).get("tags")
+            if not set(filters) <= set(tags if isinstance(tags, list) else []):
                 continue
         chosen.append((state, commit))
     if sort and sort != "id":
-        def key(item: tuple[dict[str, Any], Commit]) -> str:
+        def key(item: tuple[RepoState, Commit]) -> str:
             return item[1].date if sort == "lastModified" else item[0]["createdAt"] if sort == "createdAt" else ""
         chosen.sort(key=key, reverse=True)  # stable: equal keys keep id order
 

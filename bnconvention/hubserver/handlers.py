@@ -55,7 +55,7 @@ class HubContext:
     max_body_bytes: int = 512 * 1024 * 1024
     lfs_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     _cache_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _caches: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _caches: dict[str, dict[str, object]] = field(default_factory=dict, repr=False)
 
     def cached(self, kind: str, key: str, compute: Callable[[], Any]) -> Any:
         """Memoise a pure function of immutable content (card metadata, safetensors counts by blob sha256)."""

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any
 
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import (
     HubContext,
@@ -43,12 +43,12 @@ def _require_lfs(context: HubContext) -> None:
                               "it with lfs=True for LFS uploads", status=404, code="LfsNotEnabled")
 
 
-def _object_error(oid: Any, size: Any, code: int, message: str) -> dict[str, Any]:
+def _object_error(oid: JsonValue, size: JsonValue, code: int, message: str) -> JsonObject:
     return {"oid": str(oid), "size": size if isinstance(size, int) and not isinstance(size, bool) else 0,
             "error": {"code": code, "message": message}}
 
 
-def _batch_object(context: HubContext, request: HubRequest, item: Any) -> dict[str, Any]:
+def _batch_object(context: HubContext, request: HubRequest, item: JsonValue) -> JsonObject:
     """One object's answer: no actions when the store holds it, upload + verify actions otherwise, or an error."""
     if not isinstance(item, dict):
         return _object_error("", 0, 422, "each object must be {\"oid\": <sha256 hex>, \"size\": <bytes>}")

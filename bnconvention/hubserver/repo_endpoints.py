@@ -4,9 +4,9 @@ plus branch and tag creation (they only move refs)."""
 from __future__ import annotations
 
 import mimetypes
-from typing import Any
 from urllib.parse import parse_qs
 
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import (
     HubContext,
@@ -171,7 +171,7 @@ def resolve_file(context: HubContext, request: HubRequest) -> HubResponse:
 def refs(context: HubContext, request: HubRequest) -> HubResponse:
     state = readable_state(context, request)
     branches = sorted(state["branches"].items(), key=lambda item: (item[0] != "main", item[0]))
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "branches": [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": oid} for n, oid in branches],
         "tags": [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": t["oid"]}
                  for n, t in sorted(state["tags"].items())],

@@ -62,7 +62,7 @@ def create_discussion(context: HubContext, request: HubRequest) -> HubResponse:
     pull_request = body.get("pullRequest", False)
     if not isinstance(description, str) or not isinstance(pull_request, bool):
         raise bad_request("description must be a string and pullRequest a boolean")
-    num = context.store.create_discussion(request.repo_id, title=body.get("title"),
+    num = context.store.create_discussion(request.repo_id, title=body.get("title"),  # type: ignore[arg-type]
                                           description=description, author=user, pull_request=pull_request,
                                           repo_type=request.repo_type)
     return json_response({"num": num, "pullRequest": pull_request,

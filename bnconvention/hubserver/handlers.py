@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlencode
 
 from bnconvention.errors import JSONInputError
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.formats.text import one_line
 from bnconvention.hubserver.auth import AccessControl, forbidden, unauthorized
 from bnconvention.hubserver.errors import HubRequestError
@@ -128,19 +129,19 @@ class HubRequest:
             raise bad_request(f"query parameter {name}={number} is out of range")
         return number
 
-    def json_body(self, *, optional: bool = False, expect: type = dict) -> Any:
+    def json_body(self, *, optional: bool = False) -> JsonObject:
         """The body as strict JSON (400 when malformed or of the wrong top-level type); ``{}`` for an empty body
         when ``optional``."""
         if not self.body.strip():
             if optional:
-                return expect()
+                return {}
             raise bad_request(f"{self.method} {self.raw_path} needs a JSON body")
         try:
             value = loads_strict(self.body, source=f"{self.method} {self.raw_path} body")
         except JSONInputError as exc:
             raise bad_request(str(exc)) from exc
-        if not isinstance(value, expect):
-            raise bad_request(f"the JSON body must be a {expect.__name__}, found {type(value).__name__}")
+        if not isinstance(value, dict):
+            raise bad_request(f"the JSON body must be a dict, found {type(value).__name__}")
         return value
 
     def next_link(self, **changes: object) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import mimetypes
 from urllib.parse import parse_qs
 
-from bnconvention.formats.json_types import JsonObject
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import (
     HubContext,
@@ -30,7 +30,7 @@ from bnconvention.hubserver.payloads import (
 from bnconvention.hubserver.records import RepoState
 from bnconvention.hubserver.repos import Commit
 from bnconvention.hubserver.trees import is_folder, list_folder
-from bnconvention.hubserver.validation import bad_request, check_file_path
+from bnconvention.hubserver.validation import bad_request, check_file_path, check_ref_name
 from bnconvention.hubserver.wire import parse_range
 
 SORT_KEYS = ("lastModified", "createdAt", "downloads", "likes", "trendingScore", "id")
@@ -125,6 +125,7 @@ def tree(context: HubContext, request: HubRequest) -> HubResponse:
 def paths_info(context: HubContext, request: HubRequest) -> HubResponse:
     readable_state(context, request)
     content_type = request.headers.get("Content-Type", "")
+    paths: JsonValue | list[str]
     if "json" in content_type:
         paths = request.json_body().get("paths", [])
     else:
@@ -217,7 +218,8 @@ def create_tag(context: HubContext, request: HubRequest) -> HubResponse:
     message = body.get("message", "")
     if not isinstance(message, str):
         raise bad_request("message must be a string")
-    context.store.create_tag(request.repo_id, body.get("tag"), revision=request.revision, message=message,
+    tag = check_ref_name(body.get("tag"), what="tag")
+    context.store.create_tag(request.repo_id, tag, revision=request.revision, message=message,
                              repo_type=request.repo_type)
     return json_response({})
 

@@ -19,7 +19,8 @@ from huggingface_hub import CommitOperationAdd, CommitOperationCopy, HfApi
 from huggingface_hub.errors import BadRequestError, HfHubHTTPError
 
 from bnconvention.hubserver import LocalHub
-from bnconvention.hubserver.lfs import LFS_MIN_SIZE
+from bnconvention.hubserver.lfs import LFS_MIN_SIZE, UPLOAD_URL_LIFETIME_S
+from bnconvention.hubserver.lfs_endpoints import LfsObjectAnswer
 from bnconvention.hubserver.trees import lfs_pointer
 from bnconvention.hubserver.wire import git_blob_sha1
 
@@ -273,3 +274,14 @@ def test_the_cli_serves_lfs_when_asked(tmp_path: Path) -> None:
             process.kill()
             process.communicate()
     assert process.returncode == 0
+
+
+def test_batch_object_answers_keep_the_wire_shape() -> None:
+    assert LfsObjectAnswer(oid="a" * 64, size=3).to_json() == {"oid": "a" * 64, "size": 3}
+    assert LfsObjectAnswer(oid="x", size=0, error=(422, "bad oid")).to_json() == {
+        "oid": "x", "size": 0, "error": {"code": 422, "message": "bad oid"}}
+    answer = LfsObjectAnswer(oid="a" * 64, size=3, upload_href="u", verify_href="v").to_json()
+    assert json.dumps(answer) == json.dumps({
+        "oid": "a" * 64, "size": 3, "authenticated": True,
+        "actions": {"upload": {"href": "u", "expires_in": UPLOAD_URL_LIFETIME_S},
+                    "verify": {"href": "v", "expires_in": UPLOAD_URL_LIFETIME_S}}})

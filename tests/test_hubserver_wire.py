@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.hubserver import FaultRule, LocalHub
+from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.wire import git_blob_sha1
+from bnconvention.hubserver.write_endpoints import CommitHeader, PreuploadFile
 
 TOKEN = "tok-alice"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -347,6 +350,16 @@ BAD_REQUESTS = [
                  id="commit-empty-summary"),
     pytest.param("POST", "/api/models/alice/files/commit/v1.0", _ndjson(HEADER, _file("x.txt")), 404,
                  id="commit-unknown-branch"),
+    pytest.param("POST", "/api/models/alice/files/commit/main",
+                 _ndjson({"key": "header", "value": {"summary": 3}}, _file("x.txt")), 400,
+                 id="commit-summary-not-a-string"),
+    pytest.param("POST", "/api/models/alice/files/commit/main",
+                 _ndjson({"key": "header", "value": {"summary": "s", "parentCommit": ["a"]}}, _file("x.txt")), 400,
+                 id="commit-parent-not-a-string"),
+    pytest.param("POST", "/api/models/alice/files/preupload/main", b'{"files": ["a.txt"]}', 400,
+                 id="preupload-file-not-an-object"),
+    pytest.param("POST", "/api/models/alice/files/preupload/main", b'{"files": [{"path": "a.txt", "size": -1}]}',
+                 400, id="preupload-negative-size"),
     pytest.param("POST", "/api/models/alice/files/preupload/main", b'{"files": [{"path": "../x", "size": 1}]}',
                  400, id="preupload-traversal"),
     pytest.param("POST", "/api/models/alice/files/discussions", b'{"title": "x"}', 400,
@@ -362,6 +375,38 @@ BAD_REQUESTS = [
     pytest.param("DELETE", "/api/models/alice/files", None, 405, id="wrong-method"),
     pytest.param("GET", "/api/unknown-endpoint", None, 404, id="unknown-route"),
 ]
+
+
+@pytest.mark.parametrize("header", [{}, {"summary": 3}, {"summary": "s", "description": 1},
+                                    {"summary": "s", "parentCommit": ["abcde"]}, {"summary": None}])
+def test_commit_header_parser_rejects_missing_or_non_string_fields(header: JsonObject) -> None:
+    with pytest.raises(HubRequestError, match="the commit header needs a string summary") as caught:
+        CommitHeader.parse(header)
+    assert caught.value.status == 400
+
+
+def test_commit_header_parser_reads_the_wire_names() -> None:
+    header = CommitHeader.parse({"summary": "s", "description": None, "parentCommit": "abcde", "extra": 1})
+    assert (header.summary, header.description, header.parent_commit) == ("s", None, "abcde")
+    assert CommitHeader.parse({"summary": "s", "parent_commit": "abcde"}).parent_commit is None
+
+
+@pytest.mark.parametrize("item, message", [
+    pytest.param("a.txt", r"files\[2\] must be an object", id="not-an-object"),
+    pytest.param({"path": "a.txt"}, r"files\[2\]\.size must be a non-negative integer, found None", id="no-size"),
+    pytest.param({"path": "a.txt", "size": True}, r"found True", id="bool-size"),
+    pytest.param({"path": "a.txt", "size": 1, "sample": "!!"}, r"files\[2\]\.sample is not base64", id="bad-sample"),
+])
+def test_preupload_file_parser_names_the_bad_field(item: JsonValue, message: str) -> None:
+    with pytest.raises(HubRequestError, match=message) as caught:
+        PreuploadFile.parse(item, 2, with_sample=True)
+    assert caught.value.status == 400
+
+
+def test_preupload_sample_is_decoded_only_when_asked() -> None:
+    item: JsonValue = {"path": "a.txt", "size": 1, "sample": "!!"}
+    assert PreuploadFile.parse(item, 0, with_sample=False) == PreuploadFile(path="a.txt", size=1, sample=b"")
+    assert PreuploadFile.parse({"path": "a.txt", "size": 2, "sample": "aGk="}, 0, with_sample=True).sample == b"hi"
 
 
 @pytest.mark.parametrize("method, path, body, status", BAD_REQUESTS)

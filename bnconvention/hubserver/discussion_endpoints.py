@@ -4,8 +4,7 @@ title; only writers merge."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.hubserver.auth import forbidden
 from bnconvention.hubserver.handlers import (
     HubContext,
@@ -63,7 +62,7 @@ def create_discussion(context: HubContext, request: HubRequest) -> HubResponse:
     pull_request = body.get("pullRequest", False)
     if not isinstance(description, str) or not isinstance(pull_request, bool):
         raise bad_request("description must be a string and pullRequest a boolean")
-    num = context.store.create_discussion(request.repo_id, title=body.get("title"),
+    num = context.store.create_discussion(request.repo_id, title=body.get("title"),  # type: ignore[arg-type]
                                           description=description, author=user, pull_request=pull_request,
                                           repo_type=request.repo_type)
     return json_response({"num": num, "pullRequest": pull_request,
@@ -88,7 +87,7 @@ def discussion_action(context: HubContext, request: HubRequest) -> HubResponse:
     user = require_user(request)
     num = _num(request)
     action = request.route.action if request.route else None
-    body: dict[str, Any] = request.json_body(optional=True)
+    body: JsonObject = request.json_body(optional=True)
     store, repo_id, repo_type = context.store, request.repo_id, request.repo_type
     if action == "comment":
         event = store.comment_discussion(repo_id, num, comment=body.get("comment"),  # type: ignore[arg-type]
@@ -96,8 +95,10 @@ def discussion_action(context: HubContext, request: HubRequest) -> HubResponse:
         return json_response({"newMessage": event_payload(event)})
     if action == "status":
         _check_owner_or_author(context, request, user, what="change the status of")
+        comment = body.get("comment")
         event = store.change_discussion_status(repo_id, num, status=body.get("status"),  # type: ignore[arg-type]
-                                               author=user, comment=body.get("comment"), repo_type=repo_type)
+                                               author=user, comment=None if comment is None else str(comment),
+                                               repo_type=repo_type)
         return json_response({"newStatus": event_payload(event)})
     if action == "title":
         _check_owner_or_author(context, request, user, what="rename")

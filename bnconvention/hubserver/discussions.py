@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import copy
 import html
-from typing import Any
 
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.hubserver.errors import HubRequestError
+from bnconvention.hubserver.records import DiscussionEvent, DiscussionRecord, DiscussionStatus, EventType, RepoState
 from bnconvention.hubserver.repos import Commit, RepoDatabase, RepoKey, find_discussion, repo_key
 from bnconvention.hubserver.trees import Tree, check_tree, three_way_merge
 from bnconvention.hubserver.validation import bad_request
@@ -48,7 +49,7 @@ def _check_text(text: object, *, what: str) -> str:
     return text
 
 
-def _discussion(state: dict[str, Any], num: int) -> dict[str, Any]:
+def _discussion(state: RepoState, num: int) -> DiscussionRecord:
     discussion = find_discussion(state, num) if isinstance(num, int) else None
     if discussion is None:
         raise _not_found(state["id"], num)
@@ -67,41 +68,42 @@ class DiscussionStore:
 
     # --- events ----------------------------------------------------------------------------------------------------
 
-    def _event(self, key: RepoKey, discussion: dict[str, Any], kind: str, author: str,
-               data: dict[str, Any]) -> dict[str, Any]:
+    def _event(self, key: RepoKey, discussion: DiscussionRecord, kind: EventType, author: str,
+               data: JsonObject) -> DiscussionEvent:
         index = len(discussion["events"])
-        event = {"id": sha1_hex(f"{key[0]}/{key[1]}#{discussion['num']}/{index}".encode())[:24], "type": kind,
-                 "createdAt": format_date(self._db.clock()), "author": author, "data": data}
+        event: DiscussionEvent = {
+            "id": sha1_hex(f"{key[0]}/{key[1]}#{discussion['num']}/{index}".encode())[:24], "type": kind,
+            "createdAt": format_date(self._db.clock()), "author": author, "data": data}
         discussion["events"].append(event)
         return event
 
-    def _comment_event(self, key: RepoKey, discussion: dict[str, Any], author: str,
-                       text: str) -> dict[str, Any]:
+    def _comment_event(self, key: RepoKey, discussion: DiscussionRecord, author: str,
+                       text: str) -> DiscussionEvent:
         now = format_date(self._db.clock())
         return self._event(key, discussion, "comment", author, {
             "edited": False, "hidden": False, "numEdits": 0,
             "latest": {"raw": text, "html": f"<p>{html.escape(text)}</p>", "updatedAt": now, "author": author},
         })
 
-    def _new_discussion(self, state: dict[str, Any], *, title: str, author: str, pull_request: bool,
-                        status: str) -> dict[str, Any]:
+    def _new_discussion(self, state: RepoState, *, title: str, author: str, pull_request: bool,
+                        status: DiscussionStatus) -> DiscussionRecord:
         num = max((d["num"] for d in state["discussions"]), default=0) + 1
-        discussion: dict[str, Any] = {"num": num, "title": title, "status": status, "isPullRequest": pull_request,
-                                      "author": author, "createdAt": format_date(self._db.clock()), "events": []}
+        discussion: DiscussionRecord = {"num": num, "title": title, "status": status, "isPullRequest": pull_request,
+                                        "author": author, "createdAt": format_date(self._db.clock()), "events": []}
         state["discussions"].append(discussion)
         return discussion
 
     # --- used by HubStore.commit, inside the lock, on the state copy it is about to save ----------------------------
 
     @staticmethod
-    def check_pr_open(state: dict[str, Any], ref: str) -> None:
+    def check_pr_open(state: RepoState, ref: str) -> None:
         """Refuse a push to ``refs/pr/N`` unless pull request N is open (or a draft)."""
         discussion = _discussion(state, _pr_number(ref))
         if discussion["status"] not in OPEN_STATUSES:
             raise bad_request(f"pull request #{discussion['num']} is {discussion['status']}; reopen it before "
                               "pushing to " + ref, repo_id=state["id"])
 
-    def open_pull_request(self, state: dict[str, Any], key: RepoKey, *, title: str, description: str,
+    def open_pull_request(self, state: RepoState, key: RepoKey, *, title: str, description: str,
                           author: str, base_branch: str, base_commit: str, head: Commit) -> int:
         """Add an open pull request whose head is ``head`` to ``state``; return its number."""
         discussion = self._new_discussion(state, title=title.strip()[:MAX_TITLE], author=author,
@@ -113,7 +115,7 @@ class DiscussionStore:
         self._event(key, discussion, "commit", author, {"subject": head.title, "oid": head.id})
         return discussion["num"]
 
-    def push_to_pull_request(self, state: dict[str, Any], key: RepoKey, ref: str, *, head: Commit,
+    def push_to_pull_request(self, state: RepoState, key: RepoKey, ref: str, *, head: Commit,
                              author: str) -> None:
         """Move pull request ``ref``'s head to ``head`` in ``state`` (a draft opens with its first commit)."""
         discussion = _discussion(state, _pr_number(ref))
@@ -142,20 +144,20 @@ class DiscussionStore:
             self._db.save_state(key, state)
             return discussion["num"]
 
-    def list_discussions(self, repo_id: str, *, repo_type: str = "model") -> list[dict[str, Any]]:
+    def list_discussions(self, repo_id: str, *, repo_type: str = "model") -> list[DiscussionRecord]:
         """Copies of every discussion and pull request, newest first."""
         key = repo_key(repo_id, repo_type)
         with self._db.lock:
             discussions = copy.deepcopy(self._db.state(key)["discussions"])
         return sorted(discussions, key=lambda d: -d["num"])
 
-    def get_discussion(self, repo_id: str, num: int, *, repo_type: str = "model") -> dict[str, Any]:
+    def get_discussion(self, repo_id: str, num: int, *, repo_type: str = "model") -> DiscussionRecord:
         key = repo_key(repo_id, repo_type)
         with self._db.lock:
             return copy.deepcopy(_discussion(self._db.state(key), num))
 
     def comment_discussion(self, repo_id: str, num: int, *, comment: str, author: str,
-                           repo_type: str = "model") -> dict[str, Any]:
+                           repo_type: str = "model") -> DiscussionEvent:
         """Append a comment; return the event."""
         text = _check_text(comment, what="comment")
         key = repo_key(repo_id, repo_type)
@@ -166,7 +168,7 @@ class DiscussionStore:
             return copy.deepcopy(event)
 
     def change_discussion_status(self, repo_id: str, num: int, *, status: str, author: str,
-                                 comment: str | None = None, repo_type: str = "model") -> dict[str, Any]:
+                                 comment: str | None = None, repo_type: str = "model") -> DiscussionEvent:
         """Open or close a discussion or pull request (a merged one stays merged); return the status event."""
         if status not in ("open", "closed"):
             raise bad_request(f"status must be 'open' or 'closed' (found {status!r})", repo_id=repo_id)
@@ -178,13 +180,14 @@ class DiscussionStore:
                 raise bad_request(f"pull request #{num} is merged; its status cannot change", repo_id=repo_id)
             if comment is not None and str(comment).strip():
                 self._comment_event(key, discussion, author, str(comment))
-            discussion["status"] = status
-            event = self._event(key, discussion, "status-change", author, {"status": status})
+            new_status: DiscussionStatus = "open" if status == "open" else "closed"
+            discussion["status"] = new_status
+            event = self._event(key, discussion, "status-change", author, {"status": new_status})
             self._db.save_state(key, state)
             return copy.deepcopy(event)
 
     def rename_discussion(self, repo_id: str, num: int, *, title: str, author: str,
-                          repo_type: str = "model") -> dict[str, Any]:
+                          repo_type: str = "model") -> DiscussionEvent:
         new_title = _check_title(title)
         key = repo_key(repo_id, repo_type)
         with self._db.lock:
@@ -195,7 +198,7 @@ class DiscussionStore:
             self._db.save_state(key, state)
             return copy.deepcopy(event)
 
-    def _pull_request_trees(self, key: RepoKey, discussion: dict[str, Any]) -> tuple[Tree, Tree, Tree]:
+    def _pull_request_trees(self, key: RepoKey, discussion: DiscussionRecord) -> tuple[Tree, Tree, Tree]:
         """(merge base, current base-branch head, PR head) trees."""
         target = self._db.resolve(key, discussion["pr"]["baseBranch"]).commit
         head = self._db.load_commit(key, discussion["pr"]["head"])
@@ -221,7 +224,7 @@ class DiscussionStore:
                 return []
             return three_way_merge(*self._pull_request_trees(key, discussion))[1]
 
-    def _merged_head(self, key: RepoKey, discussion: dict[str, Any], *, author: str) -> str:
+    def _merged_head(self, key: RepoKey, discussion: DiscussionRecord, *, author: str) -> str:
         """The commit the base branch points to once the pull request is merged: the branch head when it already
         contains the PR, the PR head when the branch has not moved (fast-forward), else a new merge commit."""
         pr, num = discussion["pr"], discussion["num"]

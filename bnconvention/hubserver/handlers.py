@@ -22,9 +22,11 @@ from urllib.parse import parse_qs, urlencode
 
 from bnconvention.errors import JSONInputError
 from bnconvention.formats.canonical import loads_strict
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.formats.text import one_line
 from bnconvention.hubserver.auth import AccessControl, forbidden, unauthorized
 from bnconvention.hubserver.errors import HubRequestError
+from bnconvention.hubserver.records import RepoState
 from bnconvention.hubserver.repos import Commit
 from bnconvention.hubserver.routes import Route
 from bnconvention.hubserver.storage import HubStore
@@ -54,7 +56,7 @@ class HubContext:
     max_body_bytes: int = 512 * 1024 * 1024
     lfs_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     _cache_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _caches: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _caches: dict[str, dict[str, object]] = field(default_factory=dict, repr=False)
 
     def cached(self, kind: str, key: str, compute: Callable[[], Any]) -> Any:
         """Memoise a pure function of immutable content (card metadata, safetensors counts by blob sha256)."""
@@ -127,19 +129,19 @@ class HubRequest:
             raise bad_request(f"query parameter {name}={number} is out of range")
         return number
 
-    def json_body(self, *, optional: bool = False, expect: type = dict) -> Any:
+    def json_body(self, *, optional: bool = False) -> JsonObject:
         """The body as strict JSON (400 when malformed or of the wrong top-level type); ``{}`` for an empty body
         when ``optional``."""
         if not self.body.strip():
             if optional:
-                return expect()
+                return {}
             raise bad_request(f"{self.method} {self.raw_path} needs a JSON body")
         try:
             value = loads_strict(self.body, source=f"{self.method} {self.raw_path} body")
         except JSONInputError as exc:
             raise bad_request(str(exc)) from exc
-        if not isinstance(value, expect):
-            raise bad_request(f"the JSON body must be a {expect.__name__}, found {type(value).__name__}")
+        if not isinstance(value, dict):
+            raise bad_request(f"the JSON body must be a dict, found {type(value).__name__}")
         return value
 
     def next_link(self, **changes: object) -> str:
@@ -188,7 +190,7 @@ def require_user(request: HubRequest) -> str:
     return request.user
 
 
-def readable_state(context: HubContext, request: HubRequest) -> dict[str, Any]:
+def readable_state(context: HubContext, request: HubRequest) -> RepoState:
     """The route's repo state; a private repo the user may not read is reported as missing, as on the Hub."""
     state = context.store.repo_state(request.repo_id, repo_type=request.repo_type)
     if state["private"] and not context.access.can_write(request.user, request.repo_id.split("/")[0]):

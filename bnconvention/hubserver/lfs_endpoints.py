@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any
+from dataclasses import dataclass
 
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import (
     HubContext,
@@ -43,12 +44,33 @@ def _require_lfs(context: HubContext) -> None:
                               "it with lfs=True for LFS uploads", status=404, code="LfsNotEnabled")
 
 
-def _object_error(oid: Any, size: Any, code: int, message: str) -> dict[str, Any]:
-    return {"oid": str(oid), "size": size if isinstance(size, int) and not isinstance(size, bool) else 0,
-            "error": {"code": code, "message": message}}
+@dataclass(frozen=True)
+class LfsObjectAnswer:
+    """One object of a batch answer: an ``error`` (code, message) for a malformed or refused object, else upload and
+    verify URLs when the store lacks it, else neither (the client takes that as "already uploaded")."""
+
+    oid: str
+    size: int
+    upload_href: str | None = None
+    verify_href: str | None = None
+    error: tuple[int, str] | None = None
+
+    def to_json(self) -> JsonObject:
+        if self.error is not None:
+            return {"oid": self.oid, "size": self.size, "error": {"code": self.error[0], "message": self.error[1]}}
+        if self.upload_href is None or self.verify_href is None:
+            return {"oid": self.oid, "size": self.size}
+        return {"oid": self.oid, "size": self.size, "authenticated": True,
+                "actions": {"upload": {"href": self.upload_href, "expires_in": UPLOAD_URL_LIFETIME_S},
+                            "verify": {"href": self.verify_href, "expires_in": UPLOAD_URL_LIFETIME_S}}}
 
 
-def _batch_object(context: HubContext, request: HubRequest, item: Any) -> dict[str, Any]:
+def _object_error(oid: JsonValue, size: JsonValue, code: int, message: str) -> LfsObjectAnswer:
+    return LfsObjectAnswer(oid=str(oid), size=size if isinstance(size, int) and not isinstance(size, bool) else 0,
+                           error=(code, message))
+
+
+def _batch_object(context: HubContext, request: HubRequest, item: JsonValue) -> LfsObjectAnswer:
     """One object's answer: no actions when the store holds it, upload + verify actions otherwise, or an error."""
     if not isinstance(item, dict):
         return _object_error("", 0, 422, "each object must be {\"oid\": <sha256 hex>, \"size\": <bytes>}")
@@ -61,12 +83,10 @@ def _batch_object(context: HubContext, request: HubRequest, item: Any) -> dict[s
         return _object_error(oid, size, 413, f"{size} bytes is over this server's {context.max_body_bytes}-byte "
                                              "upload limit")
     if context.store.has_blob(oid, size):
-        return {"oid": oid, "size": size}
+        return LfsObjectAnswer(oid=oid, size=size)
     upload = f"{request.base_url}/api/lfs-objects/{oid}/{size}/{_signature(context, oid, size)}"
     verify = f"{request.base_url}/{URL_PREFIX[request.repo_type]}{request.repo_id}.git/info/lfs/objects/verify"
-    return {"oid": oid, "size": size, "authenticated": True,
-            "actions": {"upload": {"href": upload, "expires_in": UPLOAD_URL_LIFETIME_S},
-                        "verify": {"href": verify, "expires_in": UPLOAD_URL_LIFETIME_S}}}
+    return LfsObjectAnswer(oid=oid, size=size, upload_href=upload, verify_href=verify)
 
 
 def lfs_batch(context: HubContext, request: HubRequest) -> HubResponse:
@@ -84,7 +104,7 @@ def lfs_batch(context: HubContext, request: HubRequest) -> HubResponse:
     objects = body.get("objects")
     if not isinstance(objects, list):
         raise bad_request("objects must be a list of {oid, size}", repo_id=request.repo_id)
-    answers = [_batch_object(context, request, item) for item in objects]
+    answers: list[JsonValue] = [_batch_object(context, request, item).to_json() for item in objects]
     return json_response({"transfer": "basic", "objects": answers, "hash_algo": "sha256"},
                          headers={"Content-Type": LFS_JSON})
 

@@ -13,12 +13,13 @@ import difflib
 import html
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from bnconvention.errors import BnConventionError
 from bnconvention.formats.card import CARD_NAME, MAX_CARD_BYTES, decode_card, parse_card_metadata
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.formats.safetensors_header import DTYPE_BITS, read_header
 from bnconvention.hubserver.handlers import HubContext
+from bnconvention.hubserver.records import DiscussionEvent, DiscussionRecord, RepoState
 from bnconvention.hubserver.repos import Commit
 from bnconvention.hubserver.trees import FileEntry, folder_oid, lfs_pointer
 from bnconvention.hubserver.validation import bad_request
@@ -58,7 +59,7 @@ def check_expand(repo_type: str, names: list[str]) -> list[str]:
     return names
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> JsonValue:
     """YAML values as JSON values: dates as ISO strings, non-string keys as strings, bytes as base64, sets as lists."""
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
@@ -70,22 +71,25 @@ def jsonable(value: Any) -> Any:
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    return value
+    if value is None or isinstance(value, str | int | float):
+        return value
+    return str(value)
 
 
-def card_metadata(context: HubContext, commit: Commit) -> dict[str, Any] | None:
+def card_metadata(context: HubContext, commit: Commit) -> JsonObject | None:
     """The README's front matter as JSON, ``None`` when there is no README or it does not parse."""
     entry = commit.tree.get(CARD_NAME)
     if entry is None or entry.size > MAX_CARD_BYTES:
         return None
 
-    def compute() -> dict[str, Any] | None:
+    def compute() -> JsonObject | None:
         data = context.store.blob_path(entry.sha256).read_bytes()
         try:
             metadata = parse_card_metadata(decode_card(data))
         except BnConventionError:
             return None
-        return jsonable(metadata) or None
+        value = jsonable(metadata)
+        return value if isinstance(value, dict) and value else None
 
     return context.cached("card", entry.sha256, compute)
 
@@ -105,7 +109,7 @@ def _safetensors_counts(context: HubContext, entry: FileEntry) -> dict[str, int]
     return context.cached("safetensors", entry.sha256, compute)
 
 
-def safetensors_info(context: HubContext, commit: Commit) -> dict[str, Any] | None:
+def safetensors_info(context: HubContext, commit: Commit) -> JsonObject | None:
     """Parameter counts per dtype over every ``*.safetensors`` file, like the Hub's ``safetensors`` field."""
     totals: dict[str, int] = {}
     found = False
@@ -116,10 +120,10 @@ def safetensors_info(context: HubContext, commit: Commit) -> dict[str, Any] | No
                 found = True
                 for dtype, n in counts.items():
                     totals[dtype] = totals.get(dtype, 0) + n
-    return {"parameters": totals, "total": sum(totals.values())} if found else None
+    return {"parameters": dict(totals), "total": sum(totals.values())} if found else None
 
 
-def _tags(card: Mapping[str, Any] | None, commit: Commit) -> list[str]:
+def _tags(card: JsonObject | None, commit: Commit) -> list[str]:
     tags: list[str] = []
     card = card or {}
     library = card.get("library_name")
@@ -141,17 +145,17 @@ def _tags(card: Mapping[str, Any] | None, commit: Commit) -> list[str]:
     return list(dict.fromkeys(tags))
 
 
-def repo_payload(context: HubContext, state: Mapping[str, Any], commit: Commit, *, fields: tuple[str, ...] | list[str],
-                 blobs: bool = False) -> dict[str, Any]:
+def repo_payload(context: HubContext, state: RepoState, commit: Commit, *, fields: tuple[str, ...] | list[str],
+                 blobs: bool = False) -> JsonObject:
     """The Hub's repo dict with ``fields`` (keys with no value, such as a missing card, are left out)."""
     repo_type, repo_id = state["type"], state["id"]
     card = card_metadata(context, commit) if {"cardData", "tags", "pipeline_tag", "library_name",
                                               "model-index"} & set(fields) else None
-    payload: dict[str, Any] = {"_id": sha1_hex(f"{repo_type}/{repo_id}".encode())[:24], "id": repo_id}
+    payload: JsonObject = {"_id": sha1_hex(f"{repo_type}/{repo_id}".encode())[:24], "id": repo_id}
     if repo_type == "model":
         payload["modelId"] = repo_id
     for name in fields:
-        value: Any = None
+        value: JsonValue = None
         if name == "author":
             value = repo_id.split("/")[0]
         elif name == "sha":
@@ -167,7 +171,7 @@ def repo_payload(context: HubContext, state: Mapping[str, Any], commit: Commit, 
         elif name in ("downloads", "likes", "trendingScore", "downloadsAllTime"):
             value = 0
         elif name == "tags":
-            value = _tags(card, commit)
+            value = list(_tags(card, commit))
         elif name in ("pipeline_tag", "library_name") and repo_type == "model":
             value = card.get(name) if card and isinstance(card.get(name), str) else None
         elif name == "cardData":
@@ -187,8 +191,8 @@ def repo_payload(context: HubContext, state: Mapping[str, Any], commit: Commit, 
     return payload
 
 
-def _sibling(path: str, entry: FileEntry, *, blobs: bool) -> dict[str, Any]:
-    sibling: dict[str, Any] = {"rfilename": path}
+def _sibling(path: str, entry: FileEntry, *, blobs: bool) -> JsonObject:
+    sibling: JsonObject = {"rfilename": path}
     if blobs:  # the Hub sends sizes and blob ids only with blobs=true (model_info(files_metadata=True))
         sibling.update(size=entry.size, blobId=entry.oid)
         if entry.lfs:
@@ -197,12 +201,12 @@ def _sibling(path: str, entry: FileEntry, *, blobs: bool) -> dict[str, Any]:
     return sibling
 
 
-def tree_entry(tree: Mapping[str, FileEntry], kind: str, path: str) -> dict[str, Any]:
+def tree_entry(tree: Mapping[str, FileEntry], kind: str, path: str) -> JsonObject:
     """One ``/tree`` or ``/paths-info`` entry: ``lfs`` for files uploaded through LFS, never ``xetHash`` (the
     client would then download through Xet, which this server does not serve)."""
     if kind == "file":
         entry = tree[path]
-        item: dict[str, Any] = {"type": "file", "oid": entry.oid, "size": entry.size, "path": path}
+        item: JsonObject = {"type": "file", "oid": entry.oid, "size": entry.size, "path": path}
         if entry.lfs:
             item["lfs"] = {"oid": entry.sha256, "size": entry.size,
                            "pointerSize": len(lfs_pointer(entry.sha256, entry.size))}
@@ -210,29 +214,28 @@ def tree_entry(tree: Mapping[str, FileEntry], kind: str, path: str) -> dict[str,
     return {"type": "directory", "oid": folder_oid(tree, path), "size": 0, "path": path}
 
 
-def commit_payload(commit: Commit, *, formatted: bool) -> dict[str, Any]:
-    item: dict[str, Any] = {"id": commit.id, "title": commit.title, "message": commit.message, "date": commit.date,
-                            "authors": [{"user": commit.author, "avatar": None}]}
+def commit_payload(commit: Commit, *, formatted: bool) -> JsonObject:
+    item: JsonObject = {"id": commit.id, "title": commit.title, "message": commit.message, "date": commit.date,
+                      "authors": [{"user": commit.author, "avatar": None}]}
     if formatted:
         item["formatted"] = {"title": html.escape(commit.title), "message": html.escape(commit.message)}
     return item
 
 
-def user_payload(name: str) -> dict[str, Any]:
+def user_payload(name: str) -> JsonObject:
     return {"name": name, "type": "user", "fullname": name, "isPro": False, "isHf": False}
 
 
-def event_payload(event: Mapping[str, Any]) -> dict[str, Any]:
+def event_payload(event: DiscussionEvent) -> JsonObject:
     data = dict(event["data"])
-    if event["type"] == "comment":
-        latest = dict(data["latest"])
-        latest["author"] = user_payload(latest["author"])
-        data["latest"] = latest
+    latest = data.get("latest")
+    if event["type"] == "comment" and isinstance(latest, dict) and isinstance(latest.get("author"), str):
+        data["latest"] = {**latest, "author": user_payload(str(latest["author"]))}
     return {"id": event["id"], "type": event["type"], "createdAt": event["createdAt"],
             "author": user_payload(event["author"]), "data": data}
 
 
-def discussion_summary(discussion: Mapping[str, Any], *, repo_id: str, repo_type: str) -> dict[str, Any]:
+def discussion_summary(discussion: DiscussionRecord, *, repo_id: str, repo_type: str) -> JsonObject:
     comments = sum(1 for e in discussion["events"] if e["type"] == "comment")
     return {"num": discussion["num"], "title": discussion["title"], "status": discussion["status"],
             "isPullRequest": discussion["isPullRequest"], "createdAt": discussion["createdAt"],
@@ -240,18 +243,18 @@ def discussion_summary(discussion: Mapping[str, Any], *, repo_id: str, repo_type
             "pinned": False, "numComments": comments, "topReactions": []}
 
 
-def discussion_details(context: HubContext, discussion: Mapping[str, Any], *, repo_id: str, repo_type: str,
-                       with_diff: bool) -> dict[str, Any]:
+def discussion_details(context: HubContext, discussion: DiscussionRecord, *, repo_id: str, repo_type: str,
+                       with_diff: bool) -> JsonObject:
     payload = discussion_summary(discussion, repo_id=repo_id, repo_type=repo_type)
     payload["events"] = [event_payload(e) for e in discussion["events"]]
     if discussion["isPullRequest"]:
         pr = discussion["pr"]
-        changes: dict[str, Any] = {"base": f"refs/heads/{pr['baseBranch']}"}
+        changes: JsonObject = {"base": f"refs/heads/{pr['baseBranch']}"}
         if pr.get("mergeCommitId"):
             changes["mergeCommitId"] = pr["mergeCommitId"]
         payload["changes"] = changes
-        payload["filesWithConflicts"] = context.store.pull_request_conflicts(repo_id, discussion["num"],
-                                                                             repo_type=repo_type)
+        payload["filesWithConflicts"] = list(context.store.pull_request_conflicts(repo_id, discussion["num"],
+                                                                                  repo_type=repo_type))
         if with_diff:
             base, _, head = context.store.pull_request_trees(repo_id, discussion["num"], repo_type=repo_type)
             payload["diff"] = tree_diff(context, base, head)

@@ -4,9 +4,9 @@ plus branch and tag creation (they only move refs)."""
 from __future__ import annotations
 
 import mimetypes
-from typing import Any
 from urllib.parse import parse_qs
 
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import (
     HubContext,
@@ -27,9 +27,10 @@ from bnconvention.hubserver.payloads import (
     repo_payload,
     tree_entry,
 )
+from bnconvention.hubserver.records import RepoState
 from bnconvention.hubserver.repos import Commit
 from bnconvention.hubserver.trees import is_folder, list_folder
-from bnconvention.hubserver.validation import bad_request, check_file_path
+from bnconvention.hubserver.validation import bad_request, check_file_path, check_ref_name
 from bnconvention.hubserver.wire import parse_range
 
 SORT_KEYS = ("lastModified", "createdAt", "downloads", "likes", "trendingScore", "id")
@@ -58,7 +59,7 @@ def list_repos(context: HubContext, request: HubRequest) -> HubResponse:
     search = (request.param("search") or "").lower()
     filters = request.params("filter")
 
-    chosen: list[tuple[dict[str, Any], Commit]] = []
+    chosen: list[tuple[RepoState, Commit]] = []
     for state in context.store.list_repo_states(repo_type):
         namespace = state["id"].split("/")[0]
         if author is not None and namespace.lower() != author.lower():
@@ -69,12 +70,12 @@ def list_repos(context: HubContext, request: HubRequest) -> HubResponse:
             continue
         commit = context.store.get_commit(state["id"], state["branches"]["main"], repo_type=repo_type)
         if filters:
-            tags = set(repo_payload(context, state, commit, fields=["tags"]).get("tags", []))
-            if not set(filters) <= tags:
+            tags = repo_payload(context, state, commit, fields=["tags"]).get("tags")
+            if not set(filters) <= set(tags if isinstance(tags, list) else []):
                 continue
         chosen.append((state, commit))
     if sort and sort != "id":
-        def key(item: tuple[dict[str, Any], Commit]) -> str:
+        def key(item: tuple[RepoState, Commit]) -> str:
             return item[1].date if sort == "lastModified" else item[0]["createdAt"] if sort == "createdAt" else ""
         chosen.sort(key=key, reverse=True)  # stable: equal keys keep id order
 
@@ -124,6 +125,7 @@ def tree(context: HubContext, request: HubRequest) -> HubResponse:
 def paths_info(context: HubContext, request: HubRequest) -> HubResponse:
     readable_state(context, request)
     content_type = request.headers.get("Content-Type", "")
+    paths: JsonValue | list[str]
     if "json" in content_type:
         paths = request.json_body().get("paths", [])
     else:
@@ -170,7 +172,7 @@ def resolve_file(context: HubContext, request: HubRequest) -> HubResponse:
 def refs(context: HubContext, request: HubRequest) -> HubResponse:
     state = readable_state(context, request)
     branches = sorted(state["branches"].items(), key=lambda item: (item[0] != "main", item[0]))
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "branches": [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": oid} for n, oid in branches],
         "tags": [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": t["oid"]}
                  for n, t in sorted(state["tags"].items())],
@@ -216,7 +218,8 @@ def create_tag(context: HubContext, request: HubRequest) -> HubResponse:
     message = body.get("message", "")
     if not isinstance(message, str):
         raise bad_request("message must be a string")
-    context.store.create_tag(request.repo_id, body.get("tag"), revision=request.revision, message=message,
+    tag = check_ref_name(body.get("tag"), what="tag")
+    context.store.create_tag(request.repo_id, tag, revision=request.revision, message=message,
                              repo_type=request.repo_type)
     return json_response({})
 

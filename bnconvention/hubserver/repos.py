@@ -31,7 +31,9 @@ from typing import Any, Literal
 
 from bnconvention.errors import UsageError
 from bnconvention.formats.atomic import atomic_write_bytes
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.hubserver.errors import HubRequestError
+from bnconvention.hubserver.records import DiscussionRecord, RepoState
 from bnconvention.hubserver.trees import FileEntry, Tree
 from bnconvention.hubserver.validation import COMMIT_OID, RepoType, bad_request, check_repo_id, check_repo_type
 from bnconvention.hubserver.wire import format_date, sha1_hex
@@ -59,7 +61,7 @@ class Commit:
     author: str
     date: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "parents": list(self.parents), "title": self.title, "message": self.message,
                 "author": self.author, "date": self.date,
                 "tree": {path: entry.to_json() for path, entry in sorted(self.tree.items())}}
@@ -92,7 +94,7 @@ def revision_not_found(repo_id: str, revision: str) -> HubRequestError:
         "list_repo_refs", status=404, code="RevisionNotFound", repo_id=repo_id)
 
 
-def find_discussion(state: Mapping[str, Any], num: int) -> dict[str, Any] | None:
+def find_discussion(state: RepoState, num: int) -> DiscussionRecord | None:
     """Discussion or pull request ``num`` of a repo state, or ``None``."""
     for discussion in state["discussions"]:
         if discussion["num"] == num:
@@ -119,7 +121,7 @@ class RepoDatabase:
         self.clock = clock
         self.durable = durable
         self.lock = threading.RLock()
-        self._states: dict[RepoKey, dict[str, Any]] = {}
+        self._states: dict[RepoKey, RepoState] = {}
         self._commits: dict[RepoKey, dict[str, Commit]] = {}
         self._last_commit_time: datetime | None = None
         self._open_root()
@@ -143,7 +145,7 @@ class RepoDatabase:
         else:
             self.write(marker, json.dumps({"format": STORE_FORMAT}).encode())
         for repo_json in sorted(self.root.glob("repos/*/*/*/repo.json")):
-            state = json.loads(repo_json.read_text("utf-8"))
+            state: RepoState = json.loads(repo_json.read_text("utf-8"))
             self._states[(state["type"], state["id"])] = state
 
     def write(self, path: Path, data: bytes) -> None:
@@ -193,18 +195,18 @@ class RepoDatabase:
     def has(self, key: RepoKey) -> bool:
         return key in self._states
 
-    def state(self, key: RepoKey) -> dict[str, Any]:
+    def state(self, key: RepoKey) -> RepoState:
         """The live state of a repo (404 ``RepoNotFound``); copy it before changing it."""
         state = self._states.get(key)
         if state is None:
             raise repo_not_found(key[1], key[0])
         return state
 
-    def states(self, repo_type: RepoType) -> Iterator[dict[str, Any]]:
+    def states(self, repo_type: RepoType) -> Iterator[RepoState]:
         """The live states of every repo of this type, in no particular order."""
         return (state for (kind, _), state in self._states.items() if kind == repo_type)
 
-    def save_state(self, key: RepoKey, state: dict[str, Any]) -> None:
+    def save_state(self, key: RepoKey, state: RepoState) -> None:
         """Make ``state`` the repo's visible state (one atomic rename of ``repo.json``)."""
         data = json.dumps(state, sort_keys=True, ensure_ascii=False, indent=1).encode("utf-8")
         self.write(self._repo_dir(key) / "repo.json", data)
@@ -310,8 +312,9 @@ class RepoDatabase:
         state = self.state(key)
         roots = list(state["branches"].values()) + [t["oid"] for t in state["tags"].values()]
         for discussion in state["discussions"]:
-            pr = discussion.get("pr") or {}
-            roots += [pr[k] for k in ("head", "baseCommit", "mergeCommitId") if isinstance(pr.get(k), str)]
+            pr = discussion.get("pr")
+            if pr is not None:
+                roots += [oid for oid in (pr["head"], pr["baseCommit"], pr["mergeCommitId"]) if isinstance(oid, str)]
         folder = self._repo_dir(key) / "commits"
         stored = {path.stem for path in folder.glob("*.json")} if folder.is_dir() else set()
         reachable = {commit.id for commit in self.walk(key, [r for r in roots if r in stored])}

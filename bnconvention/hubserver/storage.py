@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from bnconvention.formats.canonical import sha256_hex
 from bnconvention.hubserver.discussions import DiscussionStore
 from bnconvention.hubserver.errors import HubRequestError
+from bnconvention.hubserver.records import DiscussionEvent, DiscussionRecord, RepoState
 from bnconvention.hubserver.repos import (
     DEFAULT_BRANCH,
     Commit,
@@ -125,8 +125,8 @@ class HubStore:
             initial = self._db.new_commit(key, parents=(), tree={".gitattributes": FileEntry.of(GITATTRIBUTES)},
                                           blobs={".gitattributes": GITATTRIBUTES}, title="initial commit",
                                           message="", author=author)
-            state = {"id": repo_id, "type": key[0], "private": bool(private), "createdAt": initial.date,
-                     "branches": {DEFAULT_BRANCH: initial.id}, "tags": {}, "discussions": []}
+            state: RepoState = {"id": repo_id, "type": key[0], "private": bool(private), "createdAt": initial.date,
+                                "branches": {DEFAULT_BRANCH: initial.id}, "tags": {}, "discussions": []}
             self._db.save_state(key, state)
         return URL_PREFIX[key[0]] + repo_id
 
@@ -134,17 +134,20 @@ class HubStore:
         with self._db.lock:
             return self._db.has(repo_key(repo_id, repo_type))
 
-    def repo_state(self, repo_id: str, *, repo_type: RepoType = "model") -> dict[str, Any]:
+    def repo_state(self, repo_id: str, *, repo_type: RepoType = "model") -> RepoState:
         """A copy of the repo's state: ``id, type, private, createdAt, branches, tags, discussions``."""
         with self._db.lock:
             return copy.deepcopy(self._db.state(repo_key(repo_id, repo_type)))
 
-    def list_repo_states(self, repo_type: RepoType = "model") -> list[dict[str, Any]]:
+    def list_repo_states(self, repo_type: RepoType = "model") -> list[RepoState]:
         """Copies of every repo's state of this type, sorted by id (discussions left out)."""
         repo_type = check_repo_type(repo_type)
         with self._db.lock:
-            states = [{k: copy.deepcopy(v) for k, v in state.items() if k != "discussions"}
-                      for state in self._db.states(repo_type)]
+            states: list[RepoState] = []
+            for state in self._db.states(repo_type):
+                summary = copy.deepcopy(state)
+                summary.pop("discussions", None)
+                states.append(summary)
         return sorted(states, key=lambda s: s["id"])
 
     # --- commits ---------------------------------------------------------------------------------------------------
@@ -219,7 +222,7 @@ class HubStore:
             self._db.save_state(key, state)
         return CommitResult(oid=new.id, revision=landed, pr_num=pr_num)
 
-    def _commit_base(self, key: RepoKey, state: dict[str, Any], target: ResolvedRevision, *, revision: str,
+    def _commit_base(self, key: RepoKey, state: RepoState, target: ResolvedRevision, *, revision: str,
                      create_pr: bool, parent_commit: str | None) -> Commit:
         """The commit a new one builds on, after refusing a target that cannot take it (a tag, a closed pull
         request, a moved head)."""
@@ -330,27 +333,27 @@ class HubStore:
         return self._discussions.create_discussion(repo_id, title=title, description=description, author=author,
                                                    pull_request=pull_request, repo_type=repo_type)
 
-    def list_discussions(self, repo_id: str, *, repo_type: str = "model") -> list[dict[str, Any]]:
+    def list_discussions(self, repo_id: str, *, repo_type: str = "model") -> list[DiscussionRecord]:
         """Copies of every discussion and pull request, newest first."""
         return self._discussions.list_discussions(repo_id, repo_type=repo_type)
 
-    def get_discussion(self, repo_id: str, num: int, *, repo_type: str = "model") -> dict[str, Any]:
+    def get_discussion(self, repo_id: str, num: int, *, repo_type: str = "model") -> DiscussionRecord:
         return self._discussions.get_discussion(repo_id, num, repo_type=repo_type)
 
     def comment_discussion(self, repo_id: str, num: int, *, comment: str, author: str,
-                           repo_type: str = "model") -> dict[str, Any]:
+                           repo_type: str = "model") -> DiscussionEvent:
         """Append a comment; return the event."""
         return self._discussions.comment_discussion(repo_id, num, comment=comment, author=author,
                                                     repo_type=repo_type)
 
     def change_discussion_status(self, repo_id: str, num: int, *, status: str, author: str,
-                                 comment: str | None = None, repo_type: str = "model") -> dict[str, Any]:
+                                 comment: str | None = None, repo_type: str = "model") -> DiscussionEvent:
         """Open or close a discussion or pull request (a merged one stays merged); return the status event."""
         return self._discussions.change_discussion_status(repo_id, num, status=status, author=author,
                                                           comment=comment, repo_type=repo_type)
 
     def rename_discussion(self, repo_id: str, num: int, *, title: str, author: str,
-                          repo_type: str = "model") -> dict[str, Any]:
+                          repo_type: str = "model") -> DiscussionEvent:
         return self._discussions.rename_discussion(repo_id, num, title=title, author=author, repo_type=repo_type)
 
     def pull_request_trees(self, repo_id: str, num: int, *, repo_type: str = "model") -> tuple[Tree, Tree, Tree]:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from bnconvention.formats.canonical import sha256_hex
+from bnconvention.formats.json_types import JsonObject
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.validation import bad_request, check_file_path, check_folder_path
 from bnconvention.hubserver.wire import git_blob_sha1, sha1_hex
@@ -53,8 +54,8 @@ class FileEntry:
     def of_lfs(cls, sha256: str, size: int) -> FileEntry:
         return cls(sha256=sha256, oid=git_blob_sha1(lfs_pointer(sha256, size)), size=size, lfs=True)
 
-    def to_json(self) -> dict[str, object]:
-        value: dict[str, object] = {"sha256": self.sha256, "oid": self.oid, "size": self.size}
+    def to_json(self) -> JsonObject:
+        value: JsonObject = {"sha256": self.sha256, "oid": self.oid, "size": self.size}
         if self.lfs:
             value["lfs"] = True
         return value

@@ -36,12 +36,13 @@ def bad_request(message: str, *, repo_id: str | None = None) -> HubRequestError:
     return HubRequestError(message, status=400, code="BadRequest", repo_id=repo_id)
 
 
-def check_repo_type(repo_type: str | None) -> RepoType:
+def check_repo_type(repo_type: object) -> RepoType:
     if repo_type is None:
         return "model"
-    if repo_type not in REPO_TYPES:
-        raise bad_request(f"repo type {repo_type!r} is not one of {', '.join(REPO_TYPES)}")
-    return repo_type
+    for known in REPO_TYPES:
+        if repo_type == known:
+            return known
+    raise bad_request(f"repo type {repo_type!r} is not one of {', '.join(REPO_TYPES)}")
 
 
 def check_name(name: object, *, what: str) -> str:

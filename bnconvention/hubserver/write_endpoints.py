@@ -12,10 +12,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from bnconvention.errors import CardError
 from bnconvention.formats.card import CARD_NAME, parse_card_metadata
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.hubserver.auth import forbidden
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.handlers import (
@@ -40,6 +43,54 @@ from bnconvention.hubserver.validation import (
     check_repo_id,
     check_repo_type,
 )
+
+
+class CommitHeader(BaseModel):
+    """The ``header`` line of an ndjson commit: the summary (the commit title), an optional description and the
+    optional ``parentCommit`` the client built on. Other keys are ignored, as the Hub does."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    summary: StrictStr
+    description: StrictStr | None = ""
+    parent_commit: StrictStr | None = Field(default=None, alias="parentCommit")
+
+    @classmethod
+    def parse(cls, value: JsonObject) -> CommitHeader:
+        """The header of ``value`` (400 when a field is missing or not a string)."""
+        try:
+            return cls.model_validate(value)
+        except ValidationError as exc:
+            raise bad_request("the commit header needs a string summary (and optional string description and "
+                              "parentCommit)") from exc
+
+
+@dataclass(frozen=True)
+class PreuploadFile:
+    """One file the client asks about before a commit: its path, size and the first bytes of its content (decoded
+    only when the answer depends on them, on a hub that serves LFS; ``b""`` otherwise)."""
+
+    path: str
+    size: int
+    sample: bytes
+
+    @classmethod
+    def parse(cls, item: JsonValue, index: int, *, with_sample: bool) -> PreuploadFile:
+        """``files[index]`` of a preupload body (400 naming the field that is wrong)."""
+        if not isinstance(item, dict):
+            raise bad_request(f"files[{index}] must be an object")
+        path = check_file_path(item.get("path"), field=f"files[{index}].path")
+        size = item.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise bad_request(f"files[{index}].size must be a non-negative integer, found {size!r}")
+        if not with_sample:
+            return cls(path=path, size=size, sample=b"")
+        sample = item.get("sample", "")
+        try:
+            data = base64.b64decode(sample if isinstance(sample, str) else "", validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise bad_request(f"files[{index}].sample is not base64: {exc}") from exc
+        return cls(path=path, size=size, sample=data)
 
 
 def repo_url(request: HubRequest, repo_type: str, repo_id: str) -> str:
@@ -119,17 +170,13 @@ def preupload(context: HubContext, request: HubRequest) -> HubResponse:
         raise bad_request("files must be a list of {path, sample, size}")
     commit = resolved_commit(context, request)
     patterns = revision_patterns(context, commit) if context.lfs else []
-    answers: list[dict[str, Any]] = []
+    answers: list[JsonValue] = []
     for index, item in enumerate(files):
-        if not isinstance(item, dict):
-            raise bad_request(f"files[{index}] must be an object")
-        path = check_file_path(item.get("path"), field=f"files[{index}].path")
-        size = item.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise bad_request(f"files[{index}].size must be a non-negative integer, found {size!r}")
-        mode = upload_mode(path, size=size, sample=_sample(item, index), patterns=patterns) if context.lfs \
+        file = PreuploadFile.parse(item, index, with_sample=context.lfs)
+        path = file.path
+        mode = upload_mode(path, size=file.size, sample=file.sample, patterns=patterns) if context.lfs \
             else "regular"
-        answer: dict[str, Any] = {"path": path, "uploadMode": mode, "shouldIgnore": False}
+        answer: JsonObject = {"path": path, "uploadMode": mode, "shouldIgnore": False}
         existing = commit.tree.get(path)
         # The oid lets the client drop files that did not change: a git blob id for regular files, the
         # content's sha256 for LFS ones (what the client computes for each mode).
@@ -141,19 +188,12 @@ def preupload(context: HubContext, request: HubRequest) -> HubResponse:
     return json_response({"files": answers, "commitOid": commit.id})
 
 
-def _sample(item: dict[str, Any], index: int) -> bytes:
-    sample = item.get("sample", "")
-    try:
-        return base64.b64decode(sample if isinstance(sample, str) else "", validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise bad_request(f"files[{index}].sample is not base64: {exc}") from exc
-
-
-def parse_ndjson_commit(body: bytes, *, context: HubContext | None = None) -> tuple[dict[str, Any], list[Operation]]:
-    """The header value and the operations of an ndjson commit body; 400 on the first malformed line.
+def parse_ndjson_commit(body: bytes, *, context: HubContext | None = None) -> tuple[CommitHeader, list[Operation]]:
+    """The header and the operations of an ndjson commit body; 400 on the first malformed line, then on a
+    malformed header.
 
     ``lfsFile`` lines are accepted only with a ``context`` whose hub serves LFS (``lfs=True``)."""
-    header: dict[str, Any] | None = None
+    header: JsonObject | None = None
     operations: list[Operation] = []
     lines = body.split(b"\n")
     for number, raw in enumerate(lines, start=1):
@@ -195,10 +235,10 @@ def parse_ndjson_commit(body: bytes, *, context: HubContext | None = None) -> tu
                               "deletedFile or deletedFolder)")
     if header is None:
         raise bad_request("the ndjson commit is empty: it needs a header line")
-    return header, operations
+    return CommitHeader.parse(header), operations
 
 
-def _lfs_operation(context: HubContext | None, value: dict[str, Any], number: int) -> AddLfsFile:
+def _lfs_operation(context: HubContext | None, value: JsonObject, number: int) -> AddLfsFile:
     if context is None or not context.lfs:
         raise bad_request(f"line {number}: LFS file {value.get('path')!r} refused: this server stores regular "
                           "files only (preupload answers uploadMode 'regular')")
@@ -209,7 +249,7 @@ def _lfs_operation(context: HubContext | None, value: dict[str, Any], number: in
     return AddLfsFile(path, oid, lfs_size(context, oid, value.get("size"), path=path, line=number))
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _no_duplicate_keys(pairs: list[tuple[str, JsonValue]]) -> JsonObject:
     keys = [k for k, _ in pairs]
     if len(keys) != len(set(keys)):
         raise ValueError(f"duplicate keys {sorted({k for k in keys if keys.count(k) > 1})}")
@@ -225,19 +265,13 @@ def commit(context: HubContext, request: HubRequest) -> HubResponse:
     create_pr = request.flag("create_pr")
     user = _check_commit_permission(context, request, create_pr=create_pr)
     header, operations = parse_ndjson_commit(request.body, context=context)
-    summary, description = header.get("summary"), header.get("description", "")
-    parent = header.get("parentCommit")
-    if not isinstance(summary, str) or not isinstance(description, str | None) or not isinstance(parent,
-                                                                                                  str | None):
-        raise bad_request("the commit header needs a string summary (and optional string description and "
-                          "parentCommit)")
-    result = context.store.commit(request.repo_id, operations=operations, message=summary,
-                                  description=description or "", revision=request.revision,
-                                  repo_type=request.repo_type, author=user, parent_commit=parent,
+    result = context.store.commit(request.repo_id, operations=operations, message=header.summary,
+                                  description=header.description or "", revision=request.revision,
+                                  repo_type=request.repo_type, author=user, parent_commit=header.parent_commit,
                                   create_pr=create_pr, create_missing=False)
     url = repo_url(request, request.repo_type, request.repo_id)
-    body: dict[str, Any] = {"success": True, "commitOid": result.oid, "commitUrl": f"{url}/commit/{result.oid}",
-                            "hookOutput": ""}
+    body: JsonObject = {"success": True, "commitOid": result.oid, "commitUrl": f"{url}/commit/{result.oid}",
+                        "hookOutput": ""}
     if result.pr_num is not None:
         body["pullRequestUrl"] = f"{url}/discussions/{result.pr_num}"
     return json_response(body)

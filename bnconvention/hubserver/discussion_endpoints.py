@@ -62,7 +62,7 @@ def create_discussion(context: HubContext, request: HubRequest) -> HubResponse:
     pull_request = body.get("pullRequest", False)
     if not isinstance(description, str) or not isinstance(pull_request, bool):
         raise bad_request("description must be a string and pullRequest a boolean")
-    num = context.store.create_discussion(request.repo_id, title=body.get("title"),  # type: ignore[arg-type]
+    num = context.store.create_discussion(request.repo_id, title=body.get("title"),
                                           description=description, author=user, pull_request=pull_request,
                                           repo_type=request.repo_type)
     return json_response({"num": num, "pullRequest": pull_request,
@@ -90,19 +90,19 @@ def discussion_action(context: HubContext, request: HubRequest) -> HubResponse:
     body: JsonObject = request.json_body(optional=True)
     store, repo_id, repo_type = context.store, request.repo_id, request.repo_type
     if action == "comment":
-        event = store.comment_discussion(repo_id, num, comment=body.get("comment"),  # type: ignore[arg-type]
+        event = store.comment_discussion(repo_id, num, comment=body.get("comment"),
                                          author=user, repo_type=repo_type)
         return json_response({"newMessage": event_payload(event)})
     if action == "status":
         _check_owner_or_author(context, request, user, what="change the status of")
         comment = body.get("comment")
-        event = store.change_discussion_status(repo_id, num, status=body.get("status"),  # type: ignore[arg-type]
+        event = store.change_discussion_status(repo_id, num, status=body.get("status"),
                                                author=user, comment=None if comment is None else str(comment),
                                                repo_type=repo_type)
         return json_response({"newStatus": event_payload(event)})
     if action == "title":
         _check_owner_or_author(context, request, user, what="rename")
-        event = store.rename_discussion(repo_id, num, title=body.get("title"),  # type: ignore[arg-type]
+        event = store.rename_discussion(repo_id, num, title=body.get("title"),
                                         author=user, repo_type=repo_type)
         return json_response({"newTitle": event_payload(event)})
     if not context.access.can_write(user, repo_id.split("/")[0]):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import html
 
-from bnconvention.formats.json_types import JsonObject
+from bnconvention.formats.json_types import JsonObject, JsonValue
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.records import DiscussionEvent, DiscussionRecord, DiscussionStatus, EventType, RepoState
 from bnconvention.hubserver.repos import Commit, RepoDatabase, RepoKey, find_discussion, repo_key
@@ -127,14 +127,15 @@ class DiscussionStore:
 
     # --- public API ------------------------------------------------------------------------------------------------
 
-    def create_discussion(self, repo_id: str, *, title: str, description: str = "", author: str,
+    def create_discussion(self, repo_id: str, *, title: JsonValue, description: str = "", author: str,
                           pull_request: bool = False, repo_type: str = "model") -> int:
-        """Open a discussion (or a draft pull request at the head of main); return its number."""
-        title = _check_title(title)
+        """Open a discussion (or a draft pull request at the head of main); return its number. The title, the
+        status and a comment are checked here, as the request's JSON gives them."""
+        checked_title = _check_title(title)
         key = repo_key(repo_id, repo_type)
         with self._db.lock:
             state = copy.deepcopy(self._db.state(key))
-            discussion = self._new_discussion(state, title=title, author=author, pull_request=pull_request,
+            discussion = self._new_discussion(state, title=checked_title, author=author, pull_request=pull_request,
                                               status="draft" if pull_request else "open")
             if pull_request:
                 head = self._db.resolve(key, "main").commit.id
@@ -156,7 +157,7 @@ class DiscussionStore:
         with self._db.lock:
             return copy.deepcopy(_discussion(self._db.state(key), num))
 
-    def comment_discussion(self, repo_id: str, num: int, *, comment: str, author: str,
+    def comment_discussion(self, repo_id: str, num: int, *, comment: JsonValue, author: str,
                            repo_type: str = "model") -> DiscussionEvent:
         """Append a comment; return the event."""
         text = _check_text(comment, what="comment")
@@ -167,7 +168,7 @@ class DiscussionStore:
             self._db.save_state(key, state)
             return copy.deepcopy(event)
 
-    def change_discussion_status(self, repo_id: str, num: int, *, status: str, author: str,
+    def change_discussion_status(self, repo_id: str, num: int, *, status: JsonValue, author: str,
                                  comment: str | None = None, repo_type: str = "model") -> DiscussionEvent:
         """Open or close a discussion or pull request (a merged one stays merged); return the status event."""
         if status not in ("open", "closed"):
@@ -186,7 +187,7 @@ class DiscussionStore:
             self._db.save_state(key, state)
             return copy.deepcopy(event)
 
-    def rename_discussion(self, repo_id: str, num: int, *, title: str, author: str,
+    def rename_discussion(self, repo_id: str, num: int, *, title: JsonValue, author: str,
                           repo_type: str = "model") -> DiscussionEvent:
         new_title = _check_title(title)
         key = repo_key(repo_id, repo_type)

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bnconvention.formats.canonical import sha256_hex
+from bnconvention.formats.json_types import JsonValue
 from bnconvention.hubserver.discussions import DiscussionStore
 from bnconvention.hubserver.errors import HubRequestError
 from bnconvention.hubserver.records import DiscussionEvent, DiscussionRecord, RepoState
@@ -327,7 +328,7 @@ class HubStore:
 
     # --- discussions and pull requests (see ``discussions``) ------------------------------------------------------
 
-    def create_discussion(self, repo_id: str, *, title: str, description: str = "", author: str,
+    def create_discussion(self, repo_id: str, *, title: JsonValue, description: str = "", author: str,
                           pull_request: bool = False, repo_type: str = "model") -> int:
         """Open a discussion (or a draft pull request at the head of main); return its number."""
         return self._discussions.create_discussion(repo_id, title=title, description=description, author=author,
@@ -340,19 +341,19 @@ class HubStore:
     def get_discussion(self, repo_id: str, num: int, *, repo_type: str = "model") -> DiscussionRecord:
         return self._discussions.get_discussion(repo_id, num, repo_type=repo_type)
 
-    def comment_discussion(self, repo_id: str, num: int, *, comment: str, author: str,
+    def comment_discussion(self, repo_id: str, num: int, *, comment: JsonValue, author: str,
                            repo_type: str = "model") -> DiscussionEvent:
         """Append a comment; return the event."""
         return self._discussions.comment_discussion(repo_id, num, comment=comment, author=author,
                                                     repo_type=repo_type)
 
-    def change_discussion_status(self, repo_id: str, num: int, *, status: str, author: str,
+    def change_discussion_status(self, repo_id: str, num: int, *, status: JsonValue, author: str,
                                  comment: str | None = None, repo_type: str = "model") -> DiscussionEvent:
         """Open or close a discussion or pull request (a merged one stays merged); return the status event."""
         return self._discussions.change_discussion_status(repo_id, num, status=status, author=author,
                                                           comment=comment, repo_type=repo_type)
 
-    def rename_discussion(self, repo_id: str, num: int, *, title: str, author: str,
+    def rename_discussion(self, repo_id: str, num: int, *, title: JsonValue, author: str,
                           repo_type: str = "model") -> DiscussionEvent:
         return self._discussions.rename_discussion(repo_id, num, title=title, author=author, repo_type=repo_type)
 

@@ -134,8 +134,6 @@ class AmendmentRow(Section):
 class PreregistrationSection(Section):
     """The preregistration record and its amendments, or that there was none."""
 
-    optional = frozenset({"file", "created", "spec_sha256", "margin_pp", "margin_source", "listing_sha256",
-                          "checkpoints", "amendments"})
     preregistered: bool
     file: str | None = None
     created: str | None = None
@@ -167,7 +165,6 @@ class CensusResult(Section):
     """``census.json``: the population counts with Benjamini–Yekutieli per cell, the sections that read them, and one
     row per checkpoint."""
 
-    optional = frozenset({"families", "twin_gaps", "scales", "invocation", "timing", "org"})
     null_beside = {"twin_gaps": "families"}
     format: str = CENSUS_FORMAT
     spec_name: str | None

@@ -101,7 +101,6 @@ class ProvenanceArmReading(Section):
 class ProvenanceReadings(Section):
     """The provenance arms the census ran (each left out when no checkpoint ran it)."""
 
-    optional = frozenset({"deployment", "ceiling"})
     deployment: ProvenanceArmReading | None = None
     ceiling: ProvenanceArmReading | None = None
 

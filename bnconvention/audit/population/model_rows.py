@@ -45,9 +45,6 @@ class EncoderColumns(Section):
     when the probe ran, the attack's when it ran, relearning's when it ran (its areas only when the record has them).
     A column of a diagnostic that ran is written even when null (no retrain reference, target not reached)."""
 
-    optional = frozenset({"lp_shipped", "lp_refit", "lp_reference", "bn_residual_pp", "nc_residual_pp",
-                          "mia_auc_shipped", "mia_auc_refit", "mia_shift_pp", "relearn_steps_shipped",
-                          "relearn_steps_refit", "relearn_area_shipped", "relearn_area_refit"})
     null_beside = {"lp_reference": "lp_shipped", "nc_residual_pp": "lp_shipped",
                    "relearn_steps_shipped": "relearn_steps_refit"}
     lp_shipped: float | None = None
@@ -80,9 +77,8 @@ class ScalesColumns(Section):
     """The activation scales of one checkpoint (:func:`.scales_report.scales_row`): the status and, when audited,
     each cell's shift and decision (those keys are written, null or not, exactly when the scales were audited)."""
 
-    optional = frozenset({"observer", "sites", "replicates", "calibration_size", "cells", "displaced",
-                          "median_abs_log_ratio", "max_abs_log_ratio", "annotation"})
-    null_beside = dict.fromkeys(optional - {"cells"}, "cells")
+    null_beside = dict.fromkeys(("observer", "sites", "replicates", "calibration_size", "displaced",
+                                 "median_abs_log_ratio", "max_abs_log_ratio", "annotation"), "cells")
     status: str
     reason: str
     observer: str | None = None
@@ -99,8 +95,6 @@ class ScalesColumns(Section):
 class PopulationPlace(Section):
     """Where a checkpoint sits in a structured population, from its sidecar (the keys it names)."""
 
-    optional = frozenset({"role", "family", "variant", "removal", "removal_kind", "seed", "parent", "twin_arm",
-                          "twin_level", "twin_partner"})
     role: str | None = None
     family: str | None = None
     variant: str | None = None
@@ -116,7 +110,6 @@ class PopulationPlace(Section):
 class CheckpointRow(Section):
     """One checkpoint's line of the census."""
 
-    optional = frozenset({"encoder", "scales", "population"})
     checkpoint: str
     file: str
     path: str

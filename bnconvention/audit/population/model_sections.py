@@ -24,7 +24,6 @@ class Operand(Section):
 class LedgerRow(Section):
     """One flip of the flip ledger."""
 
-    optional = frozenset({"holds_every_replicate"})
     checkpoint: str
     group: str
     label: str | None

@@ -59,7 +59,6 @@ class SweepCell(Section):
 class MarginRow(Section):
     """The census re-decided at one margin: decisions per cell, flips per criterion, the scales cells if any."""
 
-    optional = frozenset({"scales"})
     margin_pp: float
     cells: dict[str, SweepCell]
     flips: dict[str, int]
